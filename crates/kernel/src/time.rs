@@ -93,7 +93,10 @@ mod tests {
         let t = Instant::from_millis(5);
         assert_eq!(t + Duration::from_millis(1), Instant::from_millis(6));
         assert_eq!(Instant::MAX + Duration::from_secs(1), Instant::MAX);
-        assert_eq!(Instant::from_millis(1) - Instant::from_millis(3), Duration::ZERO);
+        assert_eq!(
+            Instant::from_millis(1) - Instant::from_millis(3),
+            Duration::ZERO
+        );
         assert_eq!(Instant::from_micros(1500).to_string(), "0.001500000s");
     }
 }

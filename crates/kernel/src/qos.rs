@@ -1,0 +1,174 @@
+//! Qualities of service: ordered layers, the Ψ ⊆ Γ check and per-event routes (seed 001 §3.4,
+//! §3.5, §4 "QoS definition").
+//!
+//! A [`Qos`] is an ordered list of layers, bottom (index 0, the device) first. Creating one
+//! fails unless every event type some layer requires is provided by some layer of the QoS or by
+//! the kernel (a provided subtype satisfies a required parent). At creation the QoS computes, for
+//! every event type registered so far, the ascending list of layer positions whose Φ contains the
+//! type or one of its ancestors: the route. Channels map routes to sessions; dispatch then only
+//! walks a precomputed array, so a layer that does not accept an event costs nothing.
+
+use std::sync::Arc;
+
+use crate::event::{ensure_builtins, kernel_provided, EventType};
+use crate::layer::LayerRef;
+
+/// Why a QoS was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QosError {
+    /// A QoS needs at least one layer.
+    #[error("QoS `{qos}` has no layers")]
+    Empty {
+        /// The QoS.
+        qos: String,
+    },
+    /// More layers than a route position can address.
+    #[error("QoS `{qos}` has {layers} layers; at most {max} are supported")]
+    TooManyLayers {
+        /// The QoS.
+        qos: String,
+        /// How many it has.
+        layers: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Ψ ⊄ Γ: a layer requires an event type that no layer provides.
+    #[error(
+        "QoS `{qos}`: layer `{layer}` requires event `{event}`, which no layer of the QoS provides"
+    )]
+    MissingEvent {
+        /// The QoS.
+        qos: String,
+        /// The layer with the unmet requirement.
+        layer: String,
+        /// The event type nobody provides.
+        event: String,
+    },
+}
+
+/// Most layers one QoS may hold.
+pub const MAX_LAYERS: usize = 4096;
+
+/// An ordered stack of layers with precomputed routes.
+pub struct Qos {
+    name: String,
+    layers: Vec<LayerRef>,
+    accepts: Vec<Vec<EventType>>,
+    provided: Vec<EventType>,
+    routes: Vec<Box<[u16]>>,
+}
+
+impl Qos {
+    /// Builds a QoS from layers listed bottom first.
+    ///
+    /// # Errors
+    /// [`QosError::MissingEvent`] when Ψ ⊄ Γ (naming the first layer and type at fault),
+    /// [`QosError::Empty`], [`QosError::TooManyLayers`].
+    pub fn new(name: impl Into<String>, layers: Vec<LayerRef>) -> Result<Arc<Qos>, QosError> {
+        let name = name.into();
+        ensure_builtins();
+        if layers.is_empty() {
+            return Err(QosError::Empty { qos: name });
+        }
+        if layers.len() > MAX_LAYERS {
+            return Err(QosError::TooManyLayers {
+                qos: name,
+                layers: layers.len(),
+                max: MAX_LAYERS,
+            });
+        }
+        let mut provided = kernel_provided();
+        for l in &layers {
+            for t in l.provides() {
+                if !provided.contains(&t) {
+                    provided.push(t);
+                }
+            }
+        }
+        for l in &layers {
+            for req in l.requires() {
+                if !provided.iter().any(|p| p.is_a(req)) {
+                    return Err(QosError::MissingEvent {
+                        qos: name,
+                        layer: l.name().to_string(),
+                        event: req.name().to_string(),
+                    });
+                }
+            }
+        }
+        let accepts: Vec<Vec<EventType>> = layers.iter().map(|l| l.accepts()).collect();
+        let mut qos = Qos {
+            name,
+            layers,
+            accepts,
+            provided,
+            routes: Vec::new(),
+        };
+        qos.routes = EventType::all()
+            .into_iter()
+            .map(|t| qos.compute_route(t))
+            .collect();
+        Ok(Arc::new(qos))
+    }
+
+    /// The QoS's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The layers, bottom first.
+    pub fn layers(&self) -> &[LayerRef] {
+        &self.layers
+    }
+
+    /// Γ of the whole QoS, kernel-provided types included.
+    pub fn provided(&self) -> &[EventType] {
+        &self.provided
+    }
+
+    /// Positions (bottom = 0) of the layers that accept `ty`, ascending.
+    pub fn route(&self, ty: EventType) -> Box<[u16]> {
+        match self.routes.get(ty.index()) {
+            Some(r) => r.clone(),
+            // A type registered after this QoS was built: computed now, same rule.
+            None => self.compute_route(ty),
+        }
+    }
+
+    fn compute_route(&self, ty: EventType) -> Box<[u16]> {
+        self.accepts
+            .iter()
+            .enumerate()
+            .filter(|(_, acc)| acc.iter().any(|a| ty.is_a(*a)))
+            .map(|(pos, _)| pos as u16)
+            .collect()
+    }
+
+    /// The route table for display: every type the QoS provides (Γ plus the kernel's) and the
+    /// names of the layers it visits, bottom first.
+    pub fn route_table(&self) -> Vec<(EventType, Vec<String>)> {
+        let mut types = self.provided.clone();
+        types.sort_by_key(|t| t.name());
+        types
+            .into_iter()
+            .map(|t| {
+                let names = self
+                    .route(t)
+                    .iter()
+                    .map(|&p| self.layers[p as usize].name().to_string())
+                    .collect();
+                (t, names)
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for Qos {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.layers.iter().map(|l| l.name()).collect();
+        f.debug_struct("Qos")
+            .field("name", &self.name)
+            .field("layers", &names)
+            .finish()
+    }
+}
