@@ -123,11 +123,11 @@ pub enum ChannelError {
     Bind(#[from] BindError),
 }
 
-enum Work {
-    /// Deliver to the route position stored in the event.
-    Routed(Event),
-    /// Deliver straight to a session (timers, datagrams).
-    Direct(SessionId, Event),
+/// An event and the session it goes to next (resolved when it was sent, so the dispatch loop
+/// does no lookups).
+struct Work {
+    session: SessionId,
+    event: Event,
 }
 
 struct Injected {
@@ -200,6 +200,8 @@ struct Core {
     node: NodeId,
     now: Instant,
     channels: Vec<Channel>,
+    /// The oldest pending work item when it is the only one (skips the queue on a hot path).
+    fast: Option<Work>,
     queue: VecDeque<Work>,
     timers: Timers,
     outputs: VecDeque<Output>,
@@ -224,46 +226,74 @@ impl Core {
             self.count(SessionId::KERNEL, "dropped_closed_channel", 1);
             return;
         }
-        let next: i64 = if ev.hop == HOP_NEW {
-            let from = match origin {
-                Some(o) => o,
-                None => match ch.slot_of(sender) {
-                    Some(s) => i32::from(s),
-                    None => {
-                        self.count(SessionId::KERNEL, "dropped_sender_not_bound", 1);
-                        return;
+        let (next, len, session) = {
+            let next: i64 = if ev.hop == HOP_NEW {
+                let from = match origin {
+                    Some(o) => o,
+                    None => match ch.slot_of(sender) {
+                        Some(s) => i32::from(s),
+                        None => {
+                            self.count(SessionId::KERNEL, "dropped_sender_not_bound", 1);
+                            return;
+                        }
+                    },
+                };
+                let route = ch.route(ev.ty());
+                let below = route
+                    .iter()
+                    .take_while(|h| i32::from(h.slot) < from)
+                    .count() as i64;
+                match ev.dir() {
+                    Direction::Down => below - 1,
+                    Direction::Up => {
+                        below
+                            + route
+                                .get(below as usize)
+                                .map_or(0, |h| i64::from(i32::from(h.slot) == from))
                     }
-                },
+                }
+            } else {
+                match ev.dir() {
+                    Direction::Up => ev.hop + 1,
+                    Direction::Down => ev.hop - 1,
+                }
             };
             let route = ch.route(ev.ty());
-            let below = route
-                .iter()
-                .take_while(|h| i32::from(h.slot) < from)
-                .count() as i64;
-            match ev.dir() {
-                Direction::Down => below - 1,
-                Direction::Up => {
-                    below
-                        + route
-                            .get(below as usize)
-                            .map_or(0, |h| i64::from(i32::from(h.slot) == from))
-                }
-            }
-        } else {
-            match ev.dir() {
-                Direction::Up => i64::from(ev.hop) + 1,
-                Direction::Down => i64::from(ev.hop) - 1,
-            }
+            let session = usize::try_from(next)
+                .ok()
+                .and_then(|i| route.get(i))
+                .map(|h| h.session);
+            (next, route.len() as i64, session)
         };
-        let len = ch.route(ev.ty()).len() as i64;
-        if next < 0 {
-            self.fell_off_bottom(ev);
-        } else if next >= len {
-            self.fell_off_top(ev);
-        } else {
-            ev.hop = next as i32;
-            self.queue.push_back(Work::Routed(ev));
+        match session {
+            Some(session) => {
+                ev.hop = next;
+                self.schedule(Work { session, event: ev });
+            }
+            None if next < 0 => self.fell_off_bottom(ev),
+            None => {
+                debug_assert!(next >= len);
+                self.fell_off_top(ev);
+            }
         }
+    }
+
+    /// Queues work, keeping FIFO order: the fast slot is used only when nothing older waits.
+    #[inline]
+    fn schedule(&mut self, work: Work) {
+        if self.fast.is_none() && self.queue.is_empty() {
+            self.fast = Some(work);
+        } else {
+            self.queue.push_back(work);
+        }
+    }
+
+    fn next_work(&mut self) -> Option<Work> {
+        self.fast.take().or_else(|| self.queue.pop_front())
+    }
+
+    fn is_idle(&self) -> bool {
+        self.fast.is_none() && self.queue.is_empty()
     }
 
     fn fell_off_bottom(&mut self, ev: Event) {
@@ -416,6 +446,14 @@ impl Context<'_> {
             .collect()
     }
 
+    /// Whether this session is bound to `channel` and the channel is open.
+    pub fn is_bound(&self, channel: ChannelId) -> bool {
+        self.core
+            .channels
+            .get(channel.0 as usize)
+            .is_some_and(|c| c.state == ChannelState::Open && c.slot_of(self.session).is_some())
+    }
+
     /// A channel's name.
     pub fn channel_name(&self, channel: ChannelId) -> Option<&str> {
         self.core
@@ -451,6 +489,7 @@ impl Kernel {
                 node: config.node,
                 now: Instant::ZERO,
                 channels: Vec::new(),
+                fast: None,
                 queue: VecDeque::new(),
                 timers: Timers::default(),
                 outputs: VecDeque::new(),
@@ -733,7 +772,10 @@ impl Kernel {
             ChannelId::NONE,
             Sendable::new(from, Dest::Node(self.core.node), message),
         );
-        self.core.queue.push_back(Work::Direct(device, ev));
+        self.core.schedule(Work {
+            session: device,
+            event: ev,
+        });
         self.run();
     }
 
@@ -761,14 +803,17 @@ impl Kernel {
                 token: entry.token,
             });
             let ev = Event::new(ty, Direction::Up, entry.channel, body);
-            self.core.queue.push_back(Work::Direct(entry.session, ev));
+            self.core.schedule(Work {
+                session: entry.session,
+                event: ev,
+            });
             self.run();
         }
     }
 
     /// When the driver should call [`Kernel::handle_timeout`] next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.core.queue.is_empty() {
+        if self.core.is_idle() {
             self.core.timers.next_deadline()
         } else {
             Some(self.core.now)
@@ -802,43 +847,22 @@ impl Kernel {
     /// Runs the queue until it is empty or the step cap is reached.
     fn run(&mut self) {
         let mut steps = 0u64;
-        while let Some(work) = self.core.queue.pop_front() {
+        while let Some(Work { session, event }) = self.core.next_work() {
             steps += 1;
             if steps > self.step_cap {
-                self.core.queue.push_front(work);
+                self.core.queue.push_front(Work { session, event });
                 self.core.count(SessionId::KERNEL, "step_cap_reached", 1);
                 tracing::warn!(node = %self.core.node, "kernel step cap reached; yielding");
                 return;
             }
-            let (sid, ev) = match work {
-                Work::Direct(sid, ev) => (sid, ev),
-                Work::Routed(ev) => {
-                    let Some(ch) = self.core.channels.get(ev.channel().0 as usize) else {
-                        continue;
-                    };
-                    if ch.state == ChannelState::Closed {
-                        self.core
-                            .count(SessionId::KERNEL, "dropped_closed_channel", 1);
-                        continue;
-                    }
-                    let hop = ch
-                        .routes
-                        .get(ev.ty().index())
-                        .and_then(|r| r.get(ev.hop as usize));
-                    match hop {
-                        Some(h) => (h.session, ev),
-                        None => continue,
-                    }
-                }
-            };
-            let channel = ev.channel();
-            if let Some(session) = self.sessions.get_mut(sid.0 as usize) {
+            let channel = event.channel();
+            if let Some(s) = self.sessions.get_mut(session.0 as usize) {
                 let mut ctx = Context {
-                    session: sid,
+                    session,
                     channel,
                     core: &mut self.core,
                 };
-                session.handle(ev, &mut ctx);
+                s.handle(event, &mut ctx);
             }
         }
     }

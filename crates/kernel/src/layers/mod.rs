@@ -1,9 +1,13 @@
-//! Reference layers of seed 001 §5.2 (Table 3), used by tests, examples and `viastack bench
-//! kernel`.
+//! Layers every stack can use: the reference layers of seed 001 §5.2 (Table 3), used by tests,
+//! examples and `viastack bench kernel`, and the generic [`Device`].
 //!
 //! - [`Transparent`] accepts no event: it sits in the QoS but is on no route, so it costs
 //!   nothing at run time.
 //! - [`Ghost`] accepts every event and forwards it unchanged: the cost of one hop.
+//! - [`Device`] connects a stack's bottom to whatever network the driver provides.
+
+mod device;
+pub use device::{Device, DeviceSession};
 
 use crate::event::{Event, EventType, EVENT};
 use crate::kernel::Context;
