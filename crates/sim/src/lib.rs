@@ -637,3 +637,5 @@ impl<N: Node> Sim<N> {
     }
 }
 
+#[cfg(test)]
+mod tests;
