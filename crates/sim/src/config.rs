@@ -13,7 +13,19 @@ use viastack_kernel::{Duration, Instant, NodeId};
 
 use crate::error::{LinkRef, SimError};
 
-/// How one directed link treats each datagram (see [`crate::link::fate`] for the exact order).
+/// How one directed link treats each datagram.
+///
+/// For a datagram of `len` bytes sent at `now`, in this order:
+/// 1. with probability `loss` it is dropped (and does not occupy the link);
+/// 2. it leaves at `max(now, next_free) + len*8/bandwidth`, which becomes the link's new
+///    `next_free` (a FIFO queue);
+/// 3. with probability `duplicate` a second copy leaves at the same moment;
+/// 4. each copy (original first) arrives `latency` + uniform jitter in `[0, jitter]` later, plus
+///    `reorder_delay` with probability `reorder`, and has 1–3 distinct bits flipped with
+///    probability `corrupt` (unless empty).
+///
+/// Every random choice comes from the simulator's single seeded generator; a probability of
+/// exactly 0 or 1 consumes no random numbers.
 ///
 /// `Default` is a perfect 1 ms link: no loss, duplication, reordering or corruption, no jitter,
 /// unlimited bandwidth.

@@ -8,8 +8,8 @@
 //! # The contract with a node (quinn-proto style, DESIGN.md §6)
 //! After every `handle_*` call, and once after the node is built (at start or restart), the
 //! simulator drains [`Node::poll_transmit`] until it returns `None`, then reads
-//! [`Node::poll_timeout`]. Each [`Transmit`] is routed at once (see [`link`](crate::link) for the
-//! per-packet decisions); the deadline becomes a wake-up event.
+//! [`Node::poll_timeout`]. Each [`Transmit`] is routed at once (see [`LinkConfig`] for the
+//! per-datagram decisions); the deadline becomes a wake-up event.
 //!
 //! # Wake-ups
 //! The simulator keeps at most one *useful* wake-up per node: a new one is queued only when the
