@@ -1,0 +1,327 @@
+//! The stack-file model: what a parsed and validated stack file says, as plain data.
+//!
+//! A stack file declares layers (a name, a [kind](crate::catalog::LayerKind) and its validated
+//! [`Params`]), QoSs (ordered layer names, bottom first), channels (instances of a QoS, in file
+//! order, with explicit session bindings), optional named sessions and an optional simulation
+//! [`Scenario`]. Every value here has passed validation ([`crate::parse`]): names resolve, ranges
+//! hold, node indices are below `nodes`. Line numbers are kept so later stages (building, the
+//! CLI) can point back into the file. Part of issue 2 §3 / DESIGN.md §6.10.
+
+use std::collections::BTreeMap;
+
+use viastack_kernel::Duration;
+
+use crate::catalog::Params;
+
+/// A parsed, validated stack file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StackFile {
+    /// The file's name, as given to [`crate::parse`] (used in diagnostics).
+    pub path: String,
+    /// Layers by name.
+    pub layers: BTreeMap<String, LayerDecl>,
+    /// QoSs by name.
+    pub qos: BTreeMap<String, QosDecl>,
+    /// Channels, in file order (channel ids follow this order on every node).
+    pub channels: Vec<ChannelDecl>,
+    /// Declared named sessions by name (sessions used in `bind` need not be declared).
+    pub sessions: BTreeMap<String, SessionDecl>,
+    /// The simulation scenario, if the file has one.
+    pub scenario: Option<Scenario>,
+}
+
+impl StackFile {
+    /// The channel named `name`.
+    pub fn channel(&self, name: &str) -> Option<&ChannelDecl> {
+        self.channels.iter().find(|c| c.name == name)
+    }
+}
+
+/// `[layers.NAME]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerDecl {
+    /// The layer's name (also the built layer's [`name`](viastack_kernel::Layer::name)).
+    pub name: String,
+    /// The catalog kind.
+    pub kind: String,
+    /// Validated parameters, defaults filled in.
+    pub params: Params,
+    /// Line of the `[layers.NAME]` header (or first key).
+    pub line: usize,
+}
+
+/// `[qos.NAME]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QosDecl {
+    /// The QoS's name.
+    pub name: String,
+    /// Layer names, bottom (device) first.
+    pub layers: Vec<String>,
+    /// Line of the header.
+    pub line: usize,
+}
+
+/// `[channels.NAME]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChannelDecl {
+    /// The channel's name.
+    pub name: String,
+    /// The QoS it instantiates.
+    pub qos: String,
+    /// Explicit bindings: layer name → named session.
+    pub bind: BTreeMap<String, String>,
+    /// Line of the header.
+    pub line: usize,
+}
+
+/// `[sessions.NAME]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionDecl {
+    /// The session's name.
+    pub name: String,
+    /// The layer it is a session of.
+    pub layer: String,
+    /// Line of the header.
+    pub line: usize,
+}
+
+/// What the scenario's run must show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Expect {
+    /// Nothing is checked.
+    #[default]
+    None,
+    /// Messages that arrive arrive in send order (per sender).
+    Fifo,
+    /// Every message arrives exactly once.
+    Reliable,
+    /// Every message arrives exactly once, in send order per sender.
+    ReliableFifo,
+}
+
+impl Expect {
+    /// The names accepted in a file.
+    pub const NAMES: &'static [&'static str] = &["none", "fifo", "reliable", "reliable-fifo"];
+
+    /// The value named `name`.
+    pub fn from_name(name: &str) -> Option<Expect> {
+        match name {
+            "none" => Some(Expect::None),
+            "fifo" => Some(Expect::Fifo),
+            "reliable" => Some(Expect::Reliable),
+            "reliable-fifo" => Some(Expect::ReliableFifo),
+            _ => None,
+        }
+    }
+
+    /// The name written in a file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Expect::None => "none",
+            Expect::Fifo => "fifo",
+            Expect::Reliable => "reliable",
+            Expect::ReliableFifo => "reliable-fifo",
+        }
+    }
+}
+
+/// Whom each sender of a workload sends to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pattern {
+    /// Round robin over the other nodes.
+    #[default]
+    AllToAll,
+    /// To node `(self + 1) % nodes`.
+    Ring,
+    /// Everything to node 0.
+    ToFirst,
+}
+
+impl Pattern {
+    /// The names accepted in a file.
+    pub const NAMES: &'static [&'static str] = &["all-to-all", "ring", "to-first"];
+
+    /// The value named `name`.
+    pub fn from_name(name: &str) -> Option<Pattern> {
+        match name {
+            "all-to-all" => Some(Pattern::AllToAll),
+            "ring" => Some(Pattern::Ring),
+            "to-first" => Some(Pattern::ToFirst),
+            _ => None,
+        }
+    }
+
+    /// The name written in a file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::AllToAll => "all-to-all",
+            Pattern::Ring => "ring",
+            Pattern::ToFirst => "to-first",
+        }
+    }
+}
+
+/// Behaviour of a directed link (`[scenario.link]`, defaults for every link).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkSpec {
+    /// One-way delay.
+    pub latency: Duration,
+    /// Extra delay, uniform in `0..=jitter`.
+    pub jitter: Duration,
+    /// Bits per second; `None` is unlimited.
+    pub bandwidth: Option<u64>,
+    /// Probability a datagram is lost.
+    pub loss: f64,
+    /// Probability a datagram is delivered twice.
+    pub duplicate: f64,
+    /// Probability a datagram is held back by `reorder_delay`.
+    pub reorder: f64,
+    /// How long a reordered datagram is held back.
+    pub reorder_delay: Duration,
+    /// Probability one byte of a datagram is flipped.
+    pub corrupt: f64,
+}
+
+impl Default for LinkSpec {
+    /// The defaults of `[scenario.link]` (see `docs/STACK_FILES.md`): 1 ms latency, no jitter,
+    /// unlimited bandwidth, no faults, 5 ms reorder delay.
+    fn default() -> Self {
+        LinkSpec {
+            latency: Duration::from_millis(1),
+            jitter: Duration::ZERO,
+            bandwidth: None,
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            reorder_delay: Duration::from_millis(5),
+            corrupt: 0.0,
+        }
+    }
+}
+
+/// `[[scenario.links]]`: an override for one directed link; unset fields come from
+/// [`Scenario::link`].
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LinkOverride {
+    /// Sending node.
+    pub from: u32,
+    /// Receiving node.
+    pub to: u32,
+    /// See [`LinkSpec::latency`].
+    pub latency: Option<Duration>,
+    /// See [`LinkSpec::jitter`].
+    pub jitter: Option<Duration>,
+    /// See [`LinkSpec::bandwidth`].
+    pub bandwidth: Option<u64>,
+    /// See [`LinkSpec::loss`].
+    pub loss: Option<f64>,
+    /// See [`LinkSpec::duplicate`].
+    pub duplicate: Option<f64>,
+    /// See [`LinkSpec::reorder`].
+    pub reorder: Option<f64>,
+    /// See [`LinkSpec::reorder_delay`].
+    pub reorder_delay: Option<Duration>,
+    /// See [`LinkSpec::corrupt`].
+    pub corrupt: Option<f64>,
+    /// Line of the `[[scenario.links]]` entry.
+    pub line: usize,
+}
+
+impl LinkOverride {
+    /// `base` with this override's fields applied.
+    pub fn apply(&self, base: &LinkSpec) -> LinkSpec {
+        LinkSpec {
+            latency: self.latency.unwrap_or(base.latency),
+            jitter: self.jitter.unwrap_or(base.jitter),
+            bandwidth: self.bandwidth.or(base.bandwidth),
+            loss: self.loss.unwrap_or(base.loss),
+            duplicate: self.duplicate.unwrap_or(base.duplicate),
+            reorder: self.reorder.unwrap_or(base.reorder),
+            reorder_delay: self.reorder_delay.unwrap_or(base.reorder_delay),
+            corrupt: self.corrupt.unwrap_or(base.corrupt),
+        }
+    }
+}
+
+/// `[[scenario.partition]]`: from `at` (until `heal`) nodes only reach nodes of their group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionSpec {
+    /// When the partition starts.
+    pub at: Duration,
+    /// When it heals, if it does (after `at`).
+    pub heal: Option<Duration>,
+    /// Disjoint groups of nodes; a node in no group is isolated.
+    pub groups: Vec<Vec<u32>>,
+    /// Line of the entry.
+    pub line: usize,
+}
+
+/// `[[scenario.crash]]`: node `node` stops at `at` (and restarts, fresh, at `restart`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CrashSpec {
+    /// The node.
+    pub node: u32,
+    /// When it crashes.
+    pub at: Duration,
+    /// When it restarts, if it does (after `at`).
+    pub restart: Option<Duration>,
+    /// Line of the entry.
+    pub line: usize,
+}
+
+/// `[[scenario.workload]]`: messages the application sends on a channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workload {
+    /// The channel.
+    pub channel: String,
+    /// Messages per sending node.
+    pub messages: u64,
+    /// Payload bytes per message.
+    pub size: u64,
+    /// Time between two messages of one sender.
+    pub interval: Duration,
+    /// When the first message is sent.
+    pub start: Duration,
+    /// Whom each sender sends to.
+    pub pattern: Pattern,
+    /// The sending nodes; `None` is every node.
+    pub senders: Option<Vec<u32>>,
+    /// Line of the entry.
+    pub line: usize,
+}
+
+/// `[scenario]`: a simulated run of the stack.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// How many nodes (numbered from 0).
+    pub nodes: u32,
+    /// The seed of every random choice of the run.
+    pub seed: u64,
+    /// How long the run lasts (virtual time).
+    pub duration: Duration,
+    /// What the run must show.
+    pub expect: Expect,
+    /// Defaults for every directed link.
+    pub link: LinkSpec,
+    /// Overrides for particular directed links, in file order.
+    pub links: Vec<LinkOverride>,
+    /// Partitions, in file order.
+    pub partitions: Vec<PartitionSpec>,
+    /// Crashes, in file order.
+    pub crashes: Vec<CrashSpec>,
+    /// Workloads, in file order.
+    pub workloads: Vec<Workload>,
+    /// Line of `[scenario]` (or its first key).
+    pub line: usize,
+}
+
+impl Scenario {
+    /// The behaviour of the directed link `from → to`: [`Scenario::link`] with the overrides
+    /// for that link applied in file order.
+    pub fn link_between(&self, from: u32, to: u32) -> LinkSpec {
+        self.links
+            .iter()
+            .filter(|o| o.from == from && o.to == to)
+            .fold(self.link, |acc, o| o.apply(&acc))
+    }
+}
