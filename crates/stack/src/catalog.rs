@@ -159,16 +159,16 @@ impl ParamSpec {
             (ParamKind::Str, Node::Str(s)) => Ok(ParamValue::Str(s.clone())),
             (ParamKind::Duration, Node::Str(s)) => units::parse_duration(s)
                 .map(ParamValue::Duration)
-                .map_err(|e| format!("expected {expected}: {e}")),
+                .map_err(|e| e.to_string()),
             (ParamKind::Bytes, Node::Int(i)) => u64::try_from(*i)
                 .map(ParamValue::Bytes)
                 .map_err(|_| found()),
             (ParamKind::Bytes, Node::Str(s)) => units::parse_bytes(s)
                 .map(ParamValue::Bytes)
-                .map_err(|e| format!("expected {expected}: {e}")),
+                .map_err(|e| e.to_string()),
             (ParamKind::Bandwidth, Node::Str(s)) => units::parse_bandwidth(s)
                 .map(ParamValue::Bandwidth)
-                .map_err(|e| format!("expected {expected}: {e}")),
+                .map_err(|e| e.to_string()),
             (ParamKind::Choice(options), Node::Str(s)) => {
                 if options.contains(&s.as_str()) {
                     Ok(ParamValue::Str(s.clone()))
@@ -510,7 +510,9 @@ impl Catalog {
                 ParamKind::Int { min, max } if min > max => {
                     return Err(bad(format!("empty range {min}..={max}")))
                 }
-                ParamKind::Float { min, max } if min.partial_cmp(&max).is_none_or(|o| o.is_gt()) => {
+                ParamKind::Float { min, max }
+                    if min.partial_cmp(&max).is_none_or(|o| o.is_gt()) =>
+                {
                     return Err(bad(format!("empty range {min}..={max}")))
                 }
                 ParamKind::Choice([]) => return Err(bad("no choices".to_string())),

@@ -1071,9 +1071,9 @@ impl<'a> Cx<'a> {
             );
             ok &= wok;
             let channel = wp.get_str("channel").unwrap_or_default();
-            if let Some(cv) = item.get("channel") {
+            if let (Some(cv), Ok(_)) = (item.get("channel"), wp.get_str("channel")) {
                 let known = file.channels.iter().any(|c| c.name == channel);
-                if wok && !known {
+                if !known {
                     let sugg = closest(&channel, file.channels.iter().map(|c| c.name.as_str()));
                     let line = self.line_of(cv, item.line);
                     self.err(

@@ -40,6 +40,14 @@ pub enum UnitError {
         /// The accepted units.
         units: &'static str,
     },
+    /// A number without the unit this quantity needs.
+    #[error("`{text}` has no unit; expected {expected}")]
+    MissingUnit {
+        /// The input.
+        text: String,
+        /// An example of the accepted form.
+        expected: &'static str,
+    },
     /// Too large to represent.
     #[error("{what} `{text}` is too large")]
     Overflow {
@@ -132,6 +140,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
         expected: DURATION_EXAMPLE,
     })?;
     let scale: u128 = match s.unit {
+        "" => {
+            return Err(UnitError::MissingUnit {
+                text: text.to_string(),
+                expected: DURATION_EXAMPLE,
+            })
+        }
         "ns" => 1,
         "us" | "µs" => 1_000,
         "ms" => 1_000_000,
@@ -224,6 +238,12 @@ pub fn parse_bandwidth(text: &str) -> Result<u64, UnitError> {
         .unit
         .strip_suffix("bit")
         .or_else(|| s.unit.strip_suffix("bps"));
+    if s.unit.is_empty() {
+        return Err(UnitError::MissingUnit {
+            text: text.to_string(),
+            expected: BANDWIDTH_EXAMPLE,
+        });
+    }
     let scale: u128 = match prefix {
         Some("") => 1,
         Some("K" | "k") => 1_000,
@@ -272,7 +292,7 @@ mod tests {
         assert!(matches!(parse_duration(""), Err(UnitError::Empty { .. })));
         assert!(matches!(
             parse_duration("10"),
-            Err(UnitError::UnknownUnit { .. })
+            Err(UnitError::MissingUnit { .. })
         ));
         assert!(matches!(
             parse_duration("10 parsecs"),
@@ -336,7 +356,7 @@ mod tests {
         assert_eq!(parse_bandwidth("9600bps"), Ok(9600));
         assert!(matches!(
             parse_bandwidth("100"),
-            Err(UnitError::UnknownUnit { .. })
+            Err(UnitError::MissingUnit { .. })
         ));
         assert!(matches!(
             parse_bandwidth("100MB"),
