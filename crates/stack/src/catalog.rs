@@ -3,7 +3,7 @@
 //!
 //! Realizes issue 2 §3 / DESIGN.md §6.10: ONE declaration of a layer's parameters
 //! ([`LayerKind::params`], a table of [`ParamSpec`]) drives parsing and validation
-//! ([`ParamSpec::parse_value`], used by the stack-file parser), `viastack check` output and the
+//! (`ParamSpec::parse_value`, used by the stack-file parser), `viastack check` output and the
 //! generated parameter reference ([`Catalog::params_markdown`]). Defaults are written as TOML and
 //! read by the same code as the file, so a default can never disagree with what the parser
 //! accepts ([`Catalog::register`] refuses a kind whose default does not parse).

@@ -3,7 +3,7 @@
 //! A stack file declares layers (a name, a [kind](crate::catalog::LayerKind) and its validated
 //! [`Params`]), QoSs (ordered layer names, bottom first), channels (instances of a QoS, in file
 //! order, with explicit session bindings), optional named sessions and an optional simulation
-//! [`Scenario`]. Every value here has passed validation ([`crate::parse`]): names resolve, ranges
+//! [`Scenario`]. Every value here has passed validation ([`crate::parse()`]): names resolve, ranges
 //! hold, node indices are below `nodes`. Line numbers are kept so later stages (building, the
 //! CLI) can point back into the file. Part of issue 2 §3 / DESIGN.md §6.10.
 
@@ -16,7 +16,7 @@ use crate::catalog::Params;
 /// A parsed, validated stack file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StackFile {
-    /// The file's name, as given to [`crate::parse`] (used in diagnostics).
+    /// The file's name, as given to [`crate::parse()`] (used in diagnostics).
     pub path: String,
     /// Layers by name.
     pub layers: BTreeMap<String, LayerDecl>,

@@ -2,7 +2,7 @@
 //! `file:line: message` saying what was expected.
 //!
 //! Realizes issue 2 §3 / DESIGN.md §4.6 and §6.10. The text is read into a tree of values that
-//! keep their byte spans ([`crate::tree`]), then checked by hand, table by table, so that every
+//! keep their byte spans (the private `tree` module), then checked by hand, table by table, so that every
 //! message has a line and independent problems are all reported (sorted by line) instead of
 //! stopping at the first. Layer parameters and scenario keys are both declared as
 //! [`ParamSpec`] tables and read by the same code, which is also what generates the parameter
@@ -1293,4 +1293,56 @@ pub(crate) fn device_port(catalog: &Catalog, l: &LayerDecl) -> Option<Result<u16
         }
         _ => Err("device parameter `port` must be an integer".to_string()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The declared defaults (documentation, `[scenario.link]` reading) and the model's
+    /// `Default` are one set of numbers.
+    #[test]
+    fn declared_link_defaults_match_the_model() {
+        let mut p = Params::new("link");
+        for spec in LINK_PARAMS {
+            if spec.default.is_some() {
+                p.insert(
+                    spec.name,
+                    spec.default_value().unwrap_or(ParamValue::Bool(false)),
+                );
+            }
+        }
+        assert_eq!(
+            link_override(&p, 0).apply(&LinkSpec::default()),
+            LinkSpec::default()
+        );
+        let expect = SCENARIO_PARAMS
+            .iter()
+            .find(|s| s.name == "expect")
+            .map(|s| s.default);
+        assert_eq!(expect, Some(Some("\"none\"")));
+        assert_eq!(Expect::default(), Expect::None);
+        let pattern = WORKLOAD_PARAMS
+            .iter()
+            .find(|s| s.name == "pattern")
+            .map(|s| s.default);
+        assert_eq!(pattern, Some(Some("\"all-to-all\"")));
+        assert_eq!(Pattern::default(), Pattern::AllToAll);
+        for spec in SCENARIO_PARAMS
+            .iter()
+            .chain(LINK_PARAMS)
+            .chain(WORKLOAD_PARAMS)
+        {
+            if spec.default.is_some() {
+                assert!(spec.default_value().is_ok(), "{}", spec.name);
+            }
+        }
+    }
+
+    #[test]
+    fn a_scenario_without_link_uses_the_defaults() {
+        let f = parse("t.toml", "[scenario]\nnodes = 2\n", &Catalog::builtin());
+        let s = f.map(|f| f.scenario).ok().flatten();
+        assert_eq!(s.map(|s| (s.link, s.nodes)), Some((LinkSpec::default(), 2)));
+    }
 }

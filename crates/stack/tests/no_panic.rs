@@ -142,3 +142,13 @@ proptest! {
 fn the_example_itself_parses() {
     parse("f.toml", common::EXAMPLE, &common::catalog()).unwrap();
 }
+
+#[test]
+fn deep_nesting_is_an_error_not_a_stack_overflow() {
+    let deep = format!("a = {}{}", "[".repeat(100_000), "]".repeat(100_000));
+    check(&deep);
+    let deep = format!("a = {}1{}", "{ b = ".repeat(10_000), " }".repeat(10_000));
+    check(&deep);
+    let dotted = format!("{} = 1", vec!["k"; 200_000].join("."));
+    check(&dotted);
+}
