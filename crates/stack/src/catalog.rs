@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use viastack_kernel::layers::{Ghost, Transparent};
+use viastack_kernel::layers::{Device, Ghost, Transparent};
 use viastack_kernel::{Duration, LayerRef, NodeId};
 
 use crate::diag::closest;
@@ -464,6 +464,30 @@ pub const GHOST: LayerKind = LayerKind {
     params: &[],
     device: false,
     build: build_ghost,
+};
+
+fn build_device(name: &str, params: &Params, _: &BuildEnv) -> Result<LayerRef, String> {
+    let port = params.get_int("port")?;
+    let port = u16::try_from(port).map_err(|_| format!("port {port} is not in 0..=65535"))?;
+    Ok(Arc::new(Device::new(name, port)))
+}
+
+/// The kernel's generic device layer ([`viastack_kernel::layers::Device`]): the bottom of a
+/// stack, one session per node on port `port`. Not in [`Catalog::builtin`]: a driver crate
+/// registers it (or its own device kind) under this name when it can carry datagrams.
+pub const DEVICE: LayerKind = LayerKind {
+    name: "device",
+    doc: "The bottom of a stack: tags each datagram with its channel and hands it to the \
+          driver (simulated links or real sockets). One session per node, shared by every \
+          channel that uses the layer.",
+    params: &[ParamSpec {
+        name: "port",
+        kind: ParamKind::Int { min: 0, max: 65535 },
+        default: Some("0"),
+        doc: "which device of the destination node receives the datagrams",
+    }],
+    device: true,
+    build: build_device,
 };
 
 impl Catalog {

@@ -147,3 +147,40 @@ fn route_tables_of_the_diamond_list_every_qos_by_name() {
     let init = audio.iter().find(|(ty, _)| ty == "ChannelInit").unwrap();
     assert_eq!(init.1, vec!["dev", "fd", "u"]);
 }
+
+#[test]
+fn the_kernel_device_kind_builds_one_device_session_per_port() {
+    let mut catalog = common::catalog();
+    catalog.register(viastack_stack::catalog::DEVICE).unwrap();
+    let src = r#"[layers.udp]
+kind = "device"
+port = 5
+[layers.ctl]
+kind = "device"
+[layers.g]
+kind = "ghost"
+[qos.data]
+layers = ["udp", "g"]
+[qos.control]
+layers = ["ctl", "g"]
+[channels.a]
+qos = "data"
+[channels.b]
+qos = "control"
+[channels.c]
+qos = "data"
+"#;
+    let f = parse("dev.toml", src, &catalog).unwrap();
+    let built = build_node(&f, &catalog, &env(1), config(1)).unwrap();
+    let ports: Vec<u16> = built.devices.iter().map(|(p, _)| *p).collect();
+    assert_eq!(ports, vec![0, 5]);
+    let k = &built.kernel;
+    let a = k.channel_sessions(built.channels[0].1);
+    let c = k.channel_sessions(built.channels[2].1);
+    assert_eq!(
+        a[0], c[0],
+        "one device session shared by both data channels"
+    );
+    assert_eq!(built.devices[1].1, a[0].unwrap());
+    assert_ne!(a[1], c[1], "ghost: one default session per channel");
+}
