@@ -1,11 +1,26 @@
 //! `viastack`: compose, check, simulate and measure communication stacks.
 //!
-//! Subcommands map onto the crates: `bench kernel` measures the kernel's dispatch (seed 001
-//! Table 3).
+//! - `check FILE` validates a stack file and prints its route tables;
+//! - `run FILE` runs its scenario in the deterministic simulator and judges its property;
+//! - `demo` runs the embedded default scenario (no files needed);
+//! - `layers` lists the layer kinds a stack file may use, with their parameters;
+//! - `bench kernel` measures the kernel's dispatch (seed 001 Table 3).
 
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use viastack_kernel::Duration;
+use viastack_scenario::RunOptions;
+use viastack_stack::units::parse_duration;
 
 mod bench;
+mod check;
+mod run;
+
+/// The embedded default scenario of `viastack demo`.
+const DEMO: &str = include_str!("../../../stacks/demo.toml");
 
 #[derive(Parser)]
 #[command(
@@ -20,6 +35,40 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Validate a stack file and print each QoS's route table.
+    Check {
+        /// The stack file (TOML).
+        file: PathBuf,
+    },
+    /// Run a stack file's scenario in the simulator and report; exits 2 if its property fails.
+    Run {
+        /// The stack file (TOML).
+        file: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Override the scenario's seed.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Override the scenario's duration (e.g. "10s", "500ms").
+        #[arg(long, value_parser = duration_arg)]
+        duration: Option<Duration>,
+    },
+    /// Run the embedded default scenario: a lossy, reordering network, FIFO delivery.
+    Demo {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Print the embedded stack file instead of running it.
+        #[arg(long)]
+        show: bool,
+    },
+    /// List the layer kinds a stack file may use and their parameters.
+    Layers {
+        /// Print the Markdown parameter reference (as in docs/LAYERS.md).
+        #[arg(long)]
+        markdown: bool,
+    },
     /// Measure viastack against its references and print the ratios.
     Bench {
         #[command(subcommand)]
@@ -27,7 +76,24 @@ enum Command {
     },
 }
 
-fn main() -> anyhow::Result<()> {
+fn duration_arg(s: &str) -> Result<Duration, String> {
+    parse_duration(s).map_err(|e| e.to_string())
+}
+
+fn load(
+    path: &Path,
+    catalog: &viastack_stack::Catalog,
+) -> anyhow::Result<Result<viastack_stack::StackFile, viastack_stack::Diagnostics>> {
+    let src = std::fs::read_to_string(path)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    Ok(viastack_stack::parse(
+        &path.display().to_string(),
+        &src,
+        catalog,
+    ))
+}
+
+fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("VIASTACK_LOG")
@@ -35,8 +101,91 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Bench { what } => bench::run(what),
+    match real_main(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
     }
+}
+
+fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
+    let catalog = viastack_stack::standard_catalog();
+    match cli.command {
+        Command::Check { file } => match load(&file, &catalog)? {
+            Ok(parsed) => match check::render(&parsed, &catalog) {
+                Ok(out) => {
+                    print!("{out}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(diags) => {
+                    eprintln!("{diags}");
+                    Ok(ExitCode::FAILURE)
+                }
+            },
+            Err(diags) => {
+                eprintln!("{diags}");
+                Ok(ExitCode::FAILURE)
+            }
+        },
+        Command::Run {
+            file,
+            json,
+            seed,
+            duration,
+        } => match load(&file, &catalog)? {
+            Ok(parsed) => {
+                run::run_and_report(&parsed, &catalog, &RunOptions { seed, duration }, json)
+            }
+            Err(diags) => {
+                eprintln!("{diags}");
+                Ok(ExitCode::FAILURE)
+            }
+        },
+        Command::Demo { json, show } => {
+            if show {
+                print!("{DEMO}");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let parsed = viastack_stack::parse("demo.toml (embedded)", DEMO, &catalog)
+                .map_err(|d| anyhow::anyhow!("the embedded demo is invalid:\n{d}"))?;
+            if !json {
+                println!(
+                    "viastack demo: {} (see `viastack demo --show`)\n",
+                    first_comment(DEMO)
+                );
+            }
+            run::run_and_report(&parsed, &catalog, &RunOptions::default(), json)
+        }
+        Command::Layers { markdown } => {
+            if markdown {
+                print!("{}", catalog.params_markdown());
+            } else {
+                for kind in catalog.kinds() {
+                    let params: Vec<&str> = kind.params.iter().map(|p| p.name).collect();
+                    println!(
+                        "{:<14} {}",
+                        kind.name,
+                        kind.doc.lines().next().unwrap_or("")
+                    );
+                    if !params.is_empty() {
+                        println!("{:<14} params: {}", "", params.join(", "));
+                    }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench { what } => {
+            bench::run(what)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The first comment line of a stack file (its title).
+fn first_comment(src: &str) -> &str {
+    src.lines()
+        .find_map(|l| l.strip_prefix("# "))
+        .unwrap_or("embedded scenario")
 }

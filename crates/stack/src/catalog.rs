@@ -113,6 +113,20 @@ pub enum ParamValue {
     Bandwidth(u64),
 }
 
+impl fmt::Display for ParamValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParamValue::Bool(b) => write!(f, "{b}"),
+            ParamValue::Int(i) => write!(f, "{i}"),
+            ParamValue::Float(x) => write!(f, "{x}"),
+            ParamValue::Str(s) => write!(f, "{s:?}"),
+            ParamValue::Duration(d) => write!(f, "{d:?}"),
+            ParamValue::Bytes(b) => write!(f, "{b}B"),
+            ParamValue::Bandwidth(b) => write!(f, "{b}bit/s"),
+        }
+    }
+}
+
 /// One parameter of a layer kind (or of a scenario table).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ParamSpec {

@@ -19,6 +19,7 @@ pub mod catalog;
 pub mod diag;
 pub mod model;
 pub mod parse;
+pub mod standard;
 mod tree;
 pub mod units;
 
@@ -33,3 +34,4 @@ pub use model::{
     QosDecl, Scenario, SessionDecl, StackFile, Workload,
 };
 pub use parse::parse;
+pub use standard::standard_catalog;

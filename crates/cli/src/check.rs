@@ -1,0 +1,59 @@
+//! `viastack check FILE`: validates a stack file and prints each QoS's route table (event type
+//! → the layers it visits, bottom first), the channels and their shared sessions. Errors are
+//! printed as `file:line: message`, one per line, and the exit status is non-zero.
+
+use std::fmt::Write as _;
+
+use viastack_stack::{build::route_tables, Catalog, StackFile};
+
+/// Renders the check report of a valid file.
+pub fn render(file: &StackFile, catalog: &Catalog) -> Result<String, viastack_stack::Diagnostics> {
+    let tables = route_tables(file, catalog)?;
+    let mut out = String::new();
+    let _ = writeln!(out, "{}: ok", file.path);
+    let _ = writeln!(out, "layers:");
+    for l in file.layers.values() {
+        let params: Vec<String> = l.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(out, "  {:<16} {:<14} {}", l.name, l.kind, params.join(" "));
+    }
+    for (qos, rows) in &tables {
+        let layers = file
+            .qos
+            .get(qos)
+            .map(|q| q.layers.join(" < "))
+            .unwrap_or_default();
+        let _ = writeln!(out, "qos {qos} (bottom first: {layers})");
+        for (event, visits) in rows {
+            let path = if visits.is_empty() {
+                "(no layer accepts it)".to_string()
+            } else {
+                visits.join(" -> ")
+            };
+            let _ = writeln!(out, "  {event:<20} {path}");
+        }
+    }
+    if !file.channels.is_empty() {
+        let _ = writeln!(out, "channels:");
+        for c in &file.channels {
+            let bind: Vec<String> = c.bind.iter().map(|(l, s)| format!("{l}={s}")).collect();
+            let shared = if bind.is_empty() {
+                String::new()
+            } else {
+                format!("  shared: {}", bind.join(" "))
+            };
+            let _ = writeln!(out, "  {:<16} qos {}{}", c.name, c.qos, shared);
+        }
+    }
+    if let Some(s) = &file.scenario {
+        let _ = writeln!(
+            out,
+            "scenario: {} nodes, {:?}, seed {}, expect {}, {} workload(s)",
+            s.nodes,
+            s.duration,
+            s.seed,
+            s.expect.name(),
+            s.workloads.len()
+        );
+    }
+    Ok(out)
+}

@@ -1,0 +1,102 @@
+//! What the simulated applications sent and received, shared by every node of a run (and by
+//! every incarnation of a node that crashes and restarts), and the delivery accounting derived
+//! from it: per stream (workload, source, destination) the messages sent, which arrived, how
+//! often, in what order, and with what latency.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use viastack_kernel::{Instant, NodeId};
+
+use crate::payload::Stamp;
+
+/// One (workload, source, destination) stream.
+#[derive(Debug, Default, Clone)]
+pub struct Stream {
+    /// Messages sent (the next sequence number).
+    pub sent: u64,
+    /// Times each sequence number was delivered.
+    pub deliveries: Vec<u32>,
+    /// Highest sequence number delivered so far.
+    pub highest: Option<u64>,
+    /// Deliveries of a sequence number below the highest already delivered.
+    pub out_of_order: u64,
+}
+
+/// Everything the applications observed.
+#[derive(Debug)]
+pub struct Recorder {
+    /// Streams by (workload, source, destination).
+    pub streams: BTreeMap<(u16, NodeId, NodeId), Stream>,
+    /// Messages a sender has sent, per (workload, node) — survives restarts.
+    pub progress: BTreeMap<(u16, NodeId), u64>,
+    /// Delivered payloads that failed their integrity check.
+    pub corrupted: u64,
+    /// Intact payloads delivered at a node other than their addressee.
+    pub misdelivered: u64,
+    /// Latency of first deliveries, in ns of virtual time.
+    pub latency: Histogram<u64>,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder {
+            streams: BTreeMap::new(),
+            progress: BTreeMap::new(),
+            corrupted: 0,
+            misdelivered: 0,
+            // Three significant digits up to an hour: ample for simulated latencies.
+            latency: Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
+                .unwrap_or_else(|_| unreachable!("these bounds are valid")),
+        }
+    }
+}
+
+impl Recorder {
+    /// Records a message about to be sent; returns its sequence number in the stream.
+    pub fn next_seq(&mut self, workload: u16, src: NodeId, dst: NodeId) -> u64 {
+        let s = self.streams.entry((workload, src, dst)).or_default();
+        let seq = s.sent;
+        s.sent += 1;
+        s.deliveries.push(0);
+        seq
+    }
+
+    /// Records a delivery at `at` of node `node`.
+    pub fn delivered(&mut self, node: NodeId, stamp: Option<Stamp>, at: Instant) {
+        let Some(stamp) = stamp else {
+            self.corrupted += 1;
+            return;
+        };
+        if stamp.dst != node {
+            self.misdelivered += 1;
+            return;
+        }
+        let Some(stream) = self
+            .streams
+            .get_mut(&(stamp.workload, stamp.src, stamp.dst))
+        else {
+            // An intact payload nobody sent: treat as corruption that fooled the digest.
+            self.corrupted += 1;
+            return;
+        };
+        let Some(count) = stream.deliveries.get_mut(stamp.seq as usize) else {
+            self.corrupted += 1;
+            return;
+        };
+        *count += 1;
+        if *count > 1 {
+            return; // a duplicate; counted from `deliveries`
+        }
+        let ns = at
+            .as_nanos()
+            .saturating_sub(stamp.sent_at.as_nanos())
+            .max(1);
+        // Saturate rather than fail on absurd values.
+        let _ = self.latency.record(ns.min(self.latency.high()));
+        match stream.highest {
+            Some(h) if stamp.seq < h => stream.out_of_order += 1,
+            _ => stream.highest = Some(stamp.seq),
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! The run report: what was sent and delivered, loss, duplication, order, integrity, latency in
+//! virtual time, the network's own counts, every layer counter, and whether the scenario's
+//! declared delivery property held (issue 2 §4 `viastack run`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::Serialize;
+use viastack_kernel::NodeId;
+use viastack_sim::NetStats;
+use viastack_stack::model::Expect;
+
+use crate::recorder::Recorder;
+
+/// Latency percentiles, µs of virtual time.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Latency {
+    /// Median.
+    pub p50_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// Largest.
+    pub max_us: f64,
+}
+
+/// The network's counts (datagrams).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Network {
+    /// Handed to the network.
+    pub sent: u64,
+    /// Delivered to a node.
+    pub delivered: u64,
+    /// Lost on a link.
+    pub lost: u64,
+    /// Extra copies made by links.
+    pub duplicated: u64,
+    /// Copies with flipped bits.
+    pub corrupted: u64,
+    /// Dropped by a partition.
+    pub dropped_partition: u64,
+    /// Dropped because the receiver was down.
+    pub dropped_down: u64,
+}
+
+impl From<&NetStats> for Network {
+    fn from(s: &NetStats) -> Self {
+        Network {
+            sent: s.sent,
+            delivered: s.delivered,
+            lost: s.lost,
+            duplicated: s.duplicated,
+            corrupted: s.corrupted,
+            dropped_partition: s.dropped_partition,
+            dropped_down: s.dropped_down,
+        }
+    }
+}
+
+/// Whether the declared property held.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Verdict {
+    /// The property the scenario declared.
+    pub expect: String,
+    /// Whether it held.
+    pub holds: bool,
+    /// Why not, if it did not.
+    pub violations: Vec<String>,
+}
+
+/// Everything `viastack run` reports.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Report {
+    /// The stack file.
+    pub file: String,
+    /// The seed of the run (rerun with `--seed` to reproduce it exactly).
+    pub seed: u64,
+    /// Nodes simulated.
+    pub nodes: u32,
+    /// Virtual time simulated, seconds.
+    pub duration_s: f64,
+    /// Application messages sent.
+    pub sent: u64,
+    /// Distinct messages delivered intact to their addressee.
+    pub delivered: u64,
+    /// Messages never delivered (in streams between nodes that never crashed).
+    pub lost: u64,
+    /// Messages never delivered in streams to or from a node that crashed (not held against
+    /// reliability: a crashed node loses its state).
+    pub lost_crashed: u64,
+    /// Extra deliveries of a message already delivered.
+    pub duplicated: u64,
+    /// First deliveries of a message after a later one of the same stream.
+    pub out_of_order: u64,
+    /// Deliveries whose payload failed its integrity check.
+    pub corrupted: u64,
+    /// Intact payloads delivered to a node other than their addressee.
+    pub misdelivered: u64,
+    /// Latency of first deliveries.
+    pub latency: Latency,
+    /// The network's counts.
+    pub network: Network,
+    /// Every layer counter, summed over the nodes up at the end.
+    pub counters: BTreeMap<String, u64>,
+    /// Events the simulator processed.
+    pub steps: u64,
+    /// FNV-1a hash of the full event trace: equal hashes mean bit-identical runs.
+    pub trace_hash: String,
+    /// The declared property and whether it held.
+    pub verdict: Verdict,
+}
+
+/// Builds the delivery part of a report from the recorder.
+pub(crate) struct Tally {
+    pub sent: u64,
+    pub delivered: u64,
+    pub lost: u64,
+    pub lost_crashed: u64,
+    pub duplicated: u64,
+    pub out_of_order: u64,
+    pub latency: Latency,
+}
+
+pub(crate) fn tally(rec: &Recorder, crashed: &BTreeSet<NodeId>) -> Tally {
+    let mut t = Tally {
+        sent: 0,
+        delivered: 0,
+        lost: 0,
+        lost_crashed: 0,
+        duplicated: 0,
+        out_of_order: 0,
+        latency: Latency {
+            p50_us: rec.latency.value_at_quantile(0.5) as f64 / 1e3,
+            p99_us: rec.latency.value_at_quantile(0.99) as f64 / 1e3,
+            max_us: rec.latency.max() as f64 / 1e3,
+        },
+    };
+    if rec.latency.is_empty() {
+        t.latency = Latency {
+            p50_us: 0.0,
+            p99_us: 0.0,
+            max_us: 0.0,
+        };
+    }
+    for ((_, src, dst), s) in &rec.streams {
+        t.sent += s.sent;
+        t.out_of_order += s.out_of_order;
+        let exempt = crashed.contains(src) || crashed.contains(dst);
+        for &n in &s.deliveries {
+            match n {
+                0 if exempt => t.lost_crashed += 1,
+                0 => t.lost += 1,
+                n => {
+                    t.delivered += 1;
+                    t.duplicated += u64::from(n - 1);
+                }
+            }
+        }
+    }
+    t
+}
+
+/// Judges the declared property against the report's counts.
+pub(crate) fn judge(expect: Expect, r: &Report) -> Verdict {
+    let mut v = Vec::new();
+    let ordered = matches!(expect, Expect::Fifo | Expect::ReliableFifo);
+    let reliable = matches!(expect, Expect::Reliable | Expect::ReliableFifo);
+    if expect != Expect::None {
+        if r.corrupted > 0 {
+            v.push(format!("{} corrupted payloads were delivered", r.corrupted));
+        }
+        if r.misdelivered > 0 {
+            v.push(format!(
+                "{} messages reached the wrong node",
+                r.misdelivered
+            ));
+        }
+        if r.duplicated > 0 {
+            v.push(format!("{} duplicate deliveries", r.duplicated));
+        }
+    }
+    if ordered && r.out_of_order > 0 {
+        v.push(format!(
+            "{} messages delivered out of order",
+            r.out_of_order
+        ));
+    }
+    if reliable && r.lost > 0 {
+        v.push(format!(
+            "{} of {} messages were never delivered",
+            r.lost, r.sent
+        ));
+    }
+    Verdict {
+        expect: expect.name().to_string(),
+        holds: v.is_empty(),
+        violations: v,
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{}: {} nodes, {:.3} s simulated, seed {}",
+            self.file, self.nodes, self.duration_s, self.seed
+        )?;
+        writeln!(f, "  messages   sent {:>9}   delivered {:>9}   lost {:>7}   duplicated {:>6}   out of order {:>6}",
+            self.sent, self.delivered, self.lost, self.duplicated, self.out_of_order)?;
+        if self.lost_crashed > 0 || self.corrupted > 0 || self.misdelivered > 0 {
+            writeln!(
+                f,
+                "             lost at crashed nodes {}   corrupted {}   misdelivered {}",
+                self.lost_crashed, self.corrupted, self.misdelivered
+            )?;
+        }
+        writeln!(
+            f,
+            "  latency    p50 {:.1} µs   p99 {:.1} µs   max {:.1} µs (virtual time)",
+            self.latency.p50_us, self.latency.p99_us, self.latency.max_us
+        )?;
+        let n = &self.network;
+        writeln!(f, "  network    datagrams {}   delivered {}   lost {}   duplicated {}   corrupted {}   partitioned {}   to a down node {}",
+            n.sent, n.delivered, n.lost, n.duplicated, n.corrupted, n.dropped_partition, n.dropped_down)?;
+        if !self.counters.is_empty() {
+            let shown: Vec<String> = self
+                .counters
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            writeln!(f, "  counters   {}", shown.join("  "))?;
+        }
+        writeln!(f, "  trace      {} ({} steps)", self.trace_hash, self.steps)?;
+        if self.verdict.holds {
+            write!(f, "  property   {}: holds", self.verdict.expect)
+        } else {
+            write!(
+                f,
+                "  property   {}: VIOLATED — {}",
+                self.verdict.expect,
+                self.verdict.violations.join("; ")
+            )
+        }
+    }
+}

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# viastack's whole test suite: what the README's test command runs, and what CI runs.
+# Simulation tests loop over many seeds and print the failing seed; nothing here is timed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Rust: unit, integration and CLI tests of every crate (tests build with opt-level 1, see
+# Cargo.toml, so the seed loops finish quickly).
+cargo test --workspace --all-targets
+cargo test --workspace --doc
