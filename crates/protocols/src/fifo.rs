@@ -42,10 +42,8 @@ impl Layer for Fifo {
     fn accepts(&self) -> Vec<EventType> {
         vec![SENDABLE.id(), CHANNEL_CLOSE.id()]
     }
+    /// Meaningless without a layer below that generates sendables (a device).
     fn requires(&self) -> Vec<EventType> {
-        vec![SENDABLE.id()]
-    }
-    fn provides(&self) -> Vec<EventType> {
         vec![SENDABLE.id()]
     }
     fn create_session(&self) -> Box<dyn Session> {
