@@ -211,7 +211,8 @@ struct Core {
 
 impl Core {
     fn count(&mut self, who: SessionId, what: &'static str, n: u64) {
-        *self.counters.entry((who, what)).or_insert(0) += n;
+        let c = self.counters.entry((who, what)).or_insert(0);
+        *c = c.saturating_add(n);
     }
 
     /// Moves `ev` one step along its route. `origin` is the slot the event starts next to when
@@ -839,7 +840,8 @@ impl Kernel {
             } else {
                 self.layers.get(who.0 as usize).map_or("?", |l| l.name())
             };
-            *out.entry(format!("{owner}.{what}")).or_insert(0) += n;
+            let c = out.entry(format!("{owner}.{what}")).or_insert(0u64);
+            *c = c.saturating_add(*n);
         }
         out
     }

@@ -56,7 +56,8 @@ impl Layer for Fifo {
 #[derive(Debug, Default)]
 pub struct FifoSession {
     next_out: HashMap<(ChannelId, Dest), u64>,
-    next_in: HashMap<(ChannelId, NodeId), u64>,
+    // u128 so that `seq + 1` cannot overflow whatever sequence number arrives.
+    next_in: HashMap<(ChannelId, NodeId), u128>,
 }
 
 impl Session for FifoSession {
@@ -77,20 +78,21 @@ impl Session for FifoSession {
             Direction::Down => {
                 let next = self.next_out.entry((channel, s.dest)).or_insert(0);
                 s.message.push_u64(*next);
-                *next += 1;
+                *next = next.wrapping_add(1);
             }
             Direction::Up => {
                 let Ok(seq) = s.message.pop_u64() else {
                     ctx.count("truncated");
                     return;
                 };
+                let seq = u128::from(seq);
                 let expected = self.next_in.entry((channel, s.source)).or_insert(0);
                 if seq < *expected {
                     ctx.count("stale");
                     return;
                 }
                 if seq > *expected {
-                    ctx.count_n("gap", seq - *expected);
+                    ctx.count_n("gap", u64::try_from(seq - *expected).unwrap_or(u64::MAX));
                 }
                 *expected = seq + 1;
             }

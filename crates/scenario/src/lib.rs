@@ -145,7 +145,8 @@ pub fn run(
     for n in 0..nodes {
         if let Some(node) = sim.node(NodeId(n)) {
             for (k, v) in node.kernel().counters() {
-                *counters.entry(k).or_insert(0) += v;
+                let c = counters.entry(k).or_insert(0u64);
+                *c = c.saturating_add(v);
             }
         }
     }
