@@ -201,7 +201,7 @@ fn arbitrary_datagrams_never_panic_and_are_accounted() {
         let mut bytes: Vec<u8> = (0..len)
             .map(|i| (x >> (i % 8 * 8)) as u8 ^ i as u8)
             .collect();
-        if len >= 2 && x % 4 != 0 {
+        if len >= 2 && !x.is_multiple_of(4) {
             // Mostly valid channel tags, so the fifo header decoder is exercised too.
             bytes[0] = 0;
             bytes[1] = (x % 3) as u8;
