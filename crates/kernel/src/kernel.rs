@@ -31,7 +31,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::addr::{Dest, NodeId};
-use crate::channel::{check_slot, AutoBind, BindError, Channel, ChannelState};
+use crate::channel::{check_slot, AutoBind, BindError, Channel, ChannelState, Hop};
 use crate::event::{
     Body, ChannelId, Direction, Event, Sendable, TimerFired, TimerId, CHANNEL_CLOSE, CHANNEL_INIT,
     DATAGRAM, PERIODIC_TIMER, TIMER,
@@ -222,7 +222,40 @@ impl Core {
     /// Moves `ev` one step along its route. `origin` is the slot the event starts next to when
     /// it is new (the sending session's slot, -1 below the bottom, or the layer count above the
     /// top); `None` means "the slot of `sender` in the event's channel".
+    ///
+    /// Kept out of line: one small shared function with a short prologue measured faster than
+    /// inlining it into every `Context::go` caller (ghost hop 10.7-11.6 ns against 11.5-13.2 ns,
+    /// although inlined it ran fewer instructions).
+    #[inline(never)]
     fn route(&mut self, mut ev: Event, sender: SessionId, origin: Option<i32>) {
+        // Hot path: an event already on its route moves to the next session of an open channel
+        // (four bounds/state checks and three loads). Everything else (new events, the ends of
+        // the route, closed channels, routes not mapped yet) takes the general path, which
+        // decides again from scratch; splitting it off took the ghost hop from 11.1-12.0 to
+        // 10.7-11.6 ns and the 0-layer event from 11.9 to 10.8 ns (best of 6 interleaved runs).
+        if let Some(hop) = ev.place.hop() {
+            let next = match ev.dir() {
+                Direction::Up => hop + 1,
+                Direction::Down => hop - 1,
+            };
+            let hop = self
+                .channels
+                .get(ev.channel().0 as usize)
+                .filter(|ch| ch.state == ChannelState::Open)
+                .and_then(|ch| ch.routes.get(ev.ty().index()))
+                .and_then(|route| route.get(usize::try_from(next).ok()?));
+            if let Some(&Hop { session, .. }) = hop {
+                ev.place = ev.place.at(next);
+                self.schedule(session, ev);
+                return;
+            }
+        }
+        self.route_general(ev, sender, origin);
+    }
+
+    /// [`Core::route`] for every case.
+    #[inline(never)]
+    fn route_general(&mut self, mut ev: Event, sender: SessionId, origin: Option<i32>) {
         let Some(ch) = self.channels.get_mut(ev.channel().0 as usize) else {
             self.count(SessionId::KERNEL, "dropped_no_channel", 1);
             return;
