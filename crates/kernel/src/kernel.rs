@@ -31,10 +31,10 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::addr::{Dest, NodeId};
-use crate::channel::{check_slot, AutoBind, BindError, Channel, ChannelState};
+use crate::channel::{check_slot, AutoBind, BindError, Channel, ChannelState, Hop};
 use crate::event::{
     Body, ChannelId, Direction, Event, Sendable, TimerFired, TimerId, CHANNEL_CLOSE, CHANNEL_INIT,
-    DATAGRAM, HOP_NEW, PERIODIC_TIMER, TIMER,
+    DATAGRAM, PERIODIC_TIMER, TIMER,
 };
 use crate::layer::{LayerRef, Session, SessionId};
 use crate::message::Message;
@@ -200,8 +200,13 @@ struct Core {
     node: NodeId,
     now: Instant,
     channels: Vec<Channel>,
-    /// The oldest pending work item when it is the only one (skips the queue on a hot path).
-    fast: Option<Work>,
+    /// The session of the oldest pending work item when it is the only one: the fast slot, which
+    /// skips the queue on the hot path (one session forwarding to the next).
+    fast: Option<SessionId>,
+    /// The fast slot's event (`Event::VACANT` while the slot is empty). Kept apart from the
+    /// session so that it is only ever copied as a whole `Event`, in the same chunks on the way
+    /// in and out; see `Kernel::run`.
+    fast_event: Event,
     queue: VecDeque<Work>,
     timers: Timers,
     outputs: VecDeque<Output>,
@@ -218,7 +223,40 @@ impl Core {
     /// Moves `ev` one step along its route. `origin` is the slot the event starts next to when
     /// it is new (the sending session's slot, -1 below the bottom, or the layer count above the
     /// top); `None` means "the slot of `sender` in the event's channel".
+    ///
+    /// Kept out of line: one small shared function with a short prologue measured faster than
+    /// inlining it into every `Context::go` caller (ghost hop 10.7-11.6 ns against 11.5-13.2 ns,
+    /// although inlined it ran fewer instructions).
+    #[inline(never)]
     fn route(&mut self, mut ev: Event, sender: SessionId, origin: Option<i32>) {
+        // Hot path: an event already on its route moves to the next session of an open channel
+        // (four bounds/state checks and three loads). Everything else (new events, the ends of
+        // the route, closed channels, routes not mapped yet) takes the general path, which
+        // decides again from scratch; splitting it off took the ghost hop from 11.1-12.0 to
+        // 10.7-11.6 ns and the 0-layer event from 11.9 to 10.8 ns (best of 6 interleaved runs).
+        if let Some(hop) = ev.place.hop() {
+            let next = match ev.dir() {
+                Direction::Up => hop + 1,
+                Direction::Down => hop - 1,
+            };
+            let hop = self
+                .channels
+                .get(ev.channel().0 as usize)
+                .filter(|ch| ch.state == ChannelState::Open)
+                .and_then(|ch| ch.routes.get(ev.ty().index()))
+                .and_then(|route| route.get(usize::try_from(next).ok()?));
+            if let Some(&Hop { session, .. }) = hop {
+                ev.place = ev.place.at(next);
+                self.schedule(session, ev);
+                return;
+            }
+        }
+        self.route_general(ev, sender, origin);
+    }
+
+    /// [`Core::route`] for every case.
+    #[inline(never)]
+    fn route_general(&mut self, mut ev: Event, sender: SessionId, origin: Option<i32>) {
         let Some(ch) = self.channels.get_mut(ev.channel().0 as usize) else {
             self.count(SessionId::KERNEL, "dropped_no_channel", 1);
             return;
@@ -228,7 +266,12 @@ impl Core {
             return;
         }
         let (next, len, session) = {
-            let next: i64 = if ev.hop == HOP_NEW {
+            let next: i64 = if let Some(hop) = ev.place.hop() {
+                match ev.dir() {
+                    Direction::Up => hop + 1,
+                    Direction::Down => hop - 1,
+                }
+            } else {
                 let from = match origin {
                     Some(o) => o,
                     None => match ch.slot_of(sender) {
@@ -253,11 +296,6 @@ impl Core {
                                 .map_or(0, |h| i64::from(i32::from(h.slot) == from))
                     }
                 }
-            } else {
-                match ev.dir() {
-                    Direction::Up => ev.hop + 1,
-                    Direction::Down => ev.hop - 1,
-                }
             };
             let route = ch.route(ev.ty());
             let session = usize::try_from(next)
@@ -268,8 +306,8 @@ impl Core {
         };
         match session {
             Some(session) => {
-                ev.hop = next;
-                self.schedule(Work { session, event: ev });
+                ev.place = ev.place.at(next);
+                self.schedule(session, ev);
             }
             None if next < 0 => self.fell_off_bottom(ev),
             None => {
@@ -281,18 +319,19 @@ impl Core {
 
     /// Queues work, keeping FIFO order: the fast slot is used only when nothing older waits.
     #[inline]
-    fn schedule(&mut self, work: Work) {
+    fn schedule(&mut self, session: SessionId, event: Event) {
         if self.fast.is_none() && self.queue.is_empty() {
-            self.fast = Some(work);
+            self.fast = Some(session);
+            // The slot holds `Event::VACANT`: nothing to drop (skips a drop-glue call per hop).
+            let vacant = std::mem::replace(&mut self.fast_event, event);
+            debug_assert!(matches!(vacant.body, Body::Empty));
+            std::mem::forget(vacant);
         } else {
-            self.queue.push_back(work);
+            self.queue.push_back(Work { session, event });
         }
     }
 
-    fn next_work(&mut self) -> Option<Work> {
-        self.fast.take().or_else(|| self.queue.pop_front())
-    }
-
+    #[inline]
     fn is_idle(&self) -> bool {
         self.fast.is_none() && self.queue.is_empty()
     }
@@ -328,7 +367,7 @@ impl Core {
     /// Launches an event from outside the stack: down events at the top, up events at the
     /// bottom.
     fn launch(&mut self, mut ev: Event) {
-        ev.hop = HOP_NEW;
+        ev.place = ev.place.renewed();
         let origin = match ev.dir() {
             Direction::Up => -1,
             Direction::Down => self
@@ -491,6 +530,7 @@ impl Kernel {
                 now: Instant::ZERO,
                 channels: Vec::new(),
                 fast: None,
+                fast_event: Event::VACANT,
                 queue: VecDeque::new(),
                 timers: Timers::default(),
                 outputs: VecDeque::new(),
@@ -773,10 +813,7 @@ impl Kernel {
             ChannelId::NONE,
             Sendable::new(from, Dest::Node(self.core.node), message),
         );
-        self.core.schedule(Work {
-            session: device,
-            event: ev,
-        });
+        self.core.schedule(device, ev);
         self.run();
     }
 
@@ -804,10 +841,7 @@ impl Kernel {
                 token: entry.token,
             });
             let ev = Event::new(ty, Direction::Up, entry.channel, body);
-            self.core.schedule(Work {
-                session: entry.session,
-                event: ev,
-            });
+            self.core.schedule(entry.session, ev);
             self.run();
         }
     }
@@ -849,23 +883,63 @@ impl Kernel {
     /// Runs the queue until it is empty or the step cap is reached.
     fn run(&mut self) {
         let mut steps = 0u64;
-        while let Some(Work { session, event }) = self.core.next_work() {
+        loop {
+            // Hot loop: one session forwarding to the next through the fast slot. The event
+            // goes from the slot straight into the call as one whole-`Event` copy (nothing here
+            // looks inside it), so it is read in the same chunks `Core::schedule` wrote it in.
+            while let Some(session) = self.core.fast.take() {
+                steps += 1;
+                if steps > self.step_cap {
+                    self.core.fast = Some(session);
+                    self.step_cap_reached();
+                    return;
+                }
+                let channel = self.core.fast_event.channel();
+                let vacant = Event::VACANT;
+                // The session is looked up before the event is taken, so that no drop path
+                // holds the event in a local: it is copied once, from the slot into the call.
+                if let Some(s) = self.sessions.get_mut(session.0 as usize) {
+                    let event = std::mem::replace(&mut self.core.fast_event, vacant);
+                    let mut ctx = Context {
+                        session,
+                        channel,
+                        core: &mut self.core,
+                    };
+                    s.handle(event, &mut ctx);
+                } else {
+                    self.core.fast_event = vacant;
+                }
+            }
+            let Some(work) = self.core.queue.pop_front() else {
+                return;
+            };
             steps += 1;
             if steps > self.step_cap {
-                self.core.queue.push_front(Work { session, event });
-                self.core.count(SessionId::KERNEL, "step_cap_reached", 1);
-                tracing::warn!(node = %self.core.node, "kernel step cap reached; yielding");
+                self.core.queue.push_front(work);
+                self.step_cap_reached();
                 return;
             }
-            let channel = event.channel();
-            if let Some(s) = self.sessions.get_mut(session.0 as usize) {
-                let mut ctx = Context {
-                    session,
-                    channel,
-                    core: &mut self.core,
-                };
-                s.handle(event, &mut ctx);
-            }
+            self.dispatch(work.session, work.event);
+        }
+    }
+
+    #[cold]
+    fn step_cap_reached(&mut self) {
+        self.core.count(SessionId::KERNEL, "step_cap_reached", 1);
+        tracing::warn!(node = %self.core.node, "kernel step cap reached; yielding");
+    }
+
+    /// Hands `event` to `session` (dropped if there is no such session).
+    #[inline]
+    fn dispatch(&mut self, session: SessionId, event: Event) {
+        let channel = event.channel();
+        if let Some(s) = self.sessions.get_mut(session.0 as usize) {
+            let mut ctx = Context {
+                session,
+                channel,
+                core: &mut self.core,
+            };
+            s.handle(event, &mut ctx);
         }
     }
 }
