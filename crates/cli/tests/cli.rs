@@ -1,0 +1,696 @@
+//! End-to-end tests of the `viastack` binary: `check` (route tables and `file:line:` errors),
+//! `run` (exit status from the declared property, JSON report, determinism from the seed),
+//! `demo`, `layers` (and that docs/LAYERS.md is what it generates) and `bench kernel`.
+#![allow(clippy::unwrap_used)]
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// The workspace root (the binary runs there, so `stacks/…` paths work).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs `viastack` with `args` from the workspace root.
+fn viastack<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    Command::new(env!("CARGO_BIN_EXE_viastack"))
+        .args(args)
+        .current_dir(root())
+        .env_remove("VIASTACK_LOG")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+/// `code`, or a panic showing everything the command printed.
+fn assert_exit(o: &Output, code: i32) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "stdout:\n{}\nstderr:\n{}",
+        stdout(o),
+        stderr(o)
+    );
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_str(&stdout(o)).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", stdout(o)))
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("`{key}` is not a number in {v}"))
+}
+
+/// A scratch directory of one test, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(test: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("viastack-cli-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn write(&self, name: &str, src: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, src).unwrap();
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The 1-based line of `src` containing `marker` (which must occur exactly once).
+fn line_of(src: &str, marker: &str) -> usize {
+    let hits: Vec<usize> = src
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains(marker))
+        .map(|(i, _)| i + 1)
+        .collect();
+    assert_eq!(
+        hits.len(),
+        1,
+        "marker `{marker}` must be on exactly one line"
+    );
+    hits[0]
+}
+
+/// The `file:line: message` lines of stderr for `path`, as (line, whole line).
+fn diagnostics(path: &Path, err: &str) -> Vec<(usize, String)> {
+    let prefix = format!("{}:", path.display());
+    err.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(&prefix)?;
+            let (n, _) = rest.split_once(": ")?;
+            Some((n.parse().ok()?, l.to_string()))
+        })
+        .collect()
+}
+
+/// Writes `src`, runs `viastack check` on it and asserts exit status 1 and exactly the
+/// `expected` diagnostics, in order: for each, the line holding the marker and the words the
+/// message must contain.
+fn check_fails(test: &str, src: &str, expected: &[(&str, &[&str])]) {
+    let scratch = Scratch::new(test);
+    let path = scratch.write("stack.toml", src);
+    let o = viastack([OsStr::new("check"), path.as_os_str()]);
+    assert_exit(&o, 1);
+    assert!(o.stdout.is_empty(), "a failed check prints no report");
+    let err = stderr(&o);
+    let got = diagnostics(&path, &err);
+    assert_eq!(got.len(), expected.len(), "diagnostics:\n{err}");
+    for ((line, text), (marker, words)) in got.iter().zip(expected) {
+        let want = line_of(src, marker);
+        assert_eq!(*line, want, "`{marker}` is on line {want}:\n{err}");
+        assert!(
+            text.starts_with(&format!("{}:{want}: ", path.display())),
+            "{text}"
+        );
+        for w in *words {
+            assert!(text.contains(w), "`{w}` missing from: {text}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// check
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn check_accepts_every_shipped_stack_and_prints_its_routes() {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("stacks"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension() == Some(OsStr::new("toml")))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 3, "{files:?}");
+    for file in files {
+        let rel = file.strip_prefix(root()).unwrap().to_path_buf();
+        let o = viastack([OsStr::new("check"), rel.as_os_str()]);
+        assert_exit(&o, 0);
+        let out = stdout(&o);
+        assert!(
+            out.starts_with(&format!("{}: ok\n", rel.display())),
+            "{out}"
+        );
+        assert!(
+            out.contains("\nqos "),
+            "no route table for {}:\n{out}",
+            rel.display()
+        );
+        assert!(
+            out.lines()
+                .any(|l| l.trim_start().starts_with("Sendable") && l.contains("dev ->")),
+            "no Sendable route from the device in {}:\n{out}",
+            rel.display()
+        );
+    }
+}
+
+/// The route of `event` in QoS `qos` as `check` prints it.
+fn route<'a>(out: &'a str, qos: &str, event: &str) -> &'a str {
+    let header = format!("qos {qos} (");
+    let mut lines = out.lines().skip_while(|l| !l.starts_with(&header));
+    assert!(lines.next().is_some(), "no QoS `{qos}` in:\n{out}");
+    lines
+        .take_while(|l| l.starts_with("  "))
+        .find_map(|l| {
+            let l = l.trim_start();
+            l.strip_prefix(event)
+                .filter(|rest| rest.starts_with(' '))
+                .map(str::trim)
+        })
+        .unwrap_or_else(|| panic!("no {event} route in QoS `{qos}`:\n{out}"))
+}
+
+#[test]
+fn check_prints_the_diamond_route_tables() {
+    let o = viastack(["check", "stacks/diamond.toml"]);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    assert_eq!(
+        route(&out, "data", "Sendable"),
+        "dev -> fd -> order -> sync"
+    );
+    assert_eq!(route(&out, "audio", "Sendable"), "dev -> fd -> sync");
+    assert_eq!(route(&out, "video", "Sendable"), "dev -> fd -> sync");
+    // Only the ghosts (and fifo for ChannelClose) see non-sendable events; never the device.
+    assert_eq!(route(&out, "data", "ChannelClose"), "fd -> order -> sync");
+    assert_eq!(route(&out, "audio", "Timer"), "fd -> sync");
+    assert!(
+        out.contains("data             qos data  shared: fd=the-fd sync=the-sync"),
+        "{out}"
+    );
+    assert!(out.contains("scenario: 4 nodes"), "{out}");
+}
+
+#[test]
+fn check_leaves_transparent_layers_off_every_route() {
+    let scratch = Scratch::new("transparent");
+    let path = scratch.write(
+        "t.toml",
+        r#"
+[layers.dev]
+kind = "device"
+[layers.clear]
+kind = "transparent"
+[layers.order]
+kind = "fifo"
+[qos.q]
+layers = ["dev", "clear", "order"]
+[channels.c]
+qos = "q"
+"#,
+    );
+    let o = viastack([OsStr::new("check"), path.as_os_str()]);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    assert!(
+        out.contains("qos q (bottom first: dev < clear < order)"),
+        "{out}"
+    );
+    assert_eq!(route(&out, "q", "Sendable"), "dev -> order");
+    assert_eq!(route(&out, "q", "Timer"), "(no layer accepts it)");
+    let routes: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("qos q ("))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    assert!(!routes.is_empty(), "{out}");
+    assert!(routes.iter().all(|l| !l.contains("clear")), "{out}");
+}
+
+#[test]
+fn check_reports_bad_toml_syntax_at_its_line() {
+    check_fails(
+        "syntax",
+        "[layers.dev]\nkind = \"device\"\nport = = 3\n\n[qos.q]\nlayers = [\"dev\"]\n",
+        &[("port = =", &["invalid TOML"])],
+    );
+}
+
+#[test]
+fn check_suggests_a_close_layer_kind() {
+    check_fails(
+        "kind",
+        "[layers.dev]\nkind = \"device\"\n[layers.fd]\nkind = \"ghots\"\n",
+        &[(
+            "ghots",
+            &[
+                "layer `fd`",
+                "unknown layer kind `ghots`",
+                "did you mean `ghost`",
+            ],
+        )],
+    );
+}
+
+#[test]
+fn check_suggests_a_close_parameter_name() {
+    check_fails(
+        "param",
+        "[layers.dev]\nkind=\"device\"\nprot=1\n",
+        &[("prot", &["unknown parameter `prot`", "did you mean `port`"])],
+    );
+}
+
+#[test]
+fn check_refuses_an_ill_typed_parameter() {
+    check_fails(
+        "type",
+        "[layers.dev]\nkind = \"device\"\nport = \"x\"\n",
+        &[(
+            "port",
+            &["parameter `port`", "expected an integer", "found string"],
+        )],
+    );
+}
+
+#[test]
+fn check_refuses_an_out_of_range_parameter() {
+    check_fails(
+        "range",
+        "[layers.dev]\nkind = \"device\"\nport = 70000\n",
+        &[("port", &["parameter `port`", "0..=65535", "70000"])],
+    );
+}
+
+#[test]
+fn check_refuses_a_qos_naming_an_unknown_layer() {
+    check_fails(
+        "qos-layer",
+        "[layers.dev]\nkind = \"device\"\n[layers.fd]\nkind = \"ghost\"\n\n[qos.q]\nlayers = [\"dev\", \"fx\"]\n",
+        &[(
+            "layers =",
+            &["QoS `q`", "unknown layer `fx`", "did you mean `fd`"],
+        )],
+    );
+}
+
+#[test]
+fn check_refuses_a_qos_whose_requirements_nobody_provides() {
+    check_fails(
+        "requires",
+        "[layers.order]\nkind = \"fifo\"\n\n[qos.lonely]\nlayers = [\"order\"]\n",
+        &[(
+            "[qos.lonely]",
+            &["QoS `lonely`", "layer `order`", "requires", "Sendable"],
+        )],
+    );
+}
+
+#[test]
+fn check_refuses_a_session_bound_to_two_layers() {
+    let src = r#"[layers.dev]
+kind = "device"
+[layers.a]
+kind = "ghost"
+[layers.b]
+kind = "ghost"
+[qos.qa]
+layers = ["dev", "a"]
+[qos.qb]
+layers = ["dev", "b"]
+[channels.x]
+qos = "qa"
+bind = { a = "s" }
+[channels.y]
+qos = "qb"
+bind = { b = "s" }
+"#;
+    let first = line_of(src, "bind = { a");
+    check_fails(
+        "shared",
+        src,
+        &[(
+            "bind = { b",
+            &[
+                "session `s`",
+                "layer `a` in channel `x`",
+                &format!("(line {first})"),
+                "layer `b` in channel `y`",
+            ],
+        )],
+    );
+}
+
+const SCENARIO_BASE: &str = r#"[layers.dev]
+kind = "device"
+[qos.q]
+layers = ["dev"]
+[channels.c]
+qos = "q"
+[scenario]
+nodes = 3
+"#;
+
+#[test]
+fn check_refuses_a_probability_above_one() {
+    check_fails(
+        "loss",
+        &format!("{SCENARIO_BASE}[scenario.link]\nloss = 1.5\n"),
+        &[("loss", &["`loss`", "0..=1", "1.5"])],
+    );
+}
+
+#[test]
+fn check_refuses_a_workload_on_an_unknown_channel() {
+    check_fails(
+        "workload",
+        &format!("{SCENARIO_BASE}[[scenario.workload]]\nchannel = \"nope\"\nmessages = 1\n"),
+        &[("\"nope\"", &["unknown channel `nope`", "`c`"])],
+    );
+}
+
+#[test]
+fn check_refuses_a_crash_of_a_node_that_does_not_exist() {
+    check_fails(
+        "crash",
+        &format!("{SCENARIO_BASE}[[scenario.crash]]\nnode = 3\nat = \"1s\"\n"),
+        // Node indices are reported at the table that holds them.
+        &[(
+            "[[scenario.crash]]",
+            &["[[scenario.crash]] #1", "node 3 does not exist", "3 nodes"],
+        )],
+    );
+}
+
+#[test]
+fn check_reports_every_error_sorted_by_line() {
+    // The scenario comes first in the file although it is checked after the layers: the
+    // report is still in line order.
+    let src = r#"[scenario]
+nodes = 2
+[scenario.link]
+loss = 1.5
+[[scenario.crash]]
+node = 7
+at = "1s"
+
+[layers.dev]
+kind = "device"
+port = 70000
+[layers.fd]
+kind = "ghots"
+[layers.order]
+kind = "fifo"
+[qos.lonely]
+layers = ["order"]
+"#;
+    check_fails(
+        "many",
+        src,
+        &[
+            ("loss", &["1.5"]),
+            ("[[scenario.crash]]", &["node 7 does not exist"]),
+            ("port", &["70000"]),
+            ("ghots", &["did you mean `ghost`"]),
+            ("[qos.lonely]", &["requires", "Sendable"]),
+        ],
+    );
+}
+
+#[test]
+fn check_of_a_missing_file_names_it() {
+    let scratch = Scratch::new("missing");
+    let path = scratch.0.join("no-such-stack.toml");
+    let o = viastack([OsStr::new("check"), path.as_os_str()]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(o.status.code().is_some(), "killed by a signal");
+    assert!(
+        stderr(&o).contains(&path.display().to_string()),
+        "{}",
+        stderr(&o)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// run
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn run_diamond_holds_its_property() {
+    let o = viastack(["run", "stacks/diamond.toml"]);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    assert!(out.contains("property   reliable-fifo: holds"), "{out}");
+    assert!(out.contains("seed 1"), "{out}");
+}
+
+#[test]
+fn run_diamond_json_reports_every_message_delivered() {
+    let o = viastack(["run", "stacks/diamond.toml", "--json"]);
+    assert_exit(&o, 0);
+    let r = json(&o);
+    assert_eq!(r["verdict"]["holds"], Value::Bool(true), "{r}");
+    assert_eq!(r["verdict"]["expect"], "reliable-fifo", "{r}");
+    // 4 nodes x (500 audio + 200 video + 100 data).
+    assert_eq!(num(&r, "sent"), 3200.0, "{r}");
+    assert_eq!(r["delivered"], r["sent"], "{r}");
+    assert_eq!(num(&r, "lost"), 0.0, "{r}");
+    assert_eq!(num(&r, "seed"), 1.0, "{r}");
+    assert!(
+        r["trace_hash"].as_str().is_some_and(|h| h.len() == 16),
+        "{r}"
+    );
+}
+
+/// Three nodes all-to-all on channel `c` over `link`, expecting `expect`; with a fifo layer if
+/// `fifo`.
+fn scenario(fifo: bool, expect: &str, link: &str) -> String {
+    let (layer, layers) = if fifo {
+        ("[layers.order]\nkind = \"fifo\"\n", r#"["dev", "order"]"#)
+    } else {
+        ("", r#"["dev"]"#)
+    };
+    format!(
+        r#"[layers.dev]
+kind = "device"
+{layer}[qos.q]
+layers = {layers}
+[channels.c]
+qos = "q"
+[scenario]
+nodes = 3
+seed = 5
+duration = "1s"
+expect = "{expect}"
+[scenario.link]
+latency = "1ms"
+{link}
+[[scenario.workload]]
+channel = "c"
+messages = 200
+size = 64
+interval = "1ms"
+"#
+    )
+}
+
+#[test]
+fn run_exits_2_and_names_property_and_seed_when_reliability_fails() {
+    let scratch = Scratch::new("lossy");
+    let path = scratch.write("lossy.toml", &scenario(true, "reliable-fifo", "loss = 0.2"));
+    let o = viastack([OsStr::new("run"), path.as_os_str()]);
+    assert_exit(&o, 2);
+    let err = stderr(&o);
+    assert!(err.contains("`reliable-fifo` violated"), "{err}");
+    assert!(err.contains("seed 5"), "{err}");
+    assert!(err.contains("never delivered"), "{err}");
+    assert!(stdout(&o).contains("VIOLATED"), "{}", stdout(&o));
+}
+
+#[test]
+fn run_without_fifo_over_jitter_violates_fifo_and_with_fifo_holds() {
+    let scratch = Scratch::new("jitter");
+    let bare = scratch.write("bare.toml", &scenario(false, "fifo", "jitter = \"5ms\""));
+    let o = viastack([OsStr::new("run"), bare.as_os_str(), OsStr::new("--json")]);
+    assert_exit(&o, 2);
+    let r = json(&o);
+    assert!(num(&r, "out_of_order") > 0.0, "{r}");
+    assert_eq!(r["verdict"]["holds"], Value::Bool(false), "{r}");
+    assert!(stderr(&o).contains("`fifo` violated"), "{}", stderr(&o));
+
+    let ordered = scratch.write("ordered.toml", &scenario(true, "fifo", "jitter = \"5ms\""));
+    let o = viastack([OsStr::new("run"), ordered.as_os_str(), OsStr::new("--json")]);
+    assert_exit(&o, 0);
+    let r = json(&o);
+    assert_eq!(num(&r, "out_of_order"), 0.0, "{r}");
+    assert_eq!(r["verdict"]["holds"], Value::Bool(true), "{r}");
+    // The fifo layer did the work: it dropped the copies that arrived late.
+    assert!(num(&r["counters"], "order.stale") > 0.0, "{r}");
+}
+
+#[test]
+fn run_seed_and_duration_flags_override_the_file_and_runs_are_reproducible() {
+    let scratch = Scratch::new("seed");
+    let path = scratch.write(
+        "noisy.toml",
+        &scenario(
+            true,
+            "fifo",
+            "jitter = \"2ms\"\nloss = 0.1\nduplicate = 0.05",
+        ),
+    );
+    let run = |seed: &str| {
+        let o = viastack([
+            OsStr::new("run"),
+            path.as_os_str(),
+            OsStr::new("--json"),
+            OsStr::new("--seed"),
+            OsStr::new(seed),
+        ]);
+        assert_exit(&o, 0);
+        json(&o)
+    };
+    let a = run("11");
+    let b = run("11");
+    let c = run("12");
+    assert_eq!(num(&a, "seed"), 11.0, "{a}");
+    assert_eq!(num(&c, "seed"), 12.0, "{c}");
+    assert_eq!(a, b, "the same seed twice must give the same report");
+    assert_ne!(
+        a["trace_hash"], c["trace_hash"],
+        "seeds 11 and 12 ran identically"
+    );
+
+    let o = viastack([
+        OsStr::new("run"),
+        path.as_os_str(),
+        OsStr::new("--json"),
+        OsStr::new("--duration"),
+        OsStr::new("100ms"),
+    ]);
+    assert_exit(&o, 0);
+    let r = json(&o);
+    assert_eq!(num(&r, "duration_s"), 0.1, "{r}");
+    // One message per ms per node: the workload was cut short.
+    assert!(num(&r, "sent") <= 3.0 * 101.0, "{r}");
+}
+
+#[test]
+fn run_reports_file_errors_and_a_missing_scenario_with_exit_1() {
+    let scratch = Scratch::new("run-errors");
+    let bad = scratch.write("bad.toml", "[layers.dev]\nkind = \"devise\"\n");
+    let o = viastack([OsStr::new("run"), bad.as_os_str()]);
+    assert_exit(&o, 1);
+    assert!(
+        stderr(&o).contains(&format!("{}:2: ", bad.display())),
+        "{}",
+        stderr(&o)
+    );
+
+    let idle = scratch.write(
+        "idle.toml",
+        "[layers.dev]\nkind = \"device\"\n[qos.q]\nlayers = [\"dev\"]\n",
+    );
+    let o = viastack([OsStr::new("run"), idle.as_os_str()]);
+    assert_exit(&o, 1);
+    assert!(stderr(&o).contains("no [scenario]"), "{}", stderr(&o));
+}
+
+// ---------------------------------------------------------------------------------------------
+// demo, layers, bench
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn demo_runs_and_holds_fifo() {
+    let o = viastack(["demo"]);
+    assert_exit(&o, 0);
+    assert!(
+        stdout(&o).contains("property   fifo: holds"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn demo_json_reports_the_whole_workload() {
+    let o = viastack(["demo", "--json"]);
+    assert_exit(&o, 0);
+    let r = json(&o);
+    assert_eq!(r["verdict"]["holds"], Value::Bool(true), "{r}");
+    assert_eq!(r["verdict"]["expect"], "fifo", "{r}");
+    // 8 nodes x 2,000 messages.
+    assert_eq!(num(&r, "sent"), 16000.0, "{r}");
+    assert!(num(&r, "delivered") > 0.0, "{r}");
+    assert_eq!(num(&r, "out_of_order"), 0.0, "{r}");
+}
+
+#[test]
+fn demo_show_prints_the_shipped_demo_file() {
+    let o = viastack(["demo", "--show"]);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    assert!(out.contains("[scenario]"), "{out}");
+    let shipped = std::fs::read_to_string(root().join("stacks/demo.toml")).unwrap();
+    assert_eq!(out, shipped);
+}
+
+#[test]
+fn layers_lists_every_kind() {
+    let o = viastack(["layers"]);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    let kinds: Vec<&str> = out
+        .lines()
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(kinds, ["device", "fifo", "ghost", "transparent"], "{out}");
+    assert!(out.contains("params: port"), "{out}");
+}
+
+#[test]
+fn layers_markdown_is_the_committed_reference() {
+    let o = viastack(["layers", "--markdown"]);
+    assert_exit(&o, 0);
+    let committed = std::fs::read_to_string(root().join("docs/LAYERS.md")).unwrap();
+    assert!(
+        o.stdout == committed.as_bytes(),
+        "docs/LAYERS.md is stale: regenerate it with \
+         `cargo run -p viastack-cli -- layers --markdown > docs/LAYERS.md`"
+    );
+}
+
+#[test]
+fn bench_kernel_json_has_every_measurement() {
+    let o = viastack([
+        "bench", "kernel", "--layers", "1", "--events", "2001", "--repeat", "1", "--json",
+    ]);
+    assert_exit(&o, 0);
+    let r = json(&o);
+    for key in ["transparent_0", "ghost_1", "direct_1"] {
+        assert_eq!(num(&r[key], "events"), 2001.0, "{key}: {r}");
+        assert!(num(&r[key], "ns_per_event") > 0.0, "{key}: {r}");
+    }
+    assert_eq!(num(&r["ghost_1"], "layers"), 1.0, "{r}");
+    assert!(num(&r, "transparent1_vs_0") > 0.0, "{r}");
+    // A difference of two timings: its sign is the machine's business, but it must be a
+    // number (a missing row makes it NaN, which serializes as null).
+    assert!(num(&r, "ghost_ns_per_layer").is_finite(), "{r}");
+}
