@@ -186,13 +186,6 @@ fn direct_run(n: usize, events: u64) -> f64 {
     elapsed
 }
 
-fn best_of(repeat: u32, mut f: impl FnMut() -> f64) -> f64 {
-    f(); // warm-up
-    (0..repeat.max(1))
-        .map(|_| f())
-        .fold(f64::INFINITY, f64::min)
-}
-
 struct Measured {
     name: String,
     layers: usize,
@@ -217,7 +210,9 @@ pub fn run(args: &KernelArgs) -> anyhow::Result<()> {
     };
     let widest = counts.iter().copied().max().unwrap_or(0);
     let events = args.events.max(2) | 1;
-    let mut rows = Vec::new();
+    // Every configuration, measured round-robin so that machine noise (2 shared cores) hits
+    // them alike; each keeps its fastest run.
+    let mut configs: Vec<(String, usize, Option<Middle>)> = Vec::new();
     for &n in &counts {
         for (label, middle) in [
             ("transparent", Middle::Transparent),
@@ -226,22 +221,34 @@ pub fn run(args: &KernelArgs) -> anyhow::Result<()> {
             if n == 0 && middle == Middle::Ghost {
                 continue; // identical to transparent_0
             }
-            let secs = best_of(args.repeat, || kernel_run(middle, n, events));
-            rows.push(Measured {
-                name: format!("{label}_{n}"),
-                layers: n,
-                secs,
-                events,
-            });
+            configs.push((format!("{label}_{n}"), n, Some(middle)));
         }
-        let secs = best_of(args.repeat, || direct_run(n, events));
-        rows.push(Measured {
-            name: format!("direct_{n}"),
-            layers: n,
+        configs.push((format!("direct_{n}"), n, None));
+    }
+    let measure = |n: usize, middle: Option<Middle>| match middle {
+        Some(m) => kernel_run(m, n, events),
+        None => direct_run(n, events),
+    };
+    let mut best = vec![f64::INFINITY; configs.len()];
+    for round in 0..=args.repeat.max(1) {
+        for (i, (_, n, middle)) in configs.iter().enumerate() {
+            let secs = measure(*n, *middle);
+            if round > 0 {
+                // Round 0 warms caches and the allocator.
+                best[i] = best[i].min(secs);
+            }
+        }
+    }
+    let rows: Vec<Measured> = configs
+        .into_iter()
+        .zip(best)
+        .map(|((name, layers, _), secs)| Measured {
+            name,
+            layers,
             secs,
             events,
-        });
-    }
+        })
+        .collect();
     let find = |name: &str| rows.iter().find(|r| r.name == name);
     let base = find("transparent_0").map_or(f64::NAN, Measured::events_per_sec);
     let base_ns = find("transparent_0").map_or(f64::NAN, Measured::ns_per_event);
