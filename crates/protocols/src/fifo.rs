@@ -6,16 +6,24 @@
 //!
 //! | bytes | field |
 //! | --- | --- |
+//! | 4 | epoch: the sending session's incarnation, random and non-zero, drawn at its first send |
 //! | 8 | sequence number, per (channel, destination), from 0 |
+//!
+//! The epoch lets a receiver tell a restarted sender (numbering from 0 again) from a sender
+//! whose old messages arrive late: a new epoch from a source resets that source's expected
+//! sequence number (counted `fifo.peer_restarted`); the last [`RETIRED_EPOCHS`] epochs of each
+//! source are remembered, and their late messages are dropped (`fifo.stale_epoch`).
 //!
 //! Counters: `fifo.stale` (dropped: this message or a later one was already delivered),
 //! `fifo.gap` (messages skipped over: lost or still in flight), `fifo.truncated` (shorter than
-//! the header).
+//! the header), `fifo.peer_restarted`, `fifo.stale_epoch`.
 //!
-//! Memory: one counter per (channel, peer) in each direction, bounded by the channels times the
+//! Memory: one entry per (channel, peer) in each direction, bounded by the channels times the
 //! scenario's nodes.
 
 use std::collections::HashMap;
+
+use rand::RngCore;
 
 use viastack_kernel::event::{CHANNEL_CLOSE, SENDABLE};
 use viastack_kernel::{
@@ -51,13 +59,37 @@ impl Layer for Fifo {
     }
 }
 
-/// Session of [`Fifo`]: next sequence number per (channel, destination) and next expected per
-/// (channel, source).
+/// Epochs of a source remembered after it restarted, so its late messages are recognised.
+pub const RETIRED_EPOCHS: usize = 4;
+
+/// What a receiver knows of one (channel, source).
+#[derive(Debug, Default)]
+struct Peer {
+    epoch: u32,
+    // u128 so that `seq + 1` cannot overflow whatever sequence number arrives.
+    expected: u128,
+    retired: [u32; RETIRED_EPOCHS],
+}
+
+/// Session of [`Fifo`]: next sequence number per (channel, destination) and what is expected
+/// of each (channel, source).
 #[derive(Debug, Default)]
 pub struct FifoSession {
+    epoch: u32,
     next_out: HashMap<(ChannelId, Dest), u64>,
-    // u128 so that `seq + 1` cannot overflow whatever sequence number arrives.
-    next_in: HashMap<(ChannelId, NodeId), u128>,
+    peers: HashMap<(ChannelId, NodeId), Peer>,
+}
+
+impl FifoSession {
+    /// This session's epoch, drawn on first use from the kernel's seeded generator and the
+    /// time (so a restarted node, whose generator starts over, still draws a new one).
+    fn epoch(&mut self, ctx: &mut Context<'_>) -> u32 {
+        while self.epoch == 0 {
+            let x = ctx.rng().next_u64() ^ ctx.now().as_nanos().wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            self.epoch = (x ^ (x >> 32)) as u32;
+        }
+        self.epoch
+    }
 }
 
 impl Session for FifoSession {
@@ -65,36 +97,64 @@ impl Session for FifoSession {
         let channel = event.channel();
         if event.ty() == CHANNEL_CLOSE.id() {
             self.next_out.retain(|(c, _), _| *c != channel);
-            self.next_in.retain(|(c, _), _| *c != channel);
+            self.peers.retain(|(c, _), _| *c != channel);
             ctx.go(event);
             return;
         }
         let dir = event.dir();
-        let Some(s) = event.sendable_mut() else {
+        if event.sendable_ref().is_none() {
             ctx.go(event);
+            return;
+        }
+        let epoch = match dir {
+            Direction::Down => self.epoch(ctx),
+            Direction::Up => 0,
+        };
+        let Some(s) = event.sendable_mut() else {
             return;
         };
         match dir {
             Direction::Down => {
                 let next = self.next_out.entry((channel, s.dest)).or_insert(0);
                 s.message.push_u64(*next);
+                s.message.push_u32(epoch);
                 *next = next.wrapping_add(1);
             }
             Direction::Up => {
-                let Ok(seq) = s.message.pop_u64() else {
+                let header = s
+                    .message
+                    .pop_u32()
+                    .and_then(|epoch| Ok((epoch, s.message.pop_u64()?)));
+                let Ok((epoch, seq)) = header else {
                     ctx.count("truncated");
                     return;
                 };
+                let peer = self.peers.entry((channel, s.source)).or_default();
+                if epoch != peer.epoch {
+                    if peer.retired.contains(&epoch) {
+                        ctx.count("stale_epoch");
+                        return;
+                    }
+                    if peer.epoch != 0 {
+                        ctx.count("peer_restarted");
+                    }
+                    peer.retired.rotate_right(1);
+                    peer.retired[0] = peer.epoch;
+                    peer.epoch = epoch;
+                    peer.expected = 0;
+                }
                 let seq = u128::from(seq);
-                let expected = self.next_in.entry((channel, s.source)).or_insert(0);
-                if seq < *expected {
+                if seq < peer.expected {
                     ctx.count("stale");
                     return;
                 }
-                if seq > *expected {
-                    ctx.count_n("gap", u64::try_from(seq - *expected).unwrap_or(u64::MAX));
+                if seq > peer.expected {
+                    ctx.count_n(
+                        "gap",
+                        u64::try_from(seq - peer.expected).unwrap_or(u64::MAX),
+                    );
                 }
-                *expected = seq + 1;
+                peer.expected = seq + 1;
             }
         }
         ctx.go(event);

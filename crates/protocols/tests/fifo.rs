@@ -69,7 +69,12 @@ fn receive(node: &mut Node, from: u32, bytes: Vec<u8>) -> Vec<(ChannelId, NodeId
 }
 
 fn frame(channel: u16, seq: u64, payload: &[u8]) -> Vec<u8> {
+    framed(channel, 7, seq, payload)
+}
+
+fn framed(channel: u16, epoch: u32, seq: u64, payload: &[u8]) -> Vec<u8> {
     let mut v = channel.to_be_bytes().to_vec();
+    v.extend_from_slice(&epoch.to_be_bytes());
     v.extend_from_slice(&seq.to_be_bytes());
     v.extend_from_slice(payload);
     v
@@ -128,7 +133,12 @@ fn shared_vectors_decode_or_are_counted() {
                         }
                     }
                 }
-                assert_eq!(last, hex(v["hex"].as_str().unwrap()), "{name}: encoding");
+                // The epoch (bytes 2..6) is drawn at random by the sender; the rest must match.
+                let want = hex(v["hex"].as_str().unwrap());
+                assert_eq!(last.len(), want.len(), "{name}: encoding");
+                assert_eq!(last[..2], want[..2], "{name}: channel tag");
+                assert_eq!(last[6..], want[6..], "{name}: sequence and payload");
+                assert_ne!(last[2..6], [0, 0, 0, 0], "{name}: epochs are non-zero");
             }
         }
     }
@@ -180,11 +190,31 @@ fn sequences_are_per_sender_and_per_channel() {
         while let Some(o) = n.kernel.poll_output() {
             if let Output::Transmit(t) = o {
                 let b = t.message.as_slice();
-                seqs.push(u64::from_be_bytes(b[2..10].try_into().unwrap()));
+                seqs.push(u64::from_be_bytes(b[6..14].try_into().unwrap()));
             }
         }
     }
     assert_eq!(seqs, vec![0, 1, 0, 0]);
+}
+
+#[test]
+fn a_restarted_sender_is_heard_again_and_its_old_copies_are_not() {
+    let mut n = node(1);
+    let got = |n: &mut Node, epoch, seq| receive(n, 2, framed(0, epoch, seq, &[seq as u8])).len();
+    assert_eq!(got(&mut n, 100, 0), 1);
+    assert_eq!(got(&mut n, 100, 1), 1);
+    assert_eq!(got(&mut n, 100, 2), 1);
+    // The sender restarts: a new epoch, numbering from 0 again.
+    assert_eq!(got(&mut n, 200, 0), 1, "heard again after a restart");
+    assert_eq!(got(&mut n, 200, 1), 1);
+    // A late copy from the old incarnation is dropped and does not reset the stream.
+    assert_eq!(got(&mut n, 100, 3), 0);
+    assert_eq!(got(&mut n, 200, 2), 1);
+    assert_eq!(got(&mut n, 200, 1), 0, "stale within the new epoch");
+    let c = n.kernel.counters();
+    assert_eq!(c.get("fifo.peer_restarted"), Some(&1), "{c:?}");
+    assert_eq!(c.get("fifo.stale_epoch"), Some(&1), "{c:?}");
+    assert_eq!(c.get("fifo.stale"), Some(&1), "{c:?}");
 }
 
 #[test]
@@ -211,9 +241,9 @@ fn arbitrary_datagrams_never_panic_and_are_accounted() {
     }
     let c = n.kernel.counters();
     let dropped: u64 = [
-        "dev.truncated",
-        "dev.unknown_channel",
-        "order.truncated",
+        "device.truncated",
+        "device.unknown_channel",
+        "fifo.truncated",
         "fifo.stale",
     ]
     .iter()

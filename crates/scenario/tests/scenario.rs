@@ -154,7 +154,6 @@ fn a_node_that_crashes_and_restarts_resumes_its_workload() {
 /// numbers pass the old ones. On perfect links nothing should be stale and only the messages
 /// that reached node 2 while it was down should be lost.
 #[test]
-#[ignore = "fifo has no incarnation number: a restarted sender is dropped as stale"]
 fn a_restarted_sender_is_heard_again() {
     let r = run_src(&crash_restart(200), None);
     assert_eq!(
