@@ -15,6 +15,23 @@ use viastack_kernel::Duration;
 use viastack_scenario::RunOptions;
 use viastack_stack::units::parse_duration;
 
+/// `println!` that returns the write error instead of panicking: `viastack … | head` closes
+/// the pipe, which `main` treats as a normal end.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
+/// `print!` that returns the write error instead of panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
 mod bench;
 mod check;
 mod run;
@@ -103,6 +120,7 @@ fn main() -> ExitCode {
         .init();
     match real_main(Cli::parse()) {
         Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -116,7 +134,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Check { file } => match load(&file, &catalog)? {
             Ok(parsed) => match check::render(&parsed, &catalog) {
                 Ok(out) => {
-                    print!("{out}");
+                    out!("{out}")?;
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(diags) => {
@@ -145,32 +163,32 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         },
         Command::Demo { json, show } => {
             if show {
-                print!("{DEMO}");
+                out!("{DEMO}")?;
                 return Ok(ExitCode::SUCCESS);
             }
             let parsed = viastack_stack::parse("demo.toml (embedded)", DEMO, &catalog)
                 .map_err(|d| anyhow::anyhow!("the embedded demo is invalid:\n{d}"))?;
             if !json {
-                println!(
+                outln!(
                     "viastack demo: {} (see `viastack demo --show`)\n",
                     first_comment(DEMO)
-                );
+                )?;
             }
             run::run_and_report(&parsed, &catalog, &RunOptions::default(), json)
         }
         Command::Layers { markdown } => {
             if markdown {
-                print!("{}", catalog.params_markdown());
+                out!("{}", catalog.params_markdown())?;
             } else {
                 for kind in catalog.kinds() {
                     let params: Vec<&str> = kind.params.iter().map(|p| p.name).collect();
-                    println!(
+                    outln!(
                         "{:<14} {}",
                         kind.name,
                         kind.doc.lines().next().unwrap_or("")
-                    );
+                    )?;
                     if !params.is_empty() {
-                        println!("{:<14} params: {}", "", params.join(", "));
+                        outln!("{:<14} params: {}", "", params.join(", "))?;
                     }
                 }
             }
@@ -181,6 +199,14 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Whether `e` is stdout closing under us (`viastack … | head`): not an error.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// The first comment line of a stack file (its title).

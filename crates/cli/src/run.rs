@@ -41,9 +41,9 @@ pub fn run_and_report(
     }
     let report: Report = report.with_context(|| format!("running {}", file.path))?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        println!("{report}");
+        outln!("{report}")?;
     }
     Ok(if report.verdict.holds {
         ExitCode::SUCCESS

@@ -281,25 +281,28 @@ pub fn run(args: &KernelArgs) -> anyhow::Result<()> {
         );
         obj.insert("ghost_ns_per_layer".into(), json!(ghost_per_layer));
         obj.insert("direct_ns_per_layer".into(), json!(direct_per_layer));
-        println!("{}", serde_json::to_string_pretty(&Value::Object(obj))?);
+        outln!("{}", serde_json::to_string_pretty(&Value::Object(obj))?)?;
     } else {
-        println!(
+        outln!(
             "{:<16} {:>7} {:>16} {:>12}",
-            "configuration", "layers", "events/s", "ns/event"
-        );
+            "configuration",
+            "layers",
+            "events/s",
+            "ns/event"
+        )?;
         for r in &rows {
-            println!(
+            outln!(
                 "{:<16} {:>7} {:>16.0} {:>12.2}",
                 r.name,
                 r.layers,
                 r.events_per_sec(),
                 r.ns_per_event()
-            );
+            )?;
         }
-        println!();
-        println!("transparent{widest}_vs_0     {transparent_ratio:.3}   (target >= 0.95)");
-        println!("ghost_ns_per_layer    {ghost_per_layer:.2} ns (target <= 15)");
-        println!("direct_ns_per_layer   {direct_per_layer:.2} ns (hand-written reference)");
+        outln!()?;
+        outln!("transparent{widest}_vs_0     {transparent_ratio:.3}   (target >= 0.95)")?;
+        outln!("ghost_ns_per_layer    {ghost_per_layer:.2} ns (target <= 15)")?;
+        outln!("direct_ns_per_layer   {direct_per_layer:.2} ns (hand-written reference)")?;
     }
     Ok(())
 }
