@@ -347,16 +347,26 @@ impl<'a> Cx<'a> {
             if !known.contains(key) {
                 let line = self.line_of(v, t.line);
                 let sugg = closest(key, known.iter().copied());
+                // `extra` keys (like a layer's `kind`) are structure, not parameters: suggest
+                // them, but list only the declared parameters as the alternatives.
+                let declared: Vec<&str> = known
+                    .iter()
+                    .copied()
+                    .filter(|k| !extra.contains(k))
+                    .collect();
+                let alternatives = if declared.is_empty() {
+                    format!("{} has no {}s", s.owner, s.noun)
+                } else {
+                    format!("known {}s: {}", s.noun, list(&declared))
+                };
                 self.err(
                     line,
                     format!(
-                        "unknown {} `{key}` {} {}{}; known {}s: {}",
+                        "unknown {} `{key}` {} {}{}; {alternatives}",
                         s.noun,
                         s.prep,
                         s.owner,
                         did_you_mean(&sugg),
-                        s.noun,
-                        list(&known)
                     ),
                 );
             }
