@@ -11,11 +11,12 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 
-use viastack_kernel::event::SENDABLE;
+use viastack_kernel::event::{CHANNEL_CLOSE, CHANNEL_INIT, SENDABLE};
 use viastack_kernel::{
     ChannelId, Dest, Direction, Event, Instant, Kernel, Message, NodeId, Output, Sendable,
     SessionId,
 };
+use viastack_protocols::events::{notice_peer, PEER_UNREACHABLE};
 use viastack_sim::{Node, Transmit};
 use viastack_stack::model::{Pattern, Workload};
 use viastack_stack::BuiltNode;
@@ -186,6 +187,13 @@ impl SimNode {
                         self.recorder
                             .borrow_mut()
                             .delivered(self.id, stamp, self.kernel.now());
+                    } else if ev.ty() != CHANNEL_INIT.id() && ev.ty() != CHANNEL_CLOSE.id() {
+                        let gave_up = (ev.ty() == PEER_UNREACHABLE.id())
+                            .then(|| notice_peer(&ev))
+                            .flatten();
+                        self.recorder
+                            .borrow_mut()
+                            .notice(self.id, ev.ty().name(), gave_up);
                     }
                 }
             }

@@ -3,7 +3,7 @@
 //! from it: per stream (workload, source, destination) the messages sent, which arrived, how
 //! often, in what order, and with what latency.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use hdrhistogram::Histogram;
 use viastack_kernel::{Instant, NodeId};
@@ -36,6 +36,10 @@ pub struct Recorder {
     pub misdelivered: u64,
     /// Latency of first deliveries, in ns of virtual time.
     pub latency: Histogram<u64>,
+    /// (reporter, peer) pairs for which a reliable layer told the application it gave up.
+    pub unreachable: BTreeSet<(NodeId, NodeId)>,
+    /// Notices (non-sendable events) that reached applications, by event type name.
+    pub notices: BTreeMap<String, u64>,
 }
 
 impl Default for Recorder {
@@ -48,6 +52,8 @@ impl Default for Recorder {
             // Three significant digits up to an hour: ample for simulated latencies.
             latency: Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
                 .unwrap_or_else(|_| unreachable!("these bounds are valid")),
+            unreachable: BTreeSet::new(),
+            notices: BTreeMap::new(),
         }
     }
 }
@@ -60,6 +66,15 @@ impl Recorder {
         s.sent += 1;
         s.deliveries.push(0);
         seq
+    }
+
+    /// Records a notice (a non-sendable event leaving the top of a channel) at node `node`;
+    /// `unreachable_peer` is set when it says a reliable layer gave up on that peer.
+    pub fn notice(&mut self, node: NodeId, name: &str, unreachable_peer: Option<NodeId>) {
+        *self.notices.entry(name.to_string()).or_insert(0) += 1;
+        if let Some(peer) = unreachable_peer {
+            self.unreachable.insert((node, peer));
+        }
     }
 
     /// Records a delivery at `at` of node `node`.

@@ -87,6 +87,9 @@ pub struct Report {
     /// Messages never delivered in streams to or from a node that crashed (not held against
     /// reliability: a crashed node loses its state).
     pub lost_crashed: u64,
+    /// Messages never delivered in streams whose sender was told the addressee is unreachable
+    /// (a reported failure, not a silent loss).
+    pub lost_reported: u64,
     /// Extra deliveries of a message already delivered.
     pub duplicated: u64,
     /// First deliveries of a message after a later one of the same stream.
@@ -99,6 +102,8 @@ pub struct Report {
     pub latency: Latency,
     /// The network's counts.
     pub network: Network,
+    /// Notices that reached the applications (suspicions, unreachable peers), by type.
+    pub notices: BTreeMap<String, u64>,
     /// Every layer counter, summed over the nodes up at the end.
     pub counters: BTreeMap<String, u64>,
     /// Events the simulator processed.
@@ -115,6 +120,7 @@ pub(crate) struct Tally {
     pub delivered: u64,
     pub lost: u64,
     pub lost_crashed: u64,
+    pub lost_reported: u64,
     pub duplicated: u64,
     pub out_of_order: u64,
     pub latency: Latency,
@@ -126,6 +132,7 @@ pub(crate) fn tally(rec: &Recorder, crashed: &BTreeSet<NodeId>) -> Tally {
         delivered: 0,
         lost: 0,
         lost_crashed: 0,
+        lost_reported: 0,
         duplicated: 0,
         out_of_order: 0,
         latency: Latency {
@@ -145,9 +152,11 @@ pub(crate) fn tally(rec: &Recorder, crashed: &BTreeSet<NodeId>) -> Tally {
         t.sent += s.sent;
         t.out_of_order += s.out_of_order;
         let exempt = crashed.contains(src) || crashed.contains(dst);
+        let reported = rec.unreachable.contains(&(*src, *dst));
         for &n in &s.deliveries {
             match n {
                 0 if exempt => t.lost_crashed += 1,
+                0 if reported => t.lost_reported += 1,
                 0 => t.lost += 1,
                 n => {
                     t.delivered += 1;
