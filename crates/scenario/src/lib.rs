@@ -11,6 +11,7 @@
 //! Same file, same seed ⇒ the same trace hash, bit for bit.
 #![deny(unsafe_code)]
 
+pub mod app;
 pub mod node;
 pub mod payload;
 pub mod plan;
@@ -28,6 +29,7 @@ use viastack_stack::catalog::{BuildEnv, Catalog};
 use viastack_stack::model::StackFile;
 use viastack_stack::Diagnostics;
 
+pub use app::Application;
 pub use node::SimNode;
 pub use recorder::Recorder;
 pub use report::Report;
@@ -139,8 +141,6 @@ pub fn run(
     }
 
     let crashed: BTreeSet<NodeId> = scenario.crashes.iter().map(|c| NodeId(c.node)).collect();
-    let rec = recorder.borrow();
-    let t = report::tally(&rec, &crashed);
     let mut counters = std::collections::BTreeMap::new();
     for n in 0..nodes {
         if let Some(node) = sim.node(NodeId(n)) {
@@ -150,32 +150,27 @@ pub fn run(
             }
         }
     }
-    let mut report = Report {
-        file: file.path.clone(),
+    let network = sim.stats().into();
+    let (steps, trace_hash) = (sim.steps(), format!("{:016x}", sim.trace_hash()));
+    drop(sim); // releases the factory's handle on the recorder
+    let recorder = Rc::try_unwrap(recorder)
+        .map(RefCell::into_inner)
+        .unwrap_or_else(|shared| shared.borrow().clone());
+    let info = report::RunInfo {
+        file: &file.path,
         seed,
         nodes,
-        duration_s: duration.as_secs_f64(),
-        sent: t.sent,
-        delivered: t.delivered,
-        lost: t.lost,
-        lost_crashed: t.lost_crashed,
-        lost_reported: t.lost_reported,
-        duplicated: t.duplicated,
-        out_of_order: t.out_of_order,
-        corrupted: rec.corrupted,
-        misdelivered: rec.misdelivered,
-        latency: t.latency,
-        notices: rec.notices.clone(),
-        network: sim.stats().into(),
-        counters,
-        steps: sim.steps(),
-        trace_hash: format!("{:016x}", sim.trace_hash()),
-        verdict: report::Verdict {
-            expect: String::new(),
-            holds: true,
-            violations: Vec::new(),
-        },
+        duration,
+        expect: scenario.expect,
     };
-    report.verdict = report::judge(scenario.expect, &report);
+    let observed = report::Observed {
+        recorder,
+        crashed,
+        network,
+        counters,
+        steps,
+        trace_hash,
+    };
+    let report = report::build(&info, observed);
     Ok(report)
 }

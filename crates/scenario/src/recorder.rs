@@ -10,6 +10,9 @@ use viastack_kernel::{Instant, NodeId};
 
 use crate::payload::Stamp;
 
+/// Sequence numbers at or above this are treated as corrupted (bounds the recorder's memory).
+pub const MAX_TRACKED_SEQ: u64 = 1 << 28;
+
 /// One (workload, source, destination) stream.
 #[derive(Debug, Default, Clone)]
 pub struct Stream {
@@ -24,7 +27,7 @@ pub struct Stream {
 }
 
 /// Everything the applications observed.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Recorder {
     /// Streams by (workload, source, destination).
     pub streams: BTreeMap<(u16, NodeId, NodeId), Stream>,
@@ -59,13 +62,48 @@ impl Default for Recorder {
 }
 
 impl Recorder {
+    /// Messages node `node` has sent for workload `workload` (survives restarts).
+    pub fn progress(&self, workload: u16, node: NodeId) -> u64 {
+        self.progress.get(&(workload, node)).copied().unwrap_or(0)
+    }
+
     /// Records a message about to be sent; returns its sequence number in the stream.
     pub fn next_seq(&mut self, workload: u16, src: NodeId, dst: NodeId) -> u64 {
+        *self.progress.entry((workload, src)).or_insert(0) += 1;
         let s = self.streams.entry((workload, src, dst)).or_default();
         let seq = s.sent;
         s.sent += 1;
-        s.deliveries.push(0);
+        if s.deliveries.len() < s.sent as usize {
+            s.deliveries.resize(s.sent as usize, 0);
+        }
         seq
+    }
+
+    /// Adds what another node's recorder saw (drivers that keep one recorder per node merge
+    /// them at the end: the sender knows what it sent, the addressee what it received).
+    pub fn merge(&mut self, other: Recorder) {
+        for (key, o) in other.streams {
+            let s = self.streams.entry(key).or_default();
+            s.sent += o.sent;
+            if s.deliveries.len() < o.deliveries.len() {
+                s.deliveries.resize(o.deliveries.len(), 0);
+            }
+            for (a, b) in s.deliveries.iter_mut().zip(&o.deliveries) {
+                *a += b;
+            }
+            s.out_of_order += o.out_of_order;
+            s.highest = s.highest.max(o.highest);
+        }
+        for (key, n) in other.progress {
+            *self.progress.entry(key).or_insert(0) += n;
+        }
+        self.corrupted += other.corrupted;
+        self.misdelivered += other.misdelivered;
+        let _ = self.latency.add(&other.latency);
+        self.unreachable.extend(other.unreachable);
+        for (k, n) in other.notices {
+            *self.notices.entry(k).or_insert(0) += n;
+        }
     }
 
     /// Records a notice (a non-sendable event leaving the top of a channel) at node `node`;

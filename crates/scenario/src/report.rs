@@ -115,18 +115,18 @@ pub struct Report {
 }
 
 /// Builds the delivery part of a report from the recorder.
-pub(crate) struct Tally {
-    pub sent: u64,
-    pub delivered: u64,
-    pub lost: u64,
-    pub lost_crashed: u64,
-    pub lost_reported: u64,
-    pub duplicated: u64,
-    pub out_of_order: u64,
-    pub latency: Latency,
+struct Tally {
+    sent: u64,
+    delivered: u64,
+    lost: u64,
+    lost_crashed: u64,
+    lost_reported: u64,
+    duplicated: u64,
+    out_of_order: u64,
+    latency: Latency,
 }
 
-pub(crate) fn tally(rec: &Recorder, crashed: &BTreeSet<NodeId>) -> Tally {
+fn tally(rec: &Recorder, crashed: &BTreeSet<NodeId>) -> Tally {
     let mut t = Tally {
         sent: 0,
         delivered: 0,
@@ -153,7 +153,7 @@ pub(crate) fn tally(rec: &Recorder, crashed: &BTreeSet<NodeId>) -> Tally {
         t.out_of_order += s.out_of_order;
         let exempt = crashed.contains(src) || crashed.contains(dst);
         let reported = rec.unreachable.contains(&(*src, *dst));
-        for &n in &s.deliveries {
+        for &n in s.deliveries.iter().take(s.sent as usize) {
             match n {
                 0 if exempt => t.lost_crashed += 1,
                 0 if reported => t.lost_reported += 1,
@@ -168,8 +168,72 @@ pub(crate) fn tally(rec: &Recorder, crashed: &BTreeSet<NodeId>) -> Tally {
     t
 }
 
+/// What a driver observed during a run, to be turned into a [`Report`].
+pub struct Observed {
+    /// Sends, deliveries and notices of every node (merged).
+    pub recorder: Recorder,
+    /// Nodes that crashed at some point (their streams are exempt from the loss count).
+    pub crashed: BTreeSet<NodeId>,
+    /// The network's counts.
+    pub network: Network,
+    /// Layer counters summed over the nodes.
+    pub counters: BTreeMap<String, u64>,
+    /// Events the driver processed (simulator steps; 0 for real sockets).
+    pub steps: u64,
+    /// Hash of the event trace ("-" where runs are not reproducible: real sockets).
+    pub trace_hash: String,
+}
+
+/// Where and how a run happened.
+pub struct RunInfo<'a> {
+    /// The stack file's path.
+    pub file: &'a str,
+    /// The seed.
+    pub seed: u64,
+    /// Nodes.
+    pub nodes: u32,
+    /// Duration of the run.
+    pub duration: viastack_kernel::Duration,
+    /// The declared property.
+    pub expect: Expect,
+}
+
+/// The report of a run.
+pub fn build(info: &RunInfo<'_>, observed: Observed) -> Report {
+    let t = tally(&observed.recorder, &observed.crashed);
+    let rec = &observed.recorder;
+    let mut report = Report {
+        file: info.file.to_string(),
+        seed: info.seed,
+        nodes: info.nodes,
+        duration_s: info.duration.as_secs_f64(),
+        sent: t.sent,
+        delivered: t.delivered,
+        lost: t.lost,
+        lost_crashed: t.lost_crashed,
+        lost_reported: t.lost_reported,
+        duplicated: t.duplicated,
+        out_of_order: t.out_of_order,
+        corrupted: rec.corrupted,
+        misdelivered: rec.misdelivered,
+        latency: t.latency,
+        notices: rec.notices.clone(),
+        network: observed.network,
+        counters: observed.counters,
+        steps: observed.steps,
+        trace_hash: observed.trace_hash,
+        verdict: Verdict {
+            expect: String::new(),
+            holds: true,
+            violations: Vec::new(),
+        },
+    };
+    report.verdict = judge(info.expect, &report);
+    report
+}
+
 /// Judges the declared property against the report's counts.
-pub(crate) fn judge(expect: Expect, r: &Report) -> Verdict {
+fn judge(expect: Expect, r: &Report) -> Verdict {
     let mut v = Vec::new();
     let ordered = matches!(expect, Expect::Fifo | Expect::ReliableFifo);
     let reliable = matches!(expect, Expect::Reliable | Expect::ReliableFifo);

@@ -1,0 +1,164 @@
+//! The scenario's application, as it runs on every node whatever the driver (simulator or real
+//! sockets): it sends each workload's messages at its pace by injecting `Sendable`s down the
+//! workload's channel, and records every sendable that leaves the top of a channel as a
+//! delivery, and every other event (a suspicion, an unreachable peer) as a notice.
+//!
+//! Its progress lives in the [`Recorder`] it is given, so a node that crashes and restarts
+//! resumes its workload where it stopped (with fresh protocol state, as after a reboot).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use viastack_kernel::event::{CHANNEL_CLOSE, CHANNEL_INIT, SENDABLE};
+use viastack_kernel::{
+    ChannelId, Dest, Direction, Event, Instant, Kernel, Message, NodeId, Sendable,
+};
+use viastack_protocols::events::{notice_peer, PEER_UNREACHABLE};
+use viastack_stack::model::{Pattern, Workload};
+
+use crate::payload::{self, Stamp};
+use crate::recorder::Recorder;
+
+/// One workload as this node's application runs it.
+struct Sender {
+    index: u16,
+    channel: ChannelId,
+    pattern: Pattern,
+    size: usize,
+    messages: u64,
+    interval: viastack_kernel::Duration,
+    next_at: Instant,
+}
+
+/// The application of one node.
+pub struct Application {
+    id: NodeId,
+    nodes: u32,
+    senders: Vec<Sender>,
+    recorder: Rc<RefCell<Recorder>>,
+}
+
+impl Application {
+    /// The application of node `id` (of `nodes`), sending the workloads it takes part in on the
+    /// named channels; `now` is the node's boot time.
+    pub fn new(
+        id: NodeId,
+        nodes: u32,
+        channels: &[(String, ChannelId)],
+        workloads: &[Workload],
+        recorder: Rc<RefCell<Recorder>>,
+        now: Instant,
+    ) -> Self {
+        let mut senders = Vec::new();
+        for (i, w) in workloads.iter().enumerate() {
+            let sends = w.senders.as_ref().is_none_or(|s| s.contains(&id.0));
+            let channel = channels
+                .iter()
+                .find(|(n, _)| *n == w.channel)
+                .map(|(_, c)| *c);
+            let (Some(channel), true, Ok(index)) = (channel, sends, u16::try_from(i)) else {
+                continue;
+            };
+            let done = recorder.borrow().progress(index, id);
+            let first = Instant::ZERO
+                + w.start
+                + w.interval
+                    .saturating_mul(u32::try_from(done).unwrap_or(u32::MAX));
+            senders.push(Sender {
+                index,
+                channel,
+                pattern: w.pattern,
+                size: usize::try_from(w.size).unwrap_or(usize::MAX),
+                messages: w.messages,
+                interval: w.interval,
+                next_at: first.max(now),
+            });
+        }
+        Application {
+            id,
+            nodes,
+            senders,
+            recorder,
+        }
+    }
+
+    /// The addressee of this node's `k`-th message under `pattern`.
+    fn destination(&self, pattern: Pattern, k: u64) -> NodeId {
+        let n = u64::from(self.nodes.max(1));
+        let me = u64::from(self.id.0);
+        let dst = match pattern {
+            Pattern::AllToAll if n > 1 => {
+                let j = k % (n - 1);
+                if j >= me {
+                    j + 1
+                } else {
+                    j
+                }
+            }
+            Pattern::AllToAll => me,
+            Pattern::Ring => (me + 1) % n,
+            Pattern::ToFirst => 0,
+        };
+        NodeId(dst as u32)
+    }
+
+    /// Sends every message due at `now`.
+    pub fn send_due(&mut self, kernel: &mut Kernel, now: Instant) {
+        for i in 0..self.senders.len() {
+            loop {
+                let s = &self.senders[i];
+                let (index, channel, pattern, size, interval, next_at) =
+                    (s.index, s.channel, s.pattern, s.size, s.interval, s.next_at);
+                let done = self.recorder.borrow().progress(index, self.id);
+                if done >= s.messages || next_at > now {
+                    break;
+                }
+                let dst = self.destination(pattern, done);
+                let seq = self.recorder.borrow_mut().next_seq(index, self.id, dst);
+                let stamp = Stamp {
+                    workload: index,
+                    src: self.id,
+                    dst,
+                    seq,
+                    sent_at: now,
+                };
+                let bytes = payload::encode(&stamp, size);
+                let ev = Event::sendable(
+                    SENDABLE.id(),
+                    Direction::Down,
+                    channel,
+                    Sendable::new(self.id, Dest::Node(dst), Message::from_payload(&bytes)),
+                );
+                if let Err(e) = kernel.inject(now, ev) {
+                    tracing::debug!(node = %self.id, error = %e, "workload message refused");
+                }
+                self.senders[i].next_at = next_at + interval;
+            }
+        }
+    }
+
+    /// When the next message is due, if any remains to send.
+    pub fn next_send(&self) -> Option<Instant> {
+        let rec = self.recorder.borrow();
+        self.senders
+            .iter()
+            .filter(|s| rec.progress(s.index, self.id) < s.messages)
+            .map(|s| s.next_at)
+            .min()
+    }
+
+    /// Records an event that left the top of a channel at `now`.
+    pub fn on_deliver(&mut self, ev: &Event, now: Instant) {
+        if let Some(s) = ev.sendable_ref() {
+            let stamp = payload::decode(s.message.as_slice());
+            self.recorder.borrow_mut().delivered(self.id, stamp, now);
+        } else if ev.ty() != CHANNEL_INIT.id() && ev.ty() != CHANNEL_CLOSE.id() {
+            let gave_up = (ev.ty() == PEER_UNREACHABLE.id())
+                .then(|| notice_peer(ev))
+                .flatten();
+            self.recorder
+                .borrow_mut()
+                .notice(self.id, ev.ty().name(), gave_up);
+        }
+    }
+}
