@@ -34,6 +34,7 @@ macro_rules! out {
 
 mod bench;
 mod check;
+mod node;
 mod run;
 
 /// The embedded default scenario of `viastack demo`.
@@ -70,6 +71,12 @@ enum Command {
         /// Override the scenario's duration (e.g. "10s", "500ms").
         #[arg(long, value_parser = duration_arg)]
         duration: Option<Duration>,
+        /// Run the nodes on real loopback UDP sockets in real time instead of the simulator.
+        #[arg(long)]
+        net: bool,
+        /// With --net: run every node as a thread of this process.
+        #[arg(long, requires = "net")]
+        threads: bool,
     },
     /// Run the embedded default scenario: a lossy, reordering network, FIFO delivery.
     Demo {
@@ -152,9 +159,17 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             seed,
             duration,
+            net,
+            threads,
         } => match load(&file, &catalog)? {
             Ok(parsed) => {
-                run::run_and_report(&parsed, &catalog, &RunOptions { seed, duration }, json)
+                let options = RunOptions { seed, duration };
+                let driver = match (net, threads) {
+                    (false, _) => run::Driver::Simulator,
+                    (true, true) => run::Driver::Threads,
+                    (true, false) => run::Driver::Processes,
+                };
+                run::run_and_report(&parsed, &catalog, &options, driver, json)
             }
             Err(diags) => {
                 eprintln!("{diags}");
@@ -174,7 +189,13 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                     first_comment(DEMO)
                 )?;
             }
-            run::run_and_report(&parsed, &catalog, &RunOptions::default(), json)
+            run::run_and_report(
+                &parsed,
+                &catalog,
+                &RunOptions::default(),
+                run::Driver::Simulator,
+                json,
+            )
         }
         Command::Layers { markdown } => {
             if markdown {

@@ -12,13 +12,33 @@ use viastack_stack::{Catalog, StackFile};
 /// Exit status when the run completed but the declared property did not hold.
 pub const EXIT_VIOLATED: u8 = 2;
 
+/// What runs the nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    /// The deterministic simulator, in virtual time.
+    Simulator,
+    /// Real loopback UDP sockets, every node a thread of this process.
+    Threads,
+    /// Real loopback UDP sockets, every node a process.
+    Processes,
+}
+
 /// Runs `file`'s scenario and prints the report.
 pub fn run_and_report(
     file: &StackFile,
     catalog: &Catalog,
     options: &RunOptions,
+    driver: Driver,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
+    if driver != Driver::Simulator {
+        for ignored in viastack_net::ignored_settings(file) {
+            eprintln!(
+                "{}: on real sockets the scenario's {ignored} are not applied",
+                file.path
+            );
+        }
+    }
     let bar = if std::io::stderr().is_terminal() {
         let bar = ProgressBar::new(100);
         bar.set_style(
@@ -31,11 +51,18 @@ pub fn run_and_report(
     } else {
         None
     };
-    let report = viastack_scenario::run(file, catalog, options, |f| {
-        if let Some(b) = &bar {
-            b.set_position((f * 100.0) as u64);
+    let report = match driver {
+        Driver::Simulator => viastack_scenario::run(file, catalog, options, |f| {
+            if let Some(b) = &bar {
+                b.set_position((f * 100.0) as u64);
+            }
+        })
+        .map_err(anyhow::Error::from),
+        Driver::Threads => {
+            viastack_net::run_threads(file, catalog, options).map_err(anyhow::Error::from)
         }
-    });
+        Driver::Processes => crate::node::run_processes(file, catalog, options),
+    };
     if let Some(b) = &bar {
         b.finish_and_clear();
     }

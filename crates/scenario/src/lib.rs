@@ -158,6 +158,7 @@ pub fn run(
         .unwrap_or_else(|shared| shared.borrow().clone());
     let info = report::RunInfo {
         file: &file.path,
+        driver: "simulator",
         seed,
         nodes,
         duration,

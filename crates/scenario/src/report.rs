@@ -72,6 +72,8 @@ pub struct Verdict {
 pub struct Report {
     /// The stack file.
     pub file: String,
+    /// What ran the nodes: `simulator`, `udp-threads` or `udp-processes`.
+    pub driver: String,
     /// The seed of the run (rerun with `--seed` to reproduce it exactly).
     pub seed: u64,
     /// Nodes simulated.
@@ -188,6 +190,8 @@ pub struct Observed {
 pub struct RunInfo<'a> {
     /// The stack file's path.
     pub file: &'a str,
+    /// What ran the nodes (see [`Report::driver`]).
+    pub driver: &'a str,
     /// The seed.
     pub seed: u64,
     /// Nodes.
@@ -204,6 +208,7 @@ pub fn build(info: &RunInfo<'_>, observed: Observed) -> Report {
     let rec = &observed.recorder;
     let mut report = Report {
         file: info.file.to_string(),
+        driver: info.driver.to_string(),
         seed: info.seed,
         nodes: info.nodes,
         duration_s: info.duration.as_secs_f64(),
@@ -272,28 +277,70 @@ fn judge(expect: Expect, r: &Report) -> Verdict {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "{}: {} nodes, {:.3} s simulated, seed {}",
-            self.file, self.nodes, self.duration_s, self.seed
-        )?;
-        writeln!(f, "  messages   sent {:>9}   delivered {:>9}   lost {:>7}   duplicated {:>6}   out of order {:>6}",
-            self.sent, self.delivered, self.lost, self.duplicated, self.out_of_order)?;
-        if self.lost_crashed > 0 || self.corrupted > 0 || self.misdelivered > 0 {
+        let simulated = self.driver == "simulator";
+        if simulated {
             writeln!(
                 f,
-                "             lost at crashed nodes {}   corrupted {}   misdelivered {}",
-                self.lost_crashed, self.corrupted, self.misdelivered
+                "{}: {} nodes, {:.3} s simulated, seed {}",
+                self.file, self.nodes, self.duration_s, self.seed
+            )?;
+        } else {
+            writeln!(
+                f,
+                "{}: {} nodes, {:.3} s on loopback UDP ({}), seed {}",
+                self.file, self.nodes, self.duration_s, self.driver, self.seed
             )?;
         }
         writeln!(
             f,
-            "  latency    p50 {:.1} µs   p99 {:.1} µs   max {:.1} µs (virtual time)",
-            self.latency.p50_us, self.latency.p99_us, self.latency.max_us
+            "  messages   sent {:>9}   delivered {:>9}   lost {:>7}   duplicated {:>6}   out of order {:>6}",
+            self.sent, self.delivered, self.lost, self.duplicated, self.out_of_order
+        )?;
+        if self.lost_crashed > 0
+            || self.lost_reported > 0
+            || self.corrupted > 0
+            || self.misdelivered > 0
+        {
+            writeln!(
+                f,
+                "             lost at crashed nodes {}   lost but reported {}   corrupted {}   misdelivered {}",
+                self.lost_crashed, self.lost_reported, self.corrupted, self.misdelivered
+            )?;
+        }
+        writeln!(
+            f,
+            "  latency    p50 {:.1} µs   p99 {:.1} µs   max {:.1} µs ({})",
+            self.latency.p50_us,
+            self.latency.p99_us,
+            self.latency.max_us,
+            if simulated {
+                "virtual time"
+            } else {
+                "real time"
+            }
         )?;
         let n = &self.network;
-        writeln!(f, "  network    datagrams {}   delivered {}   lost {}   duplicated {}   corrupted {}   partitioned {}   to a down node {}",
-            n.sent, n.delivered, n.lost, n.duplicated, n.corrupted, n.dropped_partition, n.dropped_down)?;
+        if simulated {
+            writeln!(
+                f,
+                "  network    datagrams {}   delivered {}   lost {}   duplicated {}   corrupted {}   partitioned {}   to a down node {}",
+                n.sent, n.delivered, n.lost, n.duplicated, n.corrupted, n.dropped_partition, n.dropped_down
+            )?;
+        } else {
+            writeln!(
+                f,
+                "  sockets    datagrams sent {}   received {}   refused by the socket {}",
+                n.sent, n.delivered, n.lost
+            )?;
+        }
+        if !self.notices.is_empty() {
+            let shown: Vec<String> = self
+                .notices
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            writeln!(f, "  notices    {}", shown.join("  "))?;
+        }
         if !self.counters.is_empty() {
             let shown: Vec<String> = self
                 .counters
@@ -302,7 +349,9 @@ impl fmt::Display for Report {
                 .collect();
             writeln!(f, "  counters   {}", shown.join("  "))?;
         }
-        writeln!(f, "  trace      {} ({} steps)", self.trace_hash, self.steps)?;
+        if simulated {
+            writeln!(f, "  trace      {} ({} steps)", self.trace_hash, self.steps)?;
+        }
         if self.verdict.holds {
             write!(f, "  property   {}: holds", self.verdict.expect)
         } else {

@@ -1,0 +1,196 @@
+//! viastack's network driver (issue 3 §1): the stacks that run in the simulator run unchanged
+//! on real sockets, with the real clock fed to the kernel.
+//!
+//! - [`clock`]: the one place that reads the machine's clock;
+//! - [`udp`]: a UDP endpoint with batched IO (`quinn-udp`: `recvmmsg`, GRO) and `mio` readiness;
+//! - [`node`]: a kernel + the scenario's application + an endpoint, and its event loop;
+//! - [`run_threads`]: a scenario's nodes as threads of one process on loopback, ending with the
+//!   same [`Report`] as a simulated run.
+//!
+//! Link conditions, partitions and crashes of a `[scenario]` are simulator features: on real
+//! sockets faults come from fault-injection layers in the stack (or from `tc netem` in the
+//! testbed), and the run says which scenario settings it ignored.
+#![deny(unsafe_code)]
+
+pub mod clock;
+pub mod node;
+pub mod udp;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+
+use viastack_kernel::{Instant, KernelConfig, NodeId};
+use viastack_scenario::report::{self, Network, Observed, RunInfo};
+use viastack_scenario::{Recorder, Report, RunOptions};
+use viastack_stack::{build_node, BuildEnv, Catalog, Diagnostics, StackFile};
+
+pub use clock::Clock;
+pub use node::{NetNode, NodeOutcome, Peers};
+pub use udp::{UdpEndpoint, UdpStats};
+
+/// Why a run on real sockets failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// The file has no `[scenario]`.
+    #[error("{0}: the stack file has no [scenario] to run")]
+    NoScenario(String),
+    /// A node's stack could not be built.
+    #[error("{0}")]
+    Build(Diagnostics),
+    /// The net driver needs exactly one device per node.
+    #[error("the network driver needs exactly one device layer per node; the stack has {0}")]
+    Devices(usize),
+    /// A socket failed.
+    #[error("socket: {0}")]
+    Io(#[from] std::io::Error),
+    /// A node's thread panicked (a bug; the message says where).
+    #[error("node {node} failed: {message}")]
+    NodeFailed {
+        /// The node.
+        node: u32,
+        /// What happened.
+        message: String,
+    },
+}
+
+/// Scenario settings a real-socket run cannot honour (to tell the user).
+pub fn ignored_settings(file: &StackFile) -> Vec<String> {
+    let Some(s) = &file.scenario else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let l = &s.link;
+    if l.loss > 0.0 || l.duplicate > 0.0 || l.reorder > 0.0 || l.corrupt > 0.0 {
+        out.push("link faults (use fault-injection layers or the netem testbed)".to_string());
+    }
+    if !l.jitter.is_zero() || l.bandwidth.is_some() || !s.links.is_empty() {
+        out.push("link latency, jitter, bandwidth and per-link overrides".to_string());
+    }
+    if !s.partitions.is_empty() {
+        out.push("partitions".to_string());
+    }
+    if !s.crashes.is_empty() {
+        out.push("crashes".to_string());
+    }
+    out
+}
+
+/// Runs `file`'s scenario with every node as a thread of this process, on loopback UDP
+/// sockets, for the scenario's duration in real time.
+///
+/// # Errors
+/// [`NetError`]: no scenario, a stack that does not build, socket errors.
+pub fn run_threads(
+    file: &StackFile,
+    catalog: &Catalog,
+    options: &RunOptions,
+) -> Result<Report, NetError> {
+    let scenario = file
+        .scenario
+        .clone()
+        .ok_or_else(|| NetError::NoScenario(file.path.clone()))?;
+    let seed = options.seed.unwrap_or(scenario.seed);
+    let duration = options.duration.unwrap_or(scenario.duration);
+    let nodes = scenario.nodes;
+
+    // Bind every socket first: the peer table must be complete before any node starts.
+    let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
+    let mut endpoints = Vec::new();
+    for _ in 0..nodes {
+        endpoints.push(UdpEndpoint::bind(loopback)?);
+    }
+    let addrs = endpoints
+        .iter()
+        .map(UdpEndpoint::local_addr)
+        .collect::<Result<Vec<_>, _>>()?;
+    let peers = Peers::new(addrs);
+    // Build every node before starting the clock, so slow builds do not eat the run.
+    let mut built = Vec::new();
+    for n in 0..nodes {
+        let env = BuildEnv {
+            node: NodeId(n),
+            nodes,
+            seed,
+        };
+        let config = KernelConfig {
+            node: NodeId(n),
+            seed: seed ^ u64::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ..KernelConfig::default()
+        };
+        built.push(build_node(file, catalog, &env, config).map_err(NetError::Build)?);
+    }
+    let clock = Clock::start();
+    let end = Instant::ZERO + duration;
+    let outcomes: Vec<Result<NodeOutcome, NetError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = built
+            .into_iter()
+            .zip(endpoints)
+            .enumerate()
+            .map(|(n, (b, endpoint))| {
+                let peers = peers.clone();
+                let workloads = scenario.workloads.clone();
+                let id = NodeId(n as u32);
+                std::thread::Builder::new()
+                    .name(format!("node-{n}"))
+                    .spawn_scoped(scope, move || {
+                        let mut node =
+                            NetNode::new(id, nodes, b, &workloads, endpoint, peers, clock)?;
+                        node.run_until(end)?;
+                        Ok(node.finish())
+                    })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(n, h)| match h {
+                Ok(h) => h.join().unwrap_or_else(|_| {
+                    Err(NetError::NodeFailed {
+                        node: n as u32,
+                        message: "its thread panicked".into(),
+                    })
+                }),
+                Err(e) => Err(NetError::Io(e)),
+            })
+            .collect()
+    });
+    let mut recorder = Recorder::default();
+    let mut counters = BTreeMap::new();
+    let mut network = Network {
+        sent: 0,
+        delivered: 0,
+        lost: 0,
+        duplicated: 0,
+        corrupted: 0,
+        dropped_partition: 0,
+        dropped_down: 0,
+    };
+    for outcome in outcomes {
+        let o = outcome?;
+        recorder.merge(o.recorder);
+        for (k, v) in o.counters {
+            let c = counters.entry(k).or_insert(0u64);
+            *c = c.saturating_add(v);
+        }
+        network.sent += o.udp.sent;
+        network.delivered += o.udp.received;
+        network.lost += o.udp.send_failed;
+    }
+    let info = RunInfo {
+        file: &file.path,
+        driver: "udp-threads",
+        seed,
+        nodes,
+        duration,
+        expect: scenario.expect,
+    };
+    let observed = Observed {
+        recorder,
+        crashed: BTreeSet::new(),
+        network,
+        counters,
+        steps: 0,
+        trace_hash: "-".to_string(),
+    };
+    Ok(report::build(&info, observed))
+}
