@@ -93,6 +93,21 @@ enum Command {
         #[arg(long)]
         markdown: bool,
     },
+    /// One node of `run --net` (started by it; not for direct use).
+    #[command(hide = true)]
+    Node {
+        /// The stack file.
+        file: PathBuf,
+        /// This node's id.
+        #[arg(long)]
+        node: u32,
+        /// The run's seed.
+        #[arg(long)]
+        seed: u64,
+        /// How long the run lasts, in nanoseconds.
+        #[arg(long)]
+        duration_ns: u64,
+    },
     /// Measure viastack against its references and print the ratios.
     Bench {
         #[command(subcommand)]
@@ -213,6 +228,15 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                     }
                 }
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Node {
+            file,
+            node: id,
+            seed,
+            duration_ns,
+        } => {
+            node::child(&file, &catalog, id, seed, duration_ns)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench { what } => {

@@ -26,16 +26,16 @@ impl Clock {
     /// A clock whose epoch is `unix_nanos` (nanoseconds since 1970): how the processes of one
     /// run agree on time zero. Falls back to now if the wall clock is before that epoch.
     pub fn from_unix_epoch(unix_nanos: u64) -> Self {
-        let wall_now = duration_nanos(
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap_or(Duration::ZERO),
-        );
-        let since = Duration::from_nanos(wall_now.saturating_sub(unix_nanos));
+        let wall_now = Self::unix_now_nanos();
         let now = Monotonic::now();
-        Clock {
-            epoch: now.checked_sub(since).unwrap_or(now),
-        }
+        let epoch = if unix_nanos >= wall_now {
+            // Time zero is still to come: every node waits for it.
+            now + Duration::from_nanos(unix_nanos - wall_now)
+        } else {
+            let since = Duration::from_nanos(wall_now - unix_nanos);
+            now.checked_sub(since).unwrap_or(now)
+        };
+        Clock { epoch }
     }
 
     /// The wall-clock time of now, in nanoseconds since 1970 (to hand an epoch to other
@@ -53,8 +53,12 @@ impl Clock {
         Instant::from_nanos(duration_nanos(self.epoch.elapsed()))
     }
 
-    /// Real time left until `t` (zero if past).
+    /// Real time left until `t` (zero if past). Exact even before the epoch, when [`now`]
+    /// still reads zero.
+    ///
+    /// [`now`]: Clock::now
     pub fn until(&self, t: Instant) -> Duration {
-        t.saturating_duration_since(self.now())
+        (self.epoch + Duration::from_nanos(t.as_nanos()))
+            .saturating_duration_since(Monotonic::now())
     }
 }

@@ -5,7 +5,8 @@
 //! - [`udp`]: a UDP endpoint with batched IO (`quinn-udp`: `recvmmsg`, GRO) and `mio` readiness;
 //! - [`node`]: a kernel + the scenario's application + an endpoint, and its event loop;
 //! - [`run_threads`]: a scenario's nodes as threads of one process on loopback, ending with the
-//!   same [`Report`] as a simulated run.
+//!   same [`Report`] as a simulated run;
+//! - [`procs`]: the same with one process per node ([`run_processes`], [`run_child`]).
 //!
 //! Link conditions, partitions and crashes of a `[scenario]` are simulator features: on real
 //! sockets faults come from fault-injection layers in the stack (or from `tc netem` in the
@@ -14,6 +15,7 @@
 
 pub mod clock;
 pub mod node;
+pub mod procs;
 pub mod udp;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,6 +28,7 @@ use viastack_stack::{build_node, BuildEnv, Catalog, Diagnostics, StackFile};
 
 pub use clock::Clock;
 pub use node::{NetNode, NodeOutcome, Peers};
+pub use procs::{run_child, run_processes};
 pub use udp::{UdpEndpoint, UdpStats};
 
 /// Why a run on real sockets failed.
@@ -75,6 +78,13 @@ pub fn ignored_settings(file: &StackFile) -> Vec<String> {
     out
 }
 
+/// The seed of node `node`'s kernel in a run seeded with `seed`.
+pub(crate) fn kernel_seed(seed: u64, node: NodeId) -> u64 {
+    seed ^ u64::from(node.0)
+        .wrapping_add(1)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
 /// Runs `file`'s scenario with every node as a thread of this process, on loopback UDP
 /// sockets, for the scenario's duration in real time.
 ///
@@ -114,7 +124,7 @@ pub fn run_threads(
         };
         let config = KernelConfig {
             node: NodeId(n),
-            seed: seed ^ u64::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            seed: kernel_seed(seed, NodeId(n)),
             ..KernelConfig::default()
         };
         built.push(build_node(file, catalog, &env, config).map_err(NetError::Build)?);

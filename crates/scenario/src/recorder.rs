@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
 use viastack_kernel::{Instant, NodeId};
 
 use crate::payload::Stamp;
@@ -154,5 +155,145 @@ impl Recorder {
             Some(h) if stamp.seq < h => stream.out_of_order += 1,
             _ => stream.highest = Some(stamp.seq),
         }
+    }
+}
+
+/// A [`Recorder`] as plain data, for drivers whose nodes are separate processes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecorderSnapshot {
+    streams: Vec<StreamSnapshot>,
+    progress: Vec<(u16, u32, u64)>,
+    corrupted: u64,
+    misdelivered: u64,
+    /// (value in ns, count) pairs of the latency histogram.
+    latency: Vec<(u64, u64)>,
+    unreachable: Vec<(u32, u32)>,
+    notices: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct StreamSnapshot {
+    workload: u16,
+    src: u32,
+    dst: u32,
+    sent: u64,
+    deliveries: Vec<u32>,
+    highest: Option<u64>,
+    out_of_order: u64,
+}
+
+impl Recorder {
+    /// This recorder as plain data.
+    pub fn snapshot(&self) -> RecorderSnapshot {
+        RecorderSnapshot {
+            streams: self
+                .streams
+                .iter()
+                .map(|(&(workload, src, dst), s)| StreamSnapshot {
+                    workload,
+                    src: src.0,
+                    dst: dst.0,
+                    sent: s.sent,
+                    deliveries: s.deliveries.clone(),
+                    highest: s.highest,
+                    out_of_order: s.out_of_order,
+                })
+                .collect(),
+            progress: self
+                .progress
+                .iter()
+                .map(|(&(w, n), &c)| (w, n.0, c))
+                .collect(),
+            corrupted: self.corrupted,
+            misdelivered: self.misdelivered,
+            latency: self
+                .latency
+                .iter_recorded()
+                .map(|v| (v.value_iterated_to(), v.count_at_value()))
+                .collect(),
+            unreachable: self.unreachable.iter().map(|(a, b)| (a.0, b.0)).collect(),
+            notices: self.notices.clone(),
+        }
+    }
+
+    /// A recorder from a snapshot. Absurd sequence numbers are clamped as in
+    /// [`Recorder::delivered`].
+    pub fn from_snapshot(snap: RecorderSnapshot) -> Recorder {
+        let mut r = Recorder::default();
+        for s in snap.streams {
+            let mut deliveries = s.deliveries;
+            deliveries.truncate(MAX_TRACKED_SEQ as usize);
+            r.streams.insert(
+                (s.workload, NodeId(s.src), NodeId(s.dst)),
+                Stream {
+                    sent: s.sent.min(MAX_TRACKED_SEQ),
+                    deliveries,
+                    highest: s.highest,
+                    out_of_order: s.out_of_order,
+                },
+            );
+        }
+        for (w, n, c) in snap.progress {
+            r.progress.insert((w, NodeId(n)), c);
+        }
+        r.corrupted = snap.corrupted;
+        r.misdelivered = snap.misdelivered;
+        for (value, count) in snap.latency {
+            let _ = r.latency.record_n(value.clamp(1, r.latency.high()), count);
+        }
+        r.unreachable = snap
+            .unreachable
+            .into_iter()
+            .map(|(a, b)| (NodeId(a), NodeId(b)))
+            .collect();
+        r.notices = snap.notices;
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payload::Stamp;
+
+    fn stamp(src: u32, dst: u32, seq: u64) -> Option<Stamp> {
+        Some(Stamp {
+            workload: 0,
+            src: NodeId(src),
+            dst: NodeId(dst),
+            seq,
+            sent_at: Instant::from_millis(1),
+        })
+    }
+
+    #[test]
+    fn per_node_recorders_merge_into_the_shared_view() {
+        // The shared view: one recorder sees both ends.
+        let mut shared = Recorder::default();
+        // Per node: the sender's and the receiver's recorders.
+        let (mut sender, mut receiver) = (Recorder::default(), Recorder::default());
+        for seq in 0..5 {
+            assert_eq!(shared.next_seq(0, NodeId(0), NodeId(1)), seq);
+            assert_eq!(sender.next_seq(0, NodeId(0), NodeId(1)), seq);
+        }
+        for seq in [0, 2, 1, 2] {
+            shared.delivered(NodeId(1), stamp(0, 1, seq), Instant::from_millis(3));
+            receiver.delivered(NodeId(1), stamp(0, 1, seq), Instant::from_millis(3));
+        }
+        receiver.notice(NodeId(1), "Suspect", None);
+        let mut merged = Recorder::default();
+        merged.merge(Recorder::from_snapshot(sender.snapshot()));
+        merged.merge(Recorder::from_snapshot(receiver.snapshot()));
+        let key = (0, NodeId(0), NodeId(1));
+        assert_eq!(merged.streams[&key].sent, shared.streams[&key].sent);
+        assert_eq!(merged.streams[&key].deliveries, vec![1, 1, 2, 0, 0]);
+        assert_eq!(
+            merged.streams[&key].deliveries,
+            shared.streams[&key].deliveries
+        );
+        assert_eq!(merged.streams[&key].out_of_order, 1);
+        assert_eq!(merged.progress, shared.progress);
+        assert_eq!(merged.latency.len(), shared.latency.len());
+        assert_eq!(merged.notices.get("Suspect"), Some(&1));
     }
 }
