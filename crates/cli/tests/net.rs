@@ -27,10 +27,14 @@ interval = "2ms"
 "#;
 
 fn write_stack(name: &str) -> std::path::PathBuf {
+    write_src(name, STACK)
+}
+
+fn write_src(name: &str, src: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("viastack-net-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("net.toml");
-    std::fs::write(&path, STACK).unwrap();
+    std::fs::write(&path, src).unwrap();
     path
 }
 
@@ -81,6 +85,23 @@ fn run_net_with_one_thread_per_node() {
     let (code, report, stderr) = run(&path, &["--net", "--threads"]);
     assert_eq!(code, 0, "{stderr}");
     check(&report, "udp-threads");
+}
+
+#[test]
+fn run_net_over_tcp_frames() {
+    let src = STACK.replace(
+        "kind = \"device\"",
+        "kind = \"device\"\ntransport = \"tcp\"",
+    );
+    let path = write_src("tcp", &src);
+    let (code, report, stderr) = run(&path, &["--net"]);
+    assert_eq!(code, 0, "{stderr}");
+    check(&report, "tcp-processes");
+    let (code, report, stderr) = run(&path, &["--net", "--threads"]);
+    assert_eq!(code, 0, "{stderr}");
+    check(&report, "tcp-threads");
+    // TCP does not lose on loopback: every message arrives.
+    assert_eq!(report["delivered"], 150, "{report}");
 }
 
 #[test]

@@ -16,6 +16,8 @@
 pub mod clock;
 pub mod node;
 pub mod procs;
+pub mod tcp;
+pub mod transport;
 pub mod udp;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -27,9 +29,11 @@ use viastack_scenario::{Recorder, Report, RunOptions};
 use viastack_stack::{build_node, BuildEnv, Catalog, Diagnostics, StackFile};
 
 pub use clock::Clock;
-pub use node::{NetNode, NodeOutcome, Peers};
+pub use node::{NetNode, NodeOutcome};
 pub use procs::{run_child, run_processes};
-pub use udp::{UdpEndpoint, UdpStats};
+pub use tcp::TcpTransport;
+pub use transport::{Transport, TransportStats};
+pub use udp::{UdpEndpoint, UdpStats, UdpTransport};
 
 /// Why a run on real sockets failed.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +82,32 @@ pub fn ignored_settings(file: &StackFile) -> Vec<String> {
     out
 }
 
+/// Which transport carries a stack's device traffic on real sockets: the `transport` parameter
+/// of its device layer (`udp` unless it says `tcp`).
+pub fn transport_kind(file: &StackFile) -> &'static str {
+    let tcp = file.layers.values().any(|l| {
+        l.kind == "device"
+            && matches!(l.params.get("transport"), Some(viastack_stack::ParamValue::Str(t)) if t == "tcp")
+    });
+    if tcp {
+        "tcp"
+    } else {
+        "udp"
+    }
+}
+
+/// Binds node `me`'s transport of kind `kind` on loopback.
+///
+/// # Errors
+/// Socket errors.
+pub fn bind_transport(kind: &str, me: NodeId) -> std::io::Result<Box<dyn Transport>> {
+    let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
+    Ok(match kind {
+        "tcp" => Box::new(TcpTransport::bind(me, loopback)?),
+        _ => Box::new(UdpTransport::bind(loopback)?),
+    })
+}
+
 /// The seed of node `node`'s kernel in a run seeded with `seed`.
 pub(crate) fn kernel_seed(seed: u64, node: NodeId) -> u64 {
     seed ^ u64::from(node.0)
@@ -104,16 +134,18 @@ pub fn run_threads(
     let nodes = scenario.nodes;
 
     // Bind every socket first: the peer table must be complete before any node starts.
-    let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
-    let mut endpoints = Vec::new();
-    for _ in 0..nodes {
-        endpoints.push(UdpEndpoint::bind(loopback)?);
+    let kind = transport_kind(file);
+    let mut transports = Vec::new();
+    for n in 0..nodes {
+        transports.push(bind_transport(kind, NodeId(n))?);
     }
-    let addrs = endpoints
+    let addrs = transports
         .iter()
-        .map(UdpEndpoint::local_addr)
+        .map(|t| t.local_addr())
         .collect::<Result<Vec<_>, _>>()?;
-    let peers = Peers::new(addrs);
+    for t in &mut transports {
+        t.set_peers(addrs.clone());
+    }
     // Build every node before starting the clock, so slow builds do not eat the run.
     let mut built = Vec::new();
     for n in 0..nodes {
@@ -134,17 +166,15 @@ pub fn run_threads(
     let outcomes: Vec<Result<NodeOutcome, NetError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = built
             .into_iter()
-            .zip(endpoints)
+            .zip(transports)
             .enumerate()
-            .map(|(n, (b, endpoint))| {
-                let peers = peers.clone();
+            .map(|(n, (b, transport))| {
                 let workloads = scenario.workloads.clone();
                 let id = NodeId(n as u32);
                 std::thread::Builder::new()
                     .name(format!("node-{n}"))
                     .spawn_scoped(scope, move || {
-                        let mut node =
-                            NetNode::new(id, nodes, b, &workloads, endpoint, peers, clock)?;
+                        let mut node = NetNode::new(id, nodes, b, &workloads, transport, clock)?;
                         node.run_until(end)?;
                         Ok(node.finish())
                     })
@@ -182,13 +212,17 @@ pub fn run_threads(
             let c = counters.entry(k).or_insert(0u64);
             *c = c.saturating_add(v);
         }
-        network.sent += o.udp.sent;
-        network.delivered += o.udp.received;
-        network.lost += o.udp.send_failed;
+        network.sent += o.transport.sent;
+        network.delivered += o.transport.received;
+        network.lost += o.transport.send_failed;
     }
     let info = RunInfo {
         file: &file.path,
-        driver: "udp-threads",
+        driver: if kind == "tcp" {
+            "tcp-threads"
+        } else {
+            "udp-threads"
+        },
         seed,
         nodes,
         duration,

@@ -21,7 +21,7 @@ use viastack_scenario::report::{self, Network, Observed, RunInfo};
 use viastack_scenario::{Recorder, Report, RunOptions};
 use viastack_stack::{build_node, BuildEnv, Catalog, StackFile};
 
-use crate::{kernel_seed, Clock, NetError, NetNode, Peers, UdpEndpoint};
+use crate::{bind_transport, kernel_seed, transport_kind, Clock, NetError, NetNode};
 
 /// What a child reports at the end of its run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -73,8 +73,8 @@ pub fn run_child(
         ..KernelConfig::default()
     };
     let built = build_node(file, catalog, &env, config).map_err(NetError::Build)?;
-    let endpoint = UdpEndpoint::bind(([127, 0, 0, 1], 0).into())?;
-    writeln!(output, "READY {}", endpoint.local_addr()?)?;
+    let mut transport = bind_transport(transport_kind(file), id)?;
+    writeln!(output, "READY {}", transport.local_addr()?)?;
     output.flush()?;
 
     let mut line = String::new();
@@ -93,14 +93,14 @@ pub fn run_child(
     if addrs.len() != scenario.nodes as usize {
         return Err(protocol(node, "peer table of the wrong size"));
     }
+    transport.set_peers(addrs);
     let clock = Clock::from_unix_epoch(epoch);
     let mut net = NetNode::new(
         id,
         scenario.nodes,
         built,
         &scenario.workloads,
-        endpoint,
-        Peers::new(addrs),
+        transport,
         clock,
     )?;
     net.run_until(Instant::ZERO + duration)?;
@@ -109,9 +109,9 @@ pub fn run_child(
         recorder: outcome.recorder.snapshot(),
         counters: outcome.counters,
         udp: (
-            outcome.udp.sent,
-            outcome.udp.send_failed,
-            outcome.udp.received,
+            outcome.transport.sent,
+            outcome.transport.send_failed,
+            outcome.transport.received,
         ),
     };
     let json = serde_json::to_string(&result).map_err(|e| protocol(node, e.to_string()))?;
@@ -246,7 +246,11 @@ pub fn run_processes(
     }
     let info = RunInfo {
         file: &file.path,
-        driver: "udp-processes",
+        driver: if transport_kind(file) == "tcp" {
+            "tcp-processes"
+        } else {
+            "udp-processes"
+        },
         seed,
         nodes: scenario.nodes,
         duration,

@@ -4,6 +4,7 @@
 //! One endpoint per device port of a node. Received batches are split into datagrams (a GRO
 //! buffer holds several of `stride` bytes each) and handed out with their source address.
 
+use std::collections::HashMap;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -11,6 +12,9 @@ use std::time::Duration;
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token};
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState, BATCH_SIZE};
+use viastack_kernel::NodeId;
+
+use crate::transport::{Transport, TransportStats};
 
 /// Largest datagram accepted (the UDP payload limit over IPv4).
 pub const MAX_DATAGRAM: usize = 65_535;
@@ -34,7 +38,7 @@ pub struct UdpEndpoint {
     events: Events,
     bufs: Vec<Vec<u8>>,
     meta: Vec<RecvMeta>,
-    stats: UdpStats,
+    pub(crate) stats: UdpStats,
 }
 
 impl UdpEndpoint {
@@ -133,6 +137,76 @@ impl UdpEndpoint {
         }
         self.stats.received += total as u64;
         Ok(total)
+    }
+}
+
+/// The UDP transport of one node: an endpoint plus the peer table.
+pub struct UdpTransport {
+    endpoint: UdpEndpoint,
+    peers: Vec<SocketAddr>,
+    by_addr: HashMap<SocketAddr, NodeId>,
+    unknown_source: u64,
+}
+
+impl UdpTransport {
+    /// Binds `addr`.
+    ///
+    /// # Errors
+    /// Socket errors.
+    pub fn bind(addr: SocketAddr) -> io::Result<Self> {
+        Ok(UdpTransport {
+            endpoint: UdpEndpoint::bind(addr)?,
+            peers: Vec::new(),
+            by_addr: HashMap::new(),
+            unknown_source: 0,
+        })
+    }
+}
+
+impl Transport for UdpTransport {
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.endpoint.local_addr()
+    }
+
+    fn set_peers(&mut self, peers: Vec<SocketAddr>) {
+        self.by_addr = peers
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (*a, NodeId(i as u32)))
+            .collect();
+        self.peers = peers;
+    }
+
+    fn send(&mut self, dest: NodeId, bytes: &[u8]) {
+        match self.peers.get(dest.0 as usize) {
+            Some(addr) => self.endpoint.send(*addr, bytes),
+            None => self.endpoint.stats.send_failed += 1,
+        }
+    }
+
+    fn recv(
+        &mut self,
+        timeout: Duration,
+        sink: &mut dyn FnMut(NodeId, &[u8]),
+    ) -> io::Result<usize> {
+        let by_addr = &self.by_addr;
+        let unknown = &mut self.unknown_source;
+        self.endpoint
+            .recv(timeout, |src, bytes| match by_addr.get(&src) {
+                Some(node) => sink(*node, bytes),
+                None => *unknown += 1,
+            })
+    }
+
+    fn stats(&self) -> TransportStats {
+        let s = self.endpoint.stats();
+        TransportStats {
+            sent: s.sent,
+            send_failed: s.send_failed,
+            received: s.received - self.unknown_source,
+            bad_frames: self.unknown_source,
+            connections: 0,
+        }
     }
 }
 

@@ -287,7 +287,7 @@ impl fmt::Display for Report {
         } else {
             writeln!(
                 f,
-                "{}: {} nodes, {:.3} s on loopback UDP ({}), seed {}",
+                "{}: {} nodes, {:.3} s on loopback sockets ({}), seed {}",
                 self.file, self.nodes, self.duration_s, self.driver, self.seed
             )?;
         }

@@ -494,12 +494,21 @@ pub const DEVICE: LayerKind = LayerKind {
     doc: "The bottom of a stack: tags each datagram with its channel and hands it to the \
           driver (simulated links or real sockets). One session per node, shared by every \
           channel that uses the layer.",
-    params: &[ParamSpec {
-        name: "port",
-        kind: ParamKind::Int { min: 0, max: 65535 },
-        default: Some("0"),
-        doc: "which device of the destination node receives the datagrams",
-    }],
+    params: &[
+        ParamSpec {
+            name: "port",
+            kind: ParamKind::Int { min: 0, max: 65535 },
+            default: Some("0"),
+            doc: "which device of the destination node receives the datagrams",
+        },
+        ParamSpec {
+            name: "transport",
+            kind: ParamKind::Choice(&["udp", "tcp"]),
+            default: Some("\"udp\""),
+            doc: "what carries the datagrams on real sockets (`run --net`): UDP, or \
+                  length-prefixed frames over TCP; the simulator ignores it",
+        },
+    ],
     device: true,
     build: build_device,
 };
