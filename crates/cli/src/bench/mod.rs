@@ -4,6 +4,7 @@
 use clap::Subcommand;
 
 mod kernel;
+mod unicast;
 
 /// What to measure.
 #[derive(Subcommand)]
@@ -11,11 +12,14 @@ pub enum BenchCommand {
     /// Kernel dispatch: events through transparent and ghost layers vs direct calls (seed 001
     /// Table 3).
     Kernel(kernel::KernelArgs),
+    /// Reliable FIFO unicast on loopback vs kernel TCP, raw UDP and quinn; ping-pong latency.
+    Unicast(unicast::UnicastArgs),
 }
 
 /// Runs one benchmark.
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Kernel(args) => kernel::run(&args),
+        BenchCommand::Unicast(args) => unicast::run(&args),
     }
 }
