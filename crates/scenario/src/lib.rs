@@ -112,6 +112,8 @@ pub fn run(
             let config = KernelConfig {
                 node: id,
                 seed: kernel_seed(seed, id),
+                // A restarted node boots at its restart time, not at the epoch.
+                start: now,
                 ..KernelConfig::default()
             };
             match build_node(&file, &catalog, &env, config.clone()) {
