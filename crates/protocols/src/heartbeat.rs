@@ -46,7 +46,8 @@
 //! | --- | --- | --- | --- |
 //! | 0 | 1 | `kind` | `0x00` data (the upper layers' bytes follow), `0x01` heartbeat, version 1 |
 //!
-//! A heartbeat (`kind = 0x01`) continues with, 13 bytes in all, nothing after:
+//! A heartbeat (`kind = 0x01`) continues with (13 bytes in all; bytes after them are ignored,
+//! room for later fields):
 //!
 //! | offset | size | field | meaning |
 //! | --- | --- | --- | --- |
