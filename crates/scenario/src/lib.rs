@@ -79,8 +79,22 @@ pub fn run(
     file: &StackFile,
     catalog: &Catalog,
     options: &RunOptions,
-    mut progress: impl FnMut(f64),
+    progress: impl FnMut(f64),
 ) -> Result<Report, RunError> {
+    run_recorded(file, catalog, options, progress).map(|(report, _)| report)
+}
+
+/// [`run`], also returning everything the applications observed (per-stream latency ranges,
+/// each node's notices with their positions), for tests that check more than the report.
+///
+/// # Errors
+/// As [`run`].
+pub fn run_recorded(
+    file: &StackFile,
+    catalog: &Catalog,
+    options: &RunOptions,
+    mut progress: impl FnMut(f64),
+) -> Result<(Report, Recorder), RunError> {
     let scenario = file
         .scenario
         .clone()
@@ -179,5 +193,7 @@ pub fn run(
         },
     };
     report.verdict = report::judge(scenario.expect, &report);
-    Ok(report)
+    drop(rec);
+    let rec = std::mem::take(&mut *recorder.borrow_mut());
+    Ok((report, rec))
 }

@@ -38,6 +38,8 @@ pub struct SimNode {
     nodes: u32,
     kernel: Kernel,
     devices: Vec<(u16, SessionId)>,
+    /// Channel names by id, for the recorder.
+    channel_names: Vec<(ChannelId, String)>,
     senders: Vec<Sender>,
     recorder: Rc<RefCell<Recorder>>,
     transmits: VecDeque<Transmit>,
@@ -82,11 +84,13 @@ impl SimNode {
                 next_at: first.max(now),
             });
         }
+        let channel_names = channels.iter().map(|(n, c)| (*c, n.clone())).collect();
         let mut node = SimNode {
             id,
             nodes,
             kernel,
             devices,
+            channel_names,
             senders,
             recorder,
             transmits: VecDeque::new(),
@@ -182,18 +186,22 @@ impl SimNode {
                     bytes: t.message.into_vec(),
                 }),
                 Output::Deliver(ev) => {
+                    let channel = self
+                        .channel_names
+                        .iter()
+                        .find(|(c, _)| *c == ev.channel())
+                        .map_or("?", |(_, n)| n.as_str());
+                    let now = self.kernel.now();
+                    let mut rec = self.recorder.borrow_mut();
                     if let Some(s) = ev.sendable_ref() {
                         let stamp = payload::decode(s.message.as_slice());
-                        self.recorder
-                            .borrow_mut()
-                            .delivered(self.id, stamp, self.kernel.now());
+                        rec.received_on(self.id, channel);
+                        rec.delivered(self.id, stamp, now);
                     } else if ev.ty() != CHANNEL_INIT.id() && ev.ty() != CHANNEL_CLOSE.id() {
-                        let gave_up = (ev.ty() == PEER_UNREACHABLE.id())
-                            .then(|| notice_peer(&ev))
-                            .flatten();
-                        self.recorder
-                            .borrow_mut()
-                            .notice(self.id, ev.ty().name(), gave_up);
+                        let peer = notice_peer(&ev);
+                        let gave_up = (ev.ty() == PEER_UNREACHABLE.id()).then_some(peer).flatten();
+                        rec.notice(self.id, ev.ty().name(), gave_up);
+                        rec.log_notice(self.id, now, channel, ev.ty().name(), peer);
                     }
                 }
             }
