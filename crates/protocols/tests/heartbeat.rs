@@ -79,7 +79,14 @@ impl Node {
                     if let Some(s) = e.sendable_ref() {
                         Out::Data(e.channel(), s.source, s.message.as_slice().to_vec())
                     } else if let Some(peer) = notice_peer(&e) {
-                        Out::Notice(e.ty().name(), e.channel(), peer)
+                        let name = if e.ty() == SUSPECT.id() {
+                            "Suspect"
+                        } else if e.ty() == ALIVE.id() {
+                            "Alive"
+                        } else {
+                            panic!("unexpected notice {:?}", e.ty())
+                        };
+                        Out::Notice(name, e.channel(), peer)
                     } else {
                         continue; // ChannelInit
                     }
@@ -171,7 +178,7 @@ fn shared_vectors_decode_or_are_counted() {
             continue;
         }
         assert_eq!(counters, before, "{name}: nothing counted");
-        let ch = v["channel"].as_u64().unwrap();
+        let ch = n.channels[v["channel"].as_u64().unwrap() as usize].0;
         match v["kind"].as_str().unwrap() {
             "data" => {
                 let payload = hex(v["payload_hex"].as_str().unwrap());
@@ -179,7 +186,7 @@ fn shared_vectors_decode_or_are_counted() {
                     got,
                     vec![(
                         Instant::ZERO,
-                        Out::Data(ChannelId(ch as u32), NodeId(1), payload.clone())
+                        Out::Data(ChannelId(ch), NodeId(1), payload.clone())
                     )],
                     "{name}"
                 );
@@ -190,7 +197,7 @@ fn shared_vectors_decode_or_are_counted() {
                         Event::sendable(
                             SENDABLE.id(),
                             Direction::Down,
-                            ChannelId(ch as u32),
+                            ChannelId(ch),
                             Sendable::new(
                                 NodeId(ME),
                                 Dest::Node(NodeId(1)),
