@@ -51,6 +51,11 @@ pub struct KernelConfig {
     pub seed: u64,
     /// Most events processed by one `handle_*` call before it yields (a livelock guard).
     pub step_cap: u64,
+    /// The kernel's clock at creation: what `ctx.now()` reads until the driver's first call.
+    /// A node (re)built later than the driver's epoch (a restart) must start at that time, or
+    /// sessions starting their channels would see time zero (timers set in the past, epochs
+    /// derived from a stale clock).
+    pub start: Instant,
 }
 
 impl Default for KernelConfig {
@@ -59,6 +64,7 @@ impl Default for KernelConfig {
             node: NodeId(0),
             seed: 0,
             step_cap: 10_000_000,
+            start: Instant::ZERO,
         }
     }
 }
@@ -527,7 +533,7 @@ impl Kernel {
             sessions: Vec::new(),
             core: Core {
                 node: config.node,
-                now: Instant::ZERO,
+                now: config.start,
                 channels: Vec::new(),
                 fast: None,
                 fast_event: Event::VACANT,

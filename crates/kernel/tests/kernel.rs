@@ -746,3 +746,15 @@ fn new_events_start_next_to_their_sender() {
     let sink = k.channel_sessions(ch)[0].unwrap();
     assert_eq!(k.session::<Sink>(sink).unwrap().got, vec![0, 1, 2, 3, 4]);
 }
+
+#[test]
+fn a_kernel_built_late_starts_at_its_start_time() {
+    // A node restarted at 1.5 s must not see time zero while its channels start.
+    let start = Instant::from_millis(1500);
+    let k = Kernel::new(KernelConfig {
+        start,
+        ..KernelConfig::default()
+    });
+    assert_eq!(k.now(), start);
+    assert_eq!(Kernel::new(KernelConfig::default()).now(), Instant::ZERO);
+}

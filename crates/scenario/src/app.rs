@@ -34,6 +34,8 @@ struct Sender {
 pub struct Application {
     id: NodeId,
     nodes: u32,
+    /// Channel names by id, for the recorder's notice log.
+    channel_names: Vec<(ChannelId, String)>,
     senders: Vec<Sender>,
     recorder: Rc<RefCell<Recorder>>,
 }
@@ -77,6 +79,7 @@ impl Application {
         Application {
             id,
             nodes,
+            channel_names: channels.iter().map(|(n, c)| (*c, n.clone())).collect(),
             senders,
             recorder,
         }
@@ -149,16 +152,21 @@ impl Application {
 
     /// Records an event that left the top of a channel at `now`.
     pub fn on_deliver(&mut self, ev: &Event, now: Instant) {
+        let channel = self
+            .channel_names
+            .iter()
+            .find(|(c, _)| *c == ev.channel())
+            .map_or("?", |(_, n)| n.as_str());
+        let mut rec = self.recorder.borrow_mut();
         if let Some(s) = ev.sendable_ref() {
             let stamp = payload::decode(s.message.as_slice());
-            self.recorder.borrow_mut().delivered(self.id, stamp, now);
+            rec.received_on(self.id, channel);
+            rec.delivered(self.id, stamp, now);
         } else if ev.ty() != CHANNEL_INIT.id() && ev.ty() != CHANNEL_CLOSE.id() {
-            let gave_up = (ev.ty() == PEER_UNREACHABLE.id())
-                .then(|| notice_peer(ev))
-                .flatten();
-            self.recorder
-                .borrow_mut()
-                .notice(self.id, ev.ty().name(), gave_up);
+            let peer = notice_peer(ev);
+            let gave_up = (ev.ty() == PEER_UNREACHABLE.id()).then_some(peer).flatten();
+            rec.notice(self.id, ev.ty().name(), gave_up);
+            rec.log_notice(self.id, now, channel, ev.ty().name(), peer);
         }
     }
 }

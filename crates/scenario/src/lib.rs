@@ -81,8 +81,22 @@ pub fn run(
     file: &StackFile,
     catalog: &Catalog,
     options: &RunOptions,
-    mut progress: impl FnMut(f64),
+    progress: impl FnMut(f64),
 ) -> Result<Report, RunError> {
+    run_recorded(file, catalog, options, progress).map(|(report, _)| report)
+}
+
+/// [`run`], also returning everything the applications observed (per-stream latency ranges,
+/// each node's notices with their positions), for tests that check more than the report.
+///
+/// # Errors
+/// As [`run`].
+pub fn run_recorded(
+    file: &StackFile,
+    catalog: &Catalog,
+    options: &RunOptions,
+    mut progress: impl FnMut(f64),
+) -> Result<(Report, Recorder), RunError> {
     let scenario = file
         .scenario
         .clone()
@@ -114,6 +128,8 @@ pub fn run(
             let config = KernelConfig {
                 node: id,
                 seed: kernel_seed(seed, id),
+                // A restarted node boots at its restart time, not at the epoch.
+                start: now,
                 ..KernelConfig::default()
             };
             match build_node(&file, &catalog, &env, config.clone()) {
@@ -165,7 +181,7 @@ pub fn run(
         expect: scenario.expect,
     };
     let observed = report::Observed {
-        recorder,
+        recorder: recorder.clone(),
         crashed,
         network,
         counters,
@@ -173,5 +189,5 @@ pub fn run(
         trace_hash,
     };
     let report = report::build(&info, observed);
-    Ok(report)
+    Ok((report, recorder))
 }

@@ -25,6 +25,29 @@ pub struct Stream {
     pub highest: Option<u64>,
     /// Deliveries of a sequence number below the highest already delivered.
     pub out_of_order: u64,
+    /// Smallest and largest latency of a first delivery, ns of virtual time (to measure the
+    /// skew between streams, e.g. audio and video of one sender).
+    pub latency_range: Option<(u64, u64)>,
+}
+
+/// One notice as a node's application saw it: a non-sendable event leaving the top of a
+/// channel, with its position among what that application received, so that tests can check
+/// that several channels see a notice at the same point of their event streams.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoticeRecord {
+    /// When it arrived.
+    pub at: Instant,
+    /// The channel it left.
+    pub channel: String,
+    /// Its event type's name (`Suspect`, `Alive`, `PeerUnreachable`, …).
+    pub name: String,
+    /// The peer it is about, if it is a peer notice.
+    pub peer: Option<NodeId>,
+    /// Sendables the node's application had received on `channel` before it.
+    pub channel_index: u64,
+    /// Events (sendables and notices, every channel) the node's application had received
+    /// before it.
+    pub position: u64,
 }
 
 /// Everything the applications observed.
@@ -44,6 +67,12 @@ pub struct Recorder {
     pub unreachable: BTreeSet<(NodeId, NodeId)>,
     /// Notices (non-sendable events) that reached applications, by event type name.
     pub notices: BTreeMap<String, u64>,
+    /// Every notice each node's application received, in order (across restarts).
+    pub notice_log: BTreeMap<NodeId, Vec<NoticeRecord>>,
+    /// Sendables each node's application received, per channel name.
+    pub channel_deliveries: BTreeMap<(NodeId, String), u64>,
+    /// Events (sendables and notices) each node's application received.
+    pub app_events: BTreeMap<NodeId, u64>,
 }
 
 impl Default for Recorder {
@@ -58,6 +87,9 @@ impl Default for Recorder {
                 .unwrap_or_else(|_| unreachable!("these bounds are valid")),
             unreachable: BTreeSet::new(),
             notices: BTreeMap::new(),
+            notice_log: BTreeMap::new(),
+            channel_deliveries: BTreeMap::new(),
+            app_events: BTreeMap::new(),
         }
     }
 }
@@ -94,6 +126,19 @@ impl Recorder {
             }
             s.out_of_order += o.out_of_order;
             s.highest = s.highest.max(o.highest);
+            s.latency_range = match (s.latency_range, o.latency_range) {
+                (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
+                (x, y) => x.or(y),
+            };
+        }
+        for (node, log) in other.notice_log {
+            self.notice_log.entry(node).or_default().extend(log);
+        }
+        for (key, n) in other.channel_deliveries {
+            *self.channel_deliveries.entry(key).or_insert(0) += n;
+        }
+        for (node, n) in other.app_events {
+            *self.app_events.entry(node).or_insert(0) += n;
         }
         for (key, n) in other.progress {
             *self.progress.entry(key).or_insert(0) += n;
@@ -114,6 +159,44 @@ impl Recorder {
         if let Some(peer) = unreachable_peer {
             self.unreachable.insert((node, peer));
         }
+    }
+
+    /// Counts a sendable that left the top of `channel` at node `node` (whatever its payload),
+    /// for the positions of [`NoticeRecord`]s.
+    pub fn received_on(&mut self, node: NodeId, channel: &str) {
+        *self
+            .channel_deliveries
+            .entry((node, channel.to_string()))
+            .or_insert(0) += 1;
+        *self.app_events.entry(node).or_insert(0) += 1;
+    }
+
+    /// Logs a notice that left the top of `channel` at node `node` at `at` (in addition to
+    /// [`Recorder::notice`], which counts it).
+    pub fn log_notice(
+        &mut self,
+        node: NodeId,
+        at: Instant,
+        channel: &str,
+        name: &str,
+        peer: Option<NodeId>,
+    ) {
+        let channel_index = self
+            .channel_deliveries
+            .get(&(node, channel.to_string()))
+            .copied()
+            .unwrap_or(0);
+        let events = self.app_events.entry(node).or_insert(0);
+        let position = *events;
+        *events += 1;
+        self.notice_log.entry(node).or_default().push(NoticeRecord {
+            at,
+            channel: channel.to_string(),
+            name: name.to_string(),
+            peer,
+            channel_index,
+            position,
+        });
     }
 
     /// Records a delivery at `at` of node `node`.
@@ -151,6 +234,10 @@ impl Recorder {
             .max(1);
         // Saturate rather than fail on absurd values.
         let _ = self.latency.record(ns.min(self.latency.high()));
+        stream.latency_range = Some(match stream.latency_range {
+            Some((lo, hi)) => (lo.min(ns), hi.max(ns)),
+            None => (ns, ns),
+        });
         match stream.highest {
             Some(h) if stamp.seq < h => stream.out_of_order += 1,
             _ => stream.highest = Some(stamp.seq),
@@ -180,10 +267,11 @@ struct StreamSnapshot {
     deliveries: Vec<u32>,
     highest: Option<u64>,
     out_of_order: u64,
+    latency_range: Option<(u64, u64)>,
 }
 
 impl Recorder {
-    /// This recorder as plain data.
+    /// This recorder as plain data (the per-node notice log, a simulator aid, is not included).
     pub fn snapshot(&self) -> RecorderSnapshot {
         RecorderSnapshot {
             streams: self
@@ -197,6 +285,7 @@ impl Recorder {
                     deliveries: s.deliveries.clone(),
                     highest: s.highest,
                     out_of_order: s.out_of_order,
+                    latency_range: s.latency_range,
                 })
                 .collect(),
             progress: self
@@ -230,6 +319,7 @@ impl Recorder {
                     deliveries,
                     highest: s.highest,
                     out_of_order: s.out_of_order,
+                    latency_range: s.latency_range,
                 },
             );
         }

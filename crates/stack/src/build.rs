@@ -10,12 +10,13 @@
 //! - a named session (`bind = { layer = "name" }`) is created once and bound explicitly into
 //!   every channel that names it: this is how channels share a session (seed 001 Figure 1);
 //! - the remaining slots are filled by the kernel's automatic, then default, binding;
-//! - channels are created and started in file order at [`Instant::ZERO`].
+//! - channels are created and started in file order at the kernel's start time
+//!   ([`KernelConfig::start`]: a restarted node starts its channels at its restart time).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use viastack_kernel::{ChannelId, Instant, Kernel, KernelConfig, LayerRef, NodeId, Qos, SessionId};
+use viastack_kernel::{ChannelId, Kernel, KernelConfig, LayerRef, NodeId, Qos, SessionId};
 
 use crate::catalog::{BuildEnv, Catalog};
 use crate::diag::{Diagnostic, Diagnostics};
@@ -242,7 +243,7 @@ pub fn build_node(
             diags.push(diag(ch.line, format!("channel `{}`: {e}", ch.name)));
             continue;
         }
-        if let Err(e) = kernel.start_channel(id, Instant::ZERO) {
+        if let Err(e) = kernel.start_channel(id, kernel.now()) {
             diags.push(diag(ch.line, format!("channel `{}`: {e}", ch.name)));
             continue;
         }
