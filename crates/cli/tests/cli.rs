@@ -661,7 +661,25 @@ fn layers_lists_every_kind() {
         .filter(|l| !l.starts_with(' '))
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    assert_eq!(kinds, ["device", "fifo", "ghost", "transparent"], "{out}");
+    assert_eq!(
+        kinds,
+        [
+            "compress",
+            "corrupt",
+            "dedup",
+            "delay",
+            "device",
+            "drop",
+            "duplicate",
+            "encrypt",
+            "fifo",
+            "ghost",
+            "reorder",
+            "transparent",
+            "ttl"
+        ],
+        "{out}"
+    );
     assert!(out.contains("params: port"), "{out}");
 }
 

@@ -172,7 +172,8 @@ pub fn decode(message: &mut Message, config: &Config) -> Result<(), DecodeError>
         RAW => Ok(()),
         LZ4 => {
             let claimed = message.pop_u32().map_err(|_| DecodeError::Truncated)?;
-            let claimed = usize::try_from(claimed).map_err(|_| DecodeError::TooLarge(usize::MAX))?;
+            let claimed =
+                usize::try_from(claimed).map_err(|_| DecodeError::TooLarge(usize::MAX))?;
             if claimed > config.max_size {
                 return Err(DecodeError::TooLarge(claimed));
             }
@@ -290,8 +291,14 @@ mod tests {
         assert_eq!(dec(&[2]), Err(DecodeError::BadFlag(2)));
         assert_eq!(dec(&[1, 0, 0, 3, 233, 0]), Err(DecodeError::TooLarge(1001)));
         assert_eq!(dec(&[1, 0, 0, 3, 232, 0]), Err(DecodeError::Corrupt));
-        assert_eq!(dec(&[1, 0, 0, 0, 5, 0x50, 1, 2, 3, 4]), Err(DecodeError::Corrupt));
+        assert_eq!(
+            dec(&[1, 0, 0, 0, 5, 0x50, 1, 2, 3, 4]),
+            Err(DecodeError::Corrupt)
+        );
         assert_eq!(dec(&[1, 0, 0, 0, 5, 0x50, 1, 2, 3, 4, 5]), Ok(()));
-        assert_eq!(dec(&[1, 0, 0, 0, 4, 0x50, 1, 2, 3, 4, 5]), Err(DecodeError::Corrupt));
+        assert_eq!(
+            dec(&[1, 0, 0, 0, 4, 0x50, 1, 2, 3, 4, 5]),
+            Err(DecodeError::Corrupt)
+        );
     }
 }

@@ -44,7 +44,7 @@ use viastack_kernel::{
     ChannelId, Context, Dest, Direction, Event, EventType, Layer, NodeId, Session,
 };
 
-use crate::peers::{draw_epoch, LruMap, SeqWindow, Seen};
+use crate::peers::{draw_epoch, LruMap, Seen, SeqWindow};
 
 /// Epochs of a source remembered after it restarted, so its late copies are recognised.
 pub const RETIRED_EPOCHS: usize = 4;

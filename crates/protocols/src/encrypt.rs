@@ -60,7 +60,7 @@ use viastack_kernel::{
     ChannelId, Context, Direction, Event, EventType, Layer, Message, NodeId, Session,
 };
 
-use crate::peers::{draw_epoch, LruMap, SeqWindow, Seen};
+use crate::peers::{draw_epoch, LruMap, Seen, SeqWindow};
 
 /// Bytes in front of the ciphertext (salt and counter: the nonce).
 pub const NONCE_LEN: usize = 12;
@@ -122,7 +122,9 @@ pub fn parse_key(hex: &str) -> Result<[u8; 32], String> {
     }
     let mut key = [0u8; 32];
     for (i, byte) in key.iter_mut().enumerate() {
-        let pair = hex.get(2 * i..2 * i + 2).ok_or("the key must be ASCII hex digits")?;
+        let pair = hex
+            .get(2 * i..2 * i + 2)
+            .ok_or("the key must be ASCII hex digits")?;
         *byte = u8::from_str_radix(pair, 16)
             .map_err(|_| "the key must be hex digits 0-9, a-f".to_string())?;
     }
@@ -422,7 +424,11 @@ mod tests {
             let mut bad = wire.clone();
             bad[bit / 8] ^= 1 << (bit % 8);
             let mut bad = Message::from_wire(bad);
-            assert_eq!(open(&c, ChannelId(1), &mut bad), Err(OpenError::BadTag), "bit {bit}");
+            assert_eq!(
+                open(&c, ChannelId(1), &mut bad),
+                Err(OpenError::BadTag),
+                "bit {bit}"
+            );
         }
         // Another channel, another source's subkey: refused.
         let mut moved = Message::from_wire(wire.clone());
@@ -433,6 +439,9 @@ mod tests {
             Err(OpenError::BadTag)
         );
         let mut short = Message::from_wire(wire[..27].to_vec());
-        assert_eq!(open(&c, ChannelId(1), &mut short), Err(OpenError::Truncated));
+        assert_eq!(
+            open(&c, ChannelId(1), &mut short),
+            Err(OpenError::Truncated)
+        );
     }
 }

@@ -13,7 +13,7 @@
 //! | `drop` | drops it | `<layer>.dropped` |
 //! | `delay` | holds it for `delay` + uniform(0..=`jitter`), then releases it | `<layer>.delayed` |
 //! | `duplicate` | forwards it and a copy | `<layer>.duplicated` |
-//! | `corrupt` | flips 1–3 random bits of the bytes it has at that point | `<layer>.corrupted` |
+//! | `corrupt` | flips 1–3 random bits of the bytes it has at that point (an empty message passes, `<layer>.empty`) | `<layer>.corrupted` |
 //! | `reorder` | holds it for `hold` while later messages pass, then releases it | `<layer>.reordered` |
 //!
 //! Placement matters: a fault layer acts on the bytes it sees. `corrupt` above an `encrypt` or a

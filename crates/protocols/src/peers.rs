@@ -273,7 +273,11 @@ mod tests {
         assert!(m.insert("a", 1).is_none());
         assert!(m.insert("b", 2).is_none());
         assert_eq!(m.get_mut(&"a"), Some(&mut 1));
-        assert_eq!(m.insert("c", 3), Some(("b", 2)), "b was used least recently");
+        assert_eq!(
+            m.insert("c", 3),
+            Some(("b", 2)),
+            "b was used least recently"
+        );
         assert_eq!(m.len(), 2);
         assert!(m.insert("a", 10).is_none(), "replacing does not evict");
         assert_eq!(m.insert("d", 4), Some(("c", 3)));

@@ -22,7 +22,12 @@ fn shared_vectors_decode_or_are_counted_and_encode() {
         if v.get("encodes").and_then(|e| e.as_bool()) == Some(true) {
             let mut n = compress_node(1);
             let ch = v["channel"].as_u64().unwrap() as usize;
-            let sent = send(&mut n, ch, Some(7), &hex(v["payload_hex"].as_str().unwrap()));
+            let sent = send(
+                &mut n,
+                ch,
+                Some(7),
+                &hex(v["payload_hex"].as_str().unwrap()),
+            );
             assert_eq!(
                 to_hex(&sent[0]),
                 to_hex(&hex(v["hex"].as_str().unwrap())),
@@ -53,7 +58,10 @@ fn payloads_of_many_sizes_round_trip_exactly() {
                 })
                 .collect();
             let sent = send(&mut a, 0, Some(2), &payload).pop().unwrap();
-            assert!(sent.len() <= payload.len() + 3, "size {size} kind {kind}: grew");
+            assert!(
+                sent.len() <= payload.len() + 3,
+                "size {size} kind {kind}: grew"
+            );
             let got = receive(&mut b, 1, sent);
             assert_eq!(got.len(), 1, "size {size} kind {kind}");
             assert!(got[0].2 == payload, "size {size} kind {kind}: bytes differ");
@@ -72,7 +80,9 @@ fn arbitrary_blocks_never_panic() {
         x ^= x >> 7;
         x ^= x << 17;
         let len = (x % 60) as usize;
-        let mut bytes: Vec<u8> = (0..len).map(|i| (x >> (i % 8 * 8)) as u8 ^ i as u8).collect();
+        let mut bytes: Vec<u8> = (0..len)
+            .map(|i| (x >> (i % 8 * 8)) as u8 ^ i as u8)
+            .collect();
         if len >= 7 {
             bytes[0] = 0;
             bytes[1] = 0;
@@ -83,5 +93,9 @@ fn arbitrary_blocks_never_panic() {
         }
         receive(&mut n, 7, bytes);
     }
-    assert!(counter(&n, "compress.corrupt") > 0, "{:?}", n.kernel.counters());
+    assert!(
+        counter(&n, "compress.corrupt") > 0,
+        "{:?}",
+        n.kernel.counters()
+    );
 }

@@ -58,7 +58,11 @@ fn copies_are_dropped_reordering_is_not() {
             delivered.push(p[0]);
         }
     }
-    assert_eq!(delivered, vec![0, 2, 1, 5, 3, 4], "each once, in arrival order");
+    assert_eq!(
+        delivered,
+        vec![0, 2, 1, 5, 3, 4],
+        "each once, in arrival order"
+    );
     assert_eq!(counter(&b, "dedup.duplicate"), 4);
     // Broadcasts are numbered apart from unicasts: id 0 again, not a duplicate.
     let bc = send(&mut a, 0, None, b"all").pop().unwrap();
@@ -77,8 +81,15 @@ fn windows_and_sources_are_bounded() {
         .map(|i| send(&mut a, 0, Some(2), &[i]).pop().unwrap())
         .collect();
     assert_eq!(receive(&mut b, 1, sent[99].clone()).len(), 1);
-    assert_eq!(receive(&mut b, 1, sent[36].clone()).len(), 1, "99 - 36 < 64");
-    assert!(receive(&mut b, 1, sent[35].clone()).is_empty(), "99 - 35 = 64");
+    assert_eq!(
+        receive(&mut b, 1, sent[36].clone()).len(),
+        1,
+        "99 - 36 < 64"
+    );
+    assert!(
+        receive(&mut b, 1, sent[35].clone()).is_empty(),
+        "99 - 35 = 64"
+    );
     assert_eq!(counter(&b, "dedup.too_old"), 1);
     // Ten senders through a table of three: evictions counted, memory bounded.
     for src in 10..20 {

@@ -12,7 +12,7 @@ use viastack_kernel::{Instant, LayerRef, NodeId};
 use viastack_protocols::encrypt::{self, Config, Encrypt};
 
 fn key() -> [u8; 32] {
-    encrypt::parse_key(&vectors_doc()["key"].as_str().unwrap().to_string()).unwrap()
+    encrypt::parse_key(vectors_doc()["key"].as_str().unwrap()).unwrap()
 }
 
 fn vectors_doc() -> serde_json::Value {
@@ -46,10 +46,8 @@ fn the_subkey_derivation_is_hchacha20() {
     // draft-irtf-cfrg-xchacha-03 §2.2.1 test vector.
     let key: [u8; 32] = core::array::from_fn(|i| i as u8);
     let input = hex("000000090000004a0000000031415927");
-    let out = chacha20::hchacha::<chacha20::cipher::consts::U10>(
-        (&key).into(),
-        input.as_slice().into(),
-    );
+    let out =
+        chacha20::hchacha::<chacha20::cipher::consts::U10>((&key).into(), input.as_slice().into());
     assert_eq!(
         to_hex(&out),
         "82413b4227b27bfed30e42508a877d73a0f9e4d58a74a853c12ec41326d3ecdc"
@@ -61,7 +59,11 @@ fn nodes_sharing_the_key_talk_and_every_attack_is_counted() {
     let mut a = enc_node(1, 11, Config::new(key()));
     let mut b = enc_node(2, 22, Config::new(key()));
     let sent: Vec<Vec<u8>> = (0..5u8)
-        .map(|i| send(&mut a, i as usize % 2, Some(2), &[i; 40]).pop().unwrap())
+        .map(|i| {
+            send(&mut a, i as usize % 2, Some(2), &[i; 40])
+                .pop()
+                .unwrap()
+        })
         .collect();
     // Ciphertext: the payload does not appear on the wire.
     assert!(!sent[0].windows(40).any(|w| w == [0u8; 40]));
@@ -153,7 +155,9 @@ fn arbitrary_datagrams_never_panic() {
         x ^= x >> 7;
         x ^= x << 17;
         let len = (x % 70) as usize;
-        let mut bytes: Vec<u8> = (0..len).map(|i| (x >> (i % 8 * 8)) as u8 ^ i as u8).collect();
+        let mut bytes: Vec<u8> = (0..len)
+            .map(|i| (x >> (i % 8 * 8)) as u8 ^ i as u8)
+            .collect();
         if len >= 2 {
             bytes[0] = 0;
             bytes[1] = (x % 2) as u8;

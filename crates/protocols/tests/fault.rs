@@ -35,7 +35,9 @@ fn drop_drops_at_its_rate() {
     let mut n = down(Fault::Drop, 0.0);
     assert_eq!(send(&mut n, 0, Some(2), b"x").len(), 1);
     let mut n = down(Fault::Drop, 0.3);
-    let passed: usize = (0..10_000).map(|_| send(&mut n, 0, Some(2), b"x").len()).sum();
+    let passed: usize = (0..10_000)
+        .map(|_| send(&mut n, 0, Some(2), b"x").len())
+        .sum();
     assert!((6_700..7_300).contains(&passed), "{passed}");
     assert_eq!(counter(&n, "f.dropped"), 10_000 - passed as u64);
 }
@@ -55,7 +57,11 @@ fn corrupt_flips_one_to_three_bits() {
     let payload = [0u8; 64];
     for _ in 0..500 {
         let sent = send(&mut n, 0, Some(2), &payload).pop().unwrap();
-        assert_eq!(sent[..2], [0, 0], "the device tag is pushed after the fault");
+        assert_eq!(
+            sent[..2],
+            [0, 0],
+            "the device tag is pushed after the fault"
+        );
         let flipped: u32 = sent[2..].iter().map(|b| b.count_ones()).sum();
         // Two flips of one bit cancel out: 0..=3, odd counts 1 or 3.
         assert!(flipped <= 3, "{flipped}");
@@ -100,7 +106,11 @@ fn reorder_lets_later_messages_pass_and_max_held_bounds_the_queue() {
     assert_eq!(counter(&n, "f.overflow"), 2);
     let (_, out) = advance(&mut n, Instant::from_millis(5));
     let got: Vec<u8> = out.iter().map(|(_, b)| b[2]).collect();
-    assert_eq!(got, vec![0, 1, 2, 3], "released in arrival order at equal times");
+    assert_eq!(
+        got,
+        vec![0, 1, 2, 3],
+        "released in arrival order at equal times"
+    );
     // At rate 0.5 some pass at once and the held ones come later: out of order.
     let mut n = fault_node(4, fault, 0.5, Faulty::Down, 1024);
     let mut got = vec![];
@@ -110,7 +120,12 @@ fn reorder_lets_later_messages_pass_and_max_held_bounds_the_queue() {
         got.extend(send(&mut n, 0, Some(2), &[i]).iter().map(|b| b[2]));
         got.extend(advance(&mut n, now).1.iter().map(|(_, b)| b[2]));
     }
-    got.extend(advance(&mut n, Instant::from_millis(100)).1.iter().map(|(_, b)| b[2]));
+    got.extend(
+        advance(&mut n, Instant::from_millis(100))
+            .1
+            .iter()
+            .map(|(_, b)| b[2]),
+    );
     assert_eq!(got.len(), 40);
     assert!(got.windows(2).any(|w| w[0] > w[1]), "{got:?}");
 }

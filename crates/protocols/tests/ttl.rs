@@ -21,7 +21,12 @@ fn shared_vectors_decode_or_are_counted_and_encode() {
         if let Some(ttl) = v.get("ttl").and_then(|t| t.as_u64()) {
             let mut n = ttl_node(1, ttl as u8);
             let ch = v["channel"].as_u64().unwrap() as usize;
-            let sent = send(&mut n, ch, Some(7), &hex(v["payload_hex"].as_str().unwrap()));
+            let sent = send(
+                &mut n,
+                ch,
+                Some(7),
+                &hex(v["payload_hex"].as_str().unwrap()),
+            );
             assert_eq!(
                 to_hex(&sent[0]),
                 to_hex(&hex(v["hex"].as_str().unwrap())),

@@ -82,7 +82,11 @@ fn a_drop_layer_loses_like_a_lossy_link_and_fifo_still_holds() {
             "seed {seed}: every loss is a counted drop: {r}"
         );
         assert_eq!(r.delivered + r.lost, r.sent, "seed {seed}: {r}");
-        assert_eq!(r.out_of_order + r.duplicated + r.corrupted, 0, "seed {seed}: {r}");
+        assert_eq!(
+            r.out_of_order + r.duplicated + r.corrupted,
+            0,
+            "seed {seed}: {r}"
+        );
         assert!(r.verdict.holds, "seed {seed}: {r}");
         lost_layer += r.lost;
         sent += r.sent;
@@ -118,7 +122,10 @@ fn duplicate_below_dedup_delivers_exactly_once_over_1000_seeds() {
     let mut removed = 0;
     for seed in 0..1000u64 {
         let r = run_src(&src, seed);
-        assert!(c(&r, "dup.duplicated") > 0, "seed {seed}: no copy made: {r}");
+        assert!(
+            c(&r, "dup.duplicated") > 0,
+            "seed {seed}: no copy made: {r}"
+        );
         assert_eq!(r.duplicated, 0, "seed {seed}: {r}");
         assert_eq!(r.delivered, r.sent, "seed {seed}: {r}");
         assert_eq!(r.corrupted + r.misdelivered, 0, "seed {seed}: {r}");
@@ -155,7 +162,10 @@ fn corrupt_below_encrypt_is_rejected_and_never_delivered_over_1000_seeds() {
     let mut bad_tags = 0;
     for seed in 0..1000u64 {
         let r = run_src(&src, seed);
-        assert_eq!(r.corrupted, 0, "seed {seed}: a corrupted payload was delivered: {r}");
+        assert_eq!(
+            r.corrupted, 0,
+            "seed {seed}: a corrupted payload was delivered: {r}"
+        );
         assert_eq!(r.misdelivered + r.duplicated, 0, "seed {seed}: {r}");
         let rejected = c(&r, "enc.bad_tag")
             + c(&r, "enc.replay")
@@ -200,10 +210,17 @@ fn compress_and_ttl_deliver_payloads_of_every_size_intact() {
     }
     for seed in 0..50u64 {
         let r = run_src(&src, seed);
-        assert_eq!(r.corrupted + r.misdelivered + r.duplicated, 0, "seed {seed}: {r}");
+        assert_eq!(
+            r.corrupted + r.misdelivered + r.duplicated,
+            0,
+            "seed {seed}: {r}"
+        );
         assert_eq!(r.delivered, r.sent, "seed {seed}: {r}");
         assert!(r.verdict.holds, "seed {seed}: {r}");
-        assert!(c(&r, "lz.compressed") > 0, "seed {seed}: nothing compressed: {r}");
+        assert!(
+            c(&r, "lz.compressed") > 0,
+            "seed {seed}: nothing compressed: {r}"
+        );
         assert!(c(&r, "lz.saved_bytes") > 0, "seed {seed}: {r}");
         assert_eq!(c(&r, "hops.expired"), 0, "seed {seed}: {r}");
     }
@@ -212,8 +229,14 @@ fn compress_and_ttl_deliver_payloads_of_every_size_intact() {
 #[test]
 fn delay_and_reorder_layers_reorder_like_the_network_and_fifo_restores_order() {
     for (layer, name) in [
-        ("[layers.late]\nkind = \"delay\"\ndelay = \"1ms\"\njitter = \"3ms\"\n", "late"),
-        ("[layers.late]\nkind = \"reorder\"\nrate = 0.3\nhold = \"3ms\"\n", "late"),
+        (
+            "[layers.late]\nkind = \"delay\"\ndelay = \"1ms\"\njitter = \"3ms\"\n",
+            "late",
+        ),
+        (
+            "[layers.late]\nkind = \"reorder\"\nrate = 0.3\nhold = \"3ms\"\n",
+            "late",
+        ),
     ] {
         let bare = run_src(&scenario(layer, &[name], "", "fifo", 30), 0);
         assert!(bare.out_of_order > 0, "{layer}: {bare}");
@@ -227,7 +250,11 @@ fn delay_and_reorder_layers_reorder_like_the_network_and_fifo_restores_order() {
         let mut stale = 0;
         for seed in 0..200u64 {
             let r = run_src(&src, seed);
-            assert_eq!(r.out_of_order + r.duplicated + r.corrupted, 0, "seed {seed}: {r}");
+            assert_eq!(
+                r.out_of_order + r.duplicated + r.corrupted,
+                0,
+                "seed {seed}: {r}"
+            );
             assert_eq!(r.delivered + r.lost, r.sent, "seed {seed}: {r}");
             assert_eq!(r.lost, c(&r, "order.stale"), "seed {seed}: {r}");
             assert!(r.verdict.holds, "seed {seed}: {r}");
@@ -242,13 +269,7 @@ fn delay_and_reorder_layers_reorder_like_the_network_and_fifo_restores_order() {
 fn dedup_hears_a_restarted_sender_again() {
     let src = format!(
         "{}[[scenario.crash]]\nnode = 2\nat = \"10ms\"\nrestart = \"20ms\"\n",
-        scenario(
-            "[layers.dd]\nkind = \"dedup\"\n",
-            &["dd"],
-            "",
-            "none",
-            40
-        )
+        scenario("[layers.dd]\nkind = \"dedup\"\n", &["dd"], "", "none", 40)
     );
     for seed in 0..50u64 {
         let r = run_src(&src, seed);
@@ -256,6 +277,10 @@ fn dedup_hears_a_restarted_sender_again() {
         assert_eq!(r.lost, 0, "seed {seed}: {r}");
         assert_eq!(r.lost_crashed, r.network.dropped_down, "seed {seed}: {r}");
         assert!(c(&r, "dd.peer_restarted") > 0, "seed {seed}: {r}");
-        assert_eq!(c(&r, "dd.duplicate") + c(&r, "dd.stale_epoch"), 0, "seed {seed}: {r}");
+        assert_eq!(
+            c(&r, "dd.duplicate") + c(&r, "dd.stale_epoch"),
+            0,
+            "seed {seed}: {r}"
+        );
     }
 }

@@ -232,7 +232,10 @@ fn fault_config(fault: Fault, params: &Params) -> Result<fault::Config, String> 
 }
 
 fn build_fault(name: &str, fault: Fault, params: &Params) -> Result<LayerRef, String> {
-    Ok(Arc::new(FaultLayer::new(name, fault_config(fault, params)?)))
+    Ok(Arc::new(FaultLayer::new(
+        name,
+        fault_config(fault, params)?,
+    )))
 }
 
 fn build_drop(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
@@ -318,7 +321,7 @@ pub const ENCRYPT: LayerKind = LayerKind {
             name: "key",
             kind: ParamKind::Str,
             default: None,
-            doc: "the 32-byte group key as 64 hex digits (required)",
+            doc: "the 32-byte group key as 64 hex digits",
         },
         ParamSpec {
             name: "replay_window",

@@ -136,7 +136,11 @@ pub fn play(v: &serde_json::Value, mut n: Node) -> Node {
     if let Some(before) = v.get("before").and_then(|b| b.as_array()) {
         for b in before {
             let got = receive(&mut n, from, hex(b.as_str().unwrap()));
-            assert_eq!(got.len(), 1, "{name}: a `before` datagram was not delivered");
+            assert_eq!(
+                got.len(),
+                1,
+                "{name}: a `before` datagram was not delivered"
+            );
         }
     }
     let got = receive(&mut n, from, hex(v["hex"].as_str().unwrap()));
