@@ -664,12 +664,21 @@ fn layers_lists_every_kind() {
     assert_eq!(
         kinds,
         [
+            "compress",
+            "corrupt",
+            "dedup",
+            "delay",
             "device",
+            "drop",
+            "duplicate",
+            "encrypt",
             "fifo",
             "ghost",
             "heartbeat",
+            "reorder",
             "sync",
-            "transparent"
+            "transparent",
+            "ttl",
         ],
         "{out}"
     );

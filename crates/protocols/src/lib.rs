@@ -6,10 +6,23 @@
 //!   raises `Suspect`/`Alive` on every channel it is bound to, in the same order on each.
 //! - [`sync`]: intermedia synchronisation: a playout buffer shared by media channels that
 //!   releases their messages in step, within a configured skew.
+//! - [`dedup`]: duplicate elimination by (source, message id) in a bounded sliding window.
+//! - [`ttl`]: a hop limit; expired messages are dropped and counted.
+//! - [`fault`]: fault injection (`drop`, `delay`, `duplicate`, `corrupt`, `reorder`) from the
+//!   kernel's seeded generator and timers, on real sockets as in the simulator.
+//! - [`compress`]: LZ4 above a size threshold, marked per message, bounded decompression.
+//! - [`encrypt`]: ChaCha20-Poly1305 under a pre-shared key, with a replay window.
 //! - [`events`]: notices shared by layers and the application (peer unreachable, suspect, alive).
+//! - [`peers`]: bounded per-peer state (sliding sequence window, LRU map) those layers share.
 #![deny(unsafe_code)]
 
+pub mod compress;
+pub mod dedup;
+pub mod encrypt;
 pub mod events;
+pub mod fault;
 pub mod fifo;
 pub mod heartbeat;
+pub mod peers;
 pub mod sync;
+pub mod ttl;

@@ -6,12 +6,16 @@
 
 use std::sync::Arc;
 
-use viastack_kernel::{Duration, LayerRef};
+use viastack_kernel::LayerRef;
 use viastack_protocols::fifo::Fifo;
-use viastack_protocols::heartbeat::{self, Heartbeat};
-use viastack_protocols::sync::{self, Sync};
 
-use crate::catalog::{BuildEnv, Catalog, LayerKind, ParamKind, ParamSpec, Params, DEVICE};
+use crate::catalog::{BuildEnv, Catalog, LayerKind, Params, DEVICE};
+
+mod coordination;
+mod filters;
+
+pub use coordination::{HEARTBEAT, SYNC};
+pub use filters::{COMPRESS, CORRUPT, DEDUP, DELAY, DROP, DUPLICATE, ENCRYPT, REORDER, TTL};
 
 /// `fifo`: per-sender sequence numbers, drops late and duplicate copies.
 pub const FIFO: LayerKind = LayerKind {
@@ -28,110 +32,13 @@ fn build_fifo(name: &str, _params: &Params, _env: &BuildEnv) -> Result<LayerRef,
     Ok(Arc::new(Fifo::new(name)))
 }
 
-/// `heartbeat`: the shared heartbeat failure detector.
-pub const HEARTBEAT: LayerKind = LayerKind {
-    name: "heartbeat",
-    doc: "Heartbeat failure detector, meant to be one session shared by several channels \
-          (seed 001 §2.1 Figure 1, the diamond): heartbeats every `interval` to every other \
-          node down the first bound channel; a peer silent for `timeout` is suspected. \
-          `Suspect` and `Alive` notices go up EVERY bound channel, in the same order on each. \
-          Prefixes every data packet with a 1-byte kind (docs/WIRE.md).",
-    params: &[
-        ParamSpec {
-            name: "interval",
-            kind: ParamKind::Duration,
-            default: Some("\"100ms\""),
-            doc: "time between heartbeats to each peer; 10 per second per peer bounds detection \
-                  (timeout + interval = 600 ms by default) below the 1 s minimum RTO of RFC 6298 \
-                  §2.4, so a crash is reported before a reliable layer's retransmissions back off",
-        },
-        ParamSpec {
-            name: "timeout",
-            kind: ParamKind::Duration,
-            default: Some("\"500ms\""),
-            doc: "silence after which a peer is suspected; must exceed `interval`. 5 intervals \
-                  tolerate 4 heartbeats lost in a row (at 10% loss a false suspicion needs a \
-                  1-in-10^4 run per window: the accuracy/speed trade-off of Chen, Toueg and \
-                  Aguilera, IEEE ToC 51(5), 2002)",
-        },
-    ],
-    device: false,
-    build: build_heartbeat,
-};
-
-fn build_heartbeat(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, String> {
-    let config = heartbeat::Config {
-        interval: params.get_duration("interval")?,
-        timeout: params.get_duration("timeout")?,
-    };
-    if config.interval < Duration::from_micros(1) {
-        return Err("`interval` must be at least 1us".to_string());
-    }
-    if config.timeout <= config.interval {
-        return Err(format!(
-            "`timeout` ({:?}) must exceed `interval` ({:?}), or every peer is suspected \
-             between two heartbeats",
-            config.timeout, config.interval
-        ));
-    }
-    Ok(Arc::new(Heartbeat::new(name, env.node, env.nodes, config)))
-}
-
-/// `sync`: the intermedia synchronisation layer.
-pub const SYNC: LayerKind = LayerKind {
-    name: "sync",
-    doc: "Intermedia synchronisation (seed 001 §2.1, §5.1), one session shared by the media \
-          channels: stamps each message with the sender's presentation time (12-byte header, \
-          docs/WIRE.md) and releases the media of all its channels at presentation time + a \
-          fixed offset per sender, so audio and video of one sender are presented within \
-          `max_skew` of each other; media later than that are dropped and counted. Do not bind \
-          it to a reliable channel.",
-    params: &[
-        ParamSpec {
-            name: "playout_delay",
-            kind: ParamKind::Duration,
-            default: Some("\"100ms\""),
-            doc: "how long on-time media wait beyond the first message's transit, absorbing \
-                  jitter; 100 ms keeps the mouth-to-ear budget under the 150 ms of ITU-T G.114 \
-                  §3 for interactive use, leaving 50 ms for capture and the network",
-        },
-        ParamSpec {
-            name: "max_skew",
-            kind: ParamKind::Duration,
-            default: Some("\"80ms\""),
-            doc: "how late after its due time a message may still be presented: the bound on \
-                  audio/video skew. ±80 ms is the in-sync region of Steinmetz, IEEE JSAC 14(1), \
-                  1996; ITU-R BT.1359-1 puts detectability at +45/−125 ms",
-        },
-        ParamSpec {
-            name: "capacity",
-            kind: ParamKind::Int {
-                min: 1,
-                max: 1 << 20,
-            },
-            default: Some("4096"),
-            doc: "most messages held at once (memory bound; more are dropped and counted): 4096 \
-                  is 100 ms of 40,000 messages/s, far above audio (50/s) plus fragmented video",
-        },
-    ],
-    device: false,
-    build: build_sync,
-};
-
-fn build_sync(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
-    let capacity = params.get_int("capacity")?;
-    let config = sync::Config {
-        playout_delay: params.get_duration("playout_delay")?,
-        max_skew: params.get_duration("max_skew")?,
-        capacity: usize::try_from(capacity).map_err(|_| format!("capacity {capacity}"))?,
-    };
-    Ok(Arc::new(Sync::new(name, config)))
-}
-
 /// Every kind viastack ships.
 pub fn standard_catalog() -> Catalog {
     let mut c = Catalog::builtin();
-    for kind in [DEVICE, FIFO, HEARTBEAT, SYNC] {
+    for kind in [
+        DEVICE, FIFO, HEARTBEAT, SYNC, DEDUP, TTL, DROP, DELAY, DUPLICATE, CORRUPT, REORDER,
+        COMPRESS, ENCRYPT,
+    ] {
         // Names are distinct and specs valid; the test below holds it.
         if let Err(e) = c.register(kind) {
             tracing::error!(error = %e, "standard layer kind refused");
@@ -143,6 +50,7 @@ pub fn standard_catalog() -> Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::ParamValue;
 
     #[test]
     fn every_standard_kind_registers_and_builds_with_defaults() {
@@ -151,16 +59,35 @@ mod tests {
         assert_eq!(
             names,
             vec![
+                "compress",
+                "corrupt",
+                "dedup",
+                "delay",
                 "device",
+                "drop",
+                "duplicate",
+                "encrypt",
                 "fifo",
                 "ghost",
                 "heartbeat",
+                "reorder",
                 "sync",
-                "transparent"
+                "transparent",
+                "ttl",
             ]
         );
         for kind in c.kinds() {
-            let params = kind.default_params().unwrap();
+            // Required parameters get a sample value; the rest their defaults.
+            let mut params = Params::new(kind.name);
+            for spec in kind.params {
+                let value = match (spec.name, spec.default_value()) {
+                    (_, Ok(v)) => v,
+                    ("rate", Err(_)) => ParamValue::Float(0.5),
+                    ("key", Err(_)) => ParamValue::Str("ab".repeat(32)),
+                    (other, Err(e)) => panic!("{}: no sample for `{other}`: {e}", kind.name),
+                };
+                params.insert(spec.name, value);
+            }
             let layer = (kind.build)("x", &params, &BuildEnv::default()).unwrap();
             assert_eq!(layer.name(), "x");
         }

@@ -1,0 +1,447 @@
+//! `encrypt`: authenticated encryption with ChaCha20-Poly1305 (RFC 8439) under a key shared by
+//! every node (a pre-shared group key), with replay protection.
+//!
+//! Wire format (network byte order), around the upper layers' bytes:
+//!
+//! | bytes | field |
+//! | --- | --- |
+//! | 4 | salt: the sending session's incarnation, random, drawn at its first send |
+//! | 8 | counter: per sending session, from 0, one per message |
+//! | n | ciphertext of the upper layers' bytes (same length) |
+//! | 16 | Poly1305 tag |
+//!
+//! The 12-byte AEAD nonce is the first 12 bytes (salt ‖ counter, RFC 8439 §2.8 / §4 "Nonce
+//! construction"). The associated data is the channel id as 4 bytes: the one header below this
+//! layer that is not encrypted (the device's channel tag), so a packet moved to another channel
+//! fails authentication.
+//!
+//! **Keys.** The 32-byte key `K` (parameter `key`: 64 hex digits) is never used directly. Each
+//! sender `s` encrypts under its own subkey `K_s = HChaCha20(K, "viastack-enc" ‖ s)` (the
+//! XChaCha20 subkey derivation, draft-irtf-cfrg-xchacha §2.2; `s` as 4 bytes), and a receiver
+//! derives the subkey of the datagram's source. So two senders never share a (key, nonce) pair
+//! even if they draw the same salt, and a packet replayed under another source address fails
+//! authentication. A sender's nonces are unique as long as its sessions draw distinct salts: a
+//! restarted session draws a new one (from the kernel's generator and the time), with a 2⁻³²
+//! chance of repeating one earlier incarnation's. A counter never wraps: at 2⁶⁴ − 1 the session
+//! refuses to send (`encrypt.exhausted`). Stack files hold the key in clear: fine for tests and
+//! simulations, wrong for a real deployment, which must provision keys out of band (a key file
+//! or a key exchange — later work).
+//!
+//! **Receiving.** Shorter than 28 bytes → dropped, `encrypt.truncated`. Known source and salt
+//! and a counter already seen → dropped, `encrypt.replay`; older than the replay window →
+//! `encrypt.too_old`; a salt among the source's last [`RETIRED_SALTS`] → `encrypt.stale_salt`
+//! (a copy from before the sender restarted). Then the packet is authenticated and decrypted in
+//! place; failure (forged, modified, truncated or moved packets) → `encrypt.bad_tag`. Only an
+//! authentic packet changes any state: its counter enters the window of (channel, source); a
+//! new salt there means the sender restarted (`encrypt.peer_restarted`): the old salt is
+//! retired and the window starts over.
+//!
+//! **Replay window** (RFC 6347 §4.1.2.6, RFC 4303 §3.4.3): a bitmap of `replay_window` counters
+//! behind the highest one seen per (channel, source) ([`SeqWindow`]). A sender's counter runs
+//! over all its channels and destinations, so each receiver sees a sparse subsequence: the
+//! window is in counter space and must cover the sender's traffic to others during the
+//! receiver's reordering depth. Packets delayed beyond it are dropped (`too_old`), never
+//! accepted twice.
+//!
+//! **Bounded senders.** At most `max_peers` (channel, source) windows are kept; a new one
+//! evicts the least recently used (`encrypt.evicted`). Only authentic packets create entries,
+//! so an attacker without the key cannot flush the table. Known limits: once a sender's entry
+//! was evicted, or after more than [`RETIRED_SALTS`] of its restarts, its old packets can be
+//! replayed once more; full protection needs a handshake with fresh keys (later work).
+//!
+//! Copies: none. The header is pushed into the message's headroom, the payload encrypted and
+//! decrypted in place, the tag appended and truncated.
+
+use chacha20poly1305::aead::generic_array::GenericArray;
+use chacha20poly1305::{AeadInPlace, ChaCha20Poly1305, KeyInit};
+
+use viastack_kernel::event::{CHANNEL_CLOSE, SENDABLE};
+use viastack_kernel::{
+    ChannelId, Context, Direction, Event, EventType, Layer, Message, NodeId, Session,
+};
+
+use crate::peers::{draw_epoch, LruMap, Seen, SeqWindow};
+
+/// Bytes in front of the ciphertext (salt and counter: the nonce).
+pub const NONCE_LEN: usize = 12;
+/// Bytes of the tag behind it.
+pub const TAG_LEN: usize = 16;
+/// Salts of a sender remembered after it restarted.
+pub const RETIRED_SALTS: usize = 4;
+
+/// Parameters of an [`Encrypt`] layer.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The pre-shared group key.
+    pub key: [u8; 32],
+    /// Counters remembered behind the highest one, per (channel, source).
+    pub replay_window: usize,
+    /// (channel, source) windows kept at most.
+    pub max_peers: usize,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the key.
+        f.debug_struct("Config")
+            .field("replay_window", &self.replay_window)
+            .field("max_peers", &self.max_peers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The default replay window: 1024 counters. RFC 6347 §4.1.2.6 and RFC 4303 §3.4.3 ask for at
+/// least 32 and default to 64 for one stream; a sender's counter here spans all its peers and
+/// channels, and RFC 6479 §1 recommends windows in the thousands for high rates.
+pub const DEFAULT_REPLAY_WINDOW: usize = 1024;
+/// The default number of (channel, source) windows kept.
+pub const DEFAULT_MAX_PEERS: usize = 1024;
+
+impl Config {
+    /// A config with `key` and the default window and peer bound.
+    pub fn new(key: [u8; 32]) -> Self {
+        Config {
+            key,
+            replay_window: DEFAULT_REPLAY_WINDOW,
+            max_peers: DEFAULT_MAX_PEERS,
+        }
+    }
+}
+
+/// Reads a key written as 64 hex digits.
+///
+/// # Errors
+/// A message saying what is wrong (never echoing the key).
+pub fn parse_key(hex: &str) -> Result<[u8; 32], String> {
+    let hex = hex.trim();
+    if hex.len() != 64 {
+        return Err(format!(
+            "the key must be 64 hex digits (32 bytes), found {} characters",
+            hex.len()
+        ));
+    }
+    let mut key = [0u8; 32];
+    for (i, byte) in key.iter_mut().enumerate() {
+        let pair = hex
+            .get(2 * i..2 * i + 2)
+            .ok_or("the key must be ASCII hex digits")?;
+        *byte = u8::from_str_radix(pair, 16)
+            .map_err(|_| "the key must be hex digits 0-9, a-f".to_string())?;
+    }
+    Ok(key)
+}
+
+/// Sender `source`'s subkey: HChaCha20(key, "viastack-enc" ‖ source).
+pub fn subkey(key: &[u8; 32], source: NodeId) -> [u8; 32] {
+    let mut input = [0u8; 16];
+    input[..12].copy_from_slice(b"viastack-enc");
+    input[12..].copy_from_slice(&source.0.to_be_bytes());
+    let out = chacha20::hchacha::<chacha20::cipher::consts::U10>(
+        GenericArray::from_slice(key),
+        GenericArray::from_slice(&input),
+    );
+    out.into()
+}
+
+fn cipher(key: &[u8; 32], source: NodeId) -> ChaCha20Poly1305 {
+    ChaCha20Poly1305::new(GenericArray::from_slice(&subkey(key, source)))
+}
+
+fn nonce(salt: u32, counter: u64) -> [u8; NONCE_LEN] {
+    let mut n = [0u8; NONCE_LEN];
+    n[..4].copy_from_slice(&salt.to_be_bytes());
+    n[4..].copy_from_slice(&counter.to_be_bytes());
+    n
+}
+
+/// Seals `message` in place: encrypts its bytes, appends the tag, pushes salt and counter.
+pub fn seal(
+    cipher: &ChaCha20Poly1305,
+    channel: ChannelId,
+    salt: u32,
+    counter: u64,
+    message: &mut Message,
+) {
+    let n = nonce(salt, counter);
+    let aad = channel.0.to_be_bytes();
+    // Encryption fails only for messages longer than ChaCha20's 256 GiB keystream.
+    if let Ok(tag) =
+        cipher.encrypt_in_place_detached(GenericArray::from_slice(&n), &aad, message.as_mut_slice())
+    {
+        message.extend_from_slice(&tag);
+        message.push(&n);
+    }
+}
+
+/// Why a received packet was dropped (each is a counter of the same name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum OpenError {
+    /// Shorter than nonce and tag.
+    #[error("truncated")]
+    Truncated,
+    /// Authentication failed.
+    #[error("bad tag")]
+    BadTag,
+}
+
+/// Reads the header of a received packet (salt, counter) without removing it.
+///
+/// # Errors
+/// [`OpenError::Truncated`] when the packet cannot hold nonce and tag.
+pub fn peek_header(message: &Message) -> Result<(u32, u64), OpenError> {
+    if message.len() < NONCE_LEN + TAG_LEN {
+        return Err(OpenError::Truncated);
+    }
+    let b = message.peek(NONCE_LEN).map_err(|_| OpenError::Truncated)?;
+    let salt = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    let mut c = [0u8; 8];
+    c.copy_from_slice(&b[4..12]);
+    Ok((salt, u64::from_be_bytes(c)))
+}
+
+/// Opens a received packet in place: authenticates and decrypts it, leaving the plaintext.
+///
+/// # Errors
+/// [`OpenError`]; the message is then in an unspecified state (drop it).
+pub fn open(
+    cipher: &ChaCha20Poly1305,
+    channel: ChannelId,
+    message: &mut Message,
+) -> Result<(), OpenError> {
+    peek_header(message)?;
+    let mut n = [0u8; NONCE_LEN];
+    n.copy_from_slice(message.pop(NONCE_LEN).map_err(|_| OpenError::Truncated)?);
+    let len = message.len() - TAG_LEN;
+    let (body, tag) = message.as_mut_slice().split_at_mut(len);
+    let tag = GenericArray::clone_from_slice(tag);
+    let aad = channel.0.to_be_bytes();
+    cipher
+        .decrypt_in_place_detached(GenericArray::from_slice(&n), &aad, body, &tag)
+        .map_err(|_| OpenError::BadTag)?;
+    message.truncate(len);
+    Ok(())
+}
+
+/// The `encrypt` layer.
+#[derive(Debug, Clone)]
+pub struct Encrypt {
+    name: String,
+    config: Config,
+}
+
+impl Encrypt {
+    /// An encrypt layer named `name`.
+    pub fn new(name: impl Into<String>, config: Config) -> Self {
+        Encrypt {
+            name: name.into(),
+            config,
+        }
+    }
+}
+
+impl Layer for Encrypt {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn accepts(&self) -> Vec<EventType> {
+        vec![SENDABLE.id(), CHANNEL_CLOSE.id()]
+    }
+    /// Meaningless without a layer below that generates sendables (a device).
+    fn requires(&self) -> Vec<EventType> {
+        vec![SENDABLE.id()]
+    }
+    fn create_session(&self) -> Box<dyn Session> {
+        Box::new(EncryptSession {
+            config: self.config.clone(),
+            own: None,
+            salt: 0,
+            counter: 0,
+            peers: LruMap::new(self.config.max_peers),
+        })
+    }
+}
+
+/// What a receiver knows of one (channel, source).
+struct Peer {
+    salt: u32,
+    retired: [Option<u32>; RETIRED_SALTS],
+    window: SeqWindow,
+    cipher: ChaCha20Poly1305,
+}
+
+/// Session of [`Encrypt`]: one salt and counter for everything it sends, on every channel it
+/// is bound to, and the replay state of every (channel, source) it hears.
+pub struct EncryptSession {
+    config: Config,
+    /// This node's sending cipher (derived on first send).
+    own: Option<ChaCha20Poly1305>,
+    salt: u32,
+    counter: u64,
+    peers: LruMap<(ChannelId, NodeId), Peer>,
+}
+
+impl std::fmt::Debug for EncryptSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EncryptSession")
+            .field("counter", &self.counter)
+            .field("peers", &self.peers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EncryptSession {
+    fn send(&mut self, event: &mut Event, ctx: &mut Context<'_>) -> bool {
+        if self.own.is_none() {
+            self.salt = draw_epoch(ctx);
+            self.own = Some(cipher(&self.config.key, ctx.node()));
+        }
+        if self.counter == u64::MAX {
+            ctx.count("exhausted");
+            return false;
+        }
+        let channel = event.channel();
+        let (Some(own), Some(s)) = (&self.own, event.sendable_mut()) else {
+            return false;
+        };
+        seal(own, channel, self.salt, self.counter, &mut s.message);
+        self.counter += 1;
+        true
+    }
+
+    fn receive(&mut self, event: &mut Event, ctx: &mut Context<'_>) -> bool {
+        let channel = event.channel();
+        let Some(s) = event.sendable_mut() else {
+            return false;
+        };
+        let Ok((salt, counter)) = peek_header(&s.message) else {
+            ctx.count("truncated");
+            return false;
+        };
+        let key = (channel, s.source);
+        // Cheap rejections first, from what is already known; state changes only after
+        // authentication.
+        if let Some(peer) = self.peers.get_mut(&key) {
+            if salt == peer.salt {
+                match peer.window.check(counter) {
+                    Seen::Fresh => {}
+                    Seen::Duplicate => {
+                        ctx.count("replay");
+                        return false;
+                    }
+                    Seen::TooOld => {
+                        ctx.count("too_old");
+                        return false;
+                    }
+                }
+            } else if peer.retired.contains(&Some(salt)) {
+                ctx.count("stale_salt");
+                return false;
+            }
+            if open(&peer.cipher, channel, &mut s.message).is_err() {
+                ctx.count("bad_tag");
+                return false;
+            }
+            if salt != peer.salt {
+                ctx.count("peer_restarted");
+                peer.retired.rotate_right(1);
+                peer.retired[0] = Some(peer.salt);
+                peer.salt = salt;
+                peer.window = SeqWindow::new(self.config.replay_window);
+            }
+            peer.window.insert(counter);
+            return true;
+        }
+        let c = cipher(&self.config.key, s.source);
+        if open(&c, channel, &mut s.message).is_err() {
+            ctx.count("bad_tag");
+            return false;
+        }
+        let mut window = SeqWindow::new(self.config.replay_window);
+        window.insert(counter);
+        let peer = Peer {
+            salt,
+            retired: [None; RETIRED_SALTS],
+            window,
+            cipher: c,
+        };
+        if self.peers.insert(key, peer).is_some() {
+            ctx.count("evicted");
+        }
+        true
+    }
+}
+
+impl Session for EncryptSession {
+    fn handle(&mut self, mut event: Event, ctx: &mut Context<'_>) {
+        if event.ty() == CHANNEL_CLOSE.id() {
+            let channel = event.channel();
+            self.peers.retain(|(c, _)| *c != channel);
+            ctx.go(event);
+            return;
+        }
+        if event.sendable_ref().is_some() {
+            let ok = match event.dir() {
+                Direction::Down => self.send(&mut event, ctx),
+                Direction::Up => self.receive(&mut event, ctx),
+            };
+            if !ok {
+                return;
+            }
+        }
+        ctx.go(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_parse_from_hex_and_bad_keys_are_explained() {
+        let k = parse_key(&"00".repeat(31)).unwrap_err();
+        assert!(k.contains("64 hex digits"), "{k}");
+        assert!(parse_key(&"zz".repeat(32)).is_err());
+        assert!(parse_key(&"é".repeat(32)).is_err());
+        let key = parse_key(&format!("{}ff", "01".repeat(31))).unwrap();
+        assert_eq!((key[0], key[31]), (1, 0xff));
+        let debug = format!("{:?}", Config::new(key));
+        assert!(!debug.contains("key:"), "{debug}");
+    }
+
+    #[test]
+    fn seal_then_open_round_trips_and_any_flip_fails() {
+        let key = [7u8; 32];
+        let c = cipher(&key, NodeId(3));
+        let mut m = Message::from_payload(b"attack at dawn");
+        seal(&c, ChannelId(1), 0xdead_beef, 5, &mut m);
+        assert_eq!(m.len(), 12 + 14 + 16);
+        assert_eq!(peek_header(&m), Ok((0xdead_beef, 5)));
+        let wire = m.as_slice().to_vec();
+        let mut ok = Message::from_wire(wire.clone());
+        open(&c, ChannelId(1), &mut ok).unwrap();
+        assert_eq!(ok.as_slice(), b"attack at dawn");
+        for bit in 0..wire.len() * 8 {
+            let mut bad = wire.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            let mut bad = Message::from_wire(bad);
+            assert_eq!(
+                open(&c, ChannelId(1), &mut bad),
+                Err(OpenError::BadTag),
+                "bit {bit}"
+            );
+        }
+        // Another channel, another source's subkey: refused.
+        let mut moved = Message::from_wire(wire.clone());
+        assert_eq!(open(&c, ChannelId(2), &mut moved), Err(OpenError::BadTag));
+        let mut spoofed = Message::from_wire(wire.clone());
+        assert_eq!(
+            open(&cipher(&key, NodeId(4)), ChannelId(1), &mut spoofed),
+            Err(OpenError::BadTag)
+        );
+        let mut short = Message::from_wire(wire[..27].to_vec());
+        assert_eq!(
+            open(&c, ChannelId(1), &mut short),
+            Err(OpenError::Truncated)
+        );
+    }
+}
