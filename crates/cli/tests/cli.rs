@@ -661,7 +661,19 @@ fn layers_lists_every_kind() {
         .filter(|l| !l.starts_with(' '))
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    assert_eq!(kinds, ["device", "fifo", "ghost", "transparent"], "{out}");
+    assert_eq!(
+        kinds,
+        [
+            "checksum",
+            "device",
+            "fifo",
+            "fragment",
+            "ghost",
+            "reliable-fifo",
+            "transparent"
+        ],
+        "{out}"
+    );
     assert!(out.contains("params: port"), "{out}");
 }
 
