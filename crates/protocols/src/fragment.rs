@@ -45,8 +45,8 @@ use fnv::FnvHashMap;
 use viastack_kernel::event::{CHANNEL_CLOSE, SENDABLE, TIMER};
 use viastack_kernel::message::DEFAULT_HEADROOM;
 use viastack_kernel::{
-    Body, ChannelId, Context, Dest, Direction, Duration, Event, EventType, Instant, Layer,
-    Message, NodeId, Sendable, Session, TimerId,
+    Body, ChannelId, Context, Dest, Direction, Duration, Event, EventType, Instant, Layer, Message,
+    NodeId, Sendable, Session, TimerId,
 };
 
 /// Bytes of the header.
@@ -239,7 +239,8 @@ impl FragmentSession {
         let (source, dest) = (s.source, s.dest);
         for index in 0..count - 1 {
             let at = usize::from(index) * mtu;
-            let mut m = Message::with_headroom(DEFAULT_HEADROOM, &s.message.as_slice()[at..at + mtu]);
+            let mut m =
+                Message::with_headroom(DEFAULT_HEADROOM, &s.message.as_slice()[at..at + mtu]);
             header.index = index;
             header.offset = at as u32; // < total, which fits in u32
             header.emit(&mut m);

@@ -81,7 +81,8 @@ pub const FRAGMENT: LayerKind = LayerKind {
 
 fn build_fragment(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
     let size = |k: &str| -> Result<usize, String> {
-        usize::try_from(params.get_bytes(k).map_err(|e| e.to_string())?).map_err(|_| format!("`{k}` is too large"))
+        usize::try_from(params.get_bytes(k).map_err(|e| e.to_string())?)
+            .map_err(|_| format!("`{k}` is too large"))
     };
     let mtu = size("mtu")?;
     if mtu == 0 {
@@ -91,7 +92,9 @@ fn build_fragment(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerR
         name,
         fragment::Config {
             mtu,
-            reassembly_timeout: params.get_duration("reassembly_timeout").map_err(|e| e.to_string())?,
+            reassembly_timeout: params
+                .get_duration("reassembly_timeout")
+                .map_err(|e| e.to_string())?,
             max_reassembly_bytes: size("max_reassembly_bytes")?,
         },
     )))
@@ -109,21 +112,30 @@ pub const RELIABLE_FIFO: LayerKind = LayerKind {
     params: &[
         ParamSpec {
             name: "send_buffer",
-            kind: ParamKind::Int { min: 1, max: 1 << 24 },
+            kind: ParamKind::Int {
+                min: 1,
+                max: 1 << 24,
+            },
             default: Some("1024"),
             doc: "messages queued or in flight per peer before new ones are refused (22 \
                   messages of 64 KiB at a 1400-byte MTU)",
         },
         ParamSpec {
             name: "send_window",
-            kind: ParamKind::Int { min: 1, max: 1 << 20 },
+            kind: ParamKind::Int {
+                min: 1,
+                max: 1 << 20,
+            },
             default: Some("128"),
             doc: "segments in flight per peer at most (≈ 180 KB at 1400 bytes: Linux's \
                   default TCP receive buffer, tcp_rmem, is 128 KiB)",
         },
         ParamSpec {
             name: "receive_window",
-            kind: ParamKind::Int { min: 1, max: 1 << 20 },
+            kind: ParamKind::Int {
+                min: 1,
+                max: 1 << 20,
+            },
             default: Some("128"),
             doc: "segments accepted beyond the cumulative ACK, advertised to the sender (as \
                   send_window)",
@@ -162,7 +174,10 @@ pub const RELIABLE_FIFO: LayerKind = LayerKind {
         },
         ParamSpec {
             name: "ack_every",
-            kind: ParamKind::Int { min: 1, max: 1 << 16 },
+            kind: ParamKind::Int {
+                min: 1,
+                max: 1 << 16,
+            },
             default: Some("2"),
             doc: "in-order segments acknowledged at once (RFC 5681 §4.2: at least every \
                   second full-sized segment)",
@@ -188,14 +203,22 @@ fn build_reliable(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerR
             .map_err(|_| "`send_buffer` is out of range".to_string())?,
         send_window: u32_of("send_window")?,
         receive_window: u32_of("receive_window")?,
-        reorder_bytes: usize::try_from(params.get_bytes("reorder_bytes").map_err(|e| e.to_string())?)
-            .map_err(|_| "`reorder_bytes` is too large".to_string())?,
-        rto_initial: params.get_duration("rto_initial").map_err(|e| e.to_string())?,
+        reorder_bytes: usize::try_from(
+            params
+                .get_bytes("reorder_bytes")
+                .map_err(|e| e.to_string())?,
+        )
+        .map_err(|_| "`reorder_bytes` is too large".to_string())?,
+        rto_initial: params
+            .get_duration("rto_initial")
+            .map_err(|e| e.to_string())?,
         rto_min: params.get_duration("rto_min").map_err(|e| e.to_string())?,
         rto_max: params.get_duration("rto_max").map_err(|e| e.to_string())?,
         max_retries: u32_of("max_retries")?,
         ack_every: u32_of("ack_every")?,
-        ack_delay: params.get_duration("ack_delay").map_err(|e| e.to_string())?,
+        ack_delay: params
+            .get_duration("ack_delay")
+            .map_err(|e| e.to_string())?,
     };
     if config.rto_min > config.rto_max {
         return Err("`rto_min` must not exceed `rto_max`".to_string());

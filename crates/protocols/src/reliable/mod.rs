@@ -256,7 +256,12 @@ pub struct ReliableSession {
 }
 
 /// Arms `slot` for `deadline` unless a timer due no later is pending.
-fn arm(slot: &mut Option<(TimerId, Instant)>, deadline: Instant, token: u64, ctx: &mut Context<'_>) {
+fn arm(
+    slot: &mut Option<(TimerId, Instant)>,
+    deadline: Instant,
+    token: u64,
+    ctx: &mut Context<'_>,
+) {
     match *slot {
         Some((_, at)) if at <= deadline => {}
         _ => {
@@ -320,12 +325,14 @@ impl ReliableSession {
         cfg: &Config,
         link: Link,
     ) -> &'a mut Peer {
-        peers.entry((link.channel, link.peer)).or_insert_with(|| Peer {
-            tx: Sender::new(0, cfg),
-            rx: Receiver::default(),
-            rto_timer: None,
-            ack_timer: None,
-        })
+        peers
+            .entry((link.channel, link.peer))
+            .or_insert_with(|| Peer {
+                tx: Sender::new(0, cfg),
+                rx: Receiver::default(),
+                rto_timer: None,
+                ack_timer: None,
+            })
     }
 
     fn send(&mut self, mut event: Event, ctx: &mut Context<'_>) {
@@ -356,7 +363,12 @@ impl ReliableSession {
 
     fn arm_rto(p: &mut Peer, link: Link, ctx: &mut Context<'_>) {
         if let Some(d) = p.tx.rto_deadline {
-            arm(&mut p.rto_timer, d, Timer::Retransmit(link.peer).encode(), ctx);
+            arm(
+                &mut p.rto_timer,
+                d,
+                Timer::Retransmit(link.peer).encode(),
+                ctx,
+            );
         }
     }
 

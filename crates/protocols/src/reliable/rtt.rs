@@ -7,7 +7,11 @@
 //!   α = 1/8, β = 1/4, in that order);
 //! - RTO = SRTT + max(G, K·RTTVAR) with K = 4 (G, the clock granularity, is 1 ns here), clamped
 //!   to `[min, max]` (§2.4, §2.5);
-//! - each expiry doubles the RTO up to `max` (§5.5); the next sample recomputes it.
+//! - each expiry doubles the RTO up to `max` (§5.5); the next sample recomputes it, and so
+//!   does [`Rtt::reset_backoff`], which the sender calls when an ACK makes progress even
+//!   though Karn's rule forbids a sample (Linux clears its backoff on such an ACK too):
+//!   otherwise, after a loss burst where every acknowledged segment was a retransmission, the
+//!   RTO would stay at its backed-off maximum for as long as no fresh segment is sent.
 //!
 //! Karn's rule (§3) is the caller's: it samples only segments transmitted once.
 //! Arithmetic is in integer nanoseconds and saturates.
@@ -21,6 +25,8 @@ pub struct Rtt {
     srtt: Option<u64>,
     rttvar: u64,
     rto: u64,
+    /// Doublings since the last computation.
+    backoff: u32,
     min: u64,
     max: u64,
 }
@@ -28,11 +34,15 @@ pub struct Rtt {
 impl Rtt {
     /// An estimator with no sample yet: RTO = `initial` (clamped to `min..=max`).
     pub fn new(initial: Duration, min: Duration, max: Duration) -> Self {
-        let (min, max) = (duration_nanos(min), duration_nanos(max).max(duration_nanos(min)));
+        let (min, max) = (
+            duration_nanos(min),
+            duration_nanos(max).max(duration_nanos(min)),
+        );
         Rtt {
             srtt: None,
             rttvar: 0,
             rto: duration_nanos(initial).clamp(min, max),
+            backoff: 0,
             min,
             max,
         }
@@ -47,7 +57,8 @@ impl Rtt {
                 self.rttvar = r / 2;
             }
             Some(srtt) => {
-                self.rttvar = (self.rttvar.saturating_mul(3) / 4).saturating_add(srtt.abs_diff(r) / 4);
+                self.rttvar =
+                    (self.rttvar.saturating_mul(3) / 4).saturating_add(srtt.abs_diff(r) / 4);
                 self.srtt = Some((srtt.saturating_mul(7) / 8).saturating_add(r / 8));
             }
         }
@@ -55,16 +66,26 @@ impl Rtt {
         self.rto = srtt
             .saturating_add(self.rttvar.saturating_mul(4).max(1))
             .clamp(self.min, self.max);
+        self.backoff = 0;
     }
 
     /// The timer expired: doubles the RTO, up to the maximum (RFC 6298 §5.5).
     pub fn backoff(&mut self) {
-        self.rto = self.rto.saturating_mul(2).clamp(self.min, self.max);
+        self.backoff = self.backoff.saturating_add(1).min(63);
+    }
+
+    /// Forgets the doublings: the RTO is the estimate's again.
+    pub fn reset_backoff(&mut self) {
+        self.backoff = 0;
     }
 
     /// The current retransmission timeout.
     pub fn rto(&self) -> Duration {
-        Duration::from_nanos(self.rto)
+        let scaled = self
+            .rto
+            .checked_shl(self.backoff)
+            .filter(|v| v >> self.backoff == self.rto);
+        Duration::from_nanos(scaled.unwrap_or(u64::MAX).clamp(self.min, self.max))
     }
 
     /// The smoothed round-trip time, once there is a sample.
@@ -121,15 +142,32 @@ mod tests {
     fn clamped_to_min_and_max_and_backoff_doubles() {
         let mut r = Rtt::new(Duration::from_secs(1), ms(200), Duration::from_secs(60));
         r.sample(ms(1));
-        assert_eq!(r.rto(), ms(200), "§2.4: RTO below the minimum is rounded up");
+        assert_eq!(
+            r.rto(),
+            ms(200),
+            "§2.4: RTO below the minimum is rounded up"
+        );
         r.backoff();
         assert_eq!(r.rto(), ms(400), "§5.5: doubled");
         for _ in 0..20 {
             r.backoff();
         }
-        assert_eq!(r.rto(), Duration::from_secs(60), "§2.5: capped at the maximum");
+        assert_eq!(
+            r.rto(),
+            Duration::from_secs(60),
+            "§2.5: capped at the maximum"
+        );
         r.sample(ms(1));
         assert_eq!(r.rto(), ms(200), "a new sample recomputes the RTO");
+        r.backoff();
+        r.backoff();
+        assert_eq!(r.rto(), ms(800));
+        r.reset_backoff();
+        assert_eq!(
+            r.rto(),
+            ms(200),
+            "progress without a sample forgets the backoff"
+        );
         // Absurd samples saturate instead of overflowing.
         r.sample(Duration::MAX);
         r.sample(Duration::MAX);

@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 
-use viastack_kernel::{Context, Dest, Direction, Duration, Event, EventType, Instant, Message, Sendable};
+use viastack_kernel::{Context, Dest, Direction, Event, EventType, Instant, Message, Sendable};
 
 use super::rtt::Rtt;
 use super::wire::{Ack, Data};
@@ -93,7 +93,9 @@ impl Sender {
     }
 
     fn limit(&self, cfg: &Config) -> usize {
-        cfg.send_window.min(self.peer_window.max(1)).min(self.cwnd.max(1)) as usize
+        cfg.send_window
+            .min(self.peer_window.max(1))
+            .min(self.cwnd.max(1)) as usize
     }
 
     /// Transmits what the window allows, and arms the retransmission timer if needed.
@@ -140,7 +142,13 @@ impl Sender {
     }
 
     /// Handles an ACK or NACK for this peer.
-    pub fn on_ack(&mut self, ack: &Ack, cfg: &Config, link: Link, ctx: &mut Context<'_>) -> AckOutcome {
+    pub fn on_ack(
+        &mut self,
+        ack: &Ack,
+        cfg: &Config,
+        link: Link,
+        ctx: &mut Context<'_>,
+    ) -> AckOutcome {
         if self.epoch == 0 || ack.epoch != self.epoch {
             ctx.count("stale_ack");
             return AckOutcome::default();
@@ -157,10 +165,13 @@ impl Sender {
         self.peer_window = ack.window;
         if ack.cum > self.base {
             let n = (ack.cum - self.base) as usize;
-            if let Some(last) = self.segs.get(n - 1) {
-                if last.tx == 1 {
-                    self.rtt.sample(now - last.first_sent);
-                }
+            // Karn's rule, strictly: a sample only when every segment this ACK covers was sent
+            // once (a retransmitted hole before the sampled segment would add its repair time).
+            let acked = self.segs.range(..n.min(self.segs.len()));
+            let clean = acked.clone().all(|s| s.tx == 1 && !s.sacked);
+            match self.segs.get(n - 1) {
+                Some(last) if clean => self.rtt.sample(now - last.first_sent),
+                _ => self.rtt.reset_backoff(),
             }
             self.segs.drain(..n);
             self.sent = self.sent.saturating_sub(n);
@@ -169,28 +180,52 @@ impl Sender {
             self.cwnd = self.cwnd.saturating_mul(2).min(cfg.send_window);
             self.rto_deadline = (self.base < self.high).then(|| now + self.rtt.rto());
         }
-        // Segments the peer reports missing are retransmitted at once, unless they were sent
-        // less than a smoothed RTT ago (their copy may still be on its way).
-        let guard = self.rtt.srtt().unwrap_or(Duration::ZERO);
+        // A hole is retransmitted at once if its last copy left no later than the last copy of
+        // a segment above it that arrived (so it was most likely lost, not just late): the
+        // segment just past a NACK's last hole, or the highest SACKed one. Once retransmitted,
+        // it is not again until a segment sent after that arrives.
         let sent_end = self.high;
         let mut repaired = 0u64;
-        if ack.nack {
-            for r in ack.ranges() {
-                for seq in r.start.max(self.base)..r.end.min(sent_end) {
-                    repaired += u64::from(self.repair((seq - self.base) as usize, now, guard, link, ctx));
-                }
-            }
-        } else if let Some(highest) = ack.ranges().last().map(|r| r.end.min(sent_end)) {
+        let reference = ack
+            .ranges()
+            .last()
+            .map(|r| if ack.nack { r.end } else { r.end - 1 });
+        if !ack.nack {
+            // Newly SACKed segments sent once give a sample too (the newest of them), which
+            // keeps the estimate fresh while holes hold the cumulative ACK back.
+            let mut fresh: Option<Instant> = None;
             for r in ack.ranges() {
                 for seq in r.start.max(self.base)..r.end.min(sent_end) {
                     if let Some(s) = self.segs.get_mut((seq - self.base) as usize) {
+                        if !s.sacked && s.tx == 1 {
+                            fresh = fresh.max(Some(s.first_sent));
+                        }
                         s.sacked = true;
                     }
                 }
             }
-            // Holes below the highest SACKed segment are lost or late (RFC 6675's idea).
-            for seq in self.base..highest {
-                repaired += u64::from(self.repair((seq - self.base) as usize, now, guard, link, ctx));
+            if let Some(sent_at) = fresh {
+                self.rtt.sample(now - sent_at);
+            }
+        }
+        let newest = reference
+            .filter(|&r| r >= self.base && r < sent_end)
+            .and_then(|r| self.segs.get((r - self.base) as usize))
+            .filter(|s| s.tx > 0)
+            .map(|s| s.last_sent);
+        if let (Some(newest), Some(reference)) = (newest, reference) {
+            if ack.nack {
+                for r in ack.ranges() {
+                    for seq in r.start.max(self.base)..r.end.min(sent_end) {
+                        repaired +=
+                            u64::from(self.repair((seq - self.base) as usize, newest, link, ctx));
+                    }
+                }
+            } else {
+                for seq in self.base..reference.min(sent_end) {
+                    repaired +=
+                        u64::from(self.repair((seq - self.base) as usize, newest, link, ctx));
+                }
             }
         }
         if repaired > 0 {
@@ -200,11 +235,11 @@ impl Sender {
         AckOutcome { accepted: true }
     }
 
-    fn repair(&mut self, i: usize, now: Instant, guard: Duration, link: Link, ctx: &mut Context<'_>) -> bool {
+    fn repair(&mut self, i: usize, newest: Instant, link: Link, ctx: &mut Context<'_>) -> bool {
         let due = self
             .segs
             .get(i)
-            .is_some_and(|s| !s.sacked && s.tx > 0 && now.saturating_duration_since(s.last_sent) >= guard);
+            .is_some_and(|s| !s.sacked && s.tx > 0 && s.last_sent <= newest);
         if due {
             self.transmit(i, link, ctx);
         }
@@ -249,7 +284,11 @@ mod tests {
         s.peer_window = 4;
         assert_eq!(s.limit(&cfg), 4);
         s.peer_window = 0;
-        assert_eq!(s.limit(&cfg), 1, "a zero window still lets one segment probe");
+        assert_eq!(
+            s.limit(&cfg),
+            1,
+            "a zero window still lets one segment probe"
+        );
         s.peer_window = 100;
         s.cwnd = 2;
         assert_eq!(s.limit(&cfg), 2);
