@@ -22,7 +22,8 @@
 //! total), `fragment.too_large` (a total above `max_reassembly_bytes`: it could never fit),
 //! `fragment.inconsistent` (a count or total other than the first fragment of that id said),
 //! `fragment.duplicate` (that index was already received). A message of one fragment is
-//! forwarded at once without a copy.
+//! forwarded at once without a copy (and without duplicate suppression, which is
+//! `reliable-fifo`'s job: this layer keeps no state for whole messages).
 //!
 //! Reassembly (per channel, source and message id) allocates the whole message once, at its
 //! first fragment, and copies each fragment's bytes straight to their offset: every payload
