@@ -49,7 +49,9 @@ fn shared_vectors_decode_encode_or_are_counted() {
 fn every_single_bit_flip_is_caught() {
     let mut a = checksummed(1);
     let payload: Vec<u8> = (0..200u8).collect();
-    let wire = a.send(0, Dest::Node(NodeId(2)), &payload).transmits[0].1.clone();
+    let wire = a.send(0, Dest::Node(NodeId(2)), &payload).transmits[0]
+        .1
+        .clone();
     let mut b = checksummed(2);
     assert_eq!(b.receive(1, wire.clone()).delivered.len(), 1);
     let mut flips = 0;

@@ -24,7 +24,9 @@ fn with_mtu(mtu: usize) -> Config {
 }
 
 fn session(n: &Node) -> &FragmentSession {
-    n.kernel.session::<FragmentSession>(n.sessions[0][0]).unwrap()
+    n.kernel
+        .session::<FragmentSession>(n.sessions[0][0])
+        .unwrap()
 }
 
 #[test]
@@ -171,8 +173,16 @@ fn memory_stays_under_the_bound_under_a_flood_of_first_fragments() {
         d.push(1);
         b.receive(id % 5, d);
         let s = session(&b);
-        assert!(s.reassembly_bytes() <= bound, "id {id}: {}", s.reassembly_bytes());
+        assert!(
+            s.reassembly_bytes() <= bound,
+            "id {id}: {}",
+            s.reassembly_bytes()
+        );
     }
-    assert!(b.counter("fragment.evicted") > 19_000, "{:?}", b.kernel.counters());
+    assert!(
+        b.counter("fragment.evicted") > 19_000,
+        "{:?}",
+        b.kernel.counters()
+    );
     assert!(session(&b).incomplete() > 0);
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use viastack_kernel::event::SENDABLE;
+use viastack_kernel::event::{CHANNEL_INIT, SENDABLE};
 use viastack_kernel::layers::Device;
 use viastack_kernel::{
     ChannelId, Dest, Direction, Event, Instant, Kernel, KernelConfig, LayerRef, Message, NodeId,
@@ -45,7 +45,12 @@ pub fn node(id: u32, layers: Vec<LayerRef>, channels: usize) -> Node {
         kernel.cursor(ch).unwrap().set_session(device).unwrap();
         kernel.start_channel(ch, Instant::ZERO).unwrap();
         chans.push(ch);
-        sessions.push(kernel.channel_sessions(ch)[1..].iter().map(|s| s.unwrap()).collect());
+        sessions.push(
+            kernel.channel_sessions(ch)[1..]
+                .iter()
+                .map(|s| s.unwrap())
+                .collect(),
+        );
     }
     Node {
         kernel,
@@ -74,7 +79,7 @@ impl Node {
                     if let Some(s) = e.sendable_ref() {
                         out.delivered
                             .push((e.channel(), s.source, s.message.as_slice().to_vec()));
-                    } else {
+                    } else if e.ty() != CHANNEL_INIT.id() {
                         out.notices.push(e.ty().name().to_string());
                     }
                 }
@@ -85,8 +90,12 @@ impl Node {
     }
 
     pub fn receive(&mut self, from: u32, bytes: Vec<u8>) -> Out {
-        self.kernel
-            .handle_datagram(self.now, self.device, NodeId(from), Message::from_wire(bytes));
+        self.kernel.handle_datagram(
+            self.now,
+            self.device,
+            NodeId(from),
+            Message::from_wire(bytes),
+        );
         self.drain()
     }
 
