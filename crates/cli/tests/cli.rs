@@ -664,6 +664,7 @@ fn layers_lists_every_kind() {
     assert_eq!(
         kinds,
         [
+            "checksum",
             "compress",
             "corrupt",
             "dedup",
@@ -673,8 +674,10 @@ fn layers_lists_every_kind() {
             "duplicate",
             "encrypt",
             "fifo",
+            "fragment",
             "ghost",
             "heartbeat",
+            "reliable-fifo",
             "reorder",
             "sync",
             "transparent",

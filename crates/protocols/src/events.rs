@@ -10,6 +10,10 @@ use viastack_kernel::{Body, ChannelId, Direction, Event, NodeId};
 /// delivered by this session (retries exhausted, peer crashed or partitioned away).
 pub static PEER_UNREACHABLE: EventTypeDef =
     EventTypeDef::new("PeerUnreachable", Some(&CHANNEL_EVENT));
+/// A reliable layer refused a message to a peer because its send buffer for that peer is full
+/// (the application sends faster than the peer acknowledges): the message will not be
+/// delivered. Distinct from [`PEER_UNREACHABLE`]: the peer may be fine, only slow.
+pub static SEND_REFUSED: EventTypeDef = EventTypeDef::new("SendRefused", Some(&CHANNEL_EVENT));
 /// A failure detector suspects a peer.
 pub static SUSPECT: EventTypeDef = EventTypeDef::new("Suspect", Some(&CHANNEL_EVENT));
 /// A failure detector hears again from a peer it suspected.

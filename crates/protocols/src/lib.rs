@@ -2,6 +2,12 @@
 //!
 //! - [`fifo`]: per-sender sequence numbers; late and duplicate messages are dropped, so what
 //!   arrives arrives once and in order (loss is tolerated, not repaired).
+//! - [`checksum`]: CRC32C over each datagram's upper bytes; damaged datagrams are dropped.
+//! - [`fragment`]: splits messages above an MTU and reassembles them, within a timeout and a
+//!   memory bound.
+//! - [`reliable`]: reliable FIFO delivery per (channel, peer): sequence numbers, cumulative and
+//!   selective ACKs, NACKs, RFC 6298 retransmission timers, flow control, and a
+//!   `PeerUnreachable` report when a peer stops answering.
 //! - [`heartbeat`]: a heartbeat failure detector, one session shared by several channels, that
 //!   raises `Suspect`/`Alive` on every channel it is bound to, in the same order on each.
 //! - [`sync`]: intermedia synchronisation: a playout buffer shared by media channels that
@@ -12,17 +18,21 @@
 //!   kernel's seeded generator and timers, on real sockets as in the simulator.
 //! - [`compress`]: LZ4 above a size threshold, marked per message, bounded decompression.
 //! - [`encrypt`]: ChaCha20-Poly1305 under a pre-shared key, with a replay window.
-//! - [`events`]: notices shared by layers and the application (peer unreachable, suspect, alive).
+//! - [`events`]: notices shared by layers and the application (peer unreachable, send refused,
+//!   suspect, alive).
 //! - [`peers`]: bounded per-peer state (sliding sequence window, LRU map) those layers share.
 #![deny(unsafe_code)]
 
+pub mod checksum;
 pub mod compress;
 pub mod dedup;
 pub mod encrypt;
 pub mod events;
 pub mod fault;
 pub mod fifo;
+pub mod fragment;
 pub mod heartbeat;
 pub mod peers;
+pub mod reliable;
 pub mod sync;
 pub mod ttl;

@@ -13,9 +13,11 @@ use crate::catalog::{BuildEnv, Catalog, LayerKind, Params, DEVICE};
 
 mod coordination;
 mod filters;
+mod reliable;
 
 pub use coordination::{HEARTBEAT, SYNC};
 pub use filters::{COMPRESS, CORRUPT, DEDUP, DELAY, DROP, DUPLICATE, ENCRYPT, REORDER, TTL};
+pub use reliable::{CHECKSUM, FRAGMENT, RELIABLE_FIFO};
 
 /// `fifo`: per-sender sequence numbers, drops late and duplicate copies.
 pub const FIFO: LayerKind = LayerKind {
@@ -36,8 +38,22 @@ fn build_fifo(name: &str, _params: &Params, _env: &BuildEnv) -> Result<LayerRef,
 pub fn standard_catalog() -> Catalog {
     let mut c = Catalog::builtin();
     for kind in [
-        DEVICE, FIFO, HEARTBEAT, SYNC, DEDUP, TTL, DROP, DELAY, DUPLICATE, CORRUPT, REORDER,
-        COMPRESS, ENCRYPT,
+        DEVICE,
+        FIFO,
+        CHECKSUM,
+        FRAGMENT,
+        RELIABLE_FIFO,
+        HEARTBEAT,
+        SYNC,
+        DEDUP,
+        TTL,
+        DROP,
+        DELAY,
+        DUPLICATE,
+        CORRUPT,
+        REORDER,
+        COMPRESS,
+        ENCRYPT,
     ] {
         // Names are distinct and specs valid; the test below holds it.
         if let Err(e) = c.register(kind) {
@@ -59,6 +75,7 @@ mod tests {
         assert_eq!(
             names,
             vec![
+                "checksum",
                 "compress",
                 "corrupt",
                 "dedup",
@@ -68,8 +85,10 @@ mod tests {
                 "duplicate",
                 "encrypt",
                 "fifo",
+                "fragment",
                 "ghost",
                 "heartbeat",
+                "reliable-fifo",
                 "reorder",
                 "sync",
                 "transparent",

@@ -1,0 +1,215 @@
+//! The receiving half of one (channel, peer) stream: duplicate suppression, in-order delivery
+//! through a bounded reorder ring, and the ACK/NACK policy.
+//!
+//! The ring holds slot `i` for sequence number `expected + i`; slot 0 is always empty (that
+//! segment would have been delivered). A segment at `expected` is delivered at once, followed
+//! by every buffered segment it makes contiguous. Segments within the advertised window but
+//! above `expected` are buffered, bounded by `receive_window` slots and `reorder_bytes` bytes.
+//!
+//! ACK policy (RFC 1122 §4.2.3.2, RFC 5681 §4.2): an in-order segment is acknowledged after
+//! `ack_every` segments or `ack_delay`, whichever comes first; a duplicate, a segment beyond
+//! the window, one that fills a gap or one out of order is acknowledged at once; a segment that
+//! opens a new gap (above every sequence number seen) is answered at once by a NACK naming
+//! the holes.
+
+use std::collections::VecDeque;
+
+use viastack_kernel::{Context, Dest, Direction, Event, Instant, Sendable};
+
+use super::wire::{Ack, Data, Range, MAX_RANGES};
+use super::{Config, Link};
+
+/// Epochs of a peer remembered after it restarted, so its late segments are recognised.
+pub const RETIRED_EPOCHS: usize = 4;
+
+/// Ranges an ACK or NACK carries at most (TCP carries 3–4 SACK blocks, RFC 2018 §3).
+pub const SENT_RANGES: usize = 4;
+
+const _: () = assert!(SENT_RANGES <= MAX_RANGES);
+
+/// What the session must do after a segment arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// Nothing now (a delayed ACK may be due at `ack_deadline`).
+    Later,
+    /// An ACK now.
+    Ack,
+    /// A NACK now.
+    Nack,
+}
+
+/// The receiving state for one (channel, peer).
+#[derive(Debug, Default)]
+pub(crate) struct Receiver {
+    epoch: u32,
+    retired: [u32; RETIRED_EPOCHS],
+    expected: u64,
+    /// One past the highest sequence number received in this epoch.
+    highest: u64,
+    ring: VecDeque<Option<Event>>,
+    ring_bytes: usize,
+    unacked: u32,
+    /// When the delayed ACK is due.
+    pub ack_deadline: Option<Instant>,
+}
+
+impl Receiver {
+    /// Bytes buffered out of order.
+    pub fn buffered_bytes(&self) -> usize {
+        self.ring_bytes
+    }
+
+    /// Slots of the reorder ring.
+    pub fn buffered_slots(&self) -> usize {
+        self.ring.len()
+    }
+
+    fn clear_ring(&mut self) -> u64 {
+        let dropped = self.ring.iter().filter(|s| s.is_some()).count() as u64;
+        self.ring.clear();
+        self.ring_bytes = 0;
+        dropped
+    }
+
+    /// Handles a DATA segment whose header was popped from `event`.
+    pub fn on_data(&mut self, d: Data, event: Event, cfg: &Config, ctx: &mut Context<'_>) -> Reply {
+        if d.epoch != self.epoch {
+            if self.retired.contains(&d.epoch) {
+                ctx.count("stale_epoch");
+                return Reply::Later;
+            }
+            if self.epoch != 0 {
+                ctx.count("peer_restarted");
+                let dropped = self.clear_ring();
+                ctx.count_n("reset_dropped", dropped);
+                self.retired.rotate_right(1);
+                self.retired[0] = self.epoch;
+            }
+            self.epoch = d.epoch;
+            self.expected = d.first;
+            self.highest = d.first;
+            self.unacked = 0;
+            self.ack_deadline = None;
+        }
+        if d.first > self.expected {
+            // The sender let go of [expected, first): acknowledged by an earlier incarnation of
+            // this node (we restarted and joined mid-stream). Skip them.
+            let skip = d.first - self.expected;
+            ctx.count_n("skipped", skip);
+            for _ in 0..skip.min(self.ring.len() as u64) {
+                if let Some(Some(e)) = self.ring.pop_front() {
+                    self.ring_bytes -= len_of(&e);
+                }
+            }
+            self.expected = d.first;
+            self.highest = self.highest.max(d.first);
+            self.deliver_ready(ctx);
+        }
+        if d.seq < self.expected {
+            ctx.count("duplicate");
+            return Reply::Ack;
+        }
+        let off = d.seq - self.expected;
+        if off >= u64::from(cfg.receive_window.max(1)) {
+            ctx.count("beyond_window");
+            return Reply::Ack;
+        }
+        let off = off as usize;
+        let new_gap = d.seq > self.highest;
+        self.highest = self.highest.max(d.seq + 1);
+        if off == 0 {
+            ctx.go(event);
+            self.expected += 1;
+            self.ring.pop_front();
+            let filled = self.deliver_ready(ctx);
+            self.unacked += 1;
+            if filled || self.unacked >= cfg.ack_every {
+                return Reply::Ack;
+            }
+            if self.ack_deadline.is_none() {
+                self.ack_deadline = Some(ctx.now() + cfg.ack_delay);
+            }
+            return Reply::Later;
+        }
+        if self.ring.get(off).is_some_and(Option::is_some) {
+            ctx.count("duplicate");
+            return Reply::Ack;
+        }
+        let len = len_of(&event);
+        if self.ring_bytes + len > cfg.reorder_bytes {
+            ctx.count("reorder_full");
+            return Reply::Ack;
+        }
+        if self.ring.len() <= off {
+            self.ring.resize_with(off + 1, || None);
+        }
+        self.ring[off] = Some(event);
+        self.ring_bytes += len;
+        if new_gap {
+            Reply::Nack
+        } else {
+            Reply::Ack
+        }
+    }
+
+    /// Delivers the buffered segments now contiguous with `expected`; whether there were any.
+    fn deliver_ready(&mut self, ctx: &mut Context<'_>) -> bool {
+        let mut any = false;
+        while let Some(Some(_)) = self.ring.front() {
+            if let Some(Some(e)) = self.ring.pop_front() {
+                self.ring_bytes -= len_of(&e);
+                ctx.go(e);
+                self.expected += 1;
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// Builds and sends an ACK (SACK blocks: buffered runs) or a NACK (holes below the highest
+    /// buffered segment).
+    pub fn reply(&mut self, nack: bool, cfg: &Config, link: Link, ctx: &mut Context<'_>) {
+        if self.epoch == 0 {
+            return;
+        }
+        let mut ack = Ack::new(nack, self.epoch, self.expected, cfg.receive_window);
+        let mut run: Option<u64> = None;
+        let mut n = 0;
+        for (i, slot) in self.ring.iter().enumerate() {
+            let seq = self.expected + i as u64;
+            // A NACK lists runs of empty slots, an ACK runs of full ones.
+            let wanted = slot.is_some() != nack;
+            match (wanted, run) {
+                (true, None) => run = Some(seq),
+                (false, Some(start)) => {
+                    ack.push_range(Range { start, end: seq });
+                    run = None;
+                    n += 1;
+                    if n == SENT_RANGES {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let (Some(start), true) = (run, n < SENT_RANGES) {
+            ack.push_range(Range {
+                start,
+                end: self.expected + self.ring.len() as u64,
+            });
+        }
+        self.unacked = 0;
+        self.ack_deadline = None;
+        ctx.count(if nack { "nacks_sent" } else { "acks_sent" });
+        ctx.go(Event::sendable(
+            viastack_kernel::event::SENDABLE.id(),
+            Direction::Down,
+            link.channel,
+            Sendable::new(ctx.node(), Dest::Node(link.peer), ack.to_message()),
+        ));
+    }
+}
+
+fn len_of(e: &Event) -> usize {
+    e.sendable_ref().map_or(0, |s| s.message.len())
+}

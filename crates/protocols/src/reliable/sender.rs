@@ -1,0 +1,296 @@
+//! The sending half of one (channel, peer) stream: the send buffer, the sliding window, RTT
+//! measurement and retransmission.
+//!
+//! Segments live in one ring (`VecDeque`) from the oldest unacknowledged (`base`) on; the
+//! first `sent` of them have been transmitted at least once. In flight at most
+//! `min(send_window, advertised window, cwnd)` segments, counted from `base`. `cwnd` is not
+//! congestion control: it equals `send_window` except after a timeout, when it restarts at 1
+//! and doubles with each acknowledgement that makes progress, so that the repair of a whole
+//! lost window (a partition) is paced by the ACKs instead of one burst (RFC 5681 §3.1's slow
+//! start, without congestion avoidance).
+
+use std::collections::VecDeque;
+
+use viastack_kernel::{Context, Dest, Direction, Event, EventType, Instant, Message, Sendable};
+
+use super::rtt::Rtt;
+use super::wire::{Ack, Data};
+use super::{Config, Link};
+
+/// One message in the send buffer.
+#[derive(Debug)]
+pub(crate) struct Segment {
+    ty: EventType,
+    message: Message,
+    first_sent: Instant,
+    last_sent: Instant,
+    /// Transmissions so far (Karn's rule: RTT samples only from segments sent once).
+    tx: u32,
+    /// Reported received by a SACK block.
+    sacked: bool,
+}
+
+/// What acknowledgement processing asks of the session.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AckOutcome {
+    /// The ACK was for this stream and consistent.
+    pub accepted: bool,
+}
+
+/// The sending state for one (channel, peer).
+#[derive(Debug)]
+pub(crate) struct Sender {
+    pub epoch: u32,
+    base: u64,
+    segs: VecDeque<Segment>,
+    sent: usize,
+    /// One past the highest sequence number ever transmitted (≥ `base + sent`).
+    high: u64,
+    peer_window: u32,
+    cwnd: u32,
+    rtt: Rtt,
+    retries: u32,
+    /// When the retransmission timer expires (None: nothing in flight).
+    pub rto_deadline: Option<Instant>,
+}
+
+impl Sender {
+    pub fn new(epoch: u32, cfg: &Config) -> Self {
+        Sender {
+            epoch,
+            base: 0,
+            segs: VecDeque::new(),
+            sent: 0,
+            high: 0,
+            peer_window: cfg.send_window,
+            cwnd: cfg.send_window,
+            rtt: Rtt::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
+            retries: 0,
+            rto_deadline: None,
+        }
+    }
+
+    /// Messages held (in flight or queued).
+    pub fn len(&self) -> usize {
+        self.segs.len()
+    }
+
+    /// The estimator (for tests and counters).
+    pub fn rtt(&self) -> &Rtt {
+        &self.rtt
+    }
+
+    /// Queues a message; the caller checked the send buffer's capacity.
+    pub fn push(&mut self, ty: EventType, message: Message) {
+        self.segs.push_back(Segment {
+            ty,
+            message,
+            first_sent: Instant::ZERO,
+            last_sent: Instant::ZERO,
+            tx: 0,
+            sacked: false,
+        });
+    }
+
+    fn limit(&self, cfg: &Config) -> usize {
+        cfg.send_window
+            .min(self.peer_window.max(1))
+            .min(self.cwnd.max(1)) as usize
+    }
+
+    /// Transmits what the window allows, and arms the retransmission timer if needed.
+    pub fn pump(&mut self, cfg: &Config, link: Link, ctx: &mut Context<'_>) {
+        let limit = self.limit(cfg).min(self.segs.len());
+        while self.sent < limit {
+            let i = self.sent;
+            self.sent += 1;
+            if self.segs[i].sacked {
+                continue; // go-back-N after a timeout skips what the peer reported having
+            }
+            self.transmit(i, link, ctx);
+        }
+        if self.sent > 0 && self.rto_deadline.is_none() {
+            self.rto_deadline = Some(ctx.now() + self.rtt.rto());
+        }
+    }
+
+    fn transmit(&mut self, i: usize, link: Link, ctx: &mut Context<'_>) {
+        let now = ctx.now();
+        let Some(seg) = self.segs.get_mut(i) else {
+            return;
+        };
+        let mut m = seg.message.clone();
+        let seq = self.base + i as u64;
+        self.high = self.high.max(seq + 1);
+        Data {
+            epoch: self.epoch,
+            seq,
+            first: self.base,
+        }
+        .emit(&mut m);
+        if seg.tx == 0 {
+            seg.first_sent = now;
+        }
+        seg.last_sent = now;
+        seg.tx = seg.tx.saturating_add(1);
+        ctx.go(Event::sendable(
+            seg.ty,
+            Direction::Down,
+            link.channel,
+            Sendable::new(ctx.node(), Dest::Node(link.peer), m),
+        ));
+    }
+
+    /// Handles an ACK or NACK for this peer.
+    pub fn on_ack(
+        &mut self,
+        ack: &Ack,
+        cfg: &Config,
+        link: Link,
+        ctx: &mut Context<'_>,
+    ) -> AckOutcome {
+        if self.epoch == 0 || ack.epoch != self.epoch {
+            ctx.count("stale_ack");
+            return AckOutcome::default();
+        }
+        if ack.cum > self.high {
+            ctx.count("bad_ack"); // acknowledges what was never sent
+            return AckOutcome::default();
+        }
+        if ack.cum < self.base {
+            ctx.count("old_ack"); // overtaken by a later one
+            return AckOutcome::default();
+        }
+        let now = ctx.now();
+        self.peer_window = ack.window;
+        if ack.cum > self.base {
+            let n = (ack.cum - self.base) as usize;
+            // Karn's rule, strictly: a sample only when every segment this ACK covers was sent
+            // once (a retransmitted hole before the sampled segment would add its repair time).
+            let acked = self.segs.range(..n.min(self.segs.len()));
+            let clean = acked.clone().all(|s| s.tx == 1 && !s.sacked);
+            match self.segs.get(n - 1) {
+                Some(last) if clean => self.rtt.sample(now - last.first_sent),
+                _ => self.rtt.reset_backoff(),
+            }
+            self.segs.drain(..n);
+            self.sent = self.sent.saturating_sub(n);
+            self.base = ack.cum;
+            self.retries = 0;
+            self.cwnd = self.cwnd.saturating_mul(2).min(cfg.send_window);
+            self.rto_deadline = (self.base < self.high).then(|| now + self.rtt.rto());
+        }
+        // A hole is retransmitted at once if its last copy left no later than the last copy of
+        // a segment above it that arrived (so it was most likely lost, not just late): the
+        // segment just past a NACK's last hole, or the highest SACKed one. Once retransmitted,
+        // it is not again until a segment sent after that arrives.
+        let sent_end = self.high;
+        let mut repaired = 0u64;
+        let reference = ack
+            .ranges()
+            .last()
+            .map(|r| if ack.nack { r.end } else { r.end - 1 });
+        if !ack.nack {
+            // Newly SACKed segments sent once give a sample too (the newest of them), which
+            // keeps the estimate fresh while holes hold the cumulative ACK back.
+            let mut fresh: Option<Instant> = None;
+            for r in ack.ranges() {
+                for seq in r.start.max(self.base)..r.end.min(sent_end) {
+                    if let Some(s) = self.segs.get_mut((seq - self.base) as usize) {
+                        if !s.sacked && s.tx == 1 {
+                            fresh = fresh.max(Some(s.first_sent));
+                        }
+                        s.sacked = true;
+                    }
+                }
+            }
+            if let Some(sent_at) = fresh {
+                self.rtt.sample(now - sent_at);
+            }
+        }
+        let newest = reference
+            .filter(|&r| r >= self.base && r < sent_end)
+            .and_then(|r| self.segs.get((r - self.base) as usize))
+            .filter(|s| s.tx > 0)
+            .map(|s| s.last_sent);
+        if let (Some(newest), Some(reference)) = (newest, reference) {
+            if ack.nack {
+                for r in ack.ranges() {
+                    for seq in r.start.max(self.base)..r.end.min(sent_end) {
+                        repaired +=
+                            u64::from(self.repair((seq - self.base) as usize, newest, link, ctx));
+                    }
+                }
+            } else {
+                for seq in self.base..reference.min(sent_end) {
+                    repaired +=
+                        u64::from(self.repair((seq - self.base) as usize, newest, link, ctx));
+                }
+            }
+        }
+        if repaired > 0 {
+            ctx.count_n("fast_retransmits", repaired);
+        }
+        self.pump(cfg, link, ctx);
+        AckOutcome { accepted: true }
+    }
+
+    fn repair(&mut self, i: usize, newest: Instant, link: Link, ctx: &mut Context<'_>) -> bool {
+        let due = self
+            .segs
+            .get(i)
+            .is_some_and(|s| !s.sacked && s.tx > 0 && s.last_sent <= newest);
+        if due {
+            self.transmit(i, link, ctx);
+        }
+        due
+    }
+
+    /// The retransmission timer expired (the caller checked the deadline). Returns false when
+    /// the peer should be given up (`max_retries` retransmissions without progress).
+    pub fn on_timeout(&mut self, cfg: &Config, link: Link, ctx: &mut Context<'_>) -> bool {
+        if self.base >= self.high {
+            self.rto_deadline = None;
+            return true;
+        }
+        if self.retries >= cfg.max_retries {
+            return false;
+        }
+        self.retries += 1;
+        self.rtt.backoff();
+        ctx.count("retransmits");
+        // RFC 6298 §5.4: retransmit the earliest unacknowledged segment (whatever SACK said of
+        // it: a restarted peer may have forgotten, RFC 2018 §8), then go back N, paced by cwnd.
+        self.transmit(0, link, ctx);
+        self.sent = 1;
+        self.cwnd = 1;
+        self.rto_deadline = Some(ctx.now() + self.rtt.rto());
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_is_the_smallest_of_the_three() {
+        let cfg = Config {
+            send_window: 10,
+            ..Config::default()
+        };
+        let mut s = Sender::new(1, &cfg);
+        assert_eq!(s.limit(&cfg), 10);
+        s.peer_window = 4;
+        assert_eq!(s.limit(&cfg), 4);
+        s.peer_window = 0;
+        assert_eq!(
+            s.limit(&cfg),
+            1,
+            "a zero window still lets one segment probe"
+        );
+        s.peer_window = 100;
+        s.cwnd = 2;
+        assert_eq!(s.limit(&cfg), 2);
+    }
+}

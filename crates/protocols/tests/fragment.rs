@@ -1,0 +1,188 @@
+//! The fragment layer over a device, driven through the kernel: the shared hex vectors,
+//! splitting and reassembly in any order, the reassembly timeout and the memory bound under a
+//! flood of first fragments.
+#![allow(clippy::unwrap_used)]
+
+mod harness;
+
+use std::sync::Arc;
+
+use harness::{hex, node, Node};
+use viastack_kernel::{Dest, Duration, Instant, LayerRef, NodeId};
+use viastack_protocols::fragment::{Config, Fragment, FragmentSession, HEADER_LEN};
+
+fn fragmenting(id: u32, config: Config) -> Node {
+    let layer: LayerRef = Arc::new(Fragment::new("fragment", config));
+    node(id, vec![layer], 2)
+}
+
+fn with_mtu(mtu: usize) -> Config {
+    Config {
+        mtu,
+        ..Config::default()
+    }
+}
+
+fn session(n: &Node) -> &FragmentSession {
+    n.kernel
+        .session::<FragmentSession>(n.sessions[0][0])
+        .unwrap()
+}
+
+#[test]
+fn shared_vectors_decode_encode_or_are_counted() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/vectors/fragment.json"
+    ))
+    .unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for v in doc["vectors"].as_array().unwrap() {
+        let name = v["name"].as_str().unwrap();
+        let datagrams: Vec<Vec<u8>> = match v.get("fragments") {
+            Some(f) => f
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| hex(h.as_str().unwrap()))
+                .collect(),
+            None => vec![hex(v["hex"].as_str().unwrap())],
+        };
+        let mut n = fragmenting(1, Config::default());
+        let mut delivered = vec![];
+        for d in &datagrams {
+            delivered.extend(n.receive(7, d.clone()).delivered);
+        }
+        if let Some(err) = v["error"].as_str() {
+            assert!(delivered.is_empty(), "{name}");
+            assert_eq!(n.counter(err), 1, "{name}: {:?}", n.kernel.counters());
+            continue;
+        }
+        let payload = hex(v["payload_hex"].as_str().unwrap());
+        assert_eq!(delivered.len(), 1, "{name}");
+        assert_eq!(delivered[0].2, payload, "{name}");
+        assert_eq!(
+            delivered[0].0,
+            n.channels[v["channel"].as_u64().unwrap() as usize],
+            "{name}"
+        );
+        if let Some(c) = v["counter"].as_str() {
+            assert_eq!(n.counter(c), 1, "{name}");
+        }
+        // Sending the payload with the vector's MTU produces exactly its fragments.
+        if let Some(mtu) = v["mtu"].as_u64() {
+            let mut s = fragmenting(1, with_mtu(mtu as usize));
+            let ch = v["channel"].as_u64().unwrap() as usize;
+            let sent = s.send(ch, Dest::Node(NodeId(7)), &payload);
+            let wire: Vec<Vec<u8>> = sent.transmits.into_iter().map(|t| t.1).collect();
+            assert_eq!(wire, datagrams, "{name}: encoding");
+        }
+    }
+}
+
+#[test]
+fn split_and_reassembled_in_any_order() {
+    let mut a = fragmenting(1, with_mtu(100));
+    let mut b = fragmenting(2, with_mtu(100));
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    for len in [0usize, 1, 99, 100, 101, 250, 1000, 4097] {
+        let payload: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+        let mut frags: Vec<Vec<u8>> = a
+            .send(0, Dest::Node(NodeId(2)), &payload)
+            .transmits
+            .into_iter()
+            .map(|t| t.1)
+            .collect();
+        assert_eq!(frags.len(), len.div_ceil(100).max(1), "len {len}");
+        for f in &frags {
+            assert!(f.len() <= 2 + HEADER_LEN + 100, "len {len}");
+        }
+        // Shuffle (xorshift) and duplicate one (of a split message: a single fragment is
+        // forwarded as is, duplicates included — suppressing those is reliable-fifo's job).
+        for i in (1..frags.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            frags.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        // (a copy arriving after the message completed would start a new, incomplete one,
+        // left to the timeout: the duplicate comes before the last fragment).
+        if frags.len() > 1 {
+            let dup = frags[0].clone();
+            frags.insert(1, dup);
+        }
+        let mut got = vec![];
+        for f in frags {
+            got.extend(b.receive(1, f).delivered);
+        }
+        assert_eq!(got.len(), 1, "len {len}");
+        assert_eq!(got[0].2, payload, "len {len}");
+    }
+    assert_eq!(session(&b).incomplete(), 0);
+    assert_eq!(session(&b).reassembly_bytes(), 0);
+}
+
+#[test]
+fn incomplete_messages_time_out() {
+    let cfg = Config {
+        mtu: 10,
+        reassembly_timeout: Duration::from_secs(2),
+        ..Config::default()
+    };
+    let mut a = fragmenting(1, cfg);
+    let mut b = fragmenting(2, cfg);
+    let frags = a.send(0, Dest::Node(NodeId(2)), &[5u8; 30]).transmits;
+    assert_eq!(frags.len(), 3);
+    b.receive(1, frags[0].1.clone());
+    b.advance(Instant::from_millis(1_999));
+    assert_eq!(session(&b).incomplete(), 1);
+    b.advance(Instant::from_millis(2_000));
+    assert_eq!(session(&b).incomplete(), 0);
+    assert_eq!(b.counter("fragment.timeout"), 1);
+    // Its last fragments, late, start a new message that times out in turn.
+    assert!(b.receive(1, frags[1].1.clone()).delivered.is_empty());
+    b.advance(Instant::from_millis(5_000));
+    assert_eq!(b.counter("fragment.timeout"), 2);
+    assert_eq!(session(&b).reassembly_bytes(), 0);
+}
+
+#[test]
+fn memory_stays_under_the_bound_under_a_flood_of_first_fragments() {
+    let bound = 64 * 1024;
+    let cfg = Config {
+        mtu: 1000,
+        reassembly_timeout: Duration::from_secs(3600),
+        max_reassembly_bytes: bound,
+    };
+    let mut b = fragmenting(2, cfg);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for id in 0..20_000u32 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        // First fragments of distinct ids, with totals from tiny to the whole bound, from
+        // several sources and channels.
+        let total = (x % (bound as u64 - 200)) as u32 + 2;
+        let count = ((x >> 20) % 60) as u16 + 2;
+        let mut d = vec![0, (id % 2) as u8];
+        d.extend_from_slice(&id.to_be_bytes());
+        d.extend_from_slice(&0u16.to_be_bytes());
+        d.extend_from_slice(&count.to_be_bytes());
+        d.extend_from_slice(&0u32.to_be_bytes());
+        d.extend_from_slice(&total.to_be_bytes());
+        d.push(1);
+        b.receive(id % 5, d);
+        let s = session(&b);
+        assert!(
+            s.reassembly_bytes() <= bound,
+            "id {id}: {}",
+            s.reassembly_bytes()
+        );
+    }
+    assert!(
+        b.counter("fragment.evicted") > 19_000,
+        "{:?}",
+        b.kernel.counters()
+    );
+    assert!(session(&b).incomplete() > 0);
+}

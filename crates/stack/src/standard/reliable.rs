@@ -1,0 +1,207 @@
+//! Stack-file kinds for reliable delivery: the checksum, the fragmenter and reliable FIFO.
+
+use std::sync::Arc;
+
+use viastack_kernel::LayerRef;
+use viastack_protocols::checksum::Checksum;
+use viastack_protocols::fragment::{self, Fragment};
+use viastack_protocols::reliable::{self, ReliableFifo};
+
+use crate::catalog::{BuildEnv, LayerKind, ParamKind, ParamSpec, Params};
+
+/// `checksum`: CRC32C over each datagram's upper bytes.
+pub const CHECKSUM: LayerKind = LayerKind {
+    name: "checksum",
+    doc: "CRC32C (RFC 3720 §B.4) over the headers and payload of the layers above, in a 4-byte \
+          header; a datagram whose bytes do not match is dropped and counted (`bad`). Put it \
+          right above the device so no other decoder reads damaged bytes.",
+    params: &[],
+    device: false,
+    build: build_checksum,
+};
+
+fn build_checksum(name: &str, _params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+    Ok(Arc::new(Checksum::new(name)))
+}
+
+/// `fragment`: splits messages above an MTU, reassembles them within a timeout and a bound.
+pub const FRAGMENT: LayerKind = LayerKind {
+    name: "fragment",
+    doc: "Splits messages larger than `mtu` into fragments (16-byte header) and reassembles \
+          them, copying each byte once. Incomplete messages are dropped after \
+          `reassembly_timeout` (`timeout`) or to keep reassembly memory under \
+          `max_reassembly_bytes` (`evicted`). Above `reliable-fifo`, it gets every fragment once \
+          and in order.",
+    params: &[
+        ParamSpec {
+            name: "mtu",
+            kind: ParamKind::Bytes,
+            default: Some("1400"),
+            doc: "largest fragment payload; 1400 keeps a datagram with every standard header \
+                  and IPv6 + UDP under Ethernet's 1500-byte MTU (RFC 894), so IP never \
+                  fragments (RFC 8085 §3.2)",
+        },
+        ParamSpec {
+            name: "reassembly_timeout",
+            kind: ParamKind::Duration,
+            default: Some("\"2s\""),
+            doc: "how long an incomplete message is kept: two initial RTOs of RFC 6298 §2.1, \
+                  under IPv4's 15 s reassembly timer (RFC 791 §3.2)",
+        },
+        ParamSpec {
+            name: "max_reassembly_bytes",
+            kind: ParamKind::Bytes,
+            default: Some("\"4MiB\""),
+            doc: "reassembly memory per session, never exceeded (64 messages of 64 KiB)",
+        },
+    ],
+    device: false,
+    build: build_fragment,
+};
+
+fn build_fragment(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+    let size = |k: &str| -> Result<usize, String> {
+        usize::try_from(params.get_bytes(k).map_err(|e| e.to_string())?)
+            .map_err(|_| format!("`{k}` is too large"))
+    };
+    let mtu = size("mtu")?;
+    if mtu == 0 {
+        return Err("`mtu` must be at least 1 byte".to_string());
+    }
+    Ok(Arc::new(Fragment::new(
+        name,
+        fragment::Config {
+            mtu,
+            reassembly_timeout: params
+                .get_duration("reassembly_timeout")
+                .map_err(|e| e.to_string())?,
+            max_reassembly_bytes: size("max_reassembly_bytes")?,
+        },
+    )))
+}
+
+/// `reliable-fifo`: reliable FIFO delivery per (channel, peer).
+pub const RELIABLE_FIFO: LayerKind = LayerKind {
+    name: "reliable-fifo",
+    doc: "Reliable FIFO delivery per (channel, peer): sequence numbers, cumulative ACKs with \
+          SACK blocks, NACKs on gaps, RFC 6298 retransmission timers with Karn's rule, a \
+          sliding window with the receiver's advertised window, duplicate suppression. After \
+          `max_retries` timeouts without progress the sender gets a `PeerUnreachable` notice \
+          and the peer's pending messages are dropped (counted); a full send buffer refuses \
+          with a `SendRefused` notice. Unicast only: broadcasts are counted and dropped.",
+    params: &[
+        ParamSpec {
+            name: "send_buffer",
+            kind: ParamKind::Int {
+                min: 1,
+                max: 1 << 24,
+            },
+            default: Some("1024"),
+            doc: "messages queued or in flight per peer before new ones are refused (22 \
+                  messages of 64 KiB at a 1400-byte MTU)",
+        },
+        ParamSpec {
+            name: "send_window",
+            kind: ParamKind::Int {
+                min: 1,
+                max: 1 << 20,
+            },
+            default: Some("128"),
+            doc: "segments in flight per peer at most (≈ 180 KB at 1400 bytes: Linux's \
+                  default TCP receive buffer, tcp_rmem, is 128 KiB)",
+        },
+        ParamSpec {
+            name: "receive_window",
+            kind: ParamKind::Int {
+                min: 1,
+                max: 1 << 20,
+            },
+            default: Some("128"),
+            doc: "segments accepted beyond the cumulative ACK, advertised to the sender (as \
+                  send_window)",
+        },
+        ParamSpec {
+            name: "reorder_bytes",
+            kind: ParamKind::Bytes,
+            default: Some("\"4MiB\""),
+            doc: "bytes buffered out of order per peer, never exceeded",
+        },
+        ParamSpec {
+            name: "rto_initial",
+            kind: ParamKind::Duration,
+            default: Some("\"1s\""),
+            doc: "retransmission timeout before the first RTT sample (RFC 6298 §2.1)",
+        },
+        ParamSpec {
+            name: "rto_min",
+            kind: ParamKind::Duration,
+            default: Some("\"200ms\""),
+            doc: "smallest retransmission timeout (Linux TCP_RTO_MIN; RFC 6298 §2.4 allows \
+                  below its conservative 1 s)",
+        },
+        ParamSpec {
+            name: "rto_max",
+            kind: ParamKind::Duration,
+            default: Some("\"60s\""),
+            doc: "largest retransmission timeout, after backoff (RFC 6298 §2.5)",
+        },
+        ParamSpec {
+            name: "max_retries",
+            kind: ParamKind::Int { min: 1, max: 1000 },
+            default: Some("15"),
+            doc: "timeouts without progress before PeerUnreachable (Linux tcp_retries2; RFC \
+                  1122 §4.2.3.5's R2)",
+        },
+        ParamSpec {
+            name: "ack_every",
+            kind: ParamKind::Int {
+                min: 1,
+                max: 1 << 16,
+            },
+            default: Some("2"),
+            doc: "in-order segments acknowledged at once (RFC 5681 §4.2: at least every \
+                  second full-sized segment)",
+        },
+        ParamSpec {
+            name: "ack_delay",
+            kind: ParamKind::Duration,
+            default: Some("\"40ms\""),
+            doc: "longest delay of an ACK (Linux TCP_DELACK_MIN; RFC 5681 §4.2: under 500 ms)",
+        },
+    ],
+    device: false,
+    build: build_reliable,
+};
+
+fn build_reliable(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+    let int = |k: &str| -> Result<i64, String> { params.get_int(k).map_err(|e| e.to_string()) };
+    let u32_of = |k: &str| -> Result<u32, String> {
+        u32::try_from(int(k)?).map_err(|_| format!("`{k}` is out of range"))
+    };
+    let config = reliable::Config {
+        send_buffer: usize::try_from(int("send_buffer")?)
+            .map_err(|_| "`send_buffer` is out of range".to_string())?,
+        send_window: u32_of("send_window")?,
+        receive_window: u32_of("receive_window")?,
+        reorder_bytes: usize::try_from(
+            params
+                .get_bytes("reorder_bytes")
+                .map_err(|e| e.to_string())?,
+        )
+        .map_err(|_| "`reorder_bytes` is too large".to_string())?,
+        rto_initial: params
+            .get_duration("rto_initial")
+            .map_err(|e| e.to_string())?,
+        rto_min: params.get_duration("rto_min").map_err(|e| e.to_string())?,
+        rto_max: params.get_duration("rto_max").map_err(|e| e.to_string())?,
+        max_retries: u32_of("max_retries")?,
+        ack_every: u32_of("ack_every")?,
+        ack_delay: params
+            .get_duration("ack_delay")
+            .map_err(|e| e.to_string())?,
+    };
+    if config.rto_min > config.rto_max {
+        return Err("`rto_min` must not exceed `rto_max`".to_string());
+    }
+    Ok(Arc::new(ReliableFifo::new(name, config)))
+}
