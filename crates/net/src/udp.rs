@@ -16,6 +16,9 @@ use viastack_kernel::NodeId;
 
 use crate::transport::{Transport, TransportStats};
 
+/// Socket buffer size asked for, each way.
+pub const SOCKET_BUFFER: usize = 4 << 20;
+
 /// Largest datagram accepted (the UDP payload limit over IPv4).
 pub const MAX_DATAGRAM: usize = 65_535;
 
@@ -48,6 +51,11 @@ impl UdpEndpoint {
     /// Socket errors from the operating system.
     pub fn bind(addr: SocketAddr) -> io::Result<Self> {
         let std_socket = std::net::UdpSocket::bind(addr)?;
+        // Room for bursts: a reliable window of large datagrams overruns the default ~200 KiB
+        // and every overrun costs a retransmission. The kernel caps it at net.core.*mem_max.
+        let sock = socket2::SockRef::from(&std_socket);
+        let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+        let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
         let state = UdpSocketState::new((&std_socket).into())?;
         let mut socket = UdpSocket::from_std(std_socket);
         let poll = Poll::new()?;

@@ -141,8 +141,9 @@ pub fn run(args: &UnicastArgs) -> anyhow::Result<()> {
     for &size in &args.size {
         let size = size.max(1);
         let count = (args.volume / size as u64).clamp(100, 500_000);
-        // In flight: about 4 MiB, like a socket buffer, at least 16 messages.
-        let window = ((4u64 << 20) / size as u64).max(16);
+        // In flight: about 4 MiB, like a socket buffer, at least 16 messages, and at most half
+        // reliable-fifo's default send buffer (1024 messages), which refuses beyond it.
+        let window = ((4u64 << 20) / size as u64).clamp(16, 512);
         let mut best: Vec<Option<Measurement>> = vec![None; configs.len()];
         for _ in 0..args.repeat.max(1) {
             for (i, name) in configs.iter().enumerate() {
