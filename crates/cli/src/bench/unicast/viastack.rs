@@ -157,6 +157,7 @@ pub fn throughput(
                 }
             });
         }
+        tracing::debug!(counters = ?b.kernel.counters(), "bench receiver");
         (bytes, last)
     });
     pin(0);
@@ -172,6 +173,7 @@ pub fn throughput(
         a.drain(&mut |_| {});
         a.step(&clock, cap, &mut |_| {});
     }
+    tracing::debug!(counters = ?a.kernel.counters(), "bench sender");
     let (bytes, last) = receiver
         .join()
         .map_err(|_| anyhow!("bench receiver panicked"))?;
