@@ -3,11 +3,9 @@
 //!
 //! Segments live in one ring (`VecDeque`) from the oldest unacknowledged (`base`) on; the
 //! first `sent` of them have been transmitted at least once. In flight at most
-//! `min(send_window, advertised window, cwnd)` segments, counted from `base`. `cwnd` is not
-//! congestion control: it equals `send_window` except after a timeout, when it restarts at 1
-//! and doubles with each acknowledgement that makes progress, so that the repair of a whole
-//! lost window (a partition) is paced by the ACKs instead of one burst (RFC 5681 §3.1's slow
-//! start, without congestion avoidance).
+//! `min(send_window, advertised window)` segments, counted from `base`. There is no congestion
+//! control: a timeout retransmits every segment in flight the peer has not reported (selective
+//! repeat), and holes below a segment that arrived are repaired at once (fast repair).
 
 use std::collections::VecDeque;
 
@@ -47,9 +45,13 @@ pub(crate) struct Sender {
     /// One past the highest sequence number ever transmitted (≥ `base + sent`).
     high: u64,
     peer_window: u32,
-    cwnd: u32,
     rtt: Rtt,
     retries: u32,
+    /// When the retransmission timer last expired. Segments first sent before it give no RTT
+    /// samples: their acknowledgements may have waited behind the loss that caused the timeout
+    /// (measured: without this, SRTT grew from 4 ms to 3.8 s after a partition at 20 % loss,
+    /// and the timer backed off to tens of seconds).
+    last_timeout: Option<Instant>,
     /// When the retransmission timer expires (None: nothing in flight).
     pub rto_deadline: Option<Instant>,
 }
@@ -63,9 +65,9 @@ impl Sender {
             sent: 0,
             high: 0,
             peer_window: cfg.send_window,
-            cwnd: cfg.send_window,
             rtt: Rtt::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
             retries: 0,
+            last_timeout: None,
             rto_deadline: None,
         }
     }
@@ -93,9 +95,7 @@ impl Sender {
     }
 
     fn limit(&self, cfg: &Config) -> usize {
-        cfg.send_window
-            .min(self.peer_window.max(1))
-            .min(self.cwnd.max(1)) as usize
+        cfg.send_window.min(self.peer_window.max(1)) as usize
     }
 
     /// Transmits what the window allows, and arms the retransmission timer if needed.
@@ -168,7 +168,10 @@ impl Sender {
             // Karn's rule, strictly: a sample only when every segment this ACK covers was sent
             // once (a retransmitted hole before the sampled segment would add its repair time).
             let acked = self.segs.range(..n.min(self.segs.len()));
-            let clean = acked.clone().all(|s| s.tx == 1 && !s.sacked);
+            let after = self.last_timeout;
+            let clean = acked
+                .clone()
+                .all(|s| s.tx == 1 && !s.sacked && after.is_none_or(|t| s.first_sent > t));
             match self.segs.get(n - 1) {
                 Some(last) if clean => self.rtt.sample(now - last.first_sent),
                 _ => self.rtt.reset_backoff(),
@@ -177,7 +180,6 @@ impl Sender {
             self.sent = self.sent.saturating_sub(n);
             self.base = ack.cum;
             self.retries = 0;
-            self.cwnd = self.cwnd.saturating_mul(2).min(cfg.send_window);
             self.rto_deadline = (self.base < self.high).then(|| now + self.rtt.rto());
         }
         // A hole is retransmitted at once if its last copy left no later than the last copy of
@@ -197,7 +199,8 @@ impl Sender {
             for r in ack.ranges() {
                 for seq in r.start.max(self.base)..r.end.min(sent_end) {
                     if let Some(s) = self.segs.get_mut((seq - self.base) as usize) {
-                        if !s.sacked && s.tx == 1 {
+                        let since_timeout = self.last_timeout.is_none_or(|t| s.first_sent > t);
+                        if !s.sacked && s.tx == 1 && since_timeout {
                             fresh = fresh.max(Some(s.first_sent));
                         }
                         s.sacked = true;
@@ -258,12 +261,20 @@ impl Sender {
         }
         self.retries += 1;
         self.rtt.backoff();
+        self.last_timeout = Some(ctx.now());
         ctx.count("retransmits");
         // RFC 6298 §5.4: retransmit the earliest unacknowledged segment (whatever SACK said of
-        // it: a restarted peer may have forgotten, RFC 2018 §8), then go back N, paced by cwnd.
-        self.transmit(0, link, ctx);
-        self.sent = 1;
-        self.cwnd = 1;
+        // it: a restarted peer may have forgotten, RFC 2018 §8) — and, selective repeat, every
+        // other segment in flight the peer has not reported (RFC 6675 §5.1 repairs holes).
+        // Collapsing to one segment and go-back-N from a window of 1 was measured to stall at 20 %
+        // loss: in slow start too few later segments arrive to trigger a fast repair, so each
+        // loss cost another timeout and the send buffer overflowed.
+        let in_flight = self.sent.min(self.segs.len());
+        for i in 0..in_flight {
+            if i == 0 || !self.segs[i].sacked {
+                self.transmit(i, link, ctx);
+            }
+        }
         self.rto_deadline = Some(ctx.now() + self.rtt.rto());
         true
     }
@@ -274,7 +285,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn window_is_the_smallest_of_the_three() {
+    fn window_is_the_smaller_of_ours_and_the_peers() {
         let cfg = Config {
             send_window: 10,
             ..Config::default()
@@ -290,7 +301,6 @@ mod tests {
             "a zero window still lets one segment probe"
         );
         s.peer_window = 100;
-        s.cwnd = 2;
-        assert_eq!(s.limit(&cfg), 2);
+        assert_eq!(s.limit(&cfg), 10);
     }
 }
