@@ -6,6 +6,7 @@
 //!
 //! | bytes | field |
 //! | --- | --- |
+//! | 1 | stream: 0 = to one node, 1 = broadcast (numbered apart: a receiver sees both) |
 //! | 4 | epoch: the sending session's incarnation, random and non-zero, drawn at its first send |
 //! | 8 | sequence number, per (channel, destination), from 0 |
 //!
@@ -16,7 +17,8 @@
 //!
 //! Counters: `fifo.stale` (dropped: this message or a later one was already delivered),
 //! `fifo.gap` (messages skipped over: lost or still in flight), `fifo.truncated` (shorter than
-//! the header), `fifo.peer_restarted`, `fifo.stale_epoch`.
+//! the header), `fifo.bad_stream` (a stream byte other than 0 or 1), `fifo.peer_restarted`,
+//! `fifo.stale_epoch`.
 //!
 //! Memory: one entry per (channel, peer) in each direction, bounded by the channels times the
 //! scenario's nodes.
@@ -62,7 +64,12 @@ impl Layer for Fifo {
 /// Epochs of a source remembered after it restarted, so its late messages are recognised.
 pub const RETIRED_EPOCHS: usize = 4;
 
-/// What a receiver knows of one (channel, source).
+/// Stream byte of messages sent to one node.
+pub const UNICAST: u8 = 0;
+/// Stream byte of broadcast messages.
+pub const BROADCAST: u8 = 1;
+
+/// What a receiver knows of one (channel, source, stream).
 #[derive(Debug, Default)]
 struct Peer {
     epoch: u32,
@@ -72,12 +79,12 @@ struct Peer {
 }
 
 /// Session of [`Fifo`]: next sequence number per (channel, destination) and what is expected
-/// of each (channel, source).
+/// of each (channel, source, stream).
 #[derive(Debug, Default)]
 pub struct FifoSession {
     epoch: u32,
     next_out: HashMap<(ChannelId, Dest), u64>,
-    peers: HashMap<(ChannelId, NodeId), Peer>,
+    peers: HashMap<(ChannelId, NodeId, u8), Peer>,
 }
 
 impl FifoSession {
@@ -97,7 +104,7 @@ impl Session for FifoSession {
         let channel = event.channel();
         if event.ty() == CHANNEL_CLOSE.id() {
             self.next_out.retain(|(c, _), _| *c != channel);
-            self.peers.retain(|(c, _), _| *c != channel);
+            self.peers.retain(|(c, _, _), _| *c != channel);
             ctx.go(event);
             return;
         }
@@ -118,18 +125,26 @@ impl Session for FifoSession {
                 let next = self.next_out.entry((channel, s.dest)).or_insert(0);
                 s.message.push_u64(*next);
                 s.message.push_u32(epoch);
+                s.message.push_u8(match s.dest {
+                    Dest::Node(_) => UNICAST,
+                    Dest::Broadcast => BROADCAST,
+                });
                 *next = next.wrapping_add(1);
             }
             Direction::Up => {
-                let header = s
-                    .message
-                    .pop_u32()
-                    .and_then(|epoch| Ok((epoch, s.message.pop_u64()?)));
-                let Ok((epoch, seq)) = header else {
+                let header = s.message.pop_u8().and_then(|stream| {
+                    let epoch = s.message.pop_u32()?;
+                    Ok((stream, epoch, s.message.pop_u64()?))
+                });
+                let Ok((stream, epoch, seq)) = header else {
                     ctx.count("truncated");
                     return;
                 };
-                let peer = self.peers.entry((channel, s.source)).or_default();
+                if stream != UNICAST && stream != BROADCAST {
+                    ctx.count("bad_stream");
+                    return;
+                }
+                let peer = self.peers.entry((channel, s.source, stream)).or_default();
                 if epoch != peer.epoch {
                     if peer.retired.contains(&epoch) {
                         ctx.count("stale_epoch");

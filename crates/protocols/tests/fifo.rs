@@ -73,7 +73,12 @@ fn frame(channel: u16, seq: u64, payload: &[u8]) -> Vec<u8> {
 }
 
 fn framed(channel: u16, epoch: u32, seq: u64, payload: &[u8]) -> Vec<u8> {
+    streamed(channel, 0, epoch, seq, payload)
+}
+
+fn streamed(channel: u16, stream: u8, epoch: u32, seq: u64, payload: &[u8]) -> Vec<u8> {
     let mut v = channel.to_be_bytes().to_vec();
+    v.push(stream);
     v.extend_from_slice(&epoch.to_be_bytes());
     v.extend_from_slice(&seq.to_be_bytes());
     v.extend_from_slice(payload);
@@ -108,6 +113,7 @@ fn shared_vectors_decode_or_are_counted() {
             assert_eq!(*payload, hex(v["payload_hex"].as_str().unwrap()), "{name}");
             // Sending the same payload as the vector's seq-th message reproduces its bytes.
             let seq = v["seq"].as_u64().unwrap();
+            let broadcast = v["stream"].as_u64() == Some(1);
             if seq < 4 {
                 let mut m = node(4);
                 let mut last = vec![];
@@ -121,7 +127,11 @@ fn shared_vectors_decode_or_are_counted() {
                                 *ch,
                                 Sendable::new(
                                     NodeId(1),
-                                    Dest::Node(NodeId(7)),
+                                    if broadcast {
+                                        Dest::Broadcast
+                                    } else {
+                                        Dest::Node(NodeId(7))
+                                    },
                                     Message::from_payload(payload),
                                 ),
                             ),
@@ -133,12 +143,12 @@ fn shared_vectors_decode_or_are_counted() {
                         }
                     }
                 }
-                // The epoch (bytes 2..6) is drawn at random by the sender; the rest must match.
+                // The epoch (bytes 3..7) is drawn at random by the sender; the rest must match.
                 let want = hex(v["hex"].as_str().unwrap());
                 assert_eq!(last.len(), want.len(), "{name}: encoding");
-                assert_eq!(last[..2], want[..2], "{name}: channel tag");
-                assert_eq!(last[6..], want[6..], "{name}: sequence and payload");
-                assert_ne!(last[2..6], [0, 0, 0, 0], "{name}: epochs are non-zero");
+                assert_eq!(last[..3], want[..3], "{name}: channel tag and stream");
+                assert_eq!(last[7..], want[7..], "{name}: sequence and payload");
+                assert_ne!(last[3..7], [0, 0, 0, 0], "{name}: epochs are non-zero");
             }
         }
     }
@@ -190,11 +200,24 @@ fn sequences_are_per_sender_and_per_channel() {
         while let Some(o) = n.kernel.poll_output() {
             if let Output::Transmit(t) = o {
                 let b = t.message.as_slice();
-                seqs.push(u64::from_be_bytes(b[6..14].try_into().unwrap()));
+                seqs.push(u64::from_be_bytes(b[7..15].try_into().unwrap()));
             }
         }
     }
     assert_eq!(seqs, vec![0, 1, 0, 0]);
+}
+
+#[test]
+fn broadcasts_and_unicasts_of_one_sender_are_ordered_apart() {
+    let mut n = node(1);
+    // Sender 2 interleaves its unicasts (numbered 0, 1, 2) and broadcasts (0, 1).
+    let arrivals = [(0u8, 0u64), (1, 0), (0, 1), (1, 1), (0, 2)];
+    let mut delivered = 0;
+    for (stream, seq) in arrivals {
+        delivered += receive(&mut n, 2, streamed(0, stream, 9, seq, b"x")).len();
+    }
+    assert_eq!(delivered, 5, "{:?}", n.kernel.counters());
+    assert!(!n.kernel.counters().contains_key("fifo.stale"));
 }
 
 #[test]
