@@ -2,7 +2,11 @@
 //! duplicate and late-copy suppression, per-sender and per-channel sequences.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::sync::Arc;
+
+use common::{hex, vectors};
 
 use viastack_kernel::event::SENDABLE;
 use viastack_kernel::layers::Device;
@@ -42,14 +46,6 @@ fn node(n: usize) -> Node {
     }
 }
 
-fn hex(s: &str) -> Vec<u8> {
-    let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
 fn receive(node: &mut Node, from: u32, bytes: Vec<u8>) -> Vec<(ChannelId, NodeId, Vec<u8>)> {
     node.kernel.handle_datagram(
         Instant::ZERO,
@@ -87,13 +83,7 @@ fn streamed(channel: u16, stream: u8, epoch: u32, seq: u64, payload: &[u8]) -> V
 
 #[test]
 fn shared_vectors_decode_or_are_counted() {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../testdata/vectors/fifo.json"
-    ))
-    .unwrap();
-    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
-    for v in doc["vectors"].as_array().unwrap() {
+    for v in &vectors("fifo") {
         let name = v["name"].as_str().unwrap();
         let mut n = node(4);
         let got = receive(&mut n, 7, hex(v["hex"].as_str().unwrap()));

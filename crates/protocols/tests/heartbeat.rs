@@ -3,7 +3,11 @@
 //! where heartbeats go and that data passes through.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::sync::Arc;
+
+use common::{hex, vectors};
 
 use viastack_kernel::event::SENDABLE;
 use viastack_kernel::layers::{Device, Ghost};
@@ -144,27 +148,13 @@ fn notices(out: &[(Instant, Out)]) -> Vec<(Instant, &'static str, u32, NodeId)> 
         .collect()
 }
 
-fn hex(s: &str) -> Vec<u8> {
-    let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
 fn ms(n: u64) -> Instant {
     Instant::from_millis(n)
 }
 
 #[test]
 fn shared_vectors_decode_or_are_counted() {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../testdata/vectors/heartbeat.json"
-    ))
-    .unwrap();
-    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
-    for v in doc["vectors"].as_array().unwrap() {
+    for v in &vectors("heartbeat") {
         let name = v["name"].as_str().unwrap();
         let bytes = hex(v["hex"].as_str().unwrap());
         let mut n = node(Config::default());

@@ -3,7 +3,11 @@
 //! the skew, too-late media dropped, per-sender mappings, restarts and the memory bound.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::sync::Arc;
+
+use common::{hex, vectors};
 
 use viastack_kernel::event::SENDABLE;
 use viastack_kernel::layers::Device;
@@ -99,27 +103,13 @@ fn framed(channel: u16, epoch: u32, pts: Instant, payload: &[u8]) -> Vec<u8> {
     v
 }
 
-fn hex(s: &str) -> Vec<u8> {
-    let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
 fn ms(n: u64) -> Instant {
     Instant::from_millis(n)
 }
 
 #[test]
 fn shared_vectors_decode_or_are_counted() {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../testdata/vectors/sync.json"
-    ))
-    .unwrap();
-    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
-    for v in doc["vectors"].as_array().unwrap() {
+    for v in &vectors("sync") {
         let name = v["name"].as_str().unwrap();
         let mut n = node(Config::default());
         let mut got = vec![];

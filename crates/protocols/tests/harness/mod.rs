@@ -3,6 +3,10 @@
 //! A node of one kernel: a device and the layers under test, several channels, driven by hand.
 #![allow(clippy::unwrap_used, dead_code)]
 
+#[path = "../common/mod.rs"]
+mod common;
+pub use common::hex;
+
 use std::sync::Arc;
 
 use viastack_kernel::event::{CHANNEL_INIT, SENDABLE};
@@ -62,14 +66,6 @@ pub fn node(id: u32, layers: Vec<LayerRef>, channels: usize) -> Node {
         now: Instant::ZERO,
         sessions,
     }
-}
-
-pub fn hex(s: &str) -> Vec<u8> {
-    let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
 }
 
 impl Node {
