@@ -229,7 +229,7 @@ pub fn run_threads(
         expect: scenario.expect,
     };
     let observed = Observed {
-        recorder,
+        recorder: &recorder,
         crashed: BTreeSet::new(),
         network,
         counters,

@@ -257,7 +257,7 @@ pub fn run_processes(
         expect: scenario.expect,
     };
     let observed = Observed {
-        recorder,
+        recorder: &recorder,
         crashed: std::collections::BTreeSet::new(),
         network,
         counters,

@@ -181,7 +181,7 @@ pub fn run_recorded(
         expect: scenario.expect,
     };
     let observed = report::Observed {
-        recorder: recorder.clone(),
+        recorder: &recorder,
         crashed,
         network,
         counters,

@@ -171,9 +171,9 @@ fn tally(rec: &Recorder, crashed: &BTreeSet<NodeId>) -> Tally {
 }
 
 /// What a driver observed during a run, to be turned into a [`Report`].
-pub struct Observed {
+pub struct Observed<'a> {
     /// Sends, deliveries and notices of every node (merged).
-    pub recorder: Recorder,
+    pub recorder: &'a Recorder,
     /// Nodes that crashed at some point (their streams are exempt from the loss count).
     pub crashed: BTreeSet<NodeId>,
     /// The network's counts.
@@ -203,9 +203,9 @@ pub struct RunInfo<'a> {
 }
 
 /// The report of a run.
-pub fn build(info: &RunInfo<'_>, observed: Observed) -> Report {
-    let t = tally(&observed.recorder, &observed.crashed);
-    let rec = &observed.recorder;
+pub fn build(info: &RunInfo<'_>, observed: Observed<'_>) -> Report {
+    let t = tally(observed.recorder, &observed.crashed);
+    let rec = observed.recorder;
     let mut report = Report {
         file: info.file.to_string(),
         driver: info.driver.to_string(),
