@@ -1,0 +1,1 @@
+//! The SCXML state-chart language: reader, validator, verifier, compiler and engine.

@@ -1,0 +1,1 @@
+//! The seed's delivery-service layer: service data, basic and composite events, actions, host.
