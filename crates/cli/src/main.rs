@@ -32,15 +32,11 @@ macro_rules! out {
     }};
 }
 
+mod alloc;
 mod bench;
 mod check;
 mod node;
 mod run;
-
-/// mimalloc instead of the system allocator: with glibc, 64 KiB messages after a run of small
-/// ones measured 3–4× slower in `bench unicast` (heap trimming and page faults on every burst).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The embedded default scenario of `viastack demo`.
 const DEMO: &str = include_str!("../../../stacks/demo.toml");
@@ -138,6 +134,7 @@ fn load(
 }
 
 fn main() -> ExitCode {
+    alloc::configure();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("VIASTACK_LOG")
