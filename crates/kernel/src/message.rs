@@ -16,6 +16,10 @@ use std::fmt;
 /// Headroom reserved in front of a payload for headers (bytes).
 pub const DEFAULT_HEADROOM: usize = 128;
 
+/// Room reserved behind the payload for trailers (bytes): an AEAD tag (16) and a checksum fit
+/// without growing — and so copying — a 64 KiB buffer.
+pub const DEFAULT_TAILROOM: usize = 32;
+
 /// A header was read past the end of the message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("message truncated: wanted {wanted} bytes, {available} available")]
@@ -27,7 +31,7 @@ pub struct Truncated {
 }
 
 /// Headers and payload over one buffer with headroom.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Default, PartialEq, Eq)]
 pub struct Message {
     buf: Vec<u8>,
     start: usize,
@@ -47,7 +51,7 @@ impl Message {
 
     /// A message holding `payload` with `headroom` bytes reserved in front.
     pub fn with_headroom(headroom: usize, payload: &[u8]) -> Self {
-        let mut buf = Vec::with_capacity(headroom + payload.len());
+        let mut buf = Vec::with_capacity(headroom + payload.len() + DEFAULT_TAILROOM);
         buf.resize(headroom, 0);
         buf.extend_from_slice(payload);
         Message {
@@ -116,7 +120,7 @@ impl Message {
 
     fn grow_headroom(&mut self, need: usize) {
         let headroom = need.max(DEFAULT_HEADROOM) * 2;
-        let mut buf = Vec::with_capacity(headroom + self.len());
+        let mut buf = Vec::with_capacity(headroom + self.len() + DEFAULT_TAILROOM);
         buf.resize(headroom, 0);
         buf.extend_from_slice(self.as_slice());
         self.buf = buf;
@@ -226,6 +230,21 @@ int_access! {
     u64 => push_u64, pop_u64, peek_u64;
 }
 
+/// A clone keeps the headroom (so the copy's headers are pushed without growing) and reserves
+/// [`DEFAULT_TAILROOM`] (a retransmitted copy gets its trailer without a reallocation).
+/// Cloning a message is the one payload copy a retransmission buffer makes.
+impl Clone for Message {
+    fn clone(&self) -> Self {
+        let mut buf = Vec::with_capacity(self.buf.len() + DEFAULT_TAILROOM);
+        buf.extend_from_slice(&self.buf);
+        Message {
+            buf,
+            start: self.start,
+            reallocations: self.reallocations,
+        }
+    }
+}
+
 impl fmt::Debug for Message {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let shown = &self.as_slice()[..self.len().min(16)];
@@ -300,5 +319,19 @@ mod tests {
         assert_eq!(m.clone().into_vec(), b"habc");
         m.truncate(2);
         assert_eq!(m.as_slice(), b"ha");
+    }
+
+    #[test]
+    fn a_clone_takes_headers_and_a_trailer_in_place() {
+        let original = Message::from_payload(&[9u8; 65536]);
+        let mut copy = original.clone();
+        let before = copy.as_slice().as_ptr();
+        copy.extend_from_slice(&[1u8; 16]);
+        copy.push_u64(7);
+        // Same buffer: the trailer used the tailroom and the header the headroom.
+        assert_eq!(copy.as_slice()[8..].as_ptr(), before);
+        assert_eq!(copy.reallocations(), 0);
+        assert_eq!(copy.len(), 65536 + 16 + 8);
+        assert_eq!(original.len(), 65536);
     }
 }
