@@ -8,15 +8,13 @@ mod common;
 
 use std::sync::Arc;
 
-use chacha20poly1305::aead::generic_array::GenericArray;
-use chacha20poly1305::{ChaCha20Poly1305, KeyInit};
 use libfuzzer_sys::fuzz_target;
 use viastack_kernel::{ChannelId, Message, NodeId};
-use viastack_protocols::encrypt::{open, seal, subkey, Config, Encrypt};
+use viastack_protocols::encrypt::{open, seal, Cipher, Config, Encrypt};
 
 fuzz_target!(|data: &[u8]| {
     let key = [0x42u8; 32];
-    let cipher = ChaCha20Poly1305::new(GenericArray::from_slice(&subkey(&key, NodeId(1))));
+    let cipher = Cipher::new(&key, NodeId(1));
     let mut m = Message::from_payload(data);
     seal(&cipher, ChannelId(0), 7, data.len() as u64, &mut m);
     let sealed = m.as_slice().to_vec();
