@@ -1,6 +1,8 @@
 //! `viastack bench`: each benchmark runs viastack and its reference in one run and prints the
 //! ratios (DESIGN.md §4.8, §7). Benchmarks read the real clock; protocol code never does.
 
+use std::sync::OnceLock;
+
 use clap::Subcommand;
 
 mod kernel;
@@ -16,8 +18,24 @@ pub enum BenchCommand {
     Unicast(unicast::UnicastArgs),
 }
 
+/// The machine's cores as the process found them, before any thread was pinned: a thread
+/// inherits its creator's affinity, so asking again from a pinned thread would list one core.
+fn cores() -> &'static [core_affinity::CoreId] {
+    static CORES: OnceLock<Vec<core_affinity::CoreId>> = OnceLock::new();
+    CORES.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default())
+}
+
+/// Pins the calling thread to `core` (no-op where the platform does not allow it). The sides
+/// of every benchmark run on cores 0 and 1, like two hosts.
+pub fn pin(core: usize) {
+    if let Some(id) = cores().get(core).copied() {
+        core_affinity::set_for_current(id);
+    }
+}
+
 /// Runs one benchmark.
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    cores(); // before anything is pinned
     match cmd {
         BenchCommand::Kernel(args) => kernel::run(&args),
         BenchCommand::Unicast(args) => unicast::run(&args),

@@ -39,6 +39,15 @@ pub struct UnicastArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Run only these parts (for profiling): configuration names and/or `pingpong`.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+}
+
+impl UnicastArgs {
+    fn wants(&self, part: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| o == part)
+    }
 }
 
 /// One measured transfer.
@@ -71,12 +80,7 @@ impl Measurement {
     }
 }
 
-/// Pins the calling thread to `core` (no-op where the platform does not allow it).
-pub fn pin(core: usize) {
-    if let Some(id) = core_affinity::get_core_ids().and_then(|ids| ids.get(core).copied()) {
-        core_affinity::set_for_current(id);
-    }
-}
+pub use super::pin;
 
 /// A 64-character hex key for the encrypted configuration (a benchmark key, not a secret).
 const BENCH_KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
@@ -147,6 +151,9 @@ pub fn run(args: &UnicastArgs) -> anyhow::Result<()> {
         let mut best: Vec<Option<Measurement>> = vec![None; configs.len()];
         for _ in 0..args.repeat.max(1) {
             for (i, name) in configs.iter().enumerate() {
+                if !args.wants(name) {
+                    continue;
+                }
                 let m = match *name {
                     "reliable_fifo" => {
                         viastack::throughput(&reliable_stack(false), size, count, window)
@@ -176,8 +183,14 @@ pub fn run(args: &UnicastArgs) -> anyhow::Result<()> {
         row.insert("encrypted_vs_quinn".into(), json!(rate(1) / rate(4)));
         out.insert(size.to_string(), Value::Object(row));
     }
-    let mut reliable = viastack::pingpong(PINGPONG_STACK, 64, args.rounds)?;
-    let mut raw = reference::udp_pingpong(64, args.rounds)?;
+    let (mut reliable, mut raw) = if args.wants("pingpong") {
+        (
+            viastack::pingpong(PINGPONG_STACK, 64, args.rounds)?,
+            reference::udp_pingpong(64, args.rounds)?,
+        )
+    } else {
+        (Vec::new(), Vec::new())
+    };
     let (rp50, rp99) = (
         percentile(&mut reliable, 0.5),
         percentile(&mut reliable, 0.99),
