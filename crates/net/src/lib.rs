@@ -2,7 +2,7 @@
 //! on real sockets, with the real clock fed to the kernel.
 //!
 //! - [`clock`]: the one place that reads the machine's clock;
-//! - [`udp`]: a UDP endpoint with batched IO (`quinn-udp`: `recvmmsg`, GRO) and `mio` readiness;
+//! - [`udp`]: a UDP endpoint with batched IO: one blocking `recvmmsg(MSG_WAITFORONE)` per wake-up;
 //! - [`node`]: a kernel + the scenario's application + an endpoint, and its event loop;
 //! - [`run_threads`]: a scenario's nodes as threads of one process on loopback, ending with the
 //!   same [`Report`] as a simulated run;
