@@ -36,7 +36,7 @@
 //! `fragment.reassembled`.
 //!
 //! Splitting copies each byte once (into its fragment's own buffer, behind fresh headroom for
-//! the lower layers' headers); the last fragment reuses the original buffer, so it is not
+//! the lower layers' headers); the first fragment reuses the original buffer, so it is not
 //! copied at all.
 
 use std::collections::VecDeque;
@@ -238,13 +238,24 @@ impl FragmentSession {
             ctx.count_n("fragments", u64::from(count));
         }
         let (source, dest) = (s.source, s.dest);
-        for index in 0..count - 1 {
+        // Fragments 1.. are copied out; the first keeps the original buffer (truncated, its
+        // headroom intact), so a message just over the MTU copies only its tail.
+        let mut rest = Vec::with_capacity(usize::from(count) - 1);
+        for index in 1..count {
             let at = usize::from(index) * mtu;
-            let mut m =
-                Message::with_headroom(DEFAULT_HEADROOM, &s.message.as_slice()[at..at + mtu]);
+            let end = (at + mtu).min(len);
+            let mut m = Message::with_headroom(DEFAULT_HEADROOM, &s.message.as_slice()[at..end]);
             header.index = index;
             header.offset = at as u32; // < total, which fits in u32
             header.emit(&mut m);
+            rest.push(m);
+        }
+        s.message.truncate(mtu.min(len));
+        header.index = 0;
+        header.offset = 0;
+        header.emit(&mut s.message);
+        ctx.go(event);
+        for m in rest {
             ctx.go(Event::sendable(
                 ty,
                 Direction::Down,
@@ -252,15 +263,6 @@ impl FragmentSession {
                 Sendable::new(source, dest, m),
             ));
         }
-        // The last fragment keeps the original buffer: its front is popped, not copied.
-        let at = usize::from(count - 1) * mtu;
-        if s.message.pop(at).is_err() {
-            return; // at < len by construction
-        }
-        header.index = count - 1;
-        header.offset = at as u32;
-        header.emit(&mut s.message);
-        ctx.go(event);
     }
 
     fn receive(&mut self, mut event: Event, ctx: &mut Context<'_>) {
