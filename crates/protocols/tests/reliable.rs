@@ -73,6 +73,35 @@ fn shared_vectors_decode_encode_or_are_counted() {
             assert_eq!(a.ranges(), &ranges[..], "{name}");
             assert_eq!(a.to_message().as_slice(), &bytes[2..], "{name}: encoding");
         }
+        if v["kind"] == "ack_data" {
+            let mut m = viastack_kernel::Message::from_wire(bytes[2..].to_vec());
+            let Ok(Packet::AckData(a, d)) = Packet::parse(&mut m) else {
+                panic!("{name}: not an ACK+DATA");
+            };
+            assert_eq!(u64::from(a.epoch), v["epoch"].as_u64().unwrap(), "{name}");
+            assert_eq!(a.cum, v["cum"].as_u64().unwrap(), "{name}");
+            assert_eq!(u64::from(a.window), v["window"].as_u64().unwrap(), "{name}");
+            assert_eq!(
+                a.ranges().len(),
+                v["ranges"].as_array().unwrap().len(),
+                "{name}"
+            );
+            assert_eq!(
+                u64::from(d.epoch),
+                v["data_epoch"].as_u64().unwrap(),
+                "{name}"
+            );
+            assert_eq!(d.seq, v["seq"].as_u64().unwrap(), "{name}");
+            assert_eq!(d.first, v["first"].as_u64().unwrap(), "{name}");
+            // Re-encoded byte for byte: the DATA header, then the ACK in front of it.
+            let mut again = viastack_kernel::Message::from_payload(m.as_slice());
+            d.emit(&mut again);
+            a.emit(&mut again, true);
+            assert_eq!(again.as_slice(), &bytes[2..], "{name}: encoding");
+        }
+        if let Some(c) = v["counts"].as_str() {
+            assert_eq!(n.counter(c), 1, "{name}: {:?}", n.kernel.counters());
+        }
         if let Some(err) = v["error"].as_str() {
             assert!(got.delivered.is_empty(), "{name}");
             assert_eq!(n.counter(err), 1, "{name}: {:?}", n.kernel.counters());
@@ -83,10 +112,12 @@ fn shared_vectors_decode_encode_or_are_counted() {
         assert_eq!(got.delivered[0].2, payload, "{name}");
         let ch = v["channel"].as_u64().unwrap() as usize;
         assert_eq!(got.delivered[0].0, n.channels[ch], "{name}");
-        if v["seq"] == 0 {
+        if v["kind"] == "data" && v["seq"] == 0 {
             // The first message a node sends on a stream has the vector's bytes but for the
-            // epoch (bytes 3..7), which is drawn at random.
-            let sent = n.send(ch, Dest::Node(NodeId(7)), &payload);
+            // epoch (bytes 3..7), which is drawn at random. (A fresh node: `n` owes node 7 an
+            // ACK now, which its DATA would carry.)
+            let mut fresh = reliable(1, Config::default());
+            let sent = fresh.send(ch, Dest::Node(NodeId(7)), &payload);
             let wire = &sent.transmits[0].1;
             assert_eq!(wire.len(), bytes.len(), "{name}");
             assert_eq!(wire[..3], bytes[..3], "{name}: tag and type");
@@ -367,4 +398,67 @@ fn broadcasts_are_counted_and_dropped() {
     let o = a.send(0, Dest::Broadcast, b"all");
     assert!(o.transmits.is_empty());
     assert_eq!(a.counter("reliable-fifo.broadcast"), 1);
+}
+
+#[test]
+fn request_response_acks_ride_on_the_replies() {
+    let mut a = reliable(1, Config::default());
+    let mut b = reliable(2, Config::default());
+    for i in 0..50u8 {
+        let req = a.send(0, Dest::Node(NodeId(2)), &[i; 64]);
+        assert_eq!(req.transmits.len(), 1, "round {i}");
+        let got = b.receive(1, req.transmits[0].1.clone());
+        assert_eq!(got.delivered.len(), 1, "round {i}");
+        assert!(
+            got.transmits.is_empty(),
+            "round {i}: b sent an ACK of its own"
+        );
+        let rep = b.send(0, Dest::Node(NodeId(1)), &[i; 64]);
+        assert_eq!(rep.transmits.len(), 1, "round {i}");
+        // The reply is an ACK+DATA segment (after the 2-byte channel tag).
+        assert_eq!(rep.transmits[0].1[2], 0x14, "round {i}");
+        let back = a.receive(2, rep.transmits[0].1.clone());
+        assert_eq!(back.delivered.len(), 1, "round {i}");
+        assert!(
+            back.transmits.is_empty(),
+            "round {i}: a sent an ACK of its own"
+        );
+    }
+    assert_eq!(a.counter("reliable-fifo.acks_sent"), 0);
+    assert_eq!(b.counter("reliable-fifo.acks_sent"), 0);
+    assert_eq!(b.counter("reliable-fifo.acks_piggybacked"), 50);
+    assert_eq!(a.counter("reliable-fifo.acks_piggybacked"), 49);
+    // Every request was acknowledged by the reply that carried it.
+    let (ch_a, ch_b) = (a.channels[0], b.channels[0]);
+    assert_eq!(session(&a).pending(ch_a, NodeId(2)), 0);
+    // The last reply is acknowledged on its own once the delayed ACK is due.
+    assert_eq!(session(&b).pending(ch_b, NodeId(1)), 1);
+    let later = a.now + Config::default().ack_delay;
+    let ack = a.advance(later);
+    assert_eq!(ack.transmits.len(), 1);
+    assert_eq!(a.counter("reliable-fifo.acks_sent"), 1);
+    b.receive(1, ack.transmits[0].1.clone());
+    assert_eq!(session(&b).pending(ch_b, NodeId(1)), 0);
+}
+
+#[test]
+fn a_stream_of_small_messages_is_still_acknowledged_at_once() {
+    let mut a = reliable(1, Config::default());
+    let mut b = reliable(2, Config::default());
+    let every =
+        Config::default().ack_every * viastack_protocols::reliable::receiver::SMALL_SEGMENTS_FACTOR;
+    let mut acks = 0;
+    for i in 0..(3 * every) {
+        let req = a.send(0, Dest::Node(NodeId(2)), &[1; 16]);
+        let got = b.receive(1, req.transmits[0].1.clone());
+        if (i + 1) % every == 0 {
+            assert_eq!(got.transmits.len(), 1, "segment {i}: ACK due");
+            acks += 1;
+            a.receive(2, got.transmits[0].1.clone());
+        } else {
+            assert!(got.transmits.is_empty(), "segment {i}");
+        }
+    }
+    assert_eq!(acks, 3);
+    assert_eq!(session(&a).pending(a.channels[0], NodeId(2)), 0);
 }

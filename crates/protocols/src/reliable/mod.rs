@@ -24,8 +24,10 @@
 //!   `receive_window` segments, which it is able to buffer.
 //! - **Duplicate suppression and in-order delivery** through a reorder ring bounded by
 //!   `receive_window` slots and `reorder_bytes` bytes ([`receiver`]).
-//! - **Delayed ACKs**: every `ack_every` segments or after `ack_delay`; immediate for
-//!   duplicates, out-of-order segments and gap fills (RFC 5681 §4.2).
+//! - **Delayed ACKs**: every `ack_every` segments holding `ack_bytes` bytes, or after
+//!   `ack_delay`; immediate for duplicates, out-of-order segments and gap fills (RFC 5681
+//!   §4.2). **Piggybacking**: a DATA segment leaving for a peer carries the ACK due to it
+//!   (an ACK+DATA segment), so request/response traffic sends no ACK of its own.
 //! - **Giving up**: after `max_retries` timeouts without the cumulative ACK advancing, the
 //!   session sends a [`PEER_UNREACHABLE`] notice up for that (channel, peer), drops the
 //!   peer's pending messages (counted `reliable-fifo.dropped_unreachable`) and resets the send
@@ -58,7 +60,9 @@
 //! | 5 | 8 | seq: sequence number, from 0 in each epoch |
 //! | 13 | 8 | first: the sender's oldest unacknowledged sequence number, ≤ seq |
 //!
-//! ACK (`0x12`) and NACK (`0x13`), 18 + 8·n bytes, nothing after:
+//! ACK (`0x12`) and NACK (`0x13`), 18 + 8·n bytes, nothing after; ACK+DATA (`0x14`): an ACK
+//! whose type byte is `0x14`, followed by a whole DATA segment (the ACK is for the stream the
+//! receiver of this datagram sends; the DATA belongs to the sender's stream):
 //!
 //! | offset | bytes | field |
 //! | --- | --- | --- |
@@ -79,7 +83,8 @@
 //! `duplicate`, `beyond_window`, `reorder_full` (reorder ring out of bytes), `stale_ack` (for
 //! another epoch), `bad_ack` (acknowledges what was never sent), `old_ack` (overtaken).
 //! Other counters: `retransmits` (timeouts), `fast_retransmits` (NACK/SACK repairs),
-//! `acks_sent`, `nacks_sent`, `unreachable`, `refused`, `broadcast`, `closed_pending`.
+//! `acks_sent`, `nacks_sent`, `acks_piggybacked`, `unreachable`, `refused`, `broadcast`,
+//! `closed_pending`.
 //!
 //! # Memory
 //!
@@ -139,6 +144,11 @@ pub struct Config {
     pub max_retries: u32,
     /// In-order segments acknowledged at once. Default 2 (RFC 5681 §4.2, RFC 1122 §4.2.3.2).
     pub ack_every: u32,
+    /// ... once they also hold this many bytes. Default 2,944: two full-sized segments (RFC
+    /// 5681 §4.2 "at least every second full-sized segment"; 1,472 bytes of UDP payload on a
+    /// 1,500-byte MTU). Smaller segments wait for `ack_delay` or a DATA segment to carry the
+    /// ACK, up to 8 × `ack_every` of them.
+    pub ack_bytes: usize,
     /// Longest delay of an ACK. Default 40 ms (Linux `TCP_DELACK_MIN`; RFC 5681 §4.2: under
     /// 500 ms).
     pub ack_delay: Duration,
@@ -156,6 +166,7 @@ impl Default for Config {
             rto_max: Duration::from_secs(60),
             max_retries: 15,
             ack_every: 2,
+            ack_bytes: 2 * 1472,
             ack_delay: Duration::from_millis(40),
         }
     }
@@ -357,7 +368,7 @@ impl ReliableSession {
             p.tx.epoch = draw_epoch(0, ctx);
         }
         p.tx.push(ty, std::mem::take(&mut s.message));
-        p.tx.pump(&cfg, link, ctx);
+        p.tx.pump(&cfg, link, &mut p.rx, ctx);
         Self::arm_rto(p, link, ctx);
     }
 
@@ -391,19 +402,35 @@ impl ReliableSession {
         let cfg = self.config;
         let p = Self::peer(&mut self.peers, &cfg, link);
         match packet {
-            Packet::Data(d) => match p.rx.on_data(d, event, &cfg, ctx) {
-                Reply::Later => {
-                    if let Some(d) = p.rx.ack_deadline {
-                        arm(&mut p.ack_timer, d, Timer::Ack(link.peer).encode(), ctx);
-                    }
-                }
-                Reply::Ack => p.rx.reply(false, &cfg, link, ctx),
-                Reply::Nack => p.rx.reply(true, &cfg, link, ctx),
-            },
+            Packet::Data(d) => Self::on_data(p, d, event, &cfg, link, ctx),
             Packet::Ack(ack) => {
-                p.tx.on_ack(&ack, &cfg, link, ctx);
+                p.tx.on_ack(&ack, &cfg, link, &mut p.rx, ctx);
                 Self::arm_rto(p, link, ctx);
             }
+            Packet::AckData(ack, d) => {
+                p.tx.on_ack(&ack, &cfg, link, &mut p.rx, ctx);
+                Self::arm_rto(p, link, ctx);
+                Self::on_data(p, d, event, &cfg, link, ctx);
+            }
+        }
+    }
+
+    fn on_data(
+        p: &mut Peer,
+        d: wire::Data,
+        event: Event,
+        cfg: &Config,
+        link: Link,
+        ctx: &mut Context<'_>,
+    ) {
+        match p.rx.on_data(d, event, cfg, ctx) {
+            Reply::Later => {
+                if let Some(d) = p.rx.ack_deadline {
+                    arm(&mut p.ack_timer, d, Timer::Ack(link.peer).encode(), ctx);
+                }
+            }
+            Reply::Ack => p.rx.reply(false, cfg, link, ctx),
+            Reply::Nack => p.rx.reply(true, cfg, link, ctx),
         }
     }
 
@@ -435,7 +462,7 @@ impl ReliableSession {
                 }
                 match p.tx.rto_deadline {
                     Some(d) if d <= now => {
-                        if p.tx.on_timeout(&cfg, link, ctx) {
+                        if p.tx.on_timeout(&cfg, link, &mut p.rx, ctx) {
                             Self::arm_rto(p, link, ctx);
                         } else {
                             self.give_up(link, ctx);

@@ -6,11 +6,14 @@
 //! by every buffered segment it makes contiguous. Segments within the advertised window but
 //! above `expected` are buffered, bounded by `receive_window` slots and `reorder_bytes` bytes.
 //!
-//! ACK policy (RFC 1122 §4.2.3.2, RFC 5681 §4.2): an in-order segment is acknowledged after
-//! `ack_every` segments or `ack_delay`, whichever comes first; a duplicate, a segment beyond
-//! the window, one that fills a gap or one out of order is acknowledged at once; a segment that
-//! opens a new gap (above every sequence number seen) is answered at once by a NACK naming
-//! the holes.
+//! ACK policy (RFC 1122 §4.2.3.2, RFC 5681 §4.2): in-order segments are acknowledged at once
+//! when at least `ack_every` of them and `ack_bytes` bytes wait (TCP's "every second
+//! full-sized segment"), or [`SMALL_SEGMENTS_FACTOR`] × `ack_every` of any size; otherwise
+//! after `ack_delay` — unless a DATA segment to the same peer leaves first and carries the ACK
+//! ([`Receiver::take_ack`], piggybacking: a request/response exchange then sends no ACK of its
+//! own). A duplicate, a segment beyond the window, one that fills a gap or one out of order is
+//! acknowledged at once; a segment that opens a new gap (above every sequence number seen) is
+//! answered at once by a NACK naming the holes.
 
 use std::collections::VecDeque;
 
@@ -26,6 +29,10 @@ pub const RETIRED_EPOCHS: usize = 4;
 pub const SENT_RANGES: usize = 4;
 
 const _: () = assert!(SENT_RANGES <= MAX_RANGES);
+
+/// In-order segments smaller than `ack_bytes` in total are acknowledged at once when this many
+/// times `ack_every` of them wait (so a stream of small messages is still clocked by ACKs).
+pub const SMALL_SEGMENTS_FACTOR: u32 = 8;
 
 /// What the session must do after a segment arrived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +56,7 @@ pub(crate) struct Receiver {
     ring: VecDeque<Option<Event>>,
     ring_bytes: usize,
     unacked: u32,
+    unacked_bytes: usize,
     /// When the delayed ACK is due.
     pub ack_deadline: Option<Instant>,
 }
@@ -89,6 +97,7 @@ impl Receiver {
             self.expected = d.first;
             self.highest = d.first;
             self.unacked = 0;
+            self.unacked_bytes = 0;
             self.ack_deadline = None;
         }
         if d.first > self.expected {
@@ -118,12 +127,14 @@ impl Receiver {
         let new_gap = d.seq > self.highest;
         self.highest = self.highest.max(d.seq + 1);
         if off == 0 {
+            self.unacked_bytes += len_of(&event);
             ctx.go(event);
             self.expected += 1;
             self.ring.pop_front();
             let filled = self.deliver_ready(ctx);
             self.unacked += 1;
-            if filled || self.unacked >= cfg.ack_every {
+            let full = self.unacked >= cfg.ack_every && self.unacked_bytes >= cfg.ack_bytes;
+            if filled || full || self.unacked >= cfg.ack_every * SMALL_SEGMENTS_FACTOR {
                 return Reply::Ack;
             }
             if self.ack_deadline.is_none() {
@@ -166,12 +177,34 @@ impl Receiver {
         any
     }
 
+    /// The pending ACK, for a DATA segment leaving for the peer to carry (and so none is due
+    /// any more); None when nothing waits to be acknowledged.
+    pub fn take_ack(&mut self, cfg: &Config, ctx: &mut Context<'_>) -> Option<Ack> {
+        if self.epoch == 0 || (self.unacked == 0 && self.ack_deadline.is_none()) {
+            return None;
+        }
+        ctx.count("acks_piggybacked");
+        Some(self.build(false, cfg))
+    }
+
     /// Builds and sends an ACK (SACK blocks: buffered runs) or a NACK (holes below the highest
     /// buffered segment).
     pub fn reply(&mut self, nack: bool, cfg: &Config, link: Link, ctx: &mut Context<'_>) {
         if self.epoch == 0 {
             return;
         }
+        let ack = self.build(nack, cfg);
+        ctx.count(if nack { "nacks_sent" } else { "acks_sent" });
+        ctx.go(Event::sendable(
+            viastack_kernel::event::SENDABLE.id(),
+            Direction::Down,
+            link.channel,
+            Sendable::new(ctx.node(), Dest::Node(link.peer), ack.to_message()),
+        ));
+    }
+
+    /// The ACK or NACK of the current state; nothing is due after it.
+    fn build(&mut self, nack: bool, cfg: &Config) -> Ack {
         let mut ack = Ack::new(nack, self.epoch, self.expected, cfg.receive_window);
         let mut run: Option<u64> = None;
         let mut n = 0;
@@ -199,14 +232,9 @@ impl Receiver {
             });
         }
         self.unacked = 0;
+        self.unacked_bytes = 0;
         self.ack_deadline = None;
-        ctx.count(if nack { "nacks_sent" } else { "acks_sent" });
-        ctx.go(Event::sendable(
-            viastack_kernel::event::SENDABLE.id(),
-            Direction::Down,
-            link.channel,
-            Sendable::new(ctx.node(), Dest::Node(link.peer), ack.to_message()),
-        ));
+        ack
     }
 }
 

@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 
 use viastack_kernel::{Context, Dest, Direction, Event, EventType, Instant, Message, Sendable};
 
+use super::receiver::Receiver;
 use super::rtt::Rtt;
 use super::wire::{Ack, Data};
 use super::{Config, Link};
@@ -99,7 +100,7 @@ impl Sender {
     }
 
     /// Transmits what the window allows, and arms the retransmission timer if needed.
-    pub fn pump(&mut self, cfg: &Config, link: Link, ctx: &mut Context<'_>) {
+    pub fn pump(&mut self, cfg: &Config, link: Link, rx: &mut Receiver, ctx: &mut Context<'_>) {
         let limit = self.limit(cfg).min(self.segs.len());
         while self.sent < limit {
             let i = self.sent;
@@ -107,14 +108,22 @@ impl Sender {
             if self.segs[i].sacked {
                 continue; // go-back-N after a timeout skips what the peer reported having
             }
-            self.transmit(i, link, ctx);
+            self.transmit(i, cfg, link, rx, ctx);
         }
         if self.sent > 0 && self.rto_deadline.is_none() {
             self.rto_deadline = Some(ctx.now() + self.rtt.rto());
         }
     }
 
-    fn transmit(&mut self, i: usize, link: Link, ctx: &mut Context<'_>) {
+    /// Sends segment `i`, carrying the ACK the receiving half owes the peer, if any.
+    fn transmit(
+        &mut self,
+        i: usize,
+        cfg: &Config,
+        link: Link,
+        rx: &mut Receiver,
+        ctx: &mut Context<'_>,
+    ) {
         let now = ctx.now();
         let Some(seg) = self.segs.get_mut(i) else {
             return;
@@ -128,6 +137,9 @@ impl Sender {
             first: self.base,
         }
         .emit(&mut m);
+        if let Some(ack) = rx.take_ack(cfg, ctx) {
+            ack.emit(&mut m, true);
+        }
         if seg.tx == 0 {
             seg.first_sent = now;
         }
@@ -147,6 +159,7 @@ impl Sender {
         ack: &Ack,
         cfg: &Config,
         link: Link,
+        rx: &mut Receiver,
         ctx: &mut Context<'_>,
     ) -> AckOutcome {
         if self.epoch == 0 || ack.epoch != self.epoch {
@@ -220,38 +233,61 @@ impl Sender {
             if ack.nack {
                 for r in ack.ranges() {
                     for seq in r.start.max(self.base)..r.end.min(sent_end) {
-                        repaired +=
-                            u64::from(self.repair((seq - self.base) as usize, newest, link, ctx));
+                        repaired += u64::from(self.repair(
+                            (seq - self.base) as usize,
+                            newest,
+                            (cfg, link),
+                            rx,
+                            ctx,
+                        ));
                     }
                 }
             } else {
                 for seq in self.base..reference.min(sent_end) {
-                    repaired +=
-                        u64::from(self.repair((seq - self.base) as usize, newest, link, ctx));
+                    repaired += u64::from(self.repair(
+                        (seq - self.base) as usize,
+                        newest,
+                        (cfg, link),
+                        rx,
+                        ctx,
+                    ));
                 }
             }
         }
         if repaired > 0 {
             ctx.count_n("fast_retransmits", repaired);
         }
-        self.pump(cfg, link, ctx);
+        self.pump(cfg, link, rx, ctx);
         AckOutcome { accepted: true }
     }
 
-    fn repair(&mut self, i: usize, newest: Instant, link: Link, ctx: &mut Context<'_>) -> bool {
+    fn repair(
+        &mut self,
+        i: usize,
+        newest: Instant,
+        (cfg, link): (&Config, Link),
+        rx: &mut Receiver,
+        ctx: &mut Context<'_>,
+    ) -> bool {
         let due = self
             .segs
             .get(i)
             .is_some_and(|s| !s.sacked && s.tx > 0 && s.last_sent <= newest);
         if due {
-            self.transmit(i, link, ctx);
+            self.transmit(i, cfg, link, rx, ctx);
         }
         due
     }
 
     /// The retransmission timer expired (the caller checked the deadline). Returns false when
     /// the peer should be given up (`max_retries` retransmissions without progress).
-    pub fn on_timeout(&mut self, cfg: &Config, link: Link, ctx: &mut Context<'_>) -> bool {
+    pub fn on_timeout(
+        &mut self,
+        cfg: &Config,
+        link: Link,
+        rx: &mut Receiver,
+        ctx: &mut Context<'_>,
+    ) -> bool {
         if self.base >= self.high {
             self.rto_deadline = None;
             return true;
@@ -272,7 +308,7 @@ impl Sender {
         let in_flight = self.sent.min(self.segs.len());
         for i in 0..in_flight {
             if i == 0 || !self.segs[i].sacked {
-                self.transmit(i, link, ctx);
+                self.transmit(i, cfg, link, rx, ctx);
             }
         }
         self.rto_deadline = Some(ctx.now() + self.rtt.rto());

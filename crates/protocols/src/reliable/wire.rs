@@ -15,6 +15,8 @@ pub const TYPE_DATA: u8 = VERSION << 4 | 1;
 pub const TYPE_ACK: u8 = VERSION << 4 | 2;
 /// First byte of a NACK.
 pub const TYPE_NACK: u8 = VERSION << 4 | 3;
+/// First byte of an ACK bundled in front of a DATA segment (a piggybacked ACK).
+pub const TYPE_ACK_DATA: u8 = VERSION << 4 | 4;
 /// Bytes of a DATA header.
 pub const DATA_LEN: usize = 21;
 /// Bytes of an ACK/NACK without ranges.
@@ -104,6 +106,9 @@ pub enum Packet {
     Data(Data),
     /// ACK or NACK.
     Ack(Ack),
+    /// An ACK for the reverse stream piggybacked on a DATA segment; the payload stays in the
+    /// message.
+    AckData(Ack, Data),
 }
 
 /// Why a header was refused.
@@ -151,6 +156,13 @@ impl Ack {
     /// The ACK alone, as a message with headroom for the lower layers.
     pub fn to_message(&self) -> Message {
         let mut m = Message::new();
+        self.emit(&mut m, false);
+        m
+    }
+
+    /// Pushes the ACK in front of `m`: alone (`bundled` false: `m` is empty) or bundled in
+    /// front of a DATA segment already in `m` (type [`TYPE_ACK_DATA`]; never a NACK).
+    pub fn emit(&self, m: &mut Message, bundled: bool) {
         for r in self.ranges().iter().rev() {
             // Offsets fit: the builder only makes ranges within a u32 window of `cum`.
             m.push_u32(u32::try_from(r.end - r.start).unwrap_or(u32::MAX));
@@ -160,74 +172,86 @@ impl Ack {
         m.push_u32(self.window);
         m.push_u64(self.cum);
         m.push_u32(self.epoch);
-        m.push_u8(if self.nack { TYPE_NACK } else { TYPE_ACK });
-        m
+        m.push_u8(match (bundled, self.nack) {
+            (true, _) => TYPE_ACK_DATA,
+            (false, true) => TYPE_NACK,
+            (false, false) => TYPE_ACK,
+        });
     }
+}
+
+fn parse_data(m: &mut Message) -> Result<Data, Error> {
+    m.peek(DATA_LEN - 1)?;
+    let epoch = m.pop_u32()?;
+    let seq = m.pop_u64()?;
+    let first = m.pop_u64()?;
+    if epoch == 0 {
+        return Err(Error::Malformed("epoch 0"));
+    }
+    if first > seq {
+        return Err(Error::Malformed("first above seq"));
+    }
+    Ok(Data { epoch, seq, first })
+}
+
+/// The fields of an ACK/NACK after its type byte; `alone`: nothing may follow its ranges.
+fn parse_ack(m: &mut Message, nack: bool, alone: bool) -> Result<Ack, Error> {
+    m.peek(ACK_LEN - 1)?;
+    let epoch = m.pop_u32()?;
+    let cum = m.pop_u64()?;
+    let window = m.pop_u32()?;
+    let n = m.pop_u8()?;
+    if usize::from(n) > MAX_RANGES {
+        return Err(Error::Malformed("too many ranges"));
+    }
+    if m.len() < 8 * usize::from(n) {
+        return Err(Error::Truncated);
+    }
+    if alone && m.len() != 8 * usize::from(n) {
+        return Err(Error::Malformed("trailing bytes"));
+    }
+    let mut ack = Ack::new(nack, epoch, cum, window);
+    // An ACK's blocks start above `cum` (cum itself is missing); a NACK's first hole may
+    // start at `cum`.
+    let mut floor = if nack { cum } else { cum.saturating_add(1) };
+    for _ in 0..n {
+        let offset = m.pop_u32()?;
+        let len = m.pop_u32()?;
+        let start = cum
+            .checked_add(u64::from(offset))
+            .ok_or(Error::Malformed("range overflows"))?;
+        let end = start
+            .checked_add(u64::from(len))
+            .ok_or(Error::Malformed("range overflows"))?;
+        if len == 0 {
+            return Err(Error::Malformed("empty range"));
+        }
+        if start < floor {
+            return Err(Error::Malformed("ranges not ascending and disjoint"));
+        }
+        floor = end.saturating_add(1);
+        ack.push_range(Range { start, end });
+    }
+    Ok(ack)
 }
 
 impl Packet {
     /// Pops and validates a header. An ACK/NACK must fill the message exactly; a DATA segment's
-    /// payload stays in `m`.
+    /// payload stays in `m`, also behind a bundled ACK.
     ///
     /// # Errors
     /// [`Error`] when the bytes are not a valid header; `m` is then in an unspecified state and
     /// must be dropped.
     pub fn parse(m: &mut Message) -> Result<Packet, Error> {
-        let ty = m.pop_u8()?;
-        match ty {
-            TYPE_DATA => {
-                m.peek(DATA_LEN - 1)?;
-                let epoch = m.pop_u32()?;
-                let seq = m.pop_u64()?;
-                let first = m.pop_u64()?;
-                if epoch == 0 {
-                    return Err(Error::Malformed("epoch 0"));
+        match m.pop_u8()? {
+            TYPE_DATA => parse_data(m).map(Packet::Data),
+            ty @ (TYPE_ACK | TYPE_NACK) => parse_ack(m, ty == TYPE_NACK, true).map(Packet::Ack),
+            TYPE_ACK_DATA => {
+                let ack = parse_ack(m, false, false)?;
+                match m.pop_u8()? {
+                    TYPE_DATA => Ok(Packet::AckData(ack, parse_data(m)?)),
+                    _ => Err(Error::Malformed("a bundled ACK not followed by DATA")),
                 }
-                if first > seq {
-                    return Err(Error::Malformed("first above seq"));
-                }
-                Ok(Packet::Data(Data { epoch, seq, first }))
-            }
-            TYPE_ACK | TYPE_NACK => {
-                m.peek(ACK_LEN - 1)?;
-                let nack = ty == TYPE_NACK;
-                let epoch = m.pop_u32()?;
-                let cum = m.pop_u64()?;
-                let window = m.pop_u32()?;
-                let n = m.pop_u8()?;
-                if usize::from(n) > MAX_RANGES {
-                    return Err(Error::Malformed("too many ranges"));
-                }
-                if m.len() != 8 * usize::from(n) {
-                    return Err(if m.len() < 8 * usize::from(n) {
-                        Error::Truncated
-                    } else {
-                        Error::Malformed("trailing bytes")
-                    });
-                }
-                let mut ack = Ack::new(nack, epoch, cum, window);
-                // An ACK's blocks start above `cum` (cum itself is missing); a NACK's first
-                // hole may start at `cum`.
-                let mut floor = if nack { cum } else { cum.saturating_add(1) };
-                for _ in 0..n {
-                    let offset = m.pop_u32()?;
-                    let len = m.pop_u32()?;
-                    let start = cum
-                        .checked_add(u64::from(offset))
-                        .ok_or(Error::Malformed("range overflows"))?;
-                    let end = start
-                        .checked_add(u64::from(len))
-                        .ok_or(Error::Malformed("range overflows"))?;
-                    if len == 0 {
-                        return Err(Error::Malformed("empty range"));
-                    }
-                    if start < floor {
-                        return Err(Error::Malformed("ranges not ascending and disjoint"));
-                    }
-                    floor = end.saturating_add(1);
-                    ack.push_range(Range { start, end });
-                }
-                Ok(Packet::Ack(ack))
             }
             other => Err(Error::UnknownType(other)),
         }

@@ -163,6 +163,15 @@ pub const RELIABLE_FIFO: LayerKind = LayerKind {
                   second full-sized segment)",
         },
         ParamSpec {
+            name: "ack_bytes",
+            kind: ParamKind::Bytes,
+            default: Some("2944"),
+            doc: "bytes the `ack_every` segments must also hold to be acknowledged at once: \
+                  two full-sized segments (RFC 5681 §4.2; 1,472 bytes of UDP payload on a \
+                  1,500-byte MTU); smaller ones wait for `ack_delay` or a DATA segment to \
+                  carry the ACK, up to 8 × `ack_every` of them",
+        },
+        ParamSpec {
             name: "ack_delay",
             kind: ParamKind::Duration,
             default: Some("\"40ms\""),
@@ -196,6 +205,8 @@ fn build_reliable(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerR
         rto_max: params.get_duration("rto_max").map_err(|e| e.to_string())?,
         max_retries: u32_of("max_retries")?,
         ack_every: u32_of("ack_every")?,
+        ack_bytes: usize::try_from(params.get_bytes("ack_bytes").map_err(|e| e.to_string())?)
+            .map_err(|_| "`ack_bytes` is too large".to_string())?,
         ack_delay: params
             .get_duration("ack_delay")
             .map_err(|e| e.to_string())?,
