@@ -84,28 +84,34 @@ impl NetNode {
         })
     }
 
-    fn transmit(&mut self, port: u16, dest: Dest, bytes: &[u8]) {
-        if port != self.port {
-            tracing::debug!(node = %self.id, port, "transmit on a port with no transport");
-            return;
-        }
-        match dest {
-            Dest::Node(n) => self.transport.send(n, bytes),
-            Dest::Broadcast => {
-                for n in (0..self.nodes).filter(|&n| n != self.id.0) {
-                    self.transport.send(NodeId(n), bytes);
-                }
-            }
-        }
-    }
-
+    /// Hands the kernel's outputs on: deliveries to the application, transmits to the
+    /// transport in one batch (one `sendmmsg` for up to 32 datagrams over UDP).
     fn drain(&mut self) {
+        let mut transmits = Vec::new();
         while let Some(out) = self.kernel.poll_output() {
             match out {
-                Output::Transmit(t) => self.transmit(t.port, t.dest, t.message.as_slice()),
+                Output::Transmit(t) if t.port == self.port => transmits.push((t.dest, t.message)),
+                Output::Transmit(t) => {
+                    tracing::debug!(node = %self.id, port = t.port, "transmit on a port with no transport");
+                }
                 Output::Deliver(ev) => self.app.on_deliver(&ev, self.clock.now()),
             }
         }
+        if transmits.is_empty() {
+            return;
+        }
+        let mut batch = Vec::with_capacity(transmits.len());
+        for (dest, message) in &transmits {
+            match dest {
+                Dest::Node(n) => batch.push((*n, message.as_slice())),
+                Dest::Broadcast => batch.extend(
+                    (0..self.nodes)
+                        .filter(|&n| n != self.id.0)
+                        .map(|n| (NodeId(n), message.as_slice())),
+                ),
+            }
+        }
+        self.transport.send_batch(&batch);
     }
 
     /// Runs until the clock reaches `end`.

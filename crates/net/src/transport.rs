@@ -37,6 +37,13 @@ pub trait Transport: Send {
     /// Sends one datagram to `dest`; failures are counted, not returned (a network drops).
     fn send(&mut self, dest: NodeId, bytes: &[u8]);
 
+    /// Sends datagrams in order, as few system calls as the transport can (UDP: `sendmmsg`).
+    fn send_batch(&mut self, batch: &[(NodeId, &[u8])]) {
+        for (dest, bytes) in batch {
+            self.send(*dest, bytes);
+        }
+    }
+
     /// Waits up to `timeout` and passes every datagram received to `sink`; returns how many.
     ///
     /// # Errors

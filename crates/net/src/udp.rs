@@ -22,7 +22,9 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::sys::socket::{recvmmsg, sendmsg, MsgFlags, MultiHeaders, SockaddrStorage};
+use nix::sys::socket::{
+    recvmmsg, sendmmsg, sendmsg, ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage,
+};
 use viastack_kernel::NodeId;
 
 use crate::transport::{Transport, TransportStats};
@@ -115,6 +117,45 @@ impl UdpEndpoint {
             Err(e) => {
                 self.stats.send_failed += 1;
                 tracing::debug!(%dest, error = %e, "datagram not sent");
+            }
+        }
+    }
+
+    /// Sends datagrams in order, up to [`BATCH`] per `sendmmsg` call; those the socket
+    /// refuses (buffer full) are dropped and counted, as a network would.
+    pub fn send_batch(&mut self, batch: &[(SocketAddr, &[u8])]) {
+        for chunk in batch.chunks(BATCH) {
+            if chunk.len() == 1 {
+                self.send(chunk[0].0, chunk[0].1);
+                continue;
+            }
+            let addrs: Vec<Option<SockaddrStorage>> = chunk
+                .iter()
+                .map(|(a, _)| Some(SockaddrStorage::from(*a)))
+                .collect();
+            let iovs: Vec<[IoSlice<'_>; 1]> =
+                chunk.iter().map(|(_, b)| [IoSlice::new(b)]).collect();
+            let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(chunk.len(), None);
+            let no_cmsgs: [ControlMessage<'_>; 0] = [];
+            let sent = match sendmmsg(
+                self.socket.as_raw_fd(),
+                &mut headers,
+                &iovs,
+                &addrs,
+                no_cmsgs,
+                MsgFlags::MSG_DONTWAIT,
+            ) {
+                Ok(results) => results.count(),
+                Err(e) => {
+                    tracing::debug!(error = %e, "datagrams not sent");
+                    0
+                }
+            };
+            self.stats.sent += sent as u64;
+            // sendmmsg stops at the first datagram it cannot send; the rest one by one (a full
+            // buffer refuses them too, and each is counted).
+            for (dest, bytes) in &chunk[sent..] {
+                self.send(*dest, bytes);
             }
         }
     }
@@ -225,6 +266,17 @@ impl Transport for UdpTransport {
         }
     }
 
+    fn send_batch(&mut self, batch: &[(NodeId, &[u8])]) {
+        let mut resolved = Vec::with_capacity(batch.len());
+        for (dest, bytes) in batch {
+            match self.peers.get(dest.0 as usize) {
+                Some(addr) => resolved.push((*addr, *bytes)),
+                None => self.endpoint.stats.send_failed += 1,
+            }
+        }
+        self.endpoint.send_batch(&resolved);
+    }
+
     fn recv(
         &mut self,
         timeout: Duration,
@@ -304,5 +356,25 @@ mod tests {
         let n = a.recv(Duration::from_millis(1), |_, _| {}).unwrap();
         assert_eq!(n, 0);
         assert_eq!(a.stats().received, 0);
+    }
+
+    #[test]
+    fn a_batch_goes_out_in_order_in_chunks() {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let mut a = UdpEndpoint::bind(any).unwrap();
+        let mut b = UdpEndpoint::bind(any).unwrap();
+        let to = b.local_addr().unwrap();
+        let payloads: Vec<Vec<u8>> = (0..100u8).map(|i| vec![i; 1 + usize::from(i)]).collect();
+        let batch: Vec<(SocketAddr, &[u8])> = payloads.iter().map(|p| (to, &p[..])).collect();
+        a.send_batch(&batch);
+        assert_eq!(a.stats().sent, 100);
+        let mut got = Vec::new();
+        while got.len() < 100 {
+            let n = b
+                .recv(Duration::from_secs(5), |_, bytes| got.push(bytes.to_vec()))
+                .unwrap();
+            assert!(n > 0, "timed out with {} of 100 datagrams", got.len());
+        }
+        assert_eq!(got, payloads);
     }
 }

@@ -75,16 +75,20 @@ fn build(stack: &str) -> anyhow::Result<(Side, Side)> {
 impl Side {
     /// Hands transmits to the socket; returns the application deliveries (payload lengths).
     fn drain(&mut self, delivered: &mut impl FnMut(&Event)) {
+        let mut transmits = Vec::new();
         while let Some(out) = self.kernel.poll_output() {
             match out {
                 Output::Transmit(t) => {
                     if let Dest::Node(n) = t.dest {
-                        self.transport.send(n, t.message.as_slice());
+                        transmits.push((n, t.message));
                     }
                 }
                 Output::Deliver(ev) => delivered(&ev),
             }
         }
+        let batch: Vec<(NodeId, &[u8])> =
+            transmits.iter().map(|(n, m)| (*n, m.as_slice())).collect();
+        self.transport.send_batch(&batch);
     }
 
     /// Waits for datagrams until the kernel's next deadline (at most `cap`), then feeds them
