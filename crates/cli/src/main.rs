@@ -36,6 +36,7 @@ mod bench;
 mod check;
 mod node;
 mod run;
+mod sp;
 
 /// mimalloc instead of the system allocator: with glibc, 64 KiB messages after a run of small
 /// ones measured 3–4× slower in `bench unicast` (heap trimming and page faults on every burst).
@@ -112,6 +113,11 @@ enum Command {
         /// How long the run lasts, in nanoseconds.
         #[arg(long)]
         duration_ns: u64,
+    },
+    /// SP, the Simple Protocol transport: listen, send a file, decode a packet.
+    Sp {
+        #[command(subcommand)]
+        what: sp::SpCommand,
     },
     /// Measure viastack against its references and print the ratios.
     Bench {
@@ -244,6 +250,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             node::child(&file, &catalog, id, seed, duration_ns)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Sp { what } => sp::run(what),
         Command::Bench { what } => {
             bench::run(what)?;
             Ok(ExitCode::SUCCESS)
