@@ -51,6 +51,7 @@ pub mod send_queue;
 pub mod timers;
 
 use reassembly::{Block, BlockOutcome, BlockSet, Reassembly};
+pub use send_queue::Payload;
 use send_queue::{Queued, SendQueue};
 use timers::{Timer, TimerTable};
 
@@ -356,7 +357,7 @@ pub enum State {
 #[derive(Debug)]
 struct OutMessage {
     seq: u64,
-    data: Vec<u8>,
+    data: Payload,
     priority: u8,
     mode: Reliability,
     tblock: u8,
@@ -557,7 +558,12 @@ impl Connection {
     /// # Errors
     /// [`SendError::TooLarge`] beyond 255 blocks, [`SendError::QueueFull`], or
     /// [`SendError::NotOpen`] once closing.
-    pub fn send_message(&mut self, data: Vec<u8>, priority: u8) -> Result<(), SendError> {
+    pub fn send_message(
+        &mut self,
+        data: impl Into<Payload>,
+        priority: u8,
+    ) -> Result<(), SendError> {
+        let data = data.into();
         if !matches!(
             self.state,
             State::NotInUse | State::ConnRequested | State::Connected
@@ -740,6 +746,7 @@ impl Connection {
         let bs = self.config.block_size;
         let k = usize::from(self.config.fec_group);
         let idx = self.inflight.iter().rposition(|m| !m.fully_sent())?;
+        let win = self.our_window();
         let mut repr = Repr::default();
         let (size, priority, last_of_message) = {
             let m = &mut self.inflight[idx];
@@ -768,7 +775,7 @@ impl Connection {
                 repr.mess_ack_no = self.recv.acked() as u16;
                 repr.sync_no = self.stats.acks_received as u8;
                 repr.flags = repr.flags | Flags::WINDOW_VALID;
-                repr.window_size = 0; // set below, needs &self
+                repr.window_size = win;
                 repr.emit_into(block, buf).ok()?;
             } else {
                 let g = i - tblock;
@@ -781,16 +788,11 @@ impl Connection {
                 repr.mess_ack_no = self.recv.acked() as u16;
                 repr.sync_no = self.stats.acks_received as u8;
                 repr.flags = repr.flags | Flags::WINDOW_VALID;
+                repr.window_size = win;
                 repr.emit_into(&parity, buf).ok()?;
             }
             (buf.len() - start, m.priority, last)
         };
-        // WINDOW_SIZE needs the whole connection; patch it in and redo the checksum.
-        let win = self.our_window();
-        let start = buf.len() - size;
-        let mut p = Packet::new_unchecked(&mut buf[start..]);
-        p.set_window_size(win);
-        p.fill_checksum();
         if last_of_message {
             self.after_message_sent(now, idx);
         }

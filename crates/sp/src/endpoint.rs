@@ -279,22 +279,19 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
             ));
         }
         // Round robin from the cursor, so one busy connection does not starve the others.
-        let ids: Vec<u16> = self
+        let cursor = self.cursor;
+        let found = self
             .conns
-            .range(self.cursor..)
-            .chain(self.conns.range(..self.cursor))
-            .map(|(k, _)| *k)
-            .collect();
-        for id in ids {
-            let Some(slot) = self.conns.get_mut(&id) else {
-                continue;
-            };
-            if let Some(t) = slot.conn.poll_transmit(now, buf) {
-                self.cursor = id.wrapping_add(1);
-                return Some((slot.peer.clone(), t));
-            }
-        }
-        None
+            .range_mut(cursor..)
+            .find_map(|(id, slot)| slot.conn.poll_transmit(now, buf).map(|t| (*id, slot.peer.clone(), t)))
+            .or_else(|| {
+                self.conns.range_mut(..cursor).find_map(|(id, slot)| {
+                    slot.conn.poll_transmit(now, buf).map(|t| (*id, slot.peer.clone(), t))
+                })
+            });
+        let (id, peer, t) = found?;
+        self.cursor = id.wrapping_add(1);
+        Some((peer, t))
     }
 
     /// The earliest timer of any connection.

@@ -16,7 +16,9 @@ use std::time::{Duration as StdDuration, Instant as Monotonic};
 use thiserror::Error;
 use viastack_kernel::{time::duration_nanos, Instant};
 
-use crate::connection::{CloseReason, Config, Event, FailReason, Reliability, SendError, Stats};
+use crate::connection::{
+    CloseReason, Config, Event, FailReason, Payload, Reliability, SendError, Stats,
+};
 use crate::endpoint::{ConnectionHandle, Endpoint, EndpointStats};
 
 /// What a blocking call can fail with.
@@ -69,6 +71,9 @@ pub struct SpSocket {
     read_timeout: Option<StdDuration>,
 }
 
+/// Socket buffer size asked for (4 MiB).
+pub const SOCKET_BUFFER: usize = 4 << 20;
+
 /// Longest a blocking receive waits before timers are looked at again.
 const POLL_QUANTUM: StdDuration = StdDuration::from_millis(5);
 
@@ -79,6 +84,11 @@ impl SpSocket {
     /// The socket's.
     pub fn bind(addr: impl ToSocketAddrs, config: Config, accepting: bool) -> io::Result<Self> {
         let socket = UdpSocket::bind(addr)?;
+        // Room for a burst of large blocks (a 256 KiB message is 8 datagrams of 32 KiB); the
+        // kernel caps this at net.core.rmem_max / wmem_max.
+        let s2 = socket2::SockRef::from(&socket);
+        let _ = s2.set_recv_buffer_size(SOCKET_BUFFER);
+        let _ = s2.set_send_buffer_size(SOCKET_BUFFER);
         Ok(SpSocket {
             socket,
             endpoint: Endpoint::new(config, accepting),
@@ -173,7 +183,7 @@ impl SpSocket {
     pub fn send_message(
         &mut self,
         h: ConnectionHandle,
-        data: Vec<u8>,
+        data: impl Into<Payload>,
         priority: u8,
     ) -> Result<(), SpError> {
         self.endpoint

@@ -4,6 +4,7 @@
 use clap::Subcommand;
 
 mod kernel;
+mod sp;
 mod unicast;
 
 /// What to measure.
@@ -14,6 +15,8 @@ pub enum BenchCommand {
     Kernel(kernel::KernelArgs),
     /// Reliable FIFO unicast on loopback vs kernel TCP, raw UDP and quinn; ping-pong latency.
     Unicast(unicast::UnicastArgs),
+    /// SP transfer time, 1 KiB–256 KiB, vs kernel TCP and UDP (seed 002 §5).
+    Sp(sp::SpArgs),
 }
 
 /// Runs one benchmark.
@@ -21,5 +24,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Kernel(args) => kernel::run(&args),
         BenchCommand::Unicast(args) => unicast::run(&args),
+        BenchCommand::Sp(args) => sp::run(&args),
     }
 }

@@ -54,8 +54,11 @@ pub struct Partial {
     pub tblock: u8,
     /// Block size used by the sender.
     pub block_size: usize,
-    /// `tblock × block_size` bytes, blocks at `pblock × block_size`.
+    /// Blocks at `pblock × block_size` (filled in order without zeroing; gaps are zeroed
+    /// only when a later block arrives first).
     pub buf: Vec<u8>,
+    /// Bytes reserved for it in the receive window.
+    pub reserved: usize,
     /// Blocks present.
     pub have: BlockSet,
     /// Length of the last block, once it arrived.
@@ -81,6 +84,7 @@ impl Partial {
             tblock: 0,
             block_size: 0,
             buf: Vec::new(),
+            reserved: 0,
             have: BlockSet::default(),
             last_len: None,
             parity: Vec::new(),
@@ -153,11 +157,7 @@ impl Partial {
         if m + 1 != tblock && data.len() != self.block_size {
             return false;
         }
-        let start = m * self.block_size;
-        let Some(dst) = self.buf.get_mut(start..start + data.len()) else {
-            return false;
-        };
-        dst.copy_from_slice(&data);
+        place(&mut self.buf, m * self.block_size, &data);
         if m + 1 == tblock {
             self.last_len = Some(data.len());
         }
@@ -275,7 +275,8 @@ impl Reassembly {
             } else {
                 tblock * block_size
             };
-            p.buf = vec![0; cap];
+            p.buf = Vec::with_capacity(cap);
+            p.reserved = cap;
             self.buffered += cap;
         } else if p.tblock != b.tblock {
             return BlockOutcome::Invalid;
@@ -304,11 +305,7 @@ impl Reassembly {
         if p.have.contains(b.pblock) {
             return BlockOutcome::Duplicate;
         }
-        let start = pb * block_size;
-        let Some(dst) = p.buf.get_mut(start..start + b.payload.len()) else {
-            return BlockOutcome::Invalid;
-        };
-        dst.copy_from_slice(b.payload);
+        place(&mut p.buf, pb * block_size, b.payload);
         p.have.insert(b.pblock);
         if last {
             p.last_len = Some(b.payload.len());
@@ -326,7 +323,7 @@ impl Reassembly {
             return None;
         }
         let (seq, p) = entry.remove_entry();
-        self.buffered -= p.buf.len();
+        self.buffered -= p.reserved;
         self.next += 1;
         Some((seq, p))
     }
@@ -334,11 +331,25 @@ impl Reassembly {
     /// Gives up the next message (incomplete): returns it.
     pub fn drop_next(&mut self) -> Option<(u64, Partial)> {
         let p = self.partial.remove(&self.next)?;
-        self.buffered -= p.buf.len();
+        self.buffered -= p.reserved;
         let seq = self.next;
         self.next += 1;
         Some((seq, p))
     }
+}
+
+/// Writes `data` at `start` in `buf`: appended when it continues the buffer (the usual,
+/// in-order case: no zeroing), else after zero-filling the gap, or over an earlier hole.
+fn place(buf: &mut Vec<u8>, start: usize, data: &[u8]) {
+    let end = start + data.len();
+    if start == buf.len() {
+        buf.extend_from_slice(data);
+        return;
+    }
+    if end > buf.len() {
+        buf.resize(end, 0);
+    }
+    buf[start..end].copy_from_slice(data);
 }
 
 /// The full number closest to `reference` whose low 16 bits are `wire`.

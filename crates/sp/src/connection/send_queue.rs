@@ -3,14 +3,54 @@
 //! does it get its MESS_SEQ_NO, so a priority-3 message overtakes queued priority-0 ones.
 
 use std::collections::VecDeque;
+use std::ops::Deref;
+use std::sync::Arc;
 
 use super::Reliability;
+
+/// A message's bytes: owned, or shared with the application (sending the same buffer again
+/// costs no copy).
+#[derive(Debug, Clone)]
+pub enum Payload {
+    /// Handed over.
+    Owned(Vec<u8>),
+    /// Shared.
+    Shared(Arc<[u8]>),
+}
+
+impl Deref for Payload {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Payload::Owned(v) => v,
+            Payload::Shared(a) => a,
+        }
+    }
+}
+
+impl From<Vec<u8>> for Payload {
+    fn from(v: Vec<u8>) -> Self {
+        Payload::Owned(v)
+    }
+}
+
+impl From<Arc<[u8]>> for Payload {
+    fn from(a: Arc<[u8]>) -> Self {
+        Payload::Shared(a)
+    }
+}
+
+impl From<&[u8]> for Payload {
+    fn from(s: &[u8]) -> Self {
+        Payload::Owned(s.to_vec())
+    }
+}
 
 /// A message waiting for its first transmission.
 #[derive(Debug)]
 pub struct Queued {
     /// The message.
-    pub data: Vec<u8>,
+    pub data: Payload,
     /// 0 (lowest) … 3 (highest).
     pub priority: u8,
     /// The reliability in force when it was submitted.
@@ -73,7 +113,7 @@ mod tests {
         let mut q = SendQueue::default();
         for (i, p) in [0u8, 0, 3, 1, 3].into_iter().enumerate() {
             q.push(Queued {
-                data: vec![i as u8],
+                data: vec![i as u8].into(),
                 priority: p,
                 mode: Reliability::Reliable,
             });
