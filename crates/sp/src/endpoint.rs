@@ -267,31 +267,45 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
 
     /// Appends the next packet to `buf` and says where it goes.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<(A, Transmit)> {
+        let (to, t, payload) = self.poll_transmit_parts(now, buf)?;
+        buf.extend_from_slice(payload);
+        Some((to, t))
+    }
+
+    /// The next packet as a header appended to `head` plus a data block borrowed from its
+    /// message (see [`Connection::poll_transmit_parts`]): for vectored sends without a copy.
+    pub fn poll_transmit_parts<'a>(
+        &'a mut self,
+        now: Instant,
+        head: &mut Vec<u8>,
+    ) -> Option<(A, Transmit, &'a [u8])> {
         if let Some((to, repr)) = self.stateless.pop_front() {
-            let start = buf.len();
-            repr.emit_into(&[], buf).ok()?;
-            return Some((
-                to,
-                Transmit {
-                    size: buf.len() - start,
-                    priority: 0,
-                },
-            ));
+            let start = head.len();
+            repr.emit_into(&[], head).ok()?;
+            let size = head.len() - start;
+            return Some((to, Transmit { size, priority: 0 }, &[]));
         }
         // Round robin from the cursor, so one busy connection does not starve the others.
         let cursor = self.cursor;
-        let found = self
-            .conns
-            .range_mut(cursor..)
-            .find_map(|(id, slot)| slot.conn.poll_transmit(now, buf).map(|t| (*id, slot.peer.clone(), t)))
-            .or_else(|| {
-                self.conns.range_mut(..cursor).find_map(|(id, slot)| {
-                    slot.conn.poll_transmit(now, buf).map(|t| (*id, slot.peer.clone(), t))
-                })
-            });
-        let (id, peer, t) = found?;
+        let mut found = None;
+        for (id, slot) in self.conns.range_mut(cursor..) {
+            if let Some((t, r)) = slot.conn.poll_transmit_ref(now, head) {
+                found = Some((*id, t, r));
+                break;
+            }
+        }
+        if found.is_none() {
+            for (id, slot) in self.conns.range_mut(..cursor) {
+                if let Some((t, r)) = slot.conn.poll_transmit_ref(now, head) {
+                    found = Some((*id, t, r));
+                    break;
+                }
+            }
+        }
+        let (id, t, r) = found?;
         self.cursor = id.wrapping_add(1);
-        Some((peer, t))
+        let slot = self.conns.get(&id)?;
+        Some((slot.peer.clone(), t, slot.conn.payload(&r)))
     }
 
     /// The earliest timer of any connection.
@@ -354,6 +368,9 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
 
     /// Forgets closed connections whose events were all taken.
     pub fn reap(&mut self) {
+        if !self.conns.values().any(|s| s.conn.state() == State::Closed) {
+            return;
+        }
         let dead: Vec<u16> = self
             .conns
             .iter()

@@ -17,7 +17,7 @@ pub mod socket;
 pub mod wire;
 
 pub use connection::{
-    CloseReason, Config, Connection, DropReason, Event, FailReason, Payload, Reliability, SendError, State,
-    Stats, Transmit,
+    CloseReason, Config, Connection, DropReason, Event, FailReason, Payload, PayloadRef,
+    Reliability, SendError, State, Stats, Transmit,
 };
 pub use endpoint::{ConnectionHandle, Endpoint, EndpointEvent};

@@ -231,6 +231,7 @@ impl SpSocket {
     /// # Errors
     /// [`SpError::Timeout`], IO.
     pub fn recv_message(&mut self, timeout: Option<StdDuration>) -> Result<Received, SpError> {
+        self.flush_transmits()?;
         let deadline = timeout.map(|t| Monotonic::now() + t);
         loop {
             if let Some(m) = self.messages.pop_front() {
@@ -313,12 +314,16 @@ impl SpSocket {
 
     fn flush_transmits(&mut self) -> io::Result<()> {
         let now = self.now();
+        let sock = socket2::SockRef::from(&self.socket);
         loop {
             self.out.clear();
-            let Some((to, _)) = self.endpoint.poll_transmit(now, &mut self.out) else {
+            let Some((to, _, payload)) = self.endpoint.poll_transmit_parts(now, &mut self.out)
+            else {
                 return Ok(());
             };
-            match self.socket.send_to(&self.out, to) {
+            // Header and block leave in one sendmsg, the block straight from the message.
+            let parts = [io::IoSlice::new(&self.out), io::IoSlice::new(payload)];
+            match sock.send_to_vectored(&parts, &to.into()) {
                 Ok(_) => {}
                 // A full buffer or an unreachable peer is a lost datagram: SP recovers.
                 Err(e)
@@ -373,6 +378,12 @@ impl SpSocket {
             Ok((n, from)) => {
                 let now = self.now();
                 self.endpoint.handle_datagram(now, from, &self.inbuf[..n]);
+                self.drain_events();
+                if !self.messages.is_empty() {
+                    // The application gets its message first; the answers (ACK) leave at the
+                    // start of its next call, which a receiving loop makes at once.
+                    return Ok(());
+                }
                 // Answer at once (ACKs, NACK repairs) before waiting again.
                 self.flush_transmits()?;
             }
@@ -392,5 +403,14 @@ impl SpSocket {
         self.drain_events();
         self.endpoint.reap();
         self.flush_transmits()
+    }
+
+    /// Sends what the connections have ready (ACKs, repairs) without waiting for anything.
+    ///
+    /// # Errors
+    /// IO.
+    pub fn poll(&mut self) -> Result<(), SpError> {
+        self.flush_transmits()?;
+        Ok(())
     }
 }

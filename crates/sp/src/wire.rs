@@ -617,7 +617,48 @@ impl Repr {
     /// # Errors
     /// [`WireError::PayloadTooLong`] beyond [`MAX_PAYLOAD`].
     pub fn emit_into(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), WireError> {
-        self.emit_with(payload.len(), out, |p| p.copy_from_slice(payload))
+        if payload.len() > MAX_PAYLOAD {
+            return Err(WireError::PayloadTooLong(payload.len()));
+        }
+        // Header, then the payload appended (no zero-fill of the payload area), then the
+        // checksum over both.
+        let start = out.len();
+        out.resize(start + HEADER_LEN, 0);
+        out.extend_from_slice(payload);
+        let repr = Repr {
+            payload_len: payload.len(),
+            ..*self
+        };
+        let mut p = Packet::new_unchecked(&mut out[start..]);
+        repr.emit(&mut p);
+        p.fill_checksum();
+        Ok(())
+    }
+
+    /// Appends only the header for `payload` (TOTAL_LEN and CHKSUM cover it), so the payload
+    /// can be sent from where it lies (vectored IO) without a copy.
+    ///
+    /// # Errors
+    /// [`WireError::PayloadTooLong`] beyond [`MAX_PAYLOAD`].
+    pub fn emit_header(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), WireError> {
+        if payload.len() > MAX_PAYLOAD {
+            return Err(WireError::PayloadTooLong(payload.len()));
+        }
+        let start = out.len();
+        out.resize(start + HEADER_LEN, 0);
+        let repr = Repr {
+            payload_len: payload.len(),
+            ..*self
+        };
+        let head = &mut out[start..];
+        repr.emit(&mut Packet::new_unchecked(&mut *head));
+        let mut sum = ones_sum(head);
+        if self.flags.contains(Flags::ST_CKS) {
+            sum += ones_sum(payload);
+        }
+        let c = !fold(sum);
+        head[field::CHKSUM].copy_from_slice(&c.to_be_bytes());
+        Ok(())
     }
 
     /// Like [`emit_into`](Self::emit_into), with the payload written in place by `fill`.

@@ -348,9 +348,17 @@ fn plot(path: &std::path::Path, sizes: &[usize], means: &[[f64; 4]]) -> anyhow::
     use plotters::prelude::*;
     let root = BitMapBackend::new(path, (800, 500)).into_drawing_area();
     root.fill(&WHITE)?;
-    let finite = means.iter().flatten().copied().filter(|v| v.is_finite() && *v > 0.0);
+    let finite = means
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|v| v.is_finite() && *v > 0.0);
     let (lo, hi) = finite.fold((f64::MAX, 0f64), |(a, b), v| (a.min(v), b.max(v)));
-    let (lo, hi) = if hi > 0.0 { (lo / 1.5, hi * 1.5) } else { (1.0, 10.0) };
+    let (lo, hi) = if hi > 0.0 {
+        (lo / 1.5, hi * 1.5)
+    } else {
+        (1.0, 10.0)
+    };
     let x0 = *sizes.first().unwrap_or(&1024) as f64;
     let x1 = (*sizes.last().unwrap_or(&262_144) as f64).max(x0 * 2.0);
     let mut chart = ChartBuilder::on(&root)
@@ -379,7 +387,11 @@ fn plot(path: &std::path::Path, sizes: &[usize], means: &[[f64; 4]]) -> anyhow::
             .collect();
         let colour = RGBColor(r, g, b);
         chart.draw_series(LineSeries::new(points.clone(), colour.stroke_width(3)))?;
-        chart.draw_series(points.into_iter().map(|p| Circle::new(p, 4, colour.filled())))?;
+        chart.draw_series(
+            points
+                .into_iter()
+                .map(|p| Circle::new(p, 4, colour.filled())),
+        )?;
     }
     root.present()?;
     Ok(())
