@@ -163,6 +163,13 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
         self.conns.get_mut(&h.0).map(|s| &mut s.conn)
     }
 
+    /// Gives a message buffer of `h` back for reuse (see [`Connection::recycle`]).
+    pub fn recycle(&mut self, h: ConnectionHandle, buf: Vec<u8>) {
+        if let Some(s) = self.conns.get_mut(&h.0) {
+            s.conn.recycle(buf);
+        }
+    }
+
     /// The peer of `h`.
     pub fn peer(&self, h: ConnectionHandle) -> Option<&A> {
         self.conns.get(&h.0).map(|s| &s.peer)

@@ -244,6 +244,11 @@ impl SpSocket {
         }
     }
 
+    /// Gives a received message's buffer back for reuse (optional).
+    pub fn recycle(&mut self, m: Received) {
+        self.endpoint.recycle(m.handle, m.data);
+    }
+
     /// Non-message events (connected, closed, failed, dropped, RTT, …) seen so far.
     pub fn take_notices(&mut self) -> Vec<(ConnectionHandle, Event)> {
         self.notices.drain(..).collect()

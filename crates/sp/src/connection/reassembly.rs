@@ -204,7 +204,13 @@ pub struct Reassembly {
     pub partial: BTreeMap<u64, Partial>,
     /// Bytes held in `partial`.
     pub buffered: usize,
+    /// Message buffers the application gave back, reused before allocating (a fresh buffer
+    /// costs page faults on every message of tens of KiB).
+    pub pool: Vec<Vec<u8>>,
 }
+
+/// Most buffers kept for reuse.
+pub const POOL_MAX: usize = 8;
 
 impl Default for Reassembly {
     fn default() -> Self {
@@ -212,6 +218,7 @@ impl Default for Reassembly {
             next: 1,
             partial: BTreeMap::new(),
             buffered: 0,
+            pool: Vec::new(),
         }
     }
 }
@@ -275,7 +282,10 @@ impl Reassembly {
             } else {
                 tblock * block_size
             };
-            p.buf = Vec::with_capacity(cap);
+            p.buf = match self.pool.iter().position(|b| b.capacity() >= cap) {
+                Some(i) => self.pool.swap_remove(i),
+                None => Vec::with_capacity(cap),
+            };
             p.reserved = cap;
             self.buffered += cap;
         } else if p.tblock != b.tblock {
@@ -314,6 +324,14 @@ impl Reassembly {
             p.try_repair(pb / fec_k.max(1), fec_k);
         }
         BlockOutcome::Stored
+    }
+
+    /// Takes back a delivered message's buffer for reuse.
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.pool.len() < POOL_MAX && buf.capacity() > 0 {
+            buf.clear();
+            self.pool.push(buf);
+        }
     }
 
     /// Removes the next message if it is complete.
