@@ -985,6 +985,12 @@ impl Connection {
         if self.state == State::Closed || self.state == State::NotInUse {
             return;
         }
+        if self.state != State::ConnRequested && repr.src_id != self.peer_id {
+            // Not from our peer's connection (a stale or damaged id): never act on it, above
+            // all not on a REMOTE_RESET.
+            self.stats.bad_packet += 1;
+            return;
+        }
         self.stats.packets_received += 1;
         self.heard_since_echo = true;
         if repr.flags.contains(Flags::WINDOW_VALID) {

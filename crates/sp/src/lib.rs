@@ -5,6 +5,7 @@
 //! - [`wire`]: the 20-byte SP v1 header (view + repr, RFC 1071 checksum);
 //! - [`connection`]: one connection, sans-IO (`handle_packet`/`handle_timeout`/`poll_*`);
 //! - [`endpoint`]: many connections behind one address, demultiplexed by connection id;
+//! - [`layer`]: SP as a kernel layer over a device, for stack files;
 //! - [`socket`]: a blocking endpoint on a real UDP socket (the driver: real clock, real IO).
 //!
 //! The seed's defects are fixed here: one explicit byte format (seed §4.4: the Java port could
@@ -13,6 +14,7 @@
 
 pub mod connection;
 pub mod endpoint;
+pub mod layer;
 pub mod socket;
 pub mod wire;
 
