@@ -172,7 +172,7 @@ fn send(a: &SendArgs) -> anyhow::Result<ExitCode> {
 /// Decodes `hex` and prints the JSON object, or names the invalid field on stderr.
 fn decode(hex: &str) -> ExitCode {
     let clean: String = hex.chars().filter(|c| !c.is_whitespace()).collect();
-    let bytes: Option<Vec<u8>> = (clean.len() % 2 == 0)
+    let bytes: Option<Vec<u8>> = (clean.len() & 1 == 0)
         .then(|| {
             (0..clean.len())
                 .step_by(2)

@@ -202,10 +202,8 @@ impl SpSession {
                     }
                     ctx.go(notice(&PEER_UNREACHABLE, channel, ev.peer));
                 }
-                SpEvent::Closed { .. } => {
-                    if st.outgoing.get(&ev.peer) == Some(&ev.handle) {
-                        st.outgoing.remove(&ev.peer);
-                    }
+                SpEvent::Closed { .. } if st.outgoing.get(&ev.peer) == Some(&ev.handle) => {
+                    st.outgoing.remove(&ev.peer);
                 }
                 SpEvent::Dropped { .. } => ctx.count("dropped"),
                 _ => {}

@@ -102,7 +102,7 @@ impl WireError {
 }
 
 /// The nine SP packet types (seed §3.1.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum PacketType {
     /// Opens a connection (with REPLY_REQUESTED) or accepts one (with REPLY).
     Start = 0,
@@ -111,6 +111,7 @@ pub enum PacketType {
     /// Control information; here the window probe and its answer.
     Cntrl = 2,
     /// A block of a message.
+    #[default]
     Data = 3,
     /// Cumulative acknowledgement (MESS_ACK_NO); with REPLY_REQUESTED, a probe.
     Ack = 4,
@@ -539,12 +540,6 @@ pub struct Repr {
     pub window_size: u32,
     /// Payload bytes that follow the header.
     pub payload_len: usize,
-}
-
-impl Default for PacketType {
-    fn default() -> Self {
-        PacketType::Data
-    }
 }
 
 impl Repr {

@@ -26,6 +26,9 @@ pub struct Faults {
 /// What the test wants to drop on purpose: a predicate over (from node, packet bytes).
 pub type Filter = Box<dyn FnMut(usize, &[u8]) -> bool>;
 
+/// A datagram in flight: (arrival, tie-break sequence, from, to, bytes).
+type InFlight = Reverse<(Instant, u64, usize, usize, Vec<u8>)>;
+
 pub struct Net {
     pub rng: ChaCha8Rng,
     pub now: Instant,
@@ -34,7 +37,7 @@ pub struct Net {
     pub faults: Faults,
     /// Returns true to drop a datagram (before faults).
     pub filter: Option<Filter>,
-    queue: BinaryHeap<Reverse<(Instant, u64, usize, usize, Vec<u8>)>>,
+    queue: BinaryHeap<InFlight>,
     seq: u64,
     /// (to node, MESS_SEQ_NO) of DATA packets whose payload (not header) was corrupted.
     pub tainted: HashSet<(usize, u16)>,
