@@ -594,3 +594,34 @@ fn bad_packets_are_counted_and_dropped() {
     assert!(ep.poll_event().is_none());
     assert_eq!(ep.handles().count(), 0);
 }
+
+#[test]
+fn a_peer_that_forgot_the_connection_resets_it() {
+    let mut net = Net::new(
+        0,
+        vec![(Config::default(), false), (Config::default(), true)],
+        Faults::default(),
+    );
+    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    net.run_until(Duration::from_secs(1), "open", |n| !n.events[1].is_empty());
+    // Node 1 abandons its side without a word (a restart would do the same).
+    let h1 = net.nodes[1].handles().next().unwrap();
+    net.nodes[1].connection_mut(h1).unwrap().abort();
+    net.run(Duration::from_millis(10), "abort");
+    assert_eq!(net.nodes[1].handles().count(), 0);
+    net.nodes[0]
+        .connection_mut(h)
+        .unwrap()
+        .send_message(b"anyone?".to_vec(), 0)
+        .unwrap();
+    net.run(Duration::from_secs(1), "reset");
+    assert!(
+        net.events[0].iter().any(|e| e.event
+            == Event::Failed {
+                reason: FailReason::Reset
+            }),
+        "{:?}",
+        net.events[0]
+    );
+    assert!(net.nodes[1].stats().unknown_connection > 0);
+}
