@@ -44,6 +44,9 @@ pub struct SpArgs {
     /// builds share the machine: noise only ever adds time).
     #[arg(long, default_value_t = 3)]
     repeat: u32,
+    /// Only these protocols (for profiling one of them), comma-separated.
+    #[arg(long, value_delimiter = ',', hide = true)]
+    only: Vec<String>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -261,6 +264,9 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
         let mut best: [Option<Series>; 4] = [None, None, None, None];
         for _ in 0..args.repeat.max(1) {
             for (i, name) in PROTOCOLS.iter().enumerate() {
+                if !args.only.is_empty() && !args.only.iter().any(|o| o == name) {
+                    continue;
+                }
                 let s = match *name {
                     "sp_reliable" => sp(Reliability::Reliable, size, n),
                     "sp_unreliable" => sp(Reliability::Unreliable, size, n),
