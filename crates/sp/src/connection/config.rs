@@ -102,7 +102,7 @@ pub struct Config {
     pub reassembly_timeout: Duration,
     /// Receive window in bytes (WINDOW_SIZE is 24 bits: ≤ 16 MiB − 1). 8 MiB.
     pub recv_window: u32,
-    /// Bytes the send queue may hold before [`SendError::QueueFull`]. 64 MiB.
+    /// Bytes the send queue may hold before [`SendError::QueueFull`](super::SendError::QueueFull). 64 MiB.
     pub send_buffer: usize,
     /// Reliability of a new connection.
     pub reliability: Reliability,

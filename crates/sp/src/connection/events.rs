@@ -28,7 +28,7 @@ pub enum FailReason {
 /// How a connection closed normally.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CloseReason {
-    /// [`Connection::close`] and the peer answered the END.
+    /// [`Connection::close`](super::Connection::close) and the peer answered the END.
     Local,
     /// The peer sent END.
     Peer,
@@ -95,7 +95,7 @@ pub enum SendError {
         /// The largest message in the current mode.
         max: usize,
     },
-    /// The send queue holds [`Config::send_buffer`] bytes already.
+    /// The send queue holds [`Config::send_buffer`](super::Config::send_buffer) bytes already.
     #[error("send queue full ({queued} bytes queued)")]
     QueueFull {
         /// Bytes queued.
