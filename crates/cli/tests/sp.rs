@@ -114,3 +114,35 @@ fn decode_rejects_bad_hex() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("invalid hex"));
 }
+
+#[test]
+fn bench_sp_reports_every_protocol_and_draws_a_png() {
+    let png = tmp("bench.png");
+    let o = viastack(&[
+        "bench",
+        "sp",
+        "--size",
+        "1024,4096",
+        "--transfers",
+        "5",
+        "--repeat",
+        "1",
+        "--json",
+        "--plot",
+        png.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sizes = v["sizes"].as_array().unwrap();
+    assert_eq!(sizes.len(), 2);
+    assert_eq!(sizes[0]["size"], 1024);
+    for row in sizes {
+        for p in ["sp_reliable", "sp_unreliable", "tcp", "udp"] {
+            assert!(row[p]["mean_us"].as_f64().unwrap() > 0.0, "{p}: {row}");
+            assert!(row[p]["p99_us"].is_number(), "{p}: {row}");
+        }
+        assert!(row["sp_reliable_vs_udp"].is_number() && row["sp_reliable_vs_tcp"].is_number());
+    }
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+}

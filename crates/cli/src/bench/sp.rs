@@ -257,7 +257,8 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
     let n = args.transfers.max(1);
     // Warm the allocator, page tables and sockets once, unmeasured.
     let _ = sp(Reliability::Reliable, 1024, 20);
-    let mut out = Map::new();
+    // One object per size, in size order (a JSON object's keys would sort as strings).
+    let mut out: Vec<Value> = Vec::new();
     let mut means: Vec<[f64; 4]> = Vec::new();
     for &size in &sizes {
         let mut row = Map::new();
@@ -296,8 +297,9 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
         }
         row.insert("sp_reliable_vs_udp".into(), json!(m[0] / m[3]));
         row.insert("sp_reliable_vs_tcp".into(), json!(m[0] / m[2]));
+        row.insert("size".into(), json!(size));
         means.push(m);
-        out.insert(size.to_string(), Value::Object(row));
+        out.push(Value::Object(row));
     }
     let meets_udp = means.iter().all(|m| m[0] / m[3] <= 1.2);
     let meets_tcp = sizes
@@ -313,7 +315,7 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
             "transfer_time": "from the sender handing the message to its transport to the receiving application holding all of it; one monotonic clock; serialised transfers; connection set-up and 3 warm-ups excluded",
             "transfers": n,
             "repeat": args.repeat.max(1),
-            "sizes": Value::Object(out),
+            "sizes": out,
             "targets": {
                 "sp_reliable_vs_udp_max": 1.2,
                 "sp_reliable_vs_tcp_max_from_16KiB": 1.0,
@@ -338,8 +340,7 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
         "vs_udp",
         "vs_tcp"
     )?;
-    for &size in &sizes {
-        let row = &out[&size.to_string()];
+    for (&size, row) in sizes.iter().zip(&out) {
         let cell = |name: &str| {
             row.get(name)
                 .filter(|v| !v.is_null())
