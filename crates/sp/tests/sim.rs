@@ -625,3 +625,49 @@ fn a_peer_that_forgot_the_connection_resets_it() {
     );
     assert!(net.nodes[1].stats().unknown_connection > 0);
 }
+
+/// Opens a connection, then loses what `lose(from, packet)` picks while node 0 sends one
+/// message; returns node 0's events.
+fn send_while_losing(lose: impl Fn(usize, &Packet<&[u8]>) -> bool + 'static) -> Vec<Event> {
+    let mut net = Net::new(
+        0,
+        vec![(Config::default(), false), (Config::default(), true)],
+        Faults::default(),
+    );
+    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    net.run_until(Duration::from_secs(1), "open", |n| !n.events[1].is_empty());
+    net.filter = Some(Box::new(move |from, bytes| {
+        lose(from, &Packet::new_checked(bytes).unwrap())
+    }));
+    net.nodes[0]
+        .connection_mut(h)
+        .unwrap()
+        .send_message(vec![7; 100], 0)
+        .unwrap();
+    net.run(Duration::from_secs(10), "lossy send");
+    net.events[0].iter().map(|e| e.event.clone()).collect()
+}
+
+#[test]
+fn ack_timer_gives_up_on_a_silent_peer() {
+    // Everything node 1 sends is lost: the probes go unanswered.
+    let ev = send_while_losing(|from, _| from == 1);
+    assert!(
+        ev.contains(&Event::Failed {
+            reason: FailReason::AckTimeout
+        }),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn retrans_timer_gives_up_when_retransmissions_never_arrive() {
+    // The first copy and every retransmission of the data are lost; ACKs and NACKs flow.
+    let ev = send_while_losing(|from, p| from == 0 && p.packet_type() == Ok(PacketType::Data));
+    assert!(
+        ev.contains(&Event::Failed {
+            reason: FailReason::RetransmitExhausted
+        }),
+        "{ev:?}"
+    );
+}
