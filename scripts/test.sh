@@ -8,3 +8,7 @@ cd "$(dirname "$0")/.."
 # Cargo.toml, so the seed loops finish quickly).
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+
+# Python client: decodes the shared wire vectors (stdlib only), proving the formats are
+# language-neutral.
+python3 -m unittest discover -s clients/python/tests

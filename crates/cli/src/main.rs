@@ -37,6 +37,7 @@ mod bench;
 mod check;
 mod node;
 mod run;
+mod sp;
 
 /// The embedded default scenario of `viastack demo`.
 const DEMO: &str = include_str!("../../../stacks/demo.toml");
@@ -108,6 +109,11 @@ enum Command {
         /// How long the run lasts, in nanoseconds.
         #[arg(long)]
         duration_ns: u64,
+    },
+    /// SP, the Simple Protocol transport: listen, send a file, decode a packet.
+    Sp {
+        #[command(subcommand)]
+        what: sp::SpCommand,
     },
     /// Measure viastack against its references and print the ratios.
     Bench {
@@ -241,6 +247,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             node::child(&file, &catalog, id, seed, duration_ns)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Sp { what } => sp::run(what),
         Command::Bench { what } => {
             bench::run(what)?;
             Ok(ExitCode::SUCCESS)

@@ -679,6 +679,7 @@ fn layers_lists_every_kind() {
             "heartbeat",
             "reliable-fifo",
             "reorder",
+            "sp",
             "sync",
             "transparent",
             "ttl",

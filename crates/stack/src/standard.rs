@@ -14,10 +14,12 @@ use crate::catalog::{BuildEnv, Catalog, LayerKind, Params, DEVICE};
 mod coordination;
 mod filters;
 mod reliable;
+mod sp;
 
 pub use coordination::{HEARTBEAT, SYNC};
 pub use filters::{COMPRESS, CORRUPT, DEDUP, DELAY, DROP, DUPLICATE, ENCRYPT, REORDER, TTL};
 pub use reliable::{CHECKSUM, FRAGMENT, RELIABLE_FIFO};
+pub use sp::SP;
 
 /// `fifo`: per-sender sequence numbers, drops late and duplicate copies.
 pub const FIFO: LayerKind = LayerKind {
@@ -43,6 +45,7 @@ pub fn standard_catalog() -> Catalog {
         CHECKSUM,
         FRAGMENT,
         RELIABLE_FIFO,
+        SP,
         HEARTBEAT,
         SYNC,
         DEDUP,
@@ -90,6 +93,7 @@ mod tests {
                 "heartbeat",
                 "reliable-fifo",
                 "reorder",
+                "sp",
                 "sync",
                 "transparent",
                 "ttl",

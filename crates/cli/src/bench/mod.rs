@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 use clap::Subcommand;
 
 mod kernel;
+mod sp;
 mod unicast;
 
 /// What to measure.
@@ -16,6 +17,8 @@ pub enum BenchCommand {
     Kernel(kernel::KernelArgs),
     /// Reliable FIFO unicast on loopback vs kernel TCP, raw UDP and quinn; ping-pong latency.
     Unicast(unicast::UnicastArgs),
+    /// SP transfer time, 1 KiB–256 KiB, vs kernel TCP and UDP (seed 002 §5).
+    Sp(sp::SpArgs),
 }
 
 /// The machine's cores as the process found them, before any thread was pinned: a thread
@@ -39,5 +42,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Kernel(args) => kernel::run(&args),
         BenchCommand::Unicast(args) => unicast::run(&args),
+        BenchCommand::Sp(args) => sp::run(&args),
     }
 }

@@ -18,7 +18,7 @@
 use clap::Args;
 use serde_json::{json, Map, Value};
 
-mod reference;
+pub mod reference;
 mod viastack;
 
 /// Options of `viastack bench unicast`.
@@ -126,7 +126,8 @@ layers = ["dev", "rel"]
 qos = "q"
 "#;
 
-fn percentile(samples: &mut [f64], q: f64) -> f64 {
+/// The `q` quantile of `samples` (sorted in place), nearest rank.
+pub fn percentile(samples: &mut [f64], q: f64) -> f64 {
     samples.sort_by(|a, b| a.total_cmp(b));
     let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
     samples.get(i).copied().unwrap_or(f64::NAN)

@@ -1,0 +1,809 @@
+//! One SP connection, sans-IO in the quinn-proto style (DESIGN.md §6): the driver feeds it
+//! datagrams ([`Connection::handle_packet`]) and expiries ([`Connection::handle_timeout`]) with
+//! the current time, then drains [`Connection::poll_transmit`] (packets to send),
+//! [`Connection::poll_event`] (what the application should learn) and asks
+//! [`Connection::poll_timeout`] when to call again. The application's commands are
+//! [`Connection::send_message`], [`Connection::set_reliability`] and [`Connection::close`].
+//! Nothing here reads a clock, opens a socket or allocates per packet on the data path (a
+//! message buffer per message, written once).
+//!
+//! # Protocol (seed 002 §3.1)
+//! - **States** (§3.1.5): `NOT_IN_USE` → `CONN_REQUESTED` (START + REPLY_REQUESTED sent, CONN
+//!   timer) → `CONNECTED` (START + REPLY received) → on [`close`](Connection::close): `CLOSING`
+//!   (draining queued and unacknowledged data) → `END_REQUEST_LOCAL` (END sent, END timer) →
+//!   `CLOSED`. The passive side answers END, enters `END_REQUEST_REMOTE` for one END-timer
+//!   period (to answer a retransmitted END whose answer was lost) and closes. REJ refuses a
+//!   START; END + REMOTE_RESET resets.
+//! - **Timers** (§3.1.4) CONN, END, ACK, RETRANS, ECHO are each tried
+//!   [`Config::attempts`] times (3, as in the seed) before the application is told why
+//!   ([`FailReason`]). The seed's Java port hung when an END was lost (§6.2); here the END timer
+//!   gives up and closes, and the passive side closes after its linger, or — if every END was
+//!   lost — when ECHO finds the peer silent.
+//! - **Messages** are split into blocks of [`Config::block_size`] bytes (PBLOCK/TBLOCK, the last
+//!   carries END_MESSAGE and REPLY_REQUESTED) and delivered whole and in MESS_SEQ_NO order. A
+//!   message takes its number when its first block leaves, so the four priorities
+//!   ([`send_queue`]) reorder whole messages.
+//! - **Reliability** ([`Reliability`], §3.1.6) travels in every DATA packet's flags and changes
+//!   with a CQOS exchange: UNRELIABLE (header checksum only, nothing resent), RETRANSMIT-ON-ERROR
+//!   (ST_RTR: missing blocks are NACKed and resent a bounded number of times), CHECKSUMMED
+//!   (ST_CKS: whole-packet checksum, XOR parity per `k` blocks, see [`fec`]), RELIABLE (both:
+//!   ACK/NACK and retransmission until every block arrives intact). Outside RELIABLE a message
+//!   the receiver gives up is reported as [`Event::Dropped`].
+//! - **Flow control**: every packet advertises WINDOW_SIZE (bytes the receiver can still hold);
+//!   the sender keeps the bytes of unacknowledged messages within it (one message may exceed
+//!   it when nothing is in flight) and probes a closed window with CNTRL + REPLY_REQUESTED.
+//! - **ECHO** measures RTT every [`Config::echo_interval`] ([`Stats::rtt`]).
+//!
+//! # Limits
+//! A message has at most 255 blocks (PBLOCK/TBLOCK are 8 bits; CHECKSUMMED also needs a PBLOCK
+//! for each parity block), so at most `255 × block_size` bytes: 8,355,840 bytes with the
+//! default 32 KiB blocks. Larger messages are refused with [`SendError::TooLarge`].
+
+use std::collections::VecDeque;
+
+use viastack_kernel::Instant;
+
+use crate::wire::{Flags, Packet, PacketType, Repr, MAX_WINDOW};
+
+mod config;
+mod events;
+pub mod fec;
+pub mod reassembly;
+mod receiver;
+pub mod send_queue;
+mod sender;
+pub mod timers;
+
+use reassembly::{Block, BlockOutcome, BlockSet, Reassembly};
+pub use send_queue::Payload;
+use send_queue::{Queued, SendQueue};
+use timers::{Timer, TimerTable};
+
+pub use config::{Config, Reliability, MAX_BLOCK_SIZE};
+pub use events::{CloseReason, DropReason, Event, FailReason, SendError, Stats};
+
+/// The seven connection states of seed §3.1.5, with their data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Created, not started.
+    NotInUse,
+    /// START sent, waiting for its reply.
+    ConnRequested,
+    /// Open.
+    Connected,
+    /// [`Connection::close`] called: draining queued and unacknowledged data before END.
+    Closing,
+    /// END sent, waiting for the peer's END reply.
+    EndRequestLocal,
+    /// The peer's END answered; lingering to answer a retransmitted END.
+    EndRequestRemote,
+    /// Closed; only its events remain.
+    Closed,
+}
+
+/// A message whose blocks are being sent or wait for acknowledgement.
+#[derive(Debug)]
+struct OutMessage {
+    seq: u64,
+    data: Payload,
+    priority: u8,
+    mode: Reliability,
+    tblock: u8,
+    /// Next first-time block to send (data blocks, then parity in CHECKSUMMED).
+    next_block: u16,
+    /// Total first-time packets (data + parity).
+    total_packets: u16,
+    /// Blocks to send again.
+    resend: BlockSet,
+    resend_pending: bool,
+    /// When it was fully sent (for forgetting non-RELIABLE messages).
+    sent_at: Option<Instant>,
+    /// Blocks of it were sent again since the last RETRANS expiry.
+    retransmitted: bool,
+    /// RETRANS expiries with retransmitted blocks still unacknowledged.
+    retries: u8,
+}
+
+impl OutMessage {
+    fn block(&self, i: usize, bs: usize) -> &[u8] {
+        let start = (i * bs).min(self.data.len());
+        let end = ((i + 1) * bs).min(self.data.len());
+        &self.data[start..end]
+    }
+    fn fully_sent(&self) -> bool {
+        self.next_block >= self.total_packets
+    }
+}
+
+/// A control packet waiting to leave.
+#[derive(Debug)]
+struct Ctrl {
+    repr: Repr,
+    payload: Vec<u8>,
+}
+
+/// One SP connection. See the module documentation for the call order.
+#[derive(Debug)]
+pub struct Connection {
+    config: Config,
+    state: State,
+    local_id: u16,
+    peer_id: u16,
+    mode: Reliability,
+    peer_block_size: usize,
+    timers: TimerTable,
+    queue: SendQueue,
+    inflight: VecDeque<OutMessage>,
+    in_flight_bytes: usize,
+    next_seq: u64,
+    ctrl: VecDeque<Ctrl>,
+    recv: Reassembly,
+    /// Highest message number the peer has announced (MESS_SEQ_NO of its packets).
+    peer_last_sent: u64,
+    events: VecDeque<Event>,
+    pending_cqos: Option<Reliability>,
+    echo_outstanding: bool,
+    heard_since_echo: bool,
+    window_was_low: bool,
+    close_requested: bool,
+    stats: Stats,
+}
+
+/// Where the data block of a packet lies in its connection (see
+/// [`Connection::poll_transmit_ref`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayloadRef {
+    message: usize,
+    range: std::ops::Range<usize>,
+}
+
+/// A packet [`Connection::poll_transmit`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Bytes appended to the caller's buffer.
+    pub size: usize,
+    /// PRI of the packet.
+    pub priority: u8,
+}
+
+impl Connection {
+    /// A connection in NOT_IN_USE with local id `local_id`.
+    pub fn new(config: Config, local_id: u16) -> Self {
+        let mode = config.reliability;
+        let mut config = config;
+        config.block_size = config.block_size.clamp(1, MAX_BLOCK_SIZE);
+        config.fec_group = config.fec_group.max(1);
+        config.attempts = config.attempts.max(1);
+        config.recv_window = config.recv_window.min(MAX_WINDOW);
+        Connection {
+            stats: Stats {
+                peer_window: MAX_WINDOW,
+                ..Stats::default()
+            },
+            config,
+            state: State::NotInUse,
+            local_id,
+            peer_id: 0,
+            mode,
+            peer_block_size: 0,
+            timers: TimerTable::default(),
+            queue: SendQueue::default(),
+            inflight: VecDeque::new(),
+            in_flight_bytes: 0,
+            next_seq: 1,
+            ctrl: VecDeque::new(),
+            recv: Reassembly::default(),
+            peer_last_sent: 0,
+            events: VecDeque::new(),
+            pending_cqos: None,
+            echo_outstanding: false,
+            heard_since_echo: false,
+            window_was_low: false,
+            close_requested: false,
+        }
+    }
+
+    /// Starts an active open: START with REPLY_REQUESTED, CONN timer.
+    pub fn connect(&mut self, now: Instant) {
+        if self.state != State::NotInUse {
+            return;
+        }
+        self.state = State::ConnRequested;
+        self.send_start(false);
+        self.timers.set(Timer::Conn, now + self.config.conn_timeout);
+    }
+
+    /// Completes a passive open: the peer's START (`peer_id`, its block size) is answered.
+    pub fn accept(&mut self, now: Instant, peer_id: u16, peer_block_size: usize) {
+        if self.state != State::NotInUse {
+            return;
+        }
+        self.peer_id = peer_id;
+        self.peer_block_size = peer_block_size;
+        self.send_start(true);
+        self.enter_connected(now);
+    }
+
+    fn enter_connected(&mut self, now: Instant) {
+        self.state = State::Connected;
+        self.timers.stop(Timer::Conn);
+        self.timers
+            .set(Timer::Echo, now + self.config.echo_interval);
+        self.events.push_back(Event::Connected);
+        if self.close_requested {
+            self.state = State::Closing;
+            self.maybe_send_end(now);
+        }
+    }
+
+    fn send_start(&mut self, reply: bool) {
+        let flags = if reply {
+            Flags::REPLY
+        } else {
+            Flags::REPLY_REQUESTED
+        };
+        let bs = (self.config.block_size as u16).to_be_bytes();
+        self.push_ctrl(
+            PacketType::Start,
+            flags,
+            0,
+            0,
+            vec![bs[0], bs[1], self.config.fec_group],
+        );
+    }
+
+    /// Current state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// This side's connection id (SRC_ID of its packets).
+    pub fn local_id(&self) -> u16 {
+        self.local_id
+    }
+
+    /// The peer's connection id (DEST_ID of this side's packets).
+    pub fn peer_id(&self) -> u16 {
+        self.peer_id
+    }
+
+    /// Reliability new messages are sent with.
+    pub fn reliability(&self) -> Reliability {
+        self.mode
+    }
+
+    /// Counters and RTT.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Whether the connection reached CLOSED.
+    pub fn is_closed(&self) -> bool {
+        self.state == State::Closed
+    }
+
+    /// Whether all submitted messages left and (RELIABLE ones) were acknowledged.
+    pub fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.inflight.is_empty() && self.ctrl.is_empty()
+    }
+
+    /// Bytes queued or unacknowledged.
+    pub fn pending_bytes(&self) -> usize {
+        self.queue.bytes() + self.in_flight_bytes
+    }
+
+    /// Queues a message with priority 0–3 (higher values are served first).
+    ///
+    /// # Errors
+    /// [`SendError::TooLarge`] beyond 255 blocks, [`SendError::QueueFull`], or
+    /// [`SendError::NotOpen`] once closing.
+    pub fn send_message(
+        &mut self,
+        data: impl Into<Payload>,
+        priority: u8,
+    ) -> Result<(), SendError> {
+        let data = data.into();
+        if !matches!(
+            self.state,
+            State::NotInUse | State::ConnRequested | State::Connected
+        ) {
+            return Err(SendError::NotOpen);
+        }
+        let max = self.config.max_message(self.mode);
+        if data.len() > max {
+            return Err(SendError::TooLarge {
+                len: data.len(),
+                max,
+            });
+        }
+        if self.queue.bytes() + data.len() > self.config.send_buffer && !self.queue.is_empty() {
+            return Err(SendError::QueueFull {
+                queued: self.queue.bytes(),
+            });
+        }
+        self.queue.push(Queued {
+            data,
+            priority: priority.min(3),
+            mode: self.mode,
+        });
+        Ok(())
+    }
+
+    /// Changes the reliability of messages submitted from now on, and asks the peer (CQOS +
+    /// REPLY_REQUESTED) to do the same; [`Event::ReliabilityChanged`] follows on both sides.
+    pub fn set_reliability(&mut self, now: Instant, mode: Reliability) {
+        self.mode = mode;
+        if self.state == State::Connected || self.state == State::ConnRequested {
+            self.pending_cqos = Some(mode);
+            self.push_ctrl(
+                PacketType::Cqos,
+                mode.flags() | Flags::REPLY_REQUESTED,
+                0,
+                0,
+                Vec::new(),
+            );
+            self.timers.set(Timer::Cntrl, now + self.config.ack_timeout);
+        }
+    }
+
+    /// Closes gracefully: queued and unacknowledged data first, then END.
+    pub fn close(&mut self, now: Instant) {
+        match self.state {
+            State::NotInUse => self.finish(Event::Closed {
+                reason: CloseReason::Local,
+            }),
+            // Close once open: the queued messages go first.
+            State::ConnRequested => self.close_requested = true,
+            State::Connected => {
+                self.state = State::Closing;
+                self.maybe_send_end(now);
+            }
+            _ => {}
+        }
+    }
+
+    /// Abandons the connection at once (no END).
+    pub fn abort(&mut self) {
+        if self.state != State::Closed {
+            self.finish(Event::Closed {
+                reason: CloseReason::Local,
+            });
+        }
+    }
+
+    fn maybe_send_end(&mut self, now: Instant) {
+        if self.state == State::Closing && self.queue.is_empty() && self.inflight.is_empty() {
+            self.state = State::EndRequestLocal;
+            self.timers.stop(Timer::Ack);
+            self.timers.stop(Timer::Retrans);
+            self.push_ctrl(PacketType::End, Flags::REPLY_REQUESTED, 0, 0, Vec::new());
+            self.timers.set(Timer::End, now + self.config.end_timeout);
+        }
+    }
+
+    fn finish(&mut self, ev: Event) {
+        self.state = State::Closed;
+        self.timers.stop_all();
+        self.queue.clear();
+        self.inflight.clear();
+        self.in_flight_bytes = 0;
+        self.events.push_back(ev);
+    }
+
+    fn fail(&mut self, reason: FailReason) {
+        self.finish(Event::Failed { reason });
+    }
+
+    /// Gives a delivered message's buffer back for reuse by later messages (optional; saves
+    /// an allocation and its page faults per message).
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.recv.recycle(buf);
+    }
+
+    /// Whether events wait for [`poll_event`](Self::poll_event).
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
+    /// The next event for the application.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.next()
+    }
+
+    fn our_window(&self) -> u32 {
+        let held = self.recv.buffered + self.undelivered_bytes();
+        (self.config.recv_window as usize).saturating_sub(held) as u32
+    }
+
+    fn undelivered_bytes(&self) -> usize {
+        self.events
+            .iter()
+            .map(|e| match e {
+                Event::Message { data, .. } => data.len(),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    fn push_ctrl(&mut self, t: PacketType, flags: Flags, seq: u64, tblock: u8, payload: Vec<u8>) {
+        let flags = if payload.is_empty() || t == PacketType::Cqos {
+            flags
+        } else {
+            flags | Flags::ST_CKS
+        };
+        self.ctrl.push_back(Ctrl {
+            repr: Repr {
+                packet_type: t,
+                flags,
+                mess_seq_no: seq as u16,
+                tblock,
+                ..Repr::default()
+            },
+            payload,
+        });
+    }
+
+    fn fill_common(&mut self, r: &mut Repr) {
+        r.dest_id = self.peer_id;
+        r.src_id = self.local_id;
+        r.mess_ack_no = self.recv.acked() as u16;
+        r.sync_no = self.stats.acks_received as u8;
+        r.window_size = self.our_window();
+        r.flags = r.flags | Flags::WINDOW_VALID;
+    }
+
+    /// Appends the next packet to `buf` (which the caller clears and reuses: no allocation
+    /// per packet once it has grown). Order: control packets, retransmissions, then new
+    /// blocks of the message being sent, then the next queued message if the peer's window
+    /// allows.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        let (t, payload) = self.poll_transmit_parts(now, buf)?;
+        buf.extend_from_slice(payload);
+        Some(t)
+    }
+
+    /// Like [`poll_transmit`](Self::poll_transmit), without copying a data block: the header
+    /// (with its checksum over header and block) is appended to `head` and the block is
+    /// returned as a slice of the message, for a vectored send (`sendmsg` with two iovecs).
+    /// Control and parity packets come whole in `head` with an empty slice. The packet is
+    /// `head`'s new bytes followed by the slice; [`Transmit::size`] counts both.
+    pub fn poll_transmit_parts<'a>(
+        &'a mut self,
+        now: Instant,
+        head: &mut Vec<u8>,
+    ) -> Option<(Transmit, &'a [u8])> {
+        let (t, r) = self.poll_transmit_ref(now, head)?;
+        Some((t, self.payload(&r)))
+    }
+
+    /// The block a [`PayloadRef`] from [`poll_transmit_ref`](Self::poll_transmit_ref) names
+    /// (empty if it is gone).
+    pub fn payload(&self, r: &PayloadRef) -> &[u8] {
+        self.inflight
+            .get(r.message)
+            .and_then(|m| m.data.get(r.range.clone()))
+            .unwrap_or(&[])
+    }
+
+    /// Handles one datagram addressed to this connection (the endpoint already checked
+    /// DEST_ID). Bad packets are counted in [`Stats`] and dropped; nothing panics.
+    pub fn handle_packet(&mut self, now: Instant, bytes: &[u8]) {
+        let Ok(packet) = Packet::new_checked(bytes) else {
+            self.stats.bad_packet += 1;
+            return;
+        };
+        let Ok(repr) = Repr::parse(&packet) else {
+            self.stats.bad_checksum += 1;
+            return;
+        };
+        self.handle_repr(now, &repr, packet.payload());
+    }
+
+    /// Handles a parsed, checksum-verified packet.
+    pub fn handle_repr(&mut self, now: Instant, repr: &Repr, payload: &[u8]) {
+        if self.state == State::Closed || self.state == State::NotInUse {
+            return;
+        }
+        if self.state != State::ConnRequested && repr.src_id != self.peer_id {
+            // Not from our peer's connection (a stale or damaged id): never act on it, above
+            // all not on a REMOTE_RESET.
+            self.stats.bad_packet += 1;
+            return;
+        }
+        self.stats.packets_received += 1;
+        self.heard_since_echo = true;
+        if repr.flags.contains(Flags::WINDOW_VALID) {
+            let was_closed = self.stats.peer_window == 0;
+            self.stats.peer_window = repr.window_size;
+            if was_closed && repr.window_size > 0 && self.pending_cqos.is_none() {
+                self.timers.stop(Timer::Cntrl);
+            }
+        }
+        if repr.flags.contains(Flags::REMOTE_RESET) {
+            if self.state == State::EndRequestLocal {
+                self.finish(Event::Closed {
+                    reason: CloseReason::Local,
+                });
+            } else {
+                self.fail(FailReason::Reset);
+            }
+            return;
+        }
+        match repr.packet_type {
+            PacketType::Start => self.on_start(now, repr, payload),
+            PacketType::Rej => {
+                if self.state == State::ConnRequested {
+                    self.finish(Event::Rejected);
+                }
+            }
+            PacketType::Data => self.on_data(now, repr, payload),
+            PacketType::Ack => self.on_ack(now, repr),
+            PacketType::Nack => self.on_nack(now, repr, payload),
+            PacketType::Echo => self.on_echo(now, repr, payload),
+            PacketType::End => self.on_end(now, repr),
+            PacketType::Cqos => self.on_cqos(now, repr),
+            PacketType::Cntrl => self.on_cntrl(now, repr),
+        }
+        if repr.packet_type != PacketType::Start && repr.packet_type != PacketType::Rej {
+            self.on_cumulative_ack(now, repr.mess_ack_no);
+        }
+        self.maybe_send_end(now);
+    }
+
+    fn on_start(&mut self, now: Instant, repr: &Repr, payload: &[u8]) {
+        let bs = match payload {
+            [a, b, ..] => usize::from(u16::from_be_bytes([*a, *b])),
+            _ => 0,
+        };
+        if repr.flags.contains(Flags::REPLY) {
+            if self.state == State::ConnRequested {
+                if bs == 0 {
+                    self.stats.bad_packet += 1;
+                    return;
+                }
+                self.peer_id = repr.src_id;
+                self.peer_block_size = bs;
+                self.enter_connected(now);
+                if let Some(mode) = self.pending_cqos {
+                    // Asked before the connection opened: ask again now.
+                    self.set_reliability(now, mode);
+                }
+            }
+        } else if repr.flags.contains(Flags::REPLY_REQUESTED) && repr.src_id == self.peer_id {
+            // Our START reply was lost: answer again.
+            self.send_start(true);
+        }
+    }
+
+    fn on_ack(&mut self, now: Instant, repr: &Repr) {
+        if repr.flags.contains(Flags::REPLY_REQUESTED) {
+            // A probe: the sender's last message number, then our state.
+            let seq = self.recv.expand(repr.mess_seq_no);
+            if seq >= self.recv.next {
+                let mode = Reliability::Reliable;
+                if self.recv.learn(now, seq, mode) {
+                    self.peer_last_sent = self.peer_last_sent.max(seq);
+                }
+            }
+            self.push_ctrl(PacketType::Ack, Flags::REPLY, 0, 0, Vec::new());
+            self.push_nacks(now, seq, true);
+            self.arm_reassembly(now);
+            return;
+        }
+        self.stats.acks_received += 1;
+        if repr.flags.contains(Flags::REPLY) {
+            // The peer is alive: the ACK timer starts over.
+            self.timers.reset_attempts(Timer::Ack);
+        }
+    }
+
+    fn on_echo(&mut self, now: Instant, repr: &Repr, payload: &[u8]) {
+        if repr.flags.contains(Flags::REPLY_REQUESTED) {
+            self.push_ctrl(PacketType::Echo, Flags::REPLY, 0, 0, payload.to_vec());
+            return;
+        }
+        let Ok(ts) = <[u8; 8]>::try_from(payload) else {
+            self.stats.bad_packet += 1;
+            return;
+        };
+        let sent = Instant::from_nanos(u64::from_be_bytes(ts));
+        if sent > now {
+            return;
+        }
+        self.echo_outstanding = false;
+        let rtt = now.saturating_duration_since(sent);
+        self.stats.rtt = Some(rtt);
+        self.stats.min_rtt = Some(self.stats.min_rtt.map_or(rtt, |m| m.min(rtt)));
+        self.stats.srtt = Some(match self.stats.srtt {
+            None => rtt,
+            Some(s) => (s * 7 + rtt) / 8,
+        });
+        self.events.push_back(Event::RttSample(rtt));
+    }
+
+    fn on_end(&mut self, now: Instant, repr: &Repr) {
+        if repr.flags.contains(Flags::REPLY) {
+            if self.state == State::EndRequestLocal {
+                self.finish(Event::Closed {
+                    reason: CloseReason::Local,
+                });
+            }
+            return;
+        }
+        match self.state {
+            State::Connected | State::Closing | State::EndRequestLocal => {
+                // The peer's last message number: everything up to it is now final.
+                let last = self.recv.expand(repr.mess_seq_no);
+                self.settle_until(now, last);
+                self.push_ctrl(PacketType::End, Flags::REPLY, 0, 0, Vec::new());
+                self.timers.stop_all();
+                self.state = State::EndRequestRemote;
+                self.timers.set(Timer::End, now + self.config.end_timeout);
+            }
+            State::EndRequestRemote => {
+                self.push_ctrl(PacketType::End, Flags::REPLY, 0, 0, Vec::new());
+            }
+            _ => {}
+        }
+    }
+
+    fn on_cqos(&mut self, now: Instant, repr: &Repr) {
+        let mode = Reliability::from_flags(repr.flags);
+        if repr.flags.contains(Flags::REPLY_REQUESTED) {
+            let changed = self.mode != mode;
+            self.mode = mode;
+            self.push_ctrl(
+                PacketType::Cqos,
+                mode.flags() | Flags::REPLY,
+                0,
+                0,
+                Vec::new(),
+            );
+            if changed {
+                self.events.push_back(Event::ReliabilityChanged(mode));
+            }
+        } else if repr.flags.contains(Flags::REPLY) && self.pending_cqos == Some(mode) {
+            self.pending_cqos = None;
+            self.timers.stop(Timer::Cntrl);
+            self.events.push_back(Event::ReliabilityChanged(mode));
+        }
+        let _ = now;
+    }
+
+    fn on_cntrl(&mut self, now: Instant, repr: &Repr) {
+        if repr.flags.contains(Flags::REPLY_REQUESTED) {
+            self.push_ctrl(PacketType::Cntrl, Flags::REPLY, 0, 0, Vec::new());
+        } else if repr.flags.contains(Flags::REPLY) {
+            // The peer is alive; its window (already read) decides whether probing goes on.
+            self.timers.reset_attempts(Timer::Cntrl);
+        }
+        let _ = now;
+    }
+
+    /// Handles every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(t) = self.timers.expired(now) {
+            self.on_timer(now, t);
+            if self.state == State::Closed {
+                return;
+            }
+        }
+        // The receive window reopened after being low: tell the sender.
+        self.check_window_update();
+    }
+
+    fn check_window_update(&mut self) {
+        let win = self.our_window() as usize;
+        let low = win < self.config.recv_window as usize / 4;
+        if self.window_was_low && !low && self.state == State::Connected {
+            self.push_ctrl(PacketType::Cntrl, Flags::REPLY, 0, 0, Vec::new());
+        }
+        self.window_was_low = low;
+    }
+
+    /// Tells the connection the application consumed events, so a reopened window can be
+    /// announced (CNTRL). Drivers call this after draining [`poll_event`](Self::poll_event).
+    pub fn events_consumed(&mut self) {
+        self.check_window_update();
+    }
+
+    fn on_timer(&mut self, now: Instant, t: Timer) {
+        let attempts = self.config.attempts;
+        match t {
+            Timer::Conn => {
+                if self.state != State::ConnRequested {
+                    return;
+                }
+                if self.timers.bump(Timer::Conn) >= attempts {
+                    self.fail(FailReason::ConnectTimeout);
+                } else {
+                    self.send_start(false);
+                    self.timers.set(Timer::Conn, now + self.config.conn_timeout);
+                }
+            }
+            Timer::End => match self.state {
+                State::EndRequestLocal => {
+                    if self.timers.bump(Timer::End) >= attempts {
+                        self.fail(FailReason::EndTimeout);
+                    } else {
+                        self.push_ctrl(PacketType::End, Flags::REPLY_REQUESTED, 0, 0, Vec::new());
+                        self.timers.set(Timer::End, now + self.config.end_timeout);
+                    }
+                }
+                State::EndRequestRemote => self.finish(Event::Closed {
+                    reason: CloseReason::Peer,
+                }),
+                _ => {}
+            },
+            Timer::Ack => {
+                if !self
+                    .inflight
+                    .iter()
+                    .any(|m| m.mode == Reliability::Reliable)
+                {
+                    return;
+                }
+                if self.timers.bump(Timer::Ack) > attempts {
+                    self.fail(FailReason::AckTimeout);
+                    return;
+                }
+                // Probe: "what do you have up to my last message?"
+                self.push_ctrl(PacketType::Ack, Flags::REPLY_REQUESTED, 0, 0, Vec::new());
+                let t = self.ack_timeout();
+                self.timers.set(Timer::Ack, now + t);
+            }
+            Timer::Retrans => self.on_retrans_timer(now),
+            Timer::Echo => {
+                if self.state != State::Connected && self.state != State::Closing {
+                    return;
+                }
+                if self.heard_since_echo {
+                    self.timers.reset_attempts(Timer::Echo);
+                } else if self.echo_outstanding && self.timers.bump(Timer::Echo) >= attempts {
+                    self.fail(FailReason::EchoTimeout);
+                    return;
+                }
+                self.heard_since_echo = false;
+                self.echo_outstanding = true;
+                let ts = now.as_nanos().to_be_bytes().to_vec();
+                self.push_ctrl(PacketType::Echo, Flags::REPLY_REQUESTED, 0, 0, ts);
+                self.timers
+                    .set(Timer::Echo, now + self.config.echo_interval);
+            }
+            Timer::Reassembly => self.on_reassembly_timer(now),
+            Timer::Cntrl => {
+                if let Some(mode) = self.pending_cqos {
+                    if self.timers.bump(Timer::Cntrl) >= attempts {
+                        self.fail(FailReason::CntrlTimeout);
+                        return;
+                    }
+                    self.push_ctrl(
+                        PacketType::Cqos,
+                        mode.flags() | Flags::REPLY_REQUESTED,
+                        0,
+                        0,
+                        Vec::new(),
+                    );
+                    self.timers.set(Timer::Cntrl, now + self.ack_timeout());
+                } else if self.stats.peer_window == 0 {
+                    if self.timers.bump(Timer::Cntrl) > attempts.saturating_mul(4) {
+                        self.fail(FailReason::CntrlTimeout);
+                        return;
+                    }
+                    self.push_ctrl(PacketType::Cntrl, Flags::REPLY_REQUESTED, 0, 0, Vec::new());
+                    self.timers.set(Timer::Cntrl, now + self.ack_timeout());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,425 @@
+//! The receiver's half: blocks gathered into whole messages, delivered in MESS_SEQ_NO order
+//! (seed 002 §3.1: PBLOCK/TBLOCK, END_MESSAGE). One buffer per message, allocated when its first
+//! block arrives and handed to the application as is: a block is copied once, from the datagram
+//! into its place.
+//!
+//! Memory bound: at most [`MAX_AHEAD`] messages past the next one to deliver, and the bytes of
+//! incomplete messages count against the advertised receive window.
+
+use std::collections::BTreeMap;
+
+use viastack_kernel::Instant;
+
+use super::{fec, Reliability};
+
+/// How far (in messages) past the next expected one the receiver keeps state.
+pub const MAX_AHEAD: u64 = 4096;
+
+/// A set of block indices 0–255.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BlockSet([u64; 4]);
+
+impl BlockSet {
+    /// Adds `i`; false if it was there.
+    pub fn insert(&mut self, i: u8) -> bool {
+        let (w, b) = (usize::from(i >> 6), i & 63);
+        let had = self.0[w] & (1 << b) != 0;
+        self.0[w] |= 1 << b;
+        !had
+    }
+    /// Removes `i`.
+    pub fn remove(&mut self, i: u8) {
+        self.0[usize::from(i >> 6)] &= !(1 << (i & 63));
+    }
+    /// Whether `i` is in the set.
+    pub fn contains(&self, i: u8) -> bool {
+        self.0[usize::from(i >> 6)] & (1 << (i & 63)) != 0
+    }
+    /// Members below `n`.
+    pub fn count_below(&self, n: usize) -> usize {
+        (0..n).filter(|&i| self.contains(i as u8)).count()
+    }
+}
+
+/// A message being received (or only known to exist, when `tblock == 0`).
+#[derive(Debug)]
+pub struct Partial {
+    /// Reliability of its blocks (of the message that revealed it, until a block arrives).
+    pub mode: Reliability,
+    /// Whether a block of it arrived (else only its number is known).
+    pub seen: bool,
+    /// PRI of its blocks.
+    pub priority: u8,
+    /// TBLOCK.
+    pub tblock: u8,
+    /// Block size used by the sender.
+    pub block_size: usize,
+    /// Blocks at `pblock × block_size` (filled in order without zeroing; gaps are zeroed
+    /// only when a later block arrives first).
+    pub buf: Vec<u8>,
+    /// Bytes reserved for it in the receive window.
+    pub reserved: usize,
+    /// Blocks present.
+    pub have: BlockSet,
+    /// Length of the last block, once it arrived.
+    pub last_len: Option<usize>,
+    /// Parity payloads by group (CHECKSUMMED).
+    pub parity: Vec<Option<Vec<u8>>>,
+    /// When it became known.
+    pub known_at: Instant,
+    /// NACKs sent for it.
+    pub nacks: u8,
+    /// When it was last NACKed.
+    pub last_nack: Option<Instant>,
+    /// Blocks recovered by FEC.
+    pub repaired: u32,
+}
+
+impl Partial {
+    fn placeholder(now: Instant, mode: Reliability) -> Self {
+        Partial {
+            mode,
+            seen: false,
+            priority: 0,
+            tblock: 0,
+            block_size: 0,
+            buf: Vec::new(),
+            reserved: 0,
+            have: BlockSet::default(),
+            last_len: None,
+            parity: Vec::new(),
+            known_at: now,
+            nacks: 0,
+            last_nack: None,
+            repaired: 0,
+        }
+    }
+
+    /// Whether every block is present.
+    pub fn is_complete(&self) -> bool {
+        self.seen
+            && self.last_len.is_some()
+            && self.have.count_below(usize::from(self.tblock)) == usize::from(self.tblock)
+    }
+
+    /// Indices of missing data blocks (all of them if nothing arrived: empty list = "whole").
+    pub fn missing(&self) -> Vec<u8> {
+        if !self.seen {
+            return Vec::new();
+        }
+        (0..self.tblock)
+            .filter(|&i| !self.have.contains(i))
+            .collect()
+    }
+
+    /// The message bytes, once complete.
+    pub fn take_data(&mut self) -> Vec<u8> {
+        let len = match self.last_len {
+            Some(l) => usize::from(self.tblock).saturating_sub(1) * self.block_size + l,
+            None => 0,
+        };
+        let mut b = std::mem::take(&mut self.buf);
+        b.truncate(len);
+        b
+    }
+
+    fn block(&self, i: usize) -> &[u8] {
+        let start = i * self.block_size;
+        let len = if i + 1 == usize::from(self.tblock) {
+            self.last_len.unwrap_or(0)
+        } else {
+            self.block_size
+        };
+        self.buf.get(start..start + len).unwrap_or(&[])
+    }
+
+    /// Tries to rebuild the one missing block of group `g` from its parity.
+    fn try_repair(&mut self, g: usize, k: usize) -> bool {
+        let tblock = usize::from(self.tblock);
+        let range = fec::group_range(g, tblock, k);
+        let missing: Vec<usize> = range
+            .clone()
+            .filter(|&i| !self.have.contains(i as u8))
+            .collect();
+        let [m] = missing[..] else { return false };
+        let Some(Some(parity)) = self.parity.get(g) else {
+            return false;
+        };
+        // A missing last block's length comes back from the parity; any other is block_size.
+        let others: Vec<&[u8]> = range
+            .clone()
+            .filter(|&i| i != m)
+            .map(|i| self.block(i))
+            .collect();
+        let Some(data) = fec::recover(parity.clone(), &others, self.block_size) else {
+            return false;
+        };
+        if m + 1 != tblock && data.len() != self.block_size {
+            return false;
+        }
+        place(&mut self.buf, m * self.block_size, &data);
+        if m + 1 == tblock {
+            self.last_len = Some(data.len());
+        }
+        self.have.insert(m as u8);
+        self.repaired += 1;
+        true
+    }
+}
+
+/// What became of one arriving block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockOutcome {
+    /// Stored (possibly completing its message).
+    Stored,
+    /// Already had it, or its message was delivered or dropped.
+    Duplicate,
+    /// Inconsistent with what is known (TBLOCK, length, range): dropped.
+    Invalid,
+}
+
+/// One block as the connection hands it over.
+#[derive(Debug, Clone, Copy)]
+pub struct Block<'a> {
+    /// Full message number.
+    pub seq: u64,
+    /// PBLOCK (≥ TBLOCK for a parity block).
+    pub pblock: u8,
+    /// TBLOCK.
+    pub tblock: u8,
+    /// PRI.
+    pub priority: u8,
+    /// Reliability from the packet's flags.
+    pub mode: Reliability,
+    /// Block bytes.
+    pub payload: &'a [u8],
+}
+
+/// Messages in reception, by number.
+#[derive(Debug)]
+pub struct Reassembly {
+    /// Next message to deliver or drop.
+    pub next: u64,
+    /// Incomplete (or complete, waiting for an older one) messages at `next` or later.
+    pub partial: BTreeMap<u64, Partial>,
+    /// Bytes held in `partial`.
+    pub buffered: usize,
+    /// Message buffers the application gave back, reused before allocating (a fresh buffer
+    /// costs page faults on every message of tens of KiB).
+    pub pool: Vec<Vec<u8>>,
+}
+
+/// Most buffers kept for reuse.
+pub const POOL_MAX: usize = 8;
+
+impl Default for Reassembly {
+    fn default() -> Self {
+        Reassembly {
+            next: 1,
+            partial: BTreeMap::new(),
+            buffered: 0,
+            pool: Vec::new(),
+        }
+    }
+}
+
+impl Reassembly {
+    /// The full message number closest to `next` whose low 16 bits are `wire`.
+    pub fn expand(&self, wire: u16) -> u64 {
+        expand(self.next, wire)
+    }
+
+    /// The last message received in order (MESS_ACK_NO).
+    pub fn acked(&self) -> u64 {
+        self.next - 1
+    }
+
+    /// Makes sure every message up to `seq` is known (placeholders inherit `mode`).
+    /// False if `seq` is too far ahead.
+    pub fn learn(&mut self, now: Instant, seq: u64, mode: Reliability) -> bool {
+        if seq < self.next {
+            return true;
+        }
+        if seq - self.next >= MAX_AHEAD {
+            return false;
+        }
+        let from = self
+            .partial
+            .last_key_value()
+            .map_or(self.next, |(k, _)| (k + 1).max(self.next));
+        for s in from..=seq {
+            self.partial.insert(s, Partial::placeholder(now, mode));
+        }
+        true
+    }
+
+    /// Stores one block.
+    pub fn on_block(
+        &mut self,
+        now: Instant,
+        b: Block<'_>,
+        block_size: usize,
+        fec_k: usize,
+    ) -> BlockOutcome {
+        if b.seq < self.next {
+            return BlockOutcome::Duplicate;
+        }
+        if b.tblock == 0 || block_size == 0 || !self.learn(now, b.seq, b.mode) {
+            return BlockOutcome::Invalid;
+        }
+        let Some(p) = self.partial.get_mut(&b.seq) else {
+            return BlockOutcome::Invalid;
+        };
+        let tblock = usize::from(b.tblock);
+        if !p.seen {
+            p.seen = true;
+            p.mode = b.mode;
+            p.priority = b.priority;
+            p.tblock = b.tblock;
+            p.block_size = block_size;
+            let cap = if tblock == 1 {
+                b.payload.len().min(block_size)
+            } else {
+                tblock * block_size
+            };
+            p.buf = match self.pool.iter().position(|b| b.capacity() >= cap) {
+                Some(i) => self.pool.swap_remove(i),
+                None => Vec::with_capacity(cap),
+            };
+            p.reserved = cap;
+            self.buffered += cap;
+        } else if p.tblock != b.tblock {
+            return BlockOutcome::Invalid;
+        }
+        let pb = usize::from(b.pblock);
+        if pb >= tblock {
+            // Parity block.
+            let g = pb - tblock;
+            if g >= fec::groups(tblock, fec_k) || b.payload.len() > block_size + 2 {
+                return BlockOutcome::Invalid;
+            }
+            if p.parity.len() <= g {
+                p.parity.resize(g + 1, None);
+            }
+            if p.parity[g].is_some() {
+                return BlockOutcome::Duplicate;
+            }
+            p.parity[g] = Some(b.payload.to_vec());
+            p.try_repair(g, fec_k);
+            return BlockOutcome::Stored;
+        }
+        let last = pb + 1 == tblock;
+        if b.payload.len() > block_size || (!last && b.payload.len() != block_size) {
+            return BlockOutcome::Invalid;
+        }
+        if p.have.contains(b.pblock) {
+            return BlockOutcome::Duplicate;
+        }
+        place(&mut p.buf, pb * block_size, b.payload);
+        p.have.insert(b.pblock);
+        if last {
+            p.last_len = Some(b.payload.len());
+        }
+        if !p.parity.is_empty() {
+            p.try_repair(pb / fec_k.max(1), fec_k);
+        }
+        BlockOutcome::Stored
+    }
+
+    /// Takes back a delivered message's buffer for reuse.
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.pool.len() < POOL_MAX && buf.capacity() > 0 {
+            buf.clear();
+            self.pool.push(buf);
+        }
+    }
+
+    /// Removes the next message if it is complete.
+    pub fn pop_complete(&mut self) -> Option<(u64, Partial)> {
+        let entry = self.partial.first_entry()?;
+        if *entry.key() != self.next || !entry.get().is_complete() {
+            return None;
+        }
+        let (seq, p) = entry.remove_entry();
+        self.buffered -= p.reserved;
+        self.next += 1;
+        Some((seq, p))
+    }
+
+    /// Gives up the next message (incomplete): returns it.
+    pub fn drop_next(&mut self) -> Option<(u64, Partial)> {
+        let p = self.partial.remove(&self.next)?;
+        self.buffered -= p.reserved;
+        let seq = self.next;
+        self.next += 1;
+        Some((seq, p))
+    }
+}
+
+/// Writes `data` at `start` in `buf`: appended when it continues the buffer (the usual,
+/// in-order case: no zeroing), else after zero-filling the gap, or over an earlier hole.
+fn place(buf: &mut Vec<u8>, start: usize, data: &[u8]) {
+    let end = start + data.len();
+    if start == buf.len() {
+        buf.extend_from_slice(data);
+        return;
+    }
+    if end > buf.len() {
+        buf.resize(end, 0);
+    }
+    buf[start..end].copy_from_slice(data);
+}
+
+/// The full number closest to `reference` whose low 16 bits are `wire`.
+pub fn expand(reference: u64, wire: u16) -> u64 {
+    let base = reference & !0xffff;
+    let cand = base | u64::from(wire);
+    let diff = cand as i64 - reference as i64;
+    if diff > 0x8000 && cand >= 0x10000 {
+        cand - 0x10000
+    } else if diff < -0x8000 {
+        cand + 0x10000
+    } else {
+        cand
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expand_is_closest() {
+        assert_eq!(expand(1, 5), 5);
+        assert_eq!(expand(0xfff0, 3), 0x1_0003);
+        assert_eq!(expand(0x1_0003, 0xfff0), 0xfff0);
+        assert_eq!(expand(0, 0xffff), 0xffff);
+    }
+
+    #[test]
+    fn blocks_out_of_order_make_one_message() {
+        let mut r = Reassembly::default();
+        let now = Instant::ZERO;
+        let mk = |pblock, payload| Block {
+            seq: 1,
+            pblock,
+            tblock: 3,
+            priority: 0,
+            mode: Reliability::Reliable,
+            payload,
+        };
+        assert_eq!(r.on_block(now, mk(2, b"xy"), 4, 4), BlockOutcome::Stored);
+        assert_eq!(r.on_block(now, mk(0, b"abcd"), 4, 4), BlockOutcome::Stored);
+        assert!(r.pop_complete().is_none());
+        assert_eq!(
+            r.on_block(now, mk(0, b"abcd"), 4, 4),
+            BlockOutcome::Duplicate
+        );
+        assert_eq!(r.on_block(now, mk(1, b"efg"), 4, 4), BlockOutcome::Invalid);
+        assert_eq!(r.on_block(now, mk(1, b"efgh"), 4, 4), BlockOutcome::Stored);
+        let (seq, mut p) = r.pop_complete().unwrap();
+        assert_eq!(seq, 1);
+        assert_eq!(p.take_data(), b"abcdefghxy");
+        assert_eq!(r.buffered, 0);
+    }
+}

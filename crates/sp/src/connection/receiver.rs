@@ -1,0 +1,190 @@
+//! The receiving half of a [`Connection`]: blocks into whole messages delivered in order,
+//! ACKs and NACKs out, and the give-up rules outside RELIABLE (seed 002 §3.1.6): an incomplete
+//! message is reported as dropped after the reassembly timeout (after `attempts` NACK rounds
+//! with ST_RTR), never in RELIABLE.
+
+use viastack_kernel::Instant;
+
+use super::{
+    reassembly, Block, BlockOutcome, Connection, DropReason, Event, Flags, PacketType, Reliability,
+    Repr, State, Timer,
+};
+
+impl Connection {
+    pub(super) fn on_data(&mut self, now: Instant, repr: &Repr, payload: &[u8]) {
+        if !matches!(
+            self.state,
+            State::Connected | State::Closing | State::EndRequestLocal
+        ) {
+            return;
+        }
+        let seq = self.recv.expand(repr.mess_seq_no);
+        let mode = Reliability::from_flags(repr.flags);
+        self.peer_last_sent = self.peer_last_sent.max(seq);
+        let outcome = self.recv.on_block(
+            now,
+            Block {
+                seq,
+                pblock: repr.pblock,
+                tblock: repr.tblock,
+                priority: repr.priority,
+                mode,
+                payload,
+            },
+            self.peer_block_size,
+            usize::from(self.config.fec_group),
+        );
+        match outcome {
+            BlockOutcome::Stored => {}
+            BlockOutcome::Duplicate => self.stats.duplicates += 1,
+            BlockOutcome::Invalid => self.stats.bad_packet += 1,
+        }
+        self.deliver_ready();
+        if repr.flags.contains(Flags::REPLY_REQUESTED) {
+            // The sender's last block of a message: acknowledge, and NACK what is missing up
+            // to it in the modes that resend.
+            self.push_ack(false);
+            self.push_nacks(now, seq, false);
+        }
+        self.arm_reassembly(now);
+    }
+
+    pub(super) fn deliver_ready(&mut self) {
+        while let Some((seq, mut p)) = self.recv.pop_complete() {
+            self.stats.fec_repairs += u64::from(p.repaired);
+            self.stats.messages_delivered += 1;
+            let data = p.take_data();
+            self.events.push_back(Event::Message {
+                seq,
+                priority: p.priority,
+                data,
+            });
+        }
+    }
+
+    pub(super) fn push_ack(&mut self, reply: bool) {
+        // One ACK in the queue is enough: it is filled in when it leaves.
+        if self.ctrl.iter().any(|c| {
+            c.repr.packet_type == PacketType::Ack && !c.repr.flags.contains(Flags::REPLY_REQUESTED)
+        }) {
+            return;
+        }
+        let flags = if reply { Flags::REPLY } else { Flags::EMPTY };
+        self.push_ctrl(PacketType::Ack, flags, 0, 0, Vec::new());
+    }
+
+    /// NACKs every incomplete message from the next expected up to `upto` whose mode resends
+    /// (whole-message NACK, TBLOCK = 0, when nothing of it arrived).
+    pub(super) fn push_nacks(&mut self, now: Instant, upto: u64, force: bool) {
+        let mut list = Vec::new();
+        let quiet = self.config.reassembly_timeout;
+        for (&seq, p) in self.recv.partial.range(..=upto) {
+            if !p.mode.resends() || p.is_complete() {
+                continue;
+            }
+            if seq != upto
+                && p.last_nack
+                    .is_some_and(|t| now.saturating_duration_since(t) < quiet / 2)
+            {
+                // NACKed recently: the repair is on its way.
+                continue;
+            }
+            if !force && seq == upto && p.seen && p.last_len.is_none() {
+                // Blocks still arriving in order; its last block will tell.
+                continue;
+            }
+            list.push((seq, p.tblock, p.missing()));
+            if list.len() >= 32 {
+                break;
+            }
+        }
+        for (seq, tblock, missing) in list {
+            if let Some(p) = self.recv.partial.get_mut(&seq) {
+                p.nacks = p.nacks.saturating_add(1);
+                p.last_nack = Some(now);
+            }
+            self.stats.nacks_sent += 1;
+            self.push_ctrl(PacketType::Nack, Flags::EMPTY, seq, tblock, missing);
+        }
+    }
+
+    pub(super) fn arm_reassembly(&mut self, now: Instant) {
+        if let Some(p) = self.recv.partial.values().next() {
+            let at = p.known_at + self.config.reassembly_timeout;
+            if self.timers.get(Timer::Reassembly).is_none_or(|d| d > at) {
+                self.timers.set(Timer::Reassembly, at.max(now));
+            }
+        } else {
+            self.timers.stop(Timer::Reassembly);
+        }
+    }
+
+    /// The peer sent everything up to `last`: deliver what is whole, report the rest.
+    pub(super) fn settle_until(&mut self, now: Instant, last: u64) {
+        if last >= self.recv.next {
+            self.recv.learn(now, last, Reliability::Unreliable);
+        }
+        loop {
+            self.deliver_ready();
+            if self.recv.next > last {
+                break;
+            }
+            let Some((seq, p)) = self.recv.drop_next() else {
+                break;
+            };
+            self.report_drop(seq, &p);
+        }
+    }
+
+    pub(super) fn report_drop(&mut self, seq: u64, p: &reassembly::Partial) {
+        self.stats.messages_dropped += 1;
+        let reason = if p.seen {
+            DropReason::Incomplete
+        } else {
+            DropReason::Lost
+        };
+        self.events.push_back(Event::Dropped { seq, reason });
+    }
+
+    pub(super) fn on_reassembly_timer(&mut self, now: Instant) {
+        let timeout = self.config.reassembly_timeout;
+        let attempts = self.config.attempts;
+        loop {
+            self.deliver_ready();
+            let next = self.recv.next;
+            let Some(p) = self.recv.partial.get(&next) else {
+                break;
+            };
+            if now.saturating_duration_since(p.known_at) < timeout {
+                break;
+            }
+            match p.mode {
+                Reliability::Reliable => {
+                    // Never given up: NACK again; the sender's timers decide.
+                    if let Some(p) = self.recv.partial.get_mut(&next) {
+                        p.known_at = now;
+                    }
+                    let upto = self.peer_last_sent.max(next);
+                    self.push_nacks(now, upto, true);
+                    break;
+                }
+                Reliability::RetransmitOnError if p.nacks < attempts => {
+                    if let Some(p) = self.recv.partial.get_mut(&next) {
+                        p.known_at = now;
+                    }
+                    self.push_nacks(now, next, true);
+                    break;
+                }
+                _ => {
+                    if let Some((seq, p)) = self.recv.drop_next() {
+                        self.report_drop(seq, &p);
+                        // Let the sender know how far we got (it forgets what we gave up).
+                        self.push_ack(false);
+                    }
+                }
+            }
+        }
+        self.timers.stop(Timer::Reassembly);
+        self.arm_reassembly(now);
+    }
+}

@@ -1,0 +1,397 @@
+//! Many SP connections behind one address, sans-IO (quinn-proto's `Endpoint`): datagrams in
+//! through [`Endpoint::handle_datagram`], packets out through [`Endpoint::poll_transmit`],
+//! application events through [`Endpoint::poll_event`], timers through
+//! [`Endpoint::poll_timeout`] / [`Endpoint::handle_timeout`].
+//!
+//! Demultiplexing: a packet's DEST_ID names the local connection, whose peer address must
+//! match the datagram's source. A START with DEST_ID 0 and REPLY_REQUESTED asks for a new
+//! connection: it is accepted (when accepting, below [`Endpoint::max_connections`]) or refused
+//! with REJ; a repeated START (its reply was lost) reaches the connection it created, keyed by
+//! (peer address, peer's SRC_ID). A packet for an unknown connection is answered with END +
+//! REMOTE_RESET, except an END + REPLY_REQUESTED, answered with END + REPLY so a peer whose END
+//! reply was lost after this side forgot the connection still closes cleanly.
+//!
+//! Bad datagrams (truncated, TOTAL_LEN mismatch, bad type, bad checksum) are counted in
+//! [`EndpointStats`] and dropped.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt::Debug;
+use std::hash::Hash;
+
+use viastack_kernel::Instant;
+
+use crate::connection::{Config, Connection, Event, State, Transmit, MAX_BLOCK_SIZE};
+use crate::wire::{Flags, Packet, PacketType, Repr, WireError};
+
+/// A connection of an endpoint: its local id (SRC_ID of its packets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnectionHandle(pub u16);
+
+/// An event of one connection, with its peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointEvent<A> {
+    /// The connection.
+    pub handle: ConnectionHandle,
+    /// Its peer's address.
+    pub peer: A,
+    /// What happened.
+    pub event: Event,
+}
+
+/// Datagrams the endpoint dropped or answered itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// Shorter than the header.
+    pub truncated: u64,
+    /// TOTAL_LEN differs from the datagram length.
+    pub bad_total_len: u64,
+    /// PK_TYPE 9–15.
+    pub bad_type: u64,
+    /// CHKSUM mismatch.
+    pub bad_checksum: u64,
+    /// DEST_ID names no connection (answered with a reset).
+    pub unknown_connection: u64,
+    /// DEST_ID's connection has another peer address.
+    pub wrong_peer: u64,
+    /// STARTs refused with REJ.
+    pub rejected: u64,
+    /// Connections accepted.
+    pub accepted: u64,
+}
+
+impl EndpointStats {
+    /// Every bad datagram.
+    pub fn bad_packets(&self) -> u64 {
+        self.truncated + self.bad_total_len + self.bad_type + self.bad_checksum
+    }
+}
+
+struct Slot<A> {
+    peer: A,
+    conn: Connection,
+}
+
+/// Many connections over one datagram socket whose addresses are `A`.
+pub struct Endpoint<A> {
+    config: Config,
+    accepting: bool,
+    /// Most connections at once; STARTs beyond are refused.
+    pub max_connections: usize,
+    conns: BTreeMap<u16, Slot<A>>,
+    by_peer: HashMap<(A, u16), u16>,
+    next_id: u16,
+    stateless: VecDeque<(A, Repr)>,
+    accepted: VecDeque<ConnectionHandle>,
+    cursor: u16,
+    stats: EndpointStats,
+}
+
+impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
+    /// An endpoint whose connections use `config`; `accepting` lets peers open connections.
+    pub fn new(config: Config, accepting: bool) -> Self {
+        Endpoint {
+            config,
+            accepting,
+            max_connections: 1024,
+            conns: BTreeMap::new(),
+            by_peer: HashMap::new(),
+            next_id: 1,
+            stateless: VecDeque::new(),
+            accepted: VecDeque::new(),
+            cursor: 0,
+            stats: EndpointStats::default(),
+        }
+    }
+
+    /// Whether STARTs are accepted.
+    pub fn set_accepting(&mut self, accepting: bool) {
+        self.accepting = accepting;
+    }
+
+    /// Counters of dropped and self-answered datagrams.
+    pub fn stats(&self) -> &EndpointStats {
+        &self.stats
+    }
+
+    /// The configuration new connections get.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn alloc_id(&mut self) -> Option<u16> {
+        for _ in 0..=u16::MAX {
+            let id = self.next_id;
+            self.next_id = self.next_id.wrapping_add(1).max(1);
+            if id != 0 && !self.conns.contains_key(&id) {
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    /// Opens a connection to `peer` (START + REPLY_REQUESTED); `None` when every id is taken.
+    pub fn connect(&mut self, now: Instant, peer: A) -> Option<ConnectionHandle> {
+        self.connect_with(now, peer, self.config.clone())
+    }
+
+    /// [`connect`](Self::connect) with a connection-specific configuration.
+    pub fn connect_with(
+        &mut self,
+        now: Instant,
+        peer: A,
+        config: Config,
+    ) -> Option<ConnectionHandle> {
+        let id = self.alloc_id()?;
+        let mut conn = Connection::new(config, id);
+        conn.connect(now);
+        self.conns.insert(id, Slot { peer, conn });
+        Some(ConnectionHandle(id))
+    }
+
+    /// The next connection a peer opened, if any.
+    pub fn accept(&mut self) -> Option<ConnectionHandle> {
+        self.accepted.pop_front()
+    }
+
+    /// The connection `h`.
+    pub fn connection(&self, h: ConnectionHandle) -> Option<&Connection> {
+        self.conns.get(&h.0).map(|s| &s.conn)
+    }
+
+    /// The connection `h`, to give it commands.
+    pub fn connection_mut(&mut self, h: ConnectionHandle) -> Option<&mut Connection> {
+        self.conns.get_mut(&h.0).map(|s| &mut s.conn)
+    }
+
+    /// Gives a message buffer of `h` back for reuse (see [`Connection::recycle`]).
+    pub fn recycle(&mut self, h: ConnectionHandle, buf: Vec<u8>) {
+        if let Some(s) = self.conns.get_mut(&h.0) {
+            s.conn.recycle(buf);
+        }
+    }
+
+    /// The peer of `h`.
+    pub fn peer(&self, h: ConnectionHandle) -> Option<&A> {
+        self.conns.get(&h.0).map(|s| &s.peer)
+    }
+
+    /// Handles live connections.
+    pub fn handles(&self) -> impl Iterator<Item = ConnectionHandle> + '_ {
+        self.conns.keys().map(|&k| ConnectionHandle(k))
+    }
+
+    /// Handles one datagram from `from`.
+    pub fn handle_datagram(&mut self, now: Instant, from: A, bytes: &[u8]) {
+        let packet = match Packet::new_checked(bytes) {
+            Ok(p) => p,
+            Err(e) => {
+                match e {
+                    WireError::Truncated { .. } => self.stats.truncated += 1,
+                    WireError::TotalLen { .. } => self.stats.bad_total_len += 1,
+                    _ => self.stats.bad_type += 1,
+                }
+                return;
+            }
+        };
+        let Ok(repr) = Repr::parse(&packet) else {
+            self.stats.bad_checksum += 1;
+            return;
+        };
+        let payload = packet.payload();
+        if repr.dest_id == 0 {
+            if repr.packet_type == PacketType::Start && repr.flags.contains(Flags::REPLY_REQUESTED)
+            {
+                self.on_start(now, from, &repr, payload);
+            } else {
+                self.stats.unknown_connection += 1;
+            }
+            return;
+        }
+        match self.conns.get_mut(&repr.dest_id) {
+            Some(slot) if slot.peer == from => slot.conn.handle_repr(now, &repr, payload),
+            Some(_) => self.stats.wrong_peer += 1,
+            None => {
+                self.stats.unknown_connection += 1;
+                self.answer_unknown(from, &repr);
+            }
+        }
+    }
+
+    fn on_start(&mut self, now: Instant, from: A, repr: &Repr, payload: &[u8]) {
+        if let Some(&id) = self.by_peer.get(&(from.clone(), repr.src_id)) {
+            if let Some(slot) = self.conns.get_mut(&id) {
+                slot.conn.handle_repr(now, repr, payload);
+                return;
+            }
+        }
+        let bs = match payload {
+            [a, b, ..] => usize::from(u16::from_be_bytes([*a, *b])),
+            _ => 0,
+        };
+        let full = self.conns.len() >= self.max_connections;
+        if !self.accepting || full || bs == 0 || bs > MAX_BLOCK_SIZE {
+            self.stats.rejected += 1;
+            self.stateless.push_back((
+                from,
+                Repr {
+                    dest_id: repr.src_id,
+                    packet_type: PacketType::Rej,
+                    flags: Flags::REPLY,
+                    ..Repr::default()
+                },
+            ));
+            return;
+        }
+        let Some(id) = self.alloc_id() else {
+            return;
+        };
+        let mut conn = Connection::new(self.config.clone(), id);
+        conn.accept(now, repr.src_id, bs);
+        self.by_peer.insert((from.clone(), repr.src_id), id);
+        self.conns.insert(id, Slot { peer: from, conn });
+        self.accepted.push_back(ConnectionHandle(id));
+        self.stats.accepted += 1;
+    }
+
+    fn answer_unknown(&mut self, from: A, repr: &Repr) {
+        let reply = match repr.packet_type {
+            PacketType::End if repr.flags.contains(Flags::REPLY_REQUESTED) => Flags::REPLY,
+            PacketType::End | PacketType::Rej => return,
+            _ if repr.flags.contains(Flags::REMOTE_RESET) => return,
+            _ => Flags::REMOTE_RESET,
+        };
+        self.stateless.push_back((
+            from,
+            Repr {
+                dest_id: repr.src_id,
+                src_id: repr.dest_id,
+                packet_type: PacketType::End,
+                flags: reply,
+                ..Repr::default()
+            },
+        ));
+    }
+
+    /// Appends the next packet to `buf` and says where it goes.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<(A, Transmit)> {
+        let (to, t, payload) = self.poll_transmit_parts(now, buf)?;
+        buf.extend_from_slice(payload);
+        Some((to, t))
+    }
+
+    /// The next packet as a header appended to `head` plus a data block borrowed from its
+    /// message (see [`Connection::poll_transmit_parts`]): for vectored sends without a copy.
+    pub fn poll_transmit_parts<'a>(
+        &'a mut self,
+        now: Instant,
+        head: &mut Vec<u8>,
+    ) -> Option<(A, Transmit, &'a [u8])> {
+        if let Some((to, repr)) = self.stateless.pop_front() {
+            let start = head.len();
+            repr.emit_into(&[], head).ok()?;
+            let size = head.len() - start;
+            return Some((to, Transmit { size, priority: 0 }, &[]));
+        }
+        // Round robin from the cursor, so one busy connection does not starve the others.
+        let cursor = self.cursor;
+        let mut found = None;
+        for (id, slot) in self.conns.range_mut(cursor..) {
+            if let Some((t, r)) = slot.conn.poll_transmit_ref(now, head) {
+                found = Some((*id, t, r));
+                break;
+            }
+        }
+        if found.is_none() {
+            for (id, slot) in self.conns.range_mut(..cursor) {
+                if let Some((t, r)) = slot.conn.poll_transmit_ref(now, head) {
+                    found = Some((*id, t, r));
+                    break;
+                }
+            }
+        }
+        let (id, t, r) = found?;
+        self.cursor = id.wrapping_add(1);
+        let slot = self.conns.get(&id)?;
+        Some((slot.peer.clone(), t, slot.conn.payload(&r)))
+    }
+
+    /// The earliest timer of any connection.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.conns
+            .values()
+            .filter_map(|s| s.conn.poll_timeout())
+            .min()
+    }
+
+    /// Runs every connection's due timers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for slot in self.conns.values_mut() {
+            if slot.conn.poll_timeout().is_some_and(|d| d <= now) {
+                slot.conn.handle_timeout(now);
+            }
+        }
+    }
+
+    /// The next application event of any connection. A closed connection is forgotten once
+    /// its last event was taken.
+    pub fn poll_event(&mut self) -> Option<EndpointEvent<A>> {
+        let mut found = None;
+        let mut dead = None;
+        for (&id, slot) in self.conns.iter_mut() {
+            if let Some(event) = slot.conn.poll_event() {
+                found = Some(EndpointEvent {
+                    handle: ConnectionHandle(id),
+                    peer: slot.peer.clone(),
+                    event,
+                });
+                break;
+            }
+            slot.conn.events_consumed();
+            if slot.conn.state() == State::Closed && dead.is_none() {
+                dead = Some(id);
+            }
+        }
+        if found.is_none() {
+            if let Some(id) = dead {
+                if let Some(slot) = self.conns.remove(&id) {
+                    let peer_id = slot.conn.peer_id();
+                    self.by_peer.remove(&(slot.peer, peer_id));
+                }
+                return self.poll_event();
+            }
+        }
+        found
+    }
+
+    /// The next application event of connection `h` only.
+    pub fn poll_connection_event(&mut self, h: ConnectionHandle) -> Option<Event> {
+        let slot = self.conns.get_mut(&h.0)?;
+        let ev = slot.conn.poll_event();
+        if ev.is_none() {
+            slot.conn.events_consumed();
+        }
+        ev
+    }
+
+    /// Forgets closed connections whose events were all taken.
+    pub fn reap(&mut self) {
+        if !self.conns.values().any(|s| s.conn.state() == State::Closed) {
+            return;
+        }
+        let dead: Vec<u16> = self
+            .conns
+            .iter()
+            .filter(|(_, s)| s.conn.state() == State::Closed)
+            .map(|(k, _)| *k)
+            .collect();
+        for id in dead {
+            if self.conns.get(&id).is_some_and(|s| s.conn.has_events()) {
+                continue;
+            }
+            if let Some(slot) = self.conns.remove(&id) {
+                let peer_id = slot.conn.peer_id();
+                self.by_peer.remove(&(slot.peer, peer_id));
+            }
+        }
+    }
+}

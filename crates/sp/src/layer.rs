@@ -1,0 +1,276 @@
+//! `sp`: SP as a kernel layer over a device (stack files, the simulator, `run --net`).
+//!
+//! Each channel has its own [`Endpoint`] keyed by [`NodeId`]: a message going down to
+//! `Dest::Node(peer)` opens (once) an SP connection to that peer and is sent as one SP message
+//! (priority 0); datagrams coming up from the device are SP packets, and whole messages leave
+//! the top in order. The device's datagram carries exactly one SP packet, so the SP header is
+//! the first thing above the device's own header (documented in `docs/WIRE.md`).
+//!
+//! Notices: a connection that fails (CONN/ACK/RETRANS/ECHO timers exhausted, refused, reset)
+//! raises `PeerUnreachable` for its peer (`events::PEER_UNREACHABLE`), so the scenario counts
+//! its lost messages as reported; a refused message (too large, queue full) raises
+//! `SendRefused`.
+//!
+//! Counters: `sp.broadcast` (a broadcast: SP is point to point, dropped), `sp.refused`,
+//! `sp.unreachable` (with its reason: `sp.failed_connect`, `sp.failed_ack`,
+//! `sp.failed_retransmit`, `sp.failed_echo`, `sp.failed_end`, `sp.failed_cntrl`, `sp.reset`,
+//! `sp.rejected`), `sp.dropped` (messages a non-RELIABLE receiver gave up), `sp.bad_packet`
+//! (datagrams the endpoint refused: truncated, bad TOTAL_LEN, type or checksum).
+//!
+//! Memory: one endpoint per channel, one connection per peer and direction; each bounded by
+//! [`Config`] (send buffer, receive window).
+
+use std::collections::HashMap;
+
+use viastack_kernel::event::{Body, Sendable, CHANNEL_CLOSE, SENDABLE, TIMER};
+use viastack_kernel::{
+    ChannelId, Context, Dest, Direction, Event, EventType, Instant, Layer, Message, NodeId, Session,
+};
+use viastack_protocols::events::{notice, PEER_UNREACHABLE, SEND_REFUSED};
+
+use crate::connection::{Config, Event as SpEvent, FailReason};
+use crate::endpoint::{ConnectionHandle, Endpoint};
+
+/// The `sp` layer.
+#[derive(Debug, Clone)]
+pub struct SpLayer {
+    name: String,
+    config: Config,
+}
+
+impl SpLayer {
+    /// An SP layer named `name` whose connections use `config`.
+    pub fn new(name: impl Into<String>, config: Config) -> Self {
+        SpLayer {
+            name: name.into(),
+            config,
+        }
+    }
+}
+
+impl Layer for SpLayer {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn accepts(&self) -> Vec<EventType> {
+        vec![SENDABLE.id(), CHANNEL_CLOSE.id()]
+    }
+    fn requires(&self) -> Vec<EventType> {
+        vec![SENDABLE.id()]
+    }
+    fn provides(&self) -> Vec<EventType> {
+        vec![SENDABLE.id(), PEER_UNREACHABLE.id(), SEND_REFUSED.id()]
+    }
+    fn create_session(&self) -> Box<dyn Session> {
+        Box::new(SpSession {
+            config: self.config.clone(),
+            channels: HashMap::new(),
+            buf: Vec::new(),
+        })
+    }
+}
+
+struct ChannelState {
+    endpoint: Endpoint<NodeId>,
+    outgoing: HashMap<NodeId, ConnectionHandle>,
+    timer: Option<(viastack_kernel::TimerId, Instant)>,
+}
+
+/// Session of [`SpLayer`].
+pub struct SpSession {
+    config: Config,
+    channels: HashMap<ChannelId, ChannelState>,
+    buf: Vec<u8>,
+}
+
+/// Room left in front of an SP packet for the headers below it (the device's tag).
+const HEADROOM: usize = 32;
+
+impl SpSession {
+    fn state(&mut self, channel: ChannelId) -> &mut ChannelState {
+        let config = self.config.clone();
+        self.channels
+            .entry(channel)
+            .or_insert_with(|| ChannelState {
+                endpoint: Endpoint::new(config, true),
+                outgoing: HashMap::new(),
+                timer: None,
+            })
+    }
+
+    fn send(&mut self, mut event: Event, ctx: &mut Context<'_>) {
+        let channel = event.channel();
+        let Some(s) = event.sendable_mut() else {
+            return;
+        };
+        let Dest::Node(peer) = s.dest else {
+            ctx.count("broadcast");
+            return;
+        };
+        let data = std::mem::take(&mut s.message).into_vec();
+        let now = ctx.now();
+        let st = self.state(channel);
+        let h = match st.outgoing.get(&peer) {
+            Some(h) if st.endpoint.connection(*h).is_some_and(|c| !c.is_closed()) => *h,
+            _ => match st.endpoint.connect(now, peer) {
+                Some(h) => {
+                    st.outgoing.insert(peer, h);
+                    h
+                }
+                None => {
+                    ctx.count("refused");
+                    ctx.go(notice(&SEND_REFUSED, channel, peer));
+                    return;
+                }
+            },
+        };
+        let refused = st
+            .endpoint
+            .connection_mut(h)
+            .map(|c| c.send_message(data, 0).is_err())
+            .unwrap_or(true);
+        if refused {
+            ctx.count("refused");
+            ctx.go(notice(&SEND_REFUSED, channel, peer));
+        }
+        self.pump(channel, ctx);
+    }
+
+    fn receive(&mut self, event: Event, ctx: &mut Context<'_>) {
+        let channel = event.channel();
+        let Some(s) = event.sendable_ref() else {
+            return;
+        };
+        let now = ctx.now();
+        let st = self.state(channel);
+        let before = st.endpoint.stats().bad_packets();
+        st.endpoint
+            .handle_datagram(now, s.source, s.message.as_slice());
+        let bad = st.endpoint.stats().bad_packets() - before;
+        if bad > 0 {
+            ctx.count_n("bad_packet", bad);
+        }
+        self.pump(channel, ctx);
+    }
+
+    /// Sends what the endpoint has ready, delivers what it completed, re-arms its timer.
+    fn pump(&mut self, channel: ChannelId, ctx: &mut Context<'_>) {
+        let now = ctx.now();
+        let Some(st) = self.channels.get_mut(&channel) else {
+            return;
+        };
+        loop {
+            self.buf.clear();
+            let Some((to, _)) = st.endpoint.poll_transmit(now, &mut self.buf) else {
+                break;
+            };
+            ctx.go(Event::sendable(
+                SENDABLE.id(),
+                Direction::Down,
+                channel,
+                Sendable::new(
+                    ctx.node(),
+                    Dest::Node(to),
+                    Message::with_headroom(HEADROOM, &self.buf),
+                ),
+            ));
+        }
+        while let Some(ev) = st.endpoint.poll_event() {
+            match ev.event {
+                SpEvent::Message { data, .. } => ctx.go(Event::sendable(
+                    SENDABLE.id(),
+                    Direction::Up,
+                    channel,
+                    Sendable::new(ev.peer, Dest::Node(ctx.node()), Message::from_wire(data)),
+                )),
+                SpEvent::Failed { .. } | SpEvent::Rejected => {
+                    ctx.count("unreachable");
+                    ctx.count(match ev.event {
+                        SpEvent::Failed { reason } => match reason {
+                            FailReason::ConnectTimeout => "failed_connect",
+                            FailReason::EndTimeout => "failed_end",
+                            FailReason::AckTimeout => "failed_ack",
+                            FailReason::RetransmitExhausted => "failed_retransmit",
+                            FailReason::EchoTimeout => "failed_echo",
+                            FailReason::CntrlTimeout => "failed_cntrl",
+                            FailReason::Reset => "reset",
+                        },
+                        _ => "rejected",
+                    });
+                    if st.outgoing.get(&ev.peer) == Some(&ev.handle) {
+                        st.outgoing.remove(&ev.peer);
+                    }
+                    ctx.go(notice(&PEER_UNREACHABLE, channel, ev.peer));
+                }
+                SpEvent::Closed { .. } if st.outgoing.get(&ev.peer) == Some(&ev.handle) => {
+                    st.outgoing.remove(&ev.peer);
+                }
+                SpEvent::Dropped { .. } => ctx.count("dropped"),
+                _ => {}
+            }
+        }
+        while st.endpoint.accept().is_some() {}
+        // Events may have produced answers (a reopened window).
+        loop {
+            self.buf.clear();
+            let Some((to, _)) = st.endpoint.poll_transmit(now, &mut self.buf) else {
+                break;
+            };
+            ctx.go(Event::sendable(
+                SENDABLE.id(),
+                Direction::Down,
+                channel,
+                Sendable::new(
+                    ctx.node(),
+                    Dest::Node(to),
+                    Message::with_headroom(HEADROOM, &self.buf),
+                ),
+            ));
+        }
+        let next = st.endpoint.poll_timeout();
+        if st.timer.map(|(_, at)| at) != next {
+            if let Some((id, _)) = st.timer.take() {
+                ctx.cancel_timer(id);
+            }
+            if let Some(at) = next {
+                st.timer = Some((ctx.set_timer_at(at, u64::from(channel.0)), at));
+            }
+        }
+    }
+}
+
+impl Session for SpSession {
+    fn handle(&mut self, event: Event, ctx: &mut Context<'_>) {
+        if event.ty() == TIMER.id() {
+            if let Body::Timer(t) = &event.body {
+                let channel = ChannelId(t.token as u32);
+                let now = ctx.now();
+                if let Some(st) = self.channels.get_mut(&channel) {
+                    if st.timer.is_some_and(|(id, _)| id == t.id) {
+                        st.timer = None;
+                    }
+                    st.endpoint.handle_timeout(now);
+                }
+                self.pump(channel, ctx);
+            }
+            return;
+        }
+        if event.ty() == CHANNEL_CLOSE.id() {
+            if let Some(st) = self.channels.remove(&event.channel()) {
+                if let Some((id, _)) = st.timer {
+                    ctx.cancel_timer(id);
+                }
+            }
+            ctx.go(event);
+            return;
+        }
+        if event.sendable_ref().is_none() {
+            ctx.go(event);
+            return;
+        }
+        match event.dir() {
+            Direction::Down => self.send(event, ctx),
+            Direction::Up => self.receive(event, ctx),
+        }
+    }
+}

@@ -1,0 +1,421 @@
+//! A blocking SP endpoint on a real UDP socket: the driver of [`Endpoint`] for programs that
+//! just want `connect / accept / send_message / recv_message / set_reliability / stats`.
+//!
+//! This module is the only place in the crate that reads the clock (DESIGN.md §6.1: drivers
+//! own time); the protocol underneath sees it only as [`Instant`] arguments. One thread owns a
+//! [`SpSocket`]; every blocking call drives all of its connections (sends, receives, timers)
+//! until its own condition holds or its timeout passes.
+
+#![allow(clippy::disallowed_methods)] // the driver reads the real clock
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::time::{Duration as StdDuration, Instant as Monotonic};
+
+use thiserror::Error;
+use viastack_kernel::{time::duration_nanos, Instant};
+
+use crate::connection::{
+    CloseReason, Config, Event, FailReason, Payload, Reliability, SendError, Stats,
+};
+use crate::endpoint::{ConnectionHandle, Endpoint, EndpointStats};
+
+/// What a blocking call can fail with.
+#[derive(Debug, Error)]
+pub enum SpError {
+    /// The socket failed.
+    #[error("socket: {0}")]
+    Io(#[from] io::Error),
+    /// The call's timeout passed.
+    #[error("timed out")]
+    Timeout,
+    /// The peer refused the connection.
+    #[error("connection refused by the peer (REJ)")]
+    Rejected,
+    /// The connection failed.
+    #[error("connection failed: {0:?}")]
+    Failed(FailReason),
+    /// The connection is closed (or unknown).
+    #[error("connection closed")]
+    Closed,
+    /// The message was refused.
+    #[error(transparent)]
+    Send(#[from] SendError),
+}
+
+/// A message received on one of the socket's connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    /// The connection.
+    pub handle: ConnectionHandle,
+    /// Its peer.
+    pub peer: SocketAddr,
+    /// Message number.
+    pub seq: u64,
+    /// PRI it was sent with.
+    pub priority: u8,
+    /// The bytes.
+    pub data: Vec<u8>,
+}
+
+/// A blocking SP endpoint bound to one UDP socket.
+pub struct SpSocket {
+    socket: UdpSocket,
+    endpoint: Endpoint<SocketAddr>,
+    epoch: Monotonic,
+    out: Vec<u8>,
+    inbuf: Vec<u8>,
+    messages: VecDeque<Received>,
+    notices: VecDeque<(ConnectionHandle, Event)>,
+    read_timeout: Option<StdDuration>,
+}
+
+/// Socket buffer size asked for (4 MiB).
+pub const SOCKET_BUFFER: usize = 4 << 20;
+
+/// Longest a blocking receive waits before timers are looked at again.
+const POLL_QUANTUM: StdDuration = StdDuration::from_millis(5);
+
+impl SpSocket {
+    /// Binds a UDP socket; `accepting` lets peers open connections to it.
+    ///
+    /// # Errors
+    /// The socket's.
+    pub fn bind(addr: impl ToSocketAddrs, config: Config, accepting: bool) -> io::Result<Self> {
+        let socket = UdpSocket::bind(addr)?;
+        // Room for a burst of large blocks (a 256 KiB message is 8 datagrams of 32 KiB); the
+        // kernel caps this at net.core.rmem_max / wmem_max.
+        let s2 = socket2::SockRef::from(&socket);
+        let _ = s2.set_recv_buffer_size(SOCKET_BUFFER);
+        let _ = s2.set_send_buffer_size(SOCKET_BUFFER);
+        Ok(SpSocket {
+            socket,
+            endpoint: Endpoint::new(config, accepting),
+            epoch: Monotonic::now(),
+            out: Vec::with_capacity(70_000),
+            inbuf: vec![0; 65_536],
+            messages: VecDeque::new(),
+            notices: VecDeque::new(),
+            read_timeout: None,
+        })
+    }
+
+    /// The bound address.
+    ///
+    /// # Errors
+    /// The socket's.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.local_addr()
+    }
+
+    fn now(&self) -> Instant {
+        Instant::from_nanos(duration_nanos(self.epoch.elapsed()))
+    }
+
+    /// The sans-IO endpoint underneath (for counters).
+    pub fn endpoint(&self) -> &Endpoint<SocketAddr> {
+        &self.endpoint
+    }
+
+    /// Bad datagrams and other endpoint counters.
+    pub fn endpoint_stats(&self) -> &EndpointStats {
+        self.endpoint.stats()
+    }
+
+    /// Counters and RTT of `h`.
+    pub fn stats(&self, h: ConnectionHandle) -> Option<Stats> {
+        self.endpoint.connection(h).map(|c| c.stats().clone())
+    }
+
+    /// Opens a connection and waits until it is open.
+    ///
+    /// # Errors
+    /// [`SpError::Rejected`], [`SpError::Failed`] (CONN timer), [`SpError::Timeout`], IO.
+    pub fn connect(
+        &mut self,
+        peer: SocketAddr,
+        timeout: StdDuration,
+    ) -> Result<ConnectionHandle, SpError> {
+        let now = self.now();
+        let h = self.endpoint.connect(now, peer).ok_or(SpError::Closed)?;
+        let deadline = Monotonic::now() + timeout;
+        loop {
+            self.flush_transmits()?;
+            while let Some(i) = self.notices.iter().position(|(c, _)| *c == h) {
+                match self.notices.remove(i).map(|n| n.1) {
+                    Some(Event::Connected) => return Ok(h),
+                    Some(Event::Rejected) => return Err(SpError::Rejected),
+                    Some(Event::Failed { reason }) => return Err(SpError::Failed(reason)),
+                    Some(Event::Closed { .. }) => return Err(SpError::Closed),
+                    _ => {}
+                }
+            }
+            self.step(Some(deadline))?;
+            if Monotonic::now() >= deadline {
+                return Err(SpError::Timeout);
+            }
+        }
+    }
+
+    /// Waits for a peer to open a connection.
+    ///
+    /// # Errors
+    /// [`SpError::Timeout`], IO.
+    pub fn accept(&mut self, timeout: Option<StdDuration>) -> Result<ConnectionHandle, SpError> {
+        let deadline = timeout.map(|t| Monotonic::now() + t);
+        loop {
+            if let Some(h) = self.endpoint.accept() {
+                return Ok(h);
+            }
+            self.step(deadline)?;
+            if deadline.is_some_and(|d| Monotonic::now() >= d) {
+                return Err(SpError::Timeout);
+            }
+        }
+    }
+
+    /// Queues a message and sends what the window allows; does not wait for acknowledgement
+    /// (see [`flush`](Self::flush)).
+    ///
+    /// # Errors
+    /// [`SpError::Send`] if refused, [`SpError::Closed`] for an unknown connection, IO.
+    pub fn send_message(
+        &mut self,
+        h: ConnectionHandle,
+        data: impl Into<Payload>,
+        priority: u8,
+    ) -> Result<(), SpError> {
+        self.endpoint
+            .connection_mut(h)
+            .ok_or(SpError::Closed)?
+            .send_message(data, priority)?;
+        self.flush_transmits()?;
+        Ok(())
+    }
+
+    /// Waits until every message of `h` left and (RELIABLE ones) was acknowledged.
+    ///
+    /// # Errors
+    /// [`SpError::Failed`] if the connection failed meanwhile, [`SpError::Timeout`], IO.
+    pub fn flush(&mut self, h: ConnectionHandle, timeout: StdDuration) -> Result<(), SpError> {
+        let deadline = Monotonic::now() + timeout;
+        loop {
+            self.flush_transmits()?;
+            match self.endpoint.connection(h) {
+                None => return Err(SpError::Closed),
+                Some(c) if c.is_idle() => return Ok(()),
+                Some(c) if c.is_closed() => return Err(self.failure_of(h)),
+                Some(_) => {}
+            }
+            if Monotonic::now() >= deadline {
+                return Err(SpError::Timeout);
+            }
+            self.step(Some(deadline))?;
+        }
+    }
+
+    fn failure_of(&mut self, h: ConnectionHandle) -> SpError {
+        for (c, e) in &self.notices {
+            if *c == h {
+                if let Event::Failed { reason } = e {
+                    return SpError::Failed(*reason);
+                }
+            }
+        }
+        SpError::Closed
+    }
+
+    /// Waits for the next message on any connection.
+    ///
+    /// # Errors
+    /// [`SpError::Timeout`], IO.
+    pub fn recv_message(&mut self, timeout: Option<StdDuration>) -> Result<Received, SpError> {
+        self.flush_transmits()?;
+        let deadline = timeout.map(|t| Monotonic::now() + t);
+        loop {
+            if let Some(m) = self.messages.pop_front() {
+                return Ok(m);
+            }
+            self.step(deadline)?;
+            if self.messages.is_empty() && deadline.is_some_and(|d| Monotonic::now() >= d) {
+                return Err(SpError::Timeout);
+            }
+        }
+    }
+
+    /// Gives a received message's buffer back for reuse (optional).
+    pub fn recycle(&mut self, m: Received) {
+        self.endpoint.recycle(m.handle, m.data);
+    }
+
+    /// Non-message events (connected, closed, failed, dropped, RTT, …) seen so far.
+    pub fn take_notices(&mut self) -> Vec<(ConnectionHandle, Event)> {
+        self.notices.drain(..).collect()
+    }
+
+    /// Changes the reliability of `h` (CQOS exchange).
+    ///
+    /// # Errors
+    /// [`SpError::Closed`] for an unknown connection, IO.
+    pub fn set_reliability(
+        &mut self,
+        h: ConnectionHandle,
+        mode: Reliability,
+    ) -> Result<(), SpError> {
+        let now = self.now();
+        self.endpoint
+            .connection_mut(h)
+            .ok_or(SpError::Closed)?
+            .set_reliability(now, mode);
+        self.flush_transmits()?;
+        Ok(())
+    }
+
+    /// Closes `h` gracefully and waits for the END exchange (or its timeout).
+    ///
+    /// # Errors
+    /// [`SpError::Failed`] (e.g. END timer exhausted: closed anyway), [`SpError::Timeout`], IO.
+    pub fn close(
+        &mut self,
+        h: ConnectionHandle,
+        timeout: StdDuration,
+    ) -> Result<CloseReason, SpError> {
+        let now = self.now();
+        self.endpoint
+            .connection_mut(h)
+            .ok_or(SpError::Closed)?
+            .close(now);
+        let deadline = Monotonic::now() + timeout;
+        loop {
+            self.flush_transmits()?;
+            while let Some(i) = self.notices.iter().position(|(c, e)| {
+                *c == h && matches!(e, Event::Closed { .. } | Event::Failed { .. })
+            }) {
+                match self.notices.remove(i).map(|n| n.1) {
+                    Some(Event::Closed { reason }) => return Ok(reason),
+                    Some(Event::Failed { reason }) => return Err(SpError::Failed(reason)),
+                    _ => {}
+                }
+            }
+            if Monotonic::now() >= deadline {
+                return Err(SpError::Timeout);
+            }
+            self.step(Some(deadline))?;
+        }
+    }
+
+    /// Runs the endpoint for `d` (answering peers, running timers).
+    ///
+    /// # Errors
+    /// IO.
+    pub fn run_for(&mut self, d: StdDuration) -> Result<(), SpError> {
+        let deadline = Monotonic::now() + d;
+        while Monotonic::now() < deadline {
+            self.step(Some(deadline))?;
+        }
+        Ok(())
+    }
+
+    fn flush_transmits(&mut self) -> io::Result<()> {
+        let now = self.now();
+        let sock = socket2::SockRef::from(&self.socket);
+        loop {
+            self.out.clear();
+            let Some((to, _, payload)) = self.endpoint.poll_transmit_parts(now, &mut self.out)
+            else {
+                return Ok(());
+            };
+            // Header and block leave in one sendmsg, the block straight from the message.
+            let parts = [io::IoSlice::new(&self.out), io::IoSlice::new(payload)];
+            match sock.send_to_vectored(&parts, &to.into()) {
+                Ok(_) => {}
+                // A full buffer or an unreachable peer is a lost datagram: SP recovers.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::ConnectionRefused
+                    ) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn drain_events(&mut self) {
+        while let Some(ev) = self.endpoint.poll_event() {
+            match ev.event {
+                Event::Message {
+                    seq,
+                    priority,
+                    data,
+                } => self.messages.push_back(Received {
+                    handle: ev.handle,
+                    peer: ev.peer,
+                    seq,
+                    priority,
+                    data,
+                }),
+                other => self.notices.push_back((ev.handle, other)),
+            }
+        }
+    }
+
+    /// One round: send what is ready, wait for one datagram (or the next timer, or
+    /// `deadline`), handle it and every datagram already queued, run due timers.
+    fn step(&mut self, deadline: Option<Monotonic>) -> io::Result<()> {
+        self.flush_transmits()?;
+        let now = self.now();
+        let mut wait = POLL_QUANTUM;
+        if let Some(t) = self.endpoint.poll_timeout() {
+            wait = wait.min(StdDuration::from_nanos(
+                t.as_nanos().saturating_sub(now.as_nanos()),
+            ));
+        }
+        if let Some(d) = deadline {
+            wait = wait.min(d.saturating_duration_since(Monotonic::now()));
+        }
+        let wait = wait.max(StdDuration::from_micros(50));
+        if self.read_timeout != Some(wait) {
+            self.socket.set_read_timeout(Some(wait))?;
+            self.read_timeout = Some(wait);
+        }
+        match self.socket.recv_from(&mut self.inbuf) {
+            Ok((n, from)) => {
+                let now = self.now();
+                self.endpoint.handle_datagram(now, from, &self.inbuf[..n]);
+                self.drain_events();
+                if !self.messages.is_empty() {
+                    // The application gets its message first; the answers (ACK) leave at the
+                    // start of its next call, which a receiving loop makes at once.
+                    return Ok(());
+                }
+                // Answer at once (ACKs, NACK repairs) before waiting again.
+                self.flush_transmits()?;
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::ConnectionRefused
+                ) => {}
+            Err(e) => return Err(e),
+        }
+        let now = self.now();
+        if self.endpoint.poll_timeout().is_some_and(|t| t <= now) {
+            self.endpoint.handle_timeout(now);
+        }
+        self.drain_events();
+        self.endpoint.reap();
+        self.flush_transmits()
+    }
+
+    /// Sends what the connections have ready (ACKs, repairs) without waiting for anything.
+    ///
+    /// # Errors
+    /// IO.
+    pub fn poll(&mut self) -> Result<(), SpError> {
+        self.flush_transmits()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,673 @@
+//! SP under loss, duplication, reordering and corruption, over many seeds, in virtual time
+//! (issue 4 "Bad input and faults"). Every assertion names its seed; rerun one with
+//! `SP_SEED=n cargo test -p viastack-sp --test sim`.
+
+#![allow(clippy::unwrap_used)]
+
+mod util;
+
+use rand::Rng;
+use util::{Faults, Net};
+use viastack_kernel::{Duration, Instant};
+use viastack_sp::wire::{Flags, Packet, PacketType};
+use viastack_sp::{CloseReason, Config, DropReason, Event, FailReason, Reliability};
+
+fn seeds(n: u64) -> Vec<u64> {
+    match std::env::var("SP_SEED") {
+        Ok(s) => vec![s.parse().unwrap()],
+        Err(_) => (0..n).collect(),
+    }
+}
+
+/// Small blocks so messages span several packets; patient timers for lossy links.
+fn lossy_config(mode: Reliability) -> Config {
+    Config {
+        block_size: 64,
+        fec_group: 3,
+        attempts: 12,
+        reliability: mode,
+        ..Config::default()
+    }
+}
+
+/// Loss 0 %, 10 %, 20 % or 30 % by seed (or `SP_LOSS`), plus duplication, reordering and
+/// corruption.
+fn faults_for(seed: u64) -> Faults {
+    Faults {
+        loss: std::env::var("SP_LOSS").map_or(0.1 * (seed % 4) as f64, |v| v.parse().unwrap()),
+        duplicate: 0.05,
+        reorder: 0.10,
+        corrupt: 0.05,
+    }
+}
+
+struct Outcome {
+    sent: Vec<Vec<u8>>,
+    delivered: Vec<(u64, Vec<u8>)>,
+    dropped: Vec<u64>,
+    sender_end: Option<Event>,
+    receiver_end: Option<Event>,
+    net: Net,
+}
+
+/// Node 0 connects to node 1, sends `n` messages of 0–200 bytes, closes; runs until idle.
+fn transfer(seed: u64, mode: Reliability, n: usize, faults: Faults) -> Outcome {
+    let mut net = Net::new(
+        seed,
+        vec![(lossy_config(mode), false), (lossy_config(mode), true)],
+        faults,
+    );
+    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    let mut sent = Vec::new();
+    for i in 0..n {
+        let len = net.rng.gen_range(0..=200usize);
+        let data: Vec<u8> = (0..len).map(|j| (i * 31 + j) as u8).collect();
+        sent.push(data.clone());
+        net.nodes[0]
+            .connection_mut(h)
+            .unwrap()
+            .send_message(data, 0)
+            .unwrap();
+    }
+    let now = net.now;
+    net.nodes[0].connection_mut(h).unwrap().close(now);
+    net.run(Duration::from_secs(120), &format!("seed {seed}"));
+    let is_end = |e: &Event| matches!(e, Event::Closed { .. } | Event::Failed { .. });
+    let sender_end = net.events[0]
+        .iter()
+        .map(|e| &e.event)
+        .find(|e| is_end(e))
+        .cloned();
+    let receiver_end = net.events[1]
+        .iter()
+        .map(|e| &e.event)
+        .find(|e| is_end(e))
+        .cloned();
+    let mut delivered = Vec::new();
+    let mut dropped = Vec::new();
+    for e in &net.events[1] {
+        match &e.event {
+            Event::Message { seq, data, .. } => delivered.push((*seq, data.clone())),
+            Event::Dropped { seq, .. } => dropped.push(*seq),
+            _ => {}
+        }
+    }
+    Outcome {
+        sent,
+        delivered,
+        dropped,
+        sender_end,
+        receiver_end,
+        net,
+    }
+}
+
+fn assert_both_closed(o: &Outcome, seed: u64) {
+    assert!(o.sender_end.is_some(), "seed {seed}: sender never closed");
+    assert!(
+        o.receiver_end.is_some(),
+        "seed {seed}: receiver never closed"
+    );
+    for (i, n) in o.net.nodes.iter().enumerate() {
+        assert_eq!(
+            n.handles().count(),
+            0,
+            "seed {seed}: node {i} still has a connection"
+        );
+    }
+}
+
+#[test]
+fn reliable_delivers_every_message_exactly_once_in_order() {
+    let mut retransmits = 0;
+    for seed in seeds(1000) {
+        let o = transfer(seed, Reliability::Reliable, 20, faults_for(seed));
+        retransmits += o.net.sent_datagrams;
+        assert_eq!(
+            o.sender_end,
+            Some(Event::Closed {
+                reason: CloseReason::Local
+            }),
+            "seed {seed}"
+        );
+        let got: Vec<&Vec<u8>> = o.delivered.iter().map(|(_, d)| d).collect();
+        let want: Vec<&Vec<u8>> = o.sent.iter().collect();
+        assert!(
+            got == want,
+            "seed {seed}: delivered {} messages, sent {}; first difference at {:?}",
+            got.len(),
+            want.len(),
+            got.iter().zip(&want).position(|(a, b)| a != b)
+        );
+        let seqs: Vec<u64> = o.delivered.iter().map(|(s, _)| *s).collect();
+        assert_eq!(seqs, (1..=20).collect::<Vec<_>>(), "seed {seed}");
+        assert!(
+            o.dropped.is_empty(),
+            "seed {seed}: RELIABLE dropped {:?}",
+            o.dropped
+        );
+        assert_both_closed(&o, seed);
+    }
+    // The faults were real: far more datagrams than a clean run's ~70.
+    assert!(
+        retransmits > 100 * seeds(1000).len() as u64,
+        "{retransmits}"
+    );
+}
+
+fn check_unreliable_mode(mode: Reliability, seed: u64) -> usize {
+    let o = transfer(seed, mode, 20, faults_for(seed));
+    assert_both_closed(&o, seed);
+    let ctx = format!("seed {seed} {}", mode.name());
+    // In order, each message either delivered or reported dropped, exactly once.
+    let mut seen: Vec<u64> = o
+        .delivered
+        .iter()
+        .map(|(s, _)| *s)
+        .chain(o.dropped.iter().copied())
+        .collect();
+    let delivered_seqs: Vec<u64> = o.delivered.iter().map(|(s, _)| *s).collect();
+    assert!(
+        delivered_seqs.windows(2).all(|w| w[0] < w[1]),
+        "{ctx}: out of order {delivered_seqs:?}"
+    );
+    seen.sort_unstable();
+    if matches!(
+        o.receiver_end,
+        Some(Event::Closed {
+            reason: CloseReason::Peer
+        })
+    ) {
+        // The END told the receiver the last message number: nothing is unaccounted for.
+        assert_eq!(
+            seen,
+            (1..=20).collect::<Vec<_>>(),
+            "{ctx}: not every message accounted for"
+        );
+    } else {
+        seen.dedup();
+        assert_eq!(
+            seen.len(),
+            o.delivered.len() + o.dropped.len(),
+            "{ctx}: duplicates"
+        );
+    }
+    for (seq, data) in &o.delivered {
+        let want = &o.sent[(*seq - 1) as usize];
+        if data != want {
+            // Only a header-checksummed mode may pass a damaged payload, and only one the
+            // network actually damaged.
+            assert!(
+                matches!(
+                    mode,
+                    Reliability::Unreliable | Reliability::RetransmitOnError
+                ) && o.net.tainted.contains(&(1, *seq as u16)),
+                "{ctx}: message {seq} delivered damaged"
+            );
+            assert_eq!(
+                data.len(),
+                want.len(),
+                "{ctx}: message {seq} has the wrong length"
+            );
+        }
+    }
+    o.dropped.len()
+}
+
+fn check_mode_over_seeds(mode: Reliability) {
+    let dropped: usize = seeds(1000)
+        .into_iter()
+        .map(|s| check_unreliable_mode(mode, s))
+        .sum();
+    // Loss happened and was reported (a single SP_SEED run may be clean).
+    assert!(
+        dropped > 0 || seeds(1000).len() == 1,
+        "{}: nothing was ever dropped",
+        mode.name()
+    );
+}
+
+#[test]
+fn unreliable_delivers_whole_messages_and_reports_drops() {
+    check_mode_over_seeds(Reliability::Unreliable);
+}
+
+#[test]
+fn retransmit_on_error_delivers_whole_messages_and_reports_drops() {
+    check_mode_over_seeds(Reliability::RetransmitOnError);
+}
+
+#[test]
+fn checksummed_delivers_only_intact_messages_and_reports_drops() {
+    check_mode_over_seeds(Reliability::Checksummed);
+}
+
+#[test]
+fn retransmit_on_error_repairs_more_than_unreliable() {
+    let (mut rtr, mut unrel) = (0, 0);
+    for seed in 0..200 {
+        rtr += transfer(seed, Reliability::RetransmitOnError, 20, faults_for(seed))
+            .delivered
+            .len();
+        unrel += transfer(seed, Reliability::Unreliable, 20, faults_for(seed))
+            .delivered
+            .len();
+    }
+    assert!(rtr > unrel, "NACKs repaired nothing: {rtr} vs {unrel}");
+}
+
+/// Drops DATA packets of message 1 whose PBLOCK is in `blocks` (first transmission only).
+fn fec_case(blocks: &'static [u8]) -> (Vec<Event>, u64) {
+    let mut cfg = Config {
+        block_size: 10,
+        fec_group: 4,
+        reliability: Reliability::Checksummed,
+        ..Config::default()
+    };
+    cfg.attempts = 3;
+    let mut net = Net::new(
+        1,
+        vec![(cfg.clone(), false), (cfg, true)],
+        Faults::default(),
+    );
+    net.filter = Some(Box::new(move |from, bytes| {
+        let p = Packet::new_checked(bytes).unwrap();
+        from == 0
+            && p.packet_type() == Ok(PacketType::Data)
+            && p.mess_seq_no() == 1
+            && blocks.contains(&p.pblock())
+    }));
+    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    let data: Vec<u8> = (0..75u8).collect(); // 8 blocks: groups 0–3 and 4–7
+    net.nodes[0]
+        .connection_mut(h)
+        .unwrap()
+        .send_message(data, 0)
+        .unwrap();
+    net.run(Duration::from_millis(500), "fec");
+    let repairs = net.nodes[1]
+        .handles()
+        .next()
+        .map(|h2| net.nodes[1].connection(h2).unwrap().stats().fec_repairs)
+        .unwrap_or(0);
+    (
+        net.events[1].iter().map(|e| e.event.clone()).collect(),
+        repairs,
+    )
+}
+
+#[test]
+fn fec_repairs_one_lost_block_per_group() {
+    let (events, repairs) = fec_case(&[1, 7]); // block 7 is the short last block
+    let want: Vec<u8> = (0..75u8).collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Message { data, .. } if *data == want)),
+        "{events:?}"
+    );
+    assert_eq!(repairs, 2);
+    // Two losses in one group cannot be repaired: reported, not delivered.
+    let (events, _) = fec_case(&[1, 2]);
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            Event::Dropped {
+                seq: 1,
+                reason: DropReason::Incomplete
+            }
+        )),
+        "{events:?}"
+    );
+    assert!(!events.iter().any(|e| matches!(e, Event::Message { .. })));
+}
+
+fn start_lost(times: usize) -> Vec<Event> {
+    let mut net = Net::new(
+        0,
+        vec![(Config::default(), false), (Config::default(), true)],
+        Faults::default(),
+    );
+    let mut lost = 0;
+    net.filter = Some(Box::new(move |from, bytes| {
+        let p = Packet::new_checked(bytes).unwrap();
+        if from == 0 && p.packet_type() == Ok(PacketType::Start) && lost < times {
+            lost += 1;
+            return true;
+        }
+        false
+    }));
+    net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    net.run_until(Duration::from_secs(5), "start", |n| !n.events[0].is_empty());
+    net.events[0].iter().map(|e| e.event.clone()).collect()
+}
+
+#[test]
+fn start_lost_three_times_reports_connection_failure() {
+    assert_eq!(
+        start_lost(3).first(),
+        Some(&Event::Failed {
+            reason: FailReason::ConnectTimeout
+        })
+    );
+    assert_eq!(start_lost(2).first(), Some(&Event::Connected));
+}
+
+/// Opens a connection, then node 0 closes it while `drop_end(from)` loses END packets.
+fn close_with_lost_end(drop_from: usize) -> (Vec<Event>, Vec<Event>, Net) {
+    let mut net = Net::new(
+        0,
+        vec![(Config::default(), false), (Config::default(), true)],
+        Faults::default(),
+    );
+    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    net.run_until(Duration::from_secs(1), "open", |n| !n.events[1].is_empty());
+    net.filter = Some(Box::new(move |from, bytes| {
+        let p = Packet::new_checked(bytes).unwrap();
+        from == drop_from && p.packet_type() == Ok(PacketType::End)
+    }));
+    let now = net.now;
+    net.nodes[0].connection_mut(h).unwrap().close(now);
+    net.run(Duration::from_secs(30), "lost END");
+    let ev = |i: usize| {
+        net.events[i]
+            .iter()
+            .map(|e| e.event.clone())
+            .collect::<Vec<_>>()
+    };
+    (ev(0), ev(1), net)
+}
+
+#[test]
+fn lost_end_still_closes_both_sides() {
+    // Every END of the closing side lost: it gives up (END timer), the peer notices silence.
+    let (a, b, net) = close_with_lost_end(0);
+    assert!(
+        a.contains(&Event::Failed {
+            reason: FailReason::EndTimeout
+        }),
+        "{a:?}"
+    );
+    assert!(
+        b.contains(&Event::Failed {
+            reason: FailReason::EchoTimeout
+        }),
+        "{b:?}"
+    );
+    assert!(net.nodes.iter().all(|n| n.handles().count() == 0));
+    // Every END reply lost: the closer gives up, the peer closes after its linger.
+    let (a, b, net) = close_with_lost_end(1);
+    assert!(
+        a.contains(&Event::Failed {
+            reason: FailReason::EndTimeout
+        }),
+        "{a:?}"
+    );
+    assert!(
+        b.contains(&Event::Closed {
+            reason: CloseReason::Peer
+        }),
+        "{b:?}"
+    );
+    assert!(net.nodes.iter().all(|n| n.handles().count() == 0));
+}
+
+#[test]
+fn priority_three_overtakes_queued_priority_zero() {
+    let mut net = Net::new(
+        0,
+        vec![(Config::default(), false), (Config::default(), true)],
+        Faults::default(),
+    );
+    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    let c = net.nodes[0].connection_mut(h).unwrap();
+    for i in 0..10u8 {
+        c.send_message(vec![0, i], 0).unwrap();
+    }
+    c.send_message(vec![3], 3).unwrap();
+    net.run(Duration::from_secs(1), "priority");
+    let got: Vec<(u8, Vec<u8>)> = net.events[1]
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Message { priority, data, .. } => Some((*priority, data.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(got.len(), 11);
+    assert_eq!(got[0], (3, vec![3]), "{got:?}");
+    assert!(got[1..].iter().all(|(p, _)| *p == 0));
+}
+
+#[test]
+fn cqos_changes_reliability_mid_connection() {
+    let mut net = Net::new(
+        0,
+        vec![(Config::default(), false), (Config::default(), true)],
+        Faults::default(),
+    );
+    let flags = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let seen = flags.clone();
+    net.filter = Some(Box::new(move |from, bytes| {
+        let p = Packet::new_checked(bytes).unwrap();
+        if p.packet_type() == Ok(PacketType::Data) {
+            seen.borrow_mut().push((from, p.flags()));
+        }
+        false
+    }));
+    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    net.nodes[0]
+        .connection_mut(h)
+        .unwrap()
+        .send_message(b"before".to_vec(), 0)
+        .unwrap();
+    net.run(Duration::from_millis(100), "cqos");
+    let now = net.now;
+    net.nodes[0]
+        .connection_mut(h)
+        .unwrap()
+        .set_reliability(now, Reliability::Unreliable);
+    net.run(Duration::from_millis(100), "cqos");
+    net.nodes[0]
+        .connection_mut(h)
+        .unwrap()
+        .send_message(b"after".to_vec(), 0)
+        .unwrap();
+    let h1 = net.nodes[1].handles().next().unwrap();
+    net.nodes[1]
+        .connection_mut(h1)
+        .unwrap()
+        .send_message(b"reverse".to_vec(), 0)
+        .unwrap();
+    net.run(Duration::from_millis(100), "cqos");
+    let changed = |i: usize| {
+        net.events[i]
+            .iter()
+            .any(|e| e.event == Event::ReliabilityChanged(Reliability::Unreliable))
+    };
+    assert!(changed(0) && changed(1));
+    assert_eq!(
+        net.nodes[1].connection(h1).unwrap().reliability(),
+        Reliability::Unreliable
+    );
+    let f = flags.borrow();
+    let mode = |x: &(usize, Flags)| Reliability::from_flags(x.1);
+    assert_eq!(mode(&f[0]), Reliability::Reliable, "{f:?}");
+    assert!(
+        f[1..].iter().all(|x| mode(x) == Reliability::Unreliable),
+        "{f:?}"
+    );
+    assert!(f.iter().any(|x| x.0 == 1), "the peer sent nothing");
+}
+
+#[test]
+fn window_flow_control_holds_the_sender_back() {
+    let rx = Config {
+        recv_window: 1000,
+        block_size: 100,
+        ..Config::default()
+    };
+    let tx = Config {
+        block_size: 100,
+        ..Config::default()
+    };
+    let mut net = Net::new(0, vec![(tx, false), (rx, true)], Faults::default());
+    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    for i in 0..50u8 {
+        net.nodes[0]
+            .connection_mut(h)
+            .unwrap()
+            .send_message(vec![i; 300], 0)
+            .unwrap();
+    }
+    // The receiving application reads nothing for a while.
+    net.auto_events = false;
+    net.run(Duration::from_millis(500), "window");
+    let stats = net.nodes[0].connection(h).unwrap().stats().clone();
+    assert!(stats.max_in_flight <= 1000, "{stats:?}");
+    let pending = net.nodes[0].connection(h).unwrap().pending_bytes();
+    assert!(
+        pending >= 40 * 300,
+        "sender was not held back: {pending} bytes pending"
+    );
+    // The application reads: the window reopens and everything arrives.
+    net.auto_events = true;
+    net.run(Duration::from_secs(5), "window");
+    let n = net.events[1]
+        .iter()
+        .filter(|e| matches!(e.event, Event::Message { .. }))
+        .count();
+    assert_eq!(n, 50);
+}
+
+#[test]
+fn echo_measures_rtt_into_stats() {
+    let mut net = Net::new(
+        0,
+        vec![(Config::default(), false), (Config::default(), true)],
+        Faults::default(),
+    );
+    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    net.run(Duration::from_millis(2500), "echo");
+    let rtt = net.nodes[0].connection(h).unwrap().stats().rtt.unwrap();
+    assert!(
+        rtt >= Duration::from_micros(1000) && rtt <= Duration::from_micros(1400),
+        "{rtt:?}"
+    );
+    assert!(net.events[0]
+        .iter()
+        .any(|e| matches!(e.event, Event::RttSample(_))));
+}
+
+#[test]
+fn bad_packets_are_counted_and_dropped() {
+    let mut net = Net::new(
+        0,
+        vec![(Config::default(), false), (Config::default(), true)],
+        Faults::default(),
+    );
+    let mut good = Vec::new();
+    viastack_sp::wire::Repr {
+        packet_type: PacketType::Data,
+        dest_id: 1,
+        flags: Flags::ST_CKS,
+        ..Default::default()
+    }
+    .emit_into(b"abc", &mut good)
+    .unwrap();
+    let ep = &mut net.nodes[1];
+    ep.handle_datagram(Instant::ZERO, 0, &good[..10]); // truncated
+    let mut long = good.clone();
+    long.push(0); // TOTAL_LEN mismatch
+    ep.handle_datagram(Instant::ZERO, 0, &long);
+    let mut t = good.clone();
+    t[4] = 0xf0; // type 15
+    ep.handle_datagram(Instant::ZERO, 0, &t);
+    let mut c = good.clone();
+    c[21] ^= 4; // payload bit under ST_CKS
+    ep.handle_datagram(Instant::ZERO, 0, &c);
+    let s = ep.stats().clone();
+    assert_eq!(
+        (s.truncated, s.bad_total_len, s.bad_type, s.bad_checksum),
+        (1, 1, 1, 1)
+    );
+    assert_eq!(s.bad_packets(), 4);
+    assert!(ep.poll_event().is_none());
+    assert_eq!(ep.handles().count(), 0);
+}
+
+#[test]
+fn a_peer_that_forgot_the_connection_resets_it() {
+    let mut net = Net::new(
+        0,
+        vec![(Config::default(), false), (Config::default(), true)],
+        Faults::default(),
+    );
+    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    net.run_until(Duration::from_secs(1), "open", |n| !n.events[1].is_empty());
+    // Node 1 abandons its side without a word (a restart would do the same).
+    let h1 = net.nodes[1].handles().next().unwrap();
+    net.nodes[1].connection_mut(h1).unwrap().abort();
+    net.run(Duration::from_millis(10), "abort");
+    assert_eq!(net.nodes[1].handles().count(), 0);
+    net.nodes[0]
+        .connection_mut(h)
+        .unwrap()
+        .send_message(b"anyone?".to_vec(), 0)
+        .unwrap();
+    net.run(Duration::from_secs(1), "reset");
+    assert!(
+        net.events[0].iter().any(|e| e.event
+            == Event::Failed {
+                reason: FailReason::Reset
+            }),
+        "{:?}",
+        net.events[0]
+    );
+    assert!(net.nodes[1].stats().unknown_connection > 0);
+}
+
+/// Opens a connection, then loses what `lose(from, packet)` picks while node 0 sends one
+/// message; returns node 0's events.
+fn send_while_losing(lose: impl Fn(usize, &Packet<&[u8]>) -> bool + 'static) -> Vec<Event> {
+    let mut net = Net::new(
+        0,
+        vec![(Config::default(), false), (Config::default(), true)],
+        Faults::default(),
+    );
+    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    net.run_until(Duration::from_secs(1), "open", |n| !n.events[1].is_empty());
+    net.filter = Some(Box::new(move |from, bytes| {
+        lose(from, &Packet::new_checked(bytes).unwrap())
+    }));
+    net.nodes[0]
+        .connection_mut(h)
+        .unwrap()
+        .send_message(vec![7; 100], 0)
+        .unwrap();
+    net.run(Duration::from_secs(10), "lossy send");
+    net.events[0].iter().map(|e| e.event.clone()).collect()
+}
+
+#[test]
+fn ack_timer_gives_up_on_a_silent_peer() {
+    // Everything node 1 sends is lost: the probes go unanswered.
+    let ev = send_while_losing(|from, _| from == 1);
+    assert!(
+        ev.contains(&Event::Failed {
+            reason: FailReason::AckTimeout
+        }),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn retrans_timer_gives_up_when_retransmissions_never_arrive() {
+    // The first copy and every retransmission of the data are lost; ACKs and NACKs flow.
+    let ev = send_while_losing(|from, p| from == 0 && p.packet_type() == Ok(PacketType::Data));
+    assert!(
+        ev.contains(&Event::Failed {
+            reason: FailReason::RetransmitExhausted
+        }),
+        "{ev:?}"
+    );
+}
