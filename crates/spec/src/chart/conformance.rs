@@ -1,0 +1,1 @@
+//! The W3C SCXML conformance suite runner.

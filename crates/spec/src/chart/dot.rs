@@ -1,0 +1,1 @@
+//! Graphviz rendering of a chart.
