@@ -241,7 +241,7 @@ impl<'d> V<'d> {
                 self.error(e.pos, "empty event= (expected event descriptors)".into());
             }
             for d in e.text.split_whitespace() {
-                if d.contains("..") || d.starts_with('.') {
+                if d.contains("..") || (d.starts_with('.') && d != ".*") {
                     self.error(
                         e.pos,
                         format!("bad event descriptor \"{d}\" (expected dot-separated tokens)"),
