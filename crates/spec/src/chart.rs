@@ -201,6 +201,12 @@ pub trait Extension {
         Vec::new()
     }
 
+    /// Whether this custom element ends the instance (the seed's `terminate`): the verifier
+    /// counts a state or transition running it as reaching the end. Default: no.
+    fn terminates(&self, _el: &CustomElement) -> bool {
+        false
+    }
+
     /// Names of the events the environment can deliver (e.g. the seed's declared basic and
     /// composite events). `None` (the default) means "unknown": every event a transition
     /// names is assumed deliverable, and "undefined event" is not checked.

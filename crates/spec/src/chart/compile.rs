@@ -177,6 +177,9 @@ pub struct TransInfo {
     pub domain: Option<u32>,
     /// Whether a target is a history state (domain computed at run time).
     pub history_target: bool,
+    /// Fast path: source and single target are atomic children of the (compound) domain, so
+    /// the exit set is the source alone and the entry set the target alone.
+    pub simple: bool,
     /// Where the element starts.
     pub pos: Pos,
 }
@@ -204,6 +207,7 @@ pub struct Chart<A> {
     pub(crate) atomic: Vec<u64>,
     pub(crate) late_binding: bool,
     pub(crate) step_limit: u32,
+    pub(crate) has_eventless: bool,
     pub(crate) root_initial: u32,
     pub(crate) sym_error_execution: Symbol,
     pub(crate) sym_error_communication: Symbol,
@@ -629,6 +633,7 @@ impl<E: Extension> Compiler<'_, E> {
                     body: Vec::new(),
                     domain: None,
                     history_target: false,
+                    simple: false,
                     pos: st.pos,
                 });
                 self.states[me as usize].initial = Some(id);
@@ -726,6 +731,7 @@ impl<E: Extension> Compiler<'_, E> {
             body,
             domain: None,
             history_target: false,
+            simple: false,
             pos: t.pos,
         });
         id
@@ -907,6 +913,13 @@ impl<E: Extension> Compiler<'_, E> {
                 lcca(&self.states, source, &targets)
             };
             self.trans[t].domain = Some(domain);
+            let atomic = |k: Kind| matches!(k, Kind::Atomic | Kind::Final);
+            self.trans[t].simple = targets.len() == 1
+                && atomic(src_kind)
+                && atomic(self.states[targets[0] as usize].kind)
+                && self.states[source as usize].parent == domain
+                && self.states[targets[0] as usize].parent == domain
+                && self.states[domain as usize].kind == Kind::Compound;
         }
         if self.diags.iter().any(Diagnostic::is_error) {
             return Err(Diagnostics(self.diags));
@@ -953,6 +966,7 @@ impl<E: Extension> Compiler<'_, E> {
             }
         }
         let root_initial = self.states[0].initial.unwrap_or(0);
+        let has_eventless = !eventless.is_empty();
         let sym_error_execution = self.symbol("error.execution");
         let sym_error_communication = self.symbol("error.communication");
         let name = self.states[0].id.clone();
@@ -975,6 +989,7 @@ impl<E: Extension> Compiler<'_, E> {
             atomic,
             late_binding,
             step_limit: DEFAULT_STEP_LIMIT,
+            has_eventless,
             root_initial,
             sym_error_execution,
             sym_error_communication,

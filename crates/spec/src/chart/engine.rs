@@ -636,7 +636,11 @@ impl Instance {
     /// Eventless transitions and internal events until stable.
     fn stabilize<A, H: Host<A>>(&mut self, rt: &mut Rt<'_, A, H>) -> Result<(), RunError> {
         while self.phase == Phase::Running {
-            self.select_transitions(rt, true);
+            if rt.chart.has_eventless {
+                self.select_transitions(rt, true);
+            } else {
+                rt.sc.enabled.clear();
+            }
             if rt.sc.enabled.is_empty() {
                 let Some(ev) = self.internal.pop_front() else {
                     break;
@@ -657,11 +661,32 @@ impl Instance {
             self.internal.clear();
             return Err(RunError::StepLimit { steps: rt.steps });
         }
-        if rt.sc.enabled.len() > 1 {
+        let chart = rt.chart;
+        if rt.sc.enabled.len() == 1 {
+            let t = rt.sc.enabled[0];
+            let tr = &chart.trans[t as usize];
+            if tr.targets.is_empty() {
+                // Targetless: no exit, no entry.
+                let _ = self.exec_block(rt, &tr.body);
+                return Ok(());
+            }
+            if tr.simple {
+                // Exit set {source}, entry set {target}: no set computations.
+                for block in &chart.states[tr.source as usize].onexit {
+                    let _ = self.exec_block(rt, block);
+                }
+                clear_bit(&mut self.config, tr.source);
+                let _ = self.exec_block(rt, &tr.body);
+                self.enter_state(rt, tr.targets[0], false, &[]);
+                if self.phase == Phase::Final {
+                    self.exit_interpreter(rt);
+                }
+                return Ok(());
+            }
+        } else {
             self.remove_conflicts(rt);
         }
         self.exit_states(rt);
-        let chart = rt.chart;
         let enabled = std::mem::take(&mut rt.sc.enabled);
         for &t in &enabled {
             let _ = self.exec_block(rt, &chart.trans[t as usize].body);
@@ -923,48 +948,61 @@ impl Instance {
         let default_entry = std::mem::take(&mut rt.sc.default_entry);
         let default_hist = std::mem::take(&mut rt.sc.default_hist);
         for s in ones(&enter) {
-            set_bit(&mut self.config, s);
-            let st = &chart.states[s as usize];
-            if chart.late_binding && !bit(&self.inited, s) {
-                self.init_data(rt, s);
-            }
-            for block in &st.onentry {
-                let _ = self.exec_block(rt, block);
-            }
-            if bit(&default_entry, s) {
-                if let Some(t) = st.initial {
-                    let _ = self.exec_block(rt, &chart.trans[t as usize].body);
-                }
-            }
-            for &(p, ht) in &default_hist {
-                if p == s {
-                    let _ = self.exec_block(rt, &chart.trans[ht as usize].body);
-                }
-            }
-            if st.kind == Kind::Final {
-                let parent = st.parent;
-                if parent == 0 {
-                    self.phase = Phase::Final;
-                } else {
-                    let data = self.done_data(rt, s);
-                    self.raise_done(chart, parent, data);
-                    let gp = chart.states[parent as usize].parent;
-                    if chart.states[gp as usize].kind == Kind::Parallel
-                        && chart.states[gp as usize]
-                            .children
-                            .iter()
-                            .all(|&c| self.in_final(chart, c))
-                    {
-                        self.raise_done(chart, gp, Value::Null);
-                    }
-                }
-            }
+            self.enter_state(rt, s, bit(&default_entry, s), &default_hist);
         }
         rt.sc.enter = enter;
         rt.sc.default_entry = default_entry;
         rt.sc.default_hist = default_hist;
         if self.phase == Phase::Final {
             self.exit_interpreter(rt);
+        }
+    }
+
+    /// Enters one state: datamodel (late binding), `onentry`, initial or default-history
+    /// content, `done.state.ID` events.
+    fn enter_state<A, H: Host<A>>(
+        &mut self,
+        rt: &mut Rt<'_, A, H>,
+        s: u32,
+        default_entry: bool,
+        default_hist: &[(u32, u32)],
+    ) {
+        let chart = rt.chart;
+        set_bit(&mut self.config, s);
+        let st = &chart.states[s as usize];
+        if chart.late_binding && !bit(&self.inited, s) {
+            self.init_data(rt, s);
+        }
+        for block in &st.onentry {
+            let _ = self.exec_block(rt, block);
+        }
+        if default_entry {
+            if let Some(t) = st.initial {
+                let _ = self.exec_block(rt, &chart.trans[t as usize].body);
+            }
+        }
+        for &(p, ht) in default_hist {
+            if p == s {
+                let _ = self.exec_block(rt, &chart.trans[ht as usize].body);
+            }
+        }
+        if st.kind == Kind::Final {
+            let parent = st.parent;
+            if parent == 0 {
+                self.phase = Phase::Final;
+            } else {
+                let data = self.done_data(rt, s);
+                self.raise_done(chart, parent, data);
+                let gp = chart.states[parent as usize].parent;
+                if chart.states[gp as usize].kind == Kind::Parallel
+                    && chart.states[gp as usize]
+                        .children
+                        .iter()
+                        .all(|&c| self.in_final(chart, c))
+                {
+                    self.raise_done(chart, gp, Value::Null);
+                }
+            }
         }
     }
 
