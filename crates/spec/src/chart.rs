@@ -146,8 +146,7 @@ pub struct Diagnostics(pub Vec<Diagnostic>);
 impl Diagnostics {
     /// Sorts by position (errors first at equal positions).
     pub fn sort(&mut self) {
-        self.0
-            .sort_by(|a, b| (a.pos, a.severity).cmp(&(b.pos, b.severity)));
+        self.0.sort_by_key(|d| (d.pos, d.severity));
     }
 
     /// Whether any is an error.
