@@ -241,7 +241,17 @@ struct Scratch {
 }
 
 thread_local! {
-    static SCRATCH: Cell<Scratch> = Cell::new(Scratch::default());
+    /// Reused across calls; boxed so taking and returning it moves one pointer. A reentrant
+    /// call (a host running another instance from an action) finds it taken and uses a fresh one.
+    static SCRATCH: Cell<Option<Box<Scratch>>> = const { Cell::new(None) };
+}
+
+fn take_scratch() -> Box<Scratch> {
+    SCRATCH.with(Cell::take).unwrap_or_default()
+}
+
+fn put_scratch(sc: Box<Scratch>) {
+    SCRATCH.with(|c| c.set(Some(sc)));
 }
 
 fn bit(bits: &[u64], i: u32) -> bool {
@@ -284,7 +294,7 @@ struct Rt<'c, A, H> {
     host: &'c mut H,
     now: Instant,
     steps: u32,
-    sc: Scratch,
+    sc: Box<Scratch>,
 }
 
 struct Env<'a, A> {
@@ -434,7 +444,7 @@ impl Instance {
             host,
             now,
             steps: 0,
-            sc: SCRATCH.with(Cell::take),
+            sc: take_scratch(),
         };
         if chart.late_binding {
             self.init_data(&mut rt, 0);
@@ -449,7 +459,7 @@ impl Instance {
         let r = self
             .stabilize(&mut rt)
             .and_then(|()| self.drain_external(&mut rt));
-        SCRATCH.with(|c| c.set(rt.sc));
+        put_scratch(rt.sc);
         r.map(|()| self.status())
     }
 
@@ -488,7 +498,7 @@ impl Instance {
             host,
             now,
             steps: 0,
-            sc: SCRATCH.with(Cell::take),
+            sc: take_scratch(),
         };
         let r = if self.external.is_empty() {
             self.macrostep(&mut rt, event)
@@ -497,7 +507,7 @@ impl Instance {
             self.external.push_back(event);
             self.drain_external(&mut rt)
         };
-        SCRATCH.with(|c| c.set(rt.sc));
+        put_scratch(rt.sc);
         r.map(|()| self.status())
     }
 
@@ -529,7 +539,7 @@ impl Instance {
             host,
             now,
             steps: 0,
-            sc: SCRATCH.with(Cell::take),
+            sc: take_scratch(),
         };
         let mut r = Ok(());
         while self.phase == Phase::Running {
@@ -548,7 +558,7 @@ impl Instance {
                 break;
             }
         }
-        SCRATCH.with(|c| c.set(rt.sc));
+        put_scratch(rt.sc);
         r.map(|()| self.status())
     }
 

@@ -7,7 +7,7 @@
 //! - a history state with more than one default transition, or whose default target is not
 //!   a descendant of its parent;
 //! - a `<data>` id declared twice;
-//! - an expression or location that does not parse (see [`expr`](super::expr)), an unknown
+//! - an expression or location that does not parse (see [`expr`]), an unknown
 //!   state in `In()`;
 //! - a delay that does not parse.
 //!
