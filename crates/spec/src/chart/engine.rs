@@ -276,12 +276,89 @@ fn any_in(bits: &[u64], lo: u32, hi: u32) -> bool {
     (lo..hi).any(|i| bit(bits, i))
 }
 
-fn ones(bits: &[u64]) -> impl DoubleEndedIterator<Item = u32> + '_ {
-    bits.iter().enumerate().flat_map(|(wi, &w)| {
-        (0..64u32)
-            .filter(move |b| w & (1 << b) != 0)
-            .map(move |b| u32::try_from(wi).unwrap_or(0) * 64 + b)
-    })
+/// Indexes of the set bits, ascending (or descending with `.rev()`), skipping zero words.
+fn ones(bits: &[u64]) -> Ones<'_> {
+    Ones {
+        bits,
+        front: 0,
+        back: bits.len(),
+        fw: bits.first().copied().unwrap_or(0),
+        bw: bits.last().copied().unwrap_or(0),
+    }
+}
+
+struct Ones<'a> {
+    bits: &'a [u64],
+    /// Word index of the front cursor and the bits of that word not yet yielded.
+    front: usize,
+    fw: u64,
+    /// One past the word index of the back cursor and that word's remaining bits.
+    back: usize,
+    bw: u64,
+}
+
+impl Ones<'_> {
+    fn index(w: usize, b: u32) -> u32 {
+        u32::try_from(w).unwrap_or(u32::MAX / 64) * 64 + b
+    }
+}
+
+impl Iterator for Ones<'_> {
+    type Item = u32;
+    fn next(&mut self) -> Option<u32> {
+        loop {
+            if self.front + 1 >= self.back {
+                // Front and back share the last word: the back's copy is authoritative.
+                if self.front + 1 != self.back || self.bw == 0 {
+                    return None;
+                }
+                let w = self.fw & self.bw;
+                if w == 0 {
+                    return None;
+                }
+                let b = w.trailing_zeros();
+                self.fw = w & (w - 1);
+                self.bw = self.fw;
+                return Some(Self::index(self.front, b));
+            }
+            if self.fw != 0 {
+                let b = self.fw.trailing_zeros();
+                self.fw &= self.fw - 1;
+                return Some(Self::index(self.front, b));
+            }
+            self.front += 1;
+            self.fw = self.bits[self.front];
+        }
+    }
+}
+
+impl DoubleEndedIterator for Ones<'_> {
+    fn next_back(&mut self) -> Option<u32> {
+        loop {
+            if self.back == 0 {
+                return None;
+            }
+            let w = if self.front + 1 == self.back {
+                self.fw & self.bw
+            } else {
+                self.bw
+            };
+            if w != 0 {
+                let b = 63 - w.leading_zeros();
+                let rest = w & !(1u64 << b);
+                self.bw = rest;
+                if self.front + 1 == self.back {
+                    self.fw = rest;
+                }
+                return Some(Self::index(self.back - 1, b));
+            }
+            if self.front + 1 >= self.back {
+                return None;
+            }
+            self.back -= 1;
+            self.bw = self.bits[self.back - 1];
+        }
+    }
 }
 
 fn reset(bits: &mut Vec<u64>, words: usize) {
@@ -1472,5 +1549,34 @@ impl Instance {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ones;
+
+    #[test]
+    fn set_bits_both_ways() {
+        let bits = [0b1010_u64, 0, 1 << 63 | 1, 0b110];
+        let up: Vec<u32> = ones(&bits).collect();
+        assert_eq!(up, [1, 3, 128, 191, 193, 194]);
+        let down: Vec<u32> = ones(&bits).rev().collect();
+        assert_eq!(down, [194, 193, 191, 128, 3, 1]);
+        let mut it = ones(&bits);
+        assert_eq!(
+            (it.next(), it.next_back(), it.next(), it.next_back()),
+            (Some(1), Some(194), Some(3), Some(193))
+        );
+        assert_eq!(it.collect::<Vec<_>>(), [128, 191]);
+        assert_eq!(ones(&[]).count(), 0);
+        assert_eq!(ones(&[0, 0]).next_back(), None);
+        let one = [1u64 << 5 | 1 << 7];
+        assert_eq!(ones(&one).rev().collect::<Vec<_>>(), [7, 5]);
+        let mut it = ones(&one);
+        assert_eq!(
+            (it.next(), it.next_back(), it.next()),
+            (Some(5), Some(7), None)
+        );
     }
 }
