@@ -372,3 +372,36 @@ fn instances_are_small() {
     let bytes = std::mem::size_of::<Instance>() + i.heap_bytes();
     assert!(bytes <= 512, "{bytes} bytes per instance");
 }
+
+#[test]
+fn charts_are_shared_and_instances_move_between_threads() {
+    fn shared<T: Send + Sync>() {}
+    fn movable<T: Send>() {}
+    shared::<Chart<()>>();
+    movable::<Instance>();
+}
+
+#[test]
+fn dot_draws_clusters_history_and_initial_arrows() {
+    let src = format!(
+        r#"<scxml {NS} initial="p">
+        <parallel id="p">
+          <state id="r1"><history id="h"/><state id="a"><transition event="e" cond="true" target="b"><raise event="x"/></transition></state><state id="b"/></state>
+          <state id="r2"><state id="c"><transition event="t"><send event="t" delay="1s"/></transition></state></state>
+        </parallel></scxml>"#
+    );
+    let doc = chart::parse("t.scxml", &src).unwrap();
+    let dot = chart::dot::to_dot(&doc);
+    assert!(dot.contains(r#"subgraph "cluster_p" {"#), "{dot}");
+    assert!(dot.contains("style=dashed"), "{dot}");
+    assert!(dot.contains(r#""h" [shape=circle, label="H"];"#), "{dot}");
+    assert!(dot.contains(r#""__initial_r1" -> "a";"#), "{dot}");
+    assert!(
+        dot.contains(r#""a" -> "b" [label="e [true] / raise x"];"#),
+        "{dot}"
+    );
+    assert!(
+        dot.contains(r#""c" -> "c" [label="t / send t after 1s", style=dotted];"#),
+        "{dot}"
+    );
+}
