@@ -405,3 +405,53 @@ fn dot_draws_clusters_history_and_initial_arrows() {
         "{dot}"
     );
 }
+
+/// A host whose action drives a second instance of another chart (re-entering the engine).
+struct Nested<'c> {
+    inner: &'c Chart<()>,
+    instance: Instance,
+}
+
+impl Host<Act> for Nested<'_> {
+    fn execute(&mut self, _action: &Act, _vars: &mut Vars<'_>) -> Result<(), String> {
+        self.instance
+            .handle_event(
+                self.inner,
+                Instant::ZERO,
+                ExternalEvent::named("go"),
+                &mut NoHost,
+            )
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[test]
+fn a_host_may_run_another_instance_from_an_action() {
+    let inner = chart(
+        r#"initial="a"><state id="a"><transition event="go" target="b"/></state><state id="b"/>"#,
+    );
+    let src = format!(
+        r#"<scxml {NS} initial="s"><state id="s"><transition event="hit" target="t"><action:count var="k"/></transition></state><final id="t"/></scxml>"#
+    );
+    let (outer, _) = Chart::compile(&chart::parse("o.scxml", &src).unwrap(), &Actions).unwrap();
+    let mut host = Nested {
+        inner: &inner,
+        instance: Instance::new(&inner),
+    };
+    host.instance
+        .start(&inner, Instant::ZERO, &mut NoHost)
+        .unwrap();
+    let mut i = Instance::new(&outer);
+    i.start(&outer, Instant::ZERO, &mut host).unwrap();
+    let st = i
+        .handle_event(
+            &outer,
+            Instant::ZERO,
+            ExternalEvent::named("hit"),
+            &mut host,
+        )
+        .unwrap();
+    assert_eq!(st, Status::Final);
+    assert_eq!(active(&inner, &host.instance), ["b"]);
+}

@@ -229,7 +229,6 @@ pub struct Instance {
 
 #[derive(Default)]
 struct Scratch {
-    enabled: Vec<u32>,
     filtered: Vec<u32>,
     exit: Vec<u64>,
     exit_a: Vec<u64>,
@@ -371,7 +370,56 @@ struct Rt<'c, A, H> {
     host: &'c mut H,
     now: Instant,
     steps: u32,
-    sc: Box<Scratch>,
+    /// Taken from the thread's buffer on first use (not at all on the fast paths).
+    sc: Option<Box<Scratch>>,
+    enabled: Enabled,
+}
+
+/// The enabled transitions of a step: inline up to 6, spilling to the heap beyond.
+#[derive(Default)]
+struct Enabled {
+    small: [u32; 6],
+    n: usize,
+    big: Vec<u32>,
+}
+
+impl Enabled {
+    fn clear(&mut self) {
+        self.n = 0;
+        self.big.clear();
+    }
+
+    fn as_slice(&self) -> &[u32] {
+        if self.big.is_empty() {
+            &self.small[..self.n]
+        } else {
+            &self.big
+        }
+    }
+
+    fn push(&mut self, t: u32) {
+        if self.big.is_empty() && self.n < self.small.len() {
+            self.small[self.n] = t;
+            self.n += 1;
+        } else {
+            if self.big.is_empty() {
+                self.big.extend_from_slice(&self.small[..self.n]);
+            }
+            self.big.push(t);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn contains(&self, t: u32) -> bool {
+        self.as_slice().contains(&t)
+    }
 }
 
 struct Env<'a, A> {
@@ -521,7 +569,8 @@ impl Instance {
             host,
             now,
             steps: 0,
-            sc: take_scratch(),
+            sc: None,
+            enabled: Enabled::default(),
         };
         if chart.late_binding {
             self.init_data(&mut rt, 0);
@@ -530,13 +579,15 @@ impl Instance {
                 self.init_data(&mut rt, u32::try_from(s).unwrap_or(0));
             }
         }
-        rt.sc.enabled.clear();
-        rt.sc.enabled.push(chart.root_initial);
+        rt.enabled.clear();
+        rt.enabled.push(chart.root_initial);
         self.enter_states(&mut rt);
         let r = self
             .stabilize(&mut rt)
             .and_then(|()| self.drain_external(&mut rt));
-        put_scratch(rt.sc);
+        if let Some(sc) = rt.sc.take() {
+            put_scratch(sc);
+        }
         r.map(|()| self.status())
     }
 
@@ -575,7 +626,8 @@ impl Instance {
             host,
             now,
             steps: 0,
-            sc: take_scratch(),
+            sc: None,
+            enabled: Enabled::default(),
         };
         let r = if self.external.is_empty() {
             self.macrostep(&mut rt, event)
@@ -584,7 +636,9 @@ impl Instance {
             self.external.push_back(event);
             self.drain_external(&mut rt)
         };
-        put_scratch(rt.sc);
+        if let Some(sc) = rt.sc.take() {
+            put_scratch(sc);
+        }
         r.map(|()| self.status())
     }
 
@@ -616,7 +670,8 @@ impl Instance {
             host,
             now,
             steps: 0,
-            sc: take_scratch(),
+            sc: None,
+            enabled: Enabled::default(),
         };
         let mut r = Ok(());
         while self.phase == Phase::Running {
@@ -635,7 +690,9 @@ impl Instance {
                 break;
             }
         }
-        put_scratch(rt.sc);
+        if let Some(sc) = rt.sc.take() {
+            put_scratch(sc);
+        }
         r.map(|()| self.status())
     }
 
@@ -714,7 +771,7 @@ impl Instance {
     ) -> Result<(), RunError> {
         self.last_event = Some(ev);
         self.select_transitions(rt, false);
-        if !rt.sc.enabled.is_empty() {
+        if !rt.enabled.is_empty() {
             self.microstep(rt)?;
         }
         self.stabilize(rt)
@@ -726,16 +783,16 @@ impl Instance {
             if rt.chart.has_eventless {
                 self.select_transitions(rt, true);
             } else {
-                rt.sc.enabled.clear();
+                rt.enabled.clear();
             }
-            if rt.sc.enabled.is_empty() {
+            if rt.enabled.is_empty() {
                 let Some(ev) = self.internal.pop_front() else {
                     break;
                 };
                 self.last_event = Some(ev);
                 self.select_transitions(rt, false);
             }
-            if !rt.sc.enabled.is_empty() {
+            if !rt.enabled.is_empty() {
                 self.microstep(rt)?;
             }
         }
@@ -749,8 +806,8 @@ impl Instance {
             return Err(RunError::StepLimit { steps: rt.steps });
         }
         let chart = rt.chart;
-        if rt.sc.enabled.len() == 1 {
-            let t = rt.sc.enabled[0];
+        if rt.enabled.len() == 1 {
+            let t = rt.enabled.as_slice()[0];
             let tr = &chart.trans[t as usize];
             if tr.targets.is_empty() {
                 // Targetless: no exit, no entry.
@@ -774,18 +831,18 @@ impl Instance {
             self.remove_conflicts(rt);
         }
         self.exit_states(rt);
-        let enabled = std::mem::take(&mut rt.sc.enabled);
-        for &t in &enabled {
+        let enabled = std::mem::take(&mut rt.enabled);
+        for &t in enabled.as_slice() {
             let _ = self.exec_block(rt, &chart.trans[t as usize].body);
         }
-        rt.sc.enabled = enabled;
+        rt.enabled = enabled;
         self.enter_states(rt);
         Ok(())
     }
 
     fn select_transitions<A, H>(&mut self, rt: &mut Rt<'_, A, H>, eventless: bool) {
         let chart = rt.chart;
-        rt.sc.enabled.clear();
+        rt.enabled.clear();
         let mut errors = 0u32;
         let ev_name = if eventless {
             None
@@ -809,8 +866,8 @@ impl Instance {
                     Some(EvName::Dyn(name)) => self.first_enabled_slow(chart, s, name, &mut errors),
                 };
                 if let Some(t) = found {
-                    if !rt.sc.enabled.contains(&t) {
-                        rt.sc.enabled.push(t);
+                    if !rt.enabled.contains(t) {
+                        rt.enabled.push(t);
                     }
                 }
             }
@@ -929,10 +986,9 @@ impl Instance {
     fn remove_conflicts<A, H>(&mut self, rt: &mut Rt<'_, A, H>) {
         let chart = rt.chart;
         let words = chart.words;
-        let sc = &mut rt.sc;
+        let sc: &mut Scratch = rt.sc.get_or_insert_with(take_scratch);
         sc.filtered.clear();
-        let enabled = std::mem::take(&mut sc.enabled);
-        for &t1 in &enabled {
+        for &t1 in rt.enabled.as_slice() {
             reset(&mut sc.exit_a, words);
             self.exit_set(chart, t1, &mut sc.exit_a, &mut sc.targets);
             let mut preempted = false;
@@ -958,26 +1014,24 @@ impl Instance {
                 sc.filtered.push(t1);
             }
         }
-        sc.enabled = enabled;
-        sc.enabled.clear();
-        let filtered = std::mem::take(&mut sc.filtered);
-        sc.enabled.extend_from_slice(&filtered);
-        sc.filtered = filtered;
+        rt.enabled.clear();
+        for &t in &sc.filtered {
+            rt.enabled.push(t);
+        }
     }
 
     fn exit_states<A, H: Host<A>>(&mut self, rt: &mut Rt<'_, A, H>) {
         let chart = rt.chart;
         let words = chart.words;
-        reset(&mut rt.sc.exit, words);
-        for i in 0..rt.sc.enabled.len() {
-            let t = rt.sc.enabled[i];
-            let sc = &mut rt.sc;
+        let sc: &mut Scratch = rt.sc.get_or_insert_with(take_scratch);
+        reset(&mut sc.exit, words);
+        for &t in rt.enabled.as_slice() {
             self.exit_set(chart, t, &mut sc.exit, &mut sc.targets);
         }
-        if rt.sc.exit.iter().all(|&w| w == 0) {
+        if sc.exit.iter().all(|&w| w == 0) {
             return;
         }
-        let exit = std::mem::take(&mut rt.sc.exit);
+        let exit = std::mem::take(&mut sc.exit);
         // Record histories first.
         for s in ones(&exit).rev() {
             let st = &chart.states[s as usize];
@@ -1006,20 +1060,21 @@ impl Instance {
             }
             clear_bit(&mut self.config, s);
         }
-        rt.sc.exit = exit;
+        if let Some(sc) = rt.sc.as_mut() {
+            sc.exit = exit;
+        }
     }
 
     fn enter_states<A, H: Host<A>>(&mut self, rt: &mut Rt<'_, A, H>) {
         let chart = rt.chart;
         let words = chart.words;
         {
-            let sc = &mut rt.sc;
+            let sc: &mut Scratch = rt.sc.get_or_insert_with(take_scratch);
             reset(&mut sc.enter, words);
             reset(&mut sc.default_entry, words);
             sc.default_hist.clear();
             let mut tmp = std::mem::take(&mut sc.targets);
-            for i in 0..sc.enabled.len() {
-                let t = sc.enabled[i];
+            for &t in rt.enabled.as_slice() {
                 for &x in &chart.trans[t as usize].targets {
                     self.add_descendants(chart, x, sc);
                 }
@@ -1031,15 +1086,22 @@ impl Instance {
             }
             sc.targets = tmp;
         }
-        let enter = std::mem::take(&mut rt.sc.enter);
-        let default_entry = std::mem::take(&mut rt.sc.default_entry);
-        let default_hist = std::mem::take(&mut rt.sc.default_hist);
+        let (enter, default_entry, default_hist) = match rt.sc.as_mut() {
+            Some(sc) => (
+                std::mem::take(&mut sc.enter),
+                std::mem::take(&mut sc.default_entry),
+                std::mem::take(&mut sc.default_hist),
+            ),
+            None => return,
+        };
         for s in ones(&enter) {
             self.enter_state(rt, s, bit(&default_entry, s), &default_hist);
         }
-        rt.sc.enter = enter;
-        rt.sc.default_entry = default_entry;
-        rt.sc.default_hist = default_hist;
+        if let Some(sc) = rt.sc.as_mut() {
+            sc.enter = enter;
+            sc.default_entry = default_entry;
+            sc.default_hist = default_hist;
+        }
         if self.phase == Phase::Final {
             self.exit_interpreter(rt);
         }
