@@ -208,6 +208,10 @@ pub struct Chart<A> {
     pub(crate) late_binding: bool,
     pub(crate) step_limit: u32,
     pub(crate) has_eventless: bool,
+    /// What [`Instance::start`](super::Instance::start) enters, in order (state, default entry).
+    pub(crate) initial_entry: Vec<(u32, bool)>,
+    /// Default-history content run on that entry: (parent, transition).
+    pub(crate) initial_history: Vec<(u32, u32)>,
     pub(crate) root_initial: u32,
     pub(crate) sym_error_execution: Symbol,
     pub(crate) sym_error_communication: Symbol,
@@ -350,6 +354,9 @@ impl<A> Chart<A> {
             c.states[*owner as usize].initial = Some(id);
         }
         let mut chart = c.finish(doc.late_binding)?;
+        let (entry, history) = super::engine::Instance::initial_entry(&chart);
+        chart.initial_entry = entry;
+        chart.initial_history = history;
         let mut warnings = diags;
         warnings.extend(chart_diags(&mut chart));
         let vdiags = verify::verify(doc, &chart, ext);
@@ -991,6 +998,8 @@ impl<E: Extension> Compiler<'_, E> {
             late_binding,
             step_limit: DEFAULT_STEP_LIMIT,
             has_eventless,
+            initial_entry: Vec::new(),
+            initial_history: Vec::new(),
             root_initial,
             sym_error_execution,
             sym_error_communication,

@@ -579,9 +579,13 @@ impl Instance {
                 self.init_data(&mut rt, u32::try_from(s).unwrap_or(0));
             }
         }
-        rt.enabled.clear();
-        rt.enabled.push(chart.root_initial);
-        self.enter_states(&mut rt);
+        // The initial entry set is the same for every instance: computed once by the compiler.
+        for &(s, default_entry) in &chart.initial_entry {
+            self.enter_state(&mut rt, s, default_entry, &chart.initial_history);
+        }
+        if self.phase == Phase::Final {
+            self.exit_interpreter(&mut rt);
+        }
         let r = self
             .stabilize(&mut rt)
             .and_then(|()| self.drain_external(&mut rt));
@@ -731,6 +735,45 @@ impl Instance {
     }
 
     // ---- the algorithm ----
+
+    /// The entry set of the root's initial transition on a fresh instance, in entry order,
+    /// each with "enter by default" (run `<initial>` content), and the default-history content
+    /// to run: what [`Instance::start`] enters.
+    pub(crate) fn initial_entry<A>(chart: &Chart<A>) -> (Vec<(u32, bool)>, Vec<(u32, u32)>) {
+        let fresh = Instance {
+            config: vec![0; chart.words].into_boxed_slice(),
+            history: vec![0; chart.words * chart.n_history as usize].into_boxed_slice(),
+            inited: Box::new([]),
+            vars: Box::new([]),
+            internal: VecDeque::new(),
+            external: VecDeque::new(),
+            pending: Vec::new(),
+            last_event: None,
+            session: 0,
+            next_seq: 0,
+            phase: Phase::New,
+        };
+        let mut sc = Scratch::default();
+        reset(&mut sc.enter, chart.words);
+        reset(&mut sc.default_entry, chart.words);
+        let t = chart.root_initial as usize;
+        let Some(tr) = chart.trans.get(t) else {
+            return (Vec::new(), Vec::new());
+        };
+        for &x in &tr.targets {
+            fresh.add_descendants(chart, x, &mut sc);
+        }
+        let mut tmp = Vec::new();
+        let domain = fresh.domain(chart, chart.root_initial, &mut tmp);
+        fresh.effective_targets(chart, chart.root_initial, &mut tmp);
+        for &x in &tmp {
+            fresh.add_ancestors(chart, x, domain.unwrap_or(0), &mut sc);
+        }
+        let order = ones(&sc.enter)
+            .map(|s| (s, bit(&sc.default_entry, s)))
+            .collect();
+        (order, sc.default_hist)
+    }
 
     fn env<'a, A>(&'a self, chart: &'a Chart<A>) -> Env<'a, A> {
         Env {
