@@ -200,6 +200,9 @@ struct Pending {
     event: Event,
 }
 
+/// (state, entered by default) in entry order, and (parent, default-history transition).
+pub(crate) type InitialEntry = (Vec<(u32, bool)>, Vec<(u32, u32)>);
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     New,
@@ -739,7 +742,7 @@ impl Instance {
     /// The entry set of the root's initial transition on a fresh instance, in entry order,
     /// each with "enter by default" (run `<initial>` content), and the default-history content
     /// to run: what [`Instance::start`] enters.
-    pub(crate) fn initial_entry<A>(chart: &Chart<A>) -> (Vec<(u32, bool)>, Vec<(u32, u32)>) {
+    pub(crate) fn initial_entry<A>(chart: &Chart<A>) -> InitialEntry {
         let fresh = Instance {
             config: vec![0; chart.words].into_boxed_slice(),
             history: vec![0; chart.words * chart.n_history as usize].into_boxed_slice(),
