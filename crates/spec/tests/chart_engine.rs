@@ -455,3 +455,21 @@ fn a_host_may_run_another_instance_from_an_action() {
     assert_eq!(st, Status::Final);
     assert_eq!(active(&inner, &host.instance), ["b"]);
 }
+
+#[test]
+fn a_symbol_of_another_chart_is_ignored() {
+    let c = chart(
+        r#"initial="a"><state id="a"><transition event="*" target="b"/></state><state id="b"/>"#,
+    );
+    let mut i = Instance::new(&c);
+    i.start(&c, Instant::ZERO, &mut NoHost).unwrap();
+    let foreign = chart::Symbol(10_000);
+    i.handle_event(
+        &c,
+        Instant::ZERO,
+        ExternalEvent::symbol(foreign),
+        &mut NoHost,
+    )
+    .unwrap();
+    assert_eq!(active(&c, &i), ["a"]);
+}

@@ -214,7 +214,7 @@ const SCXML_PROCESSOR: &str = "http://www.w3.org/TR/scxml/#SCXMLEventProcessor";
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
-/// One live state machine.
+/// One live state machine. Always pass it the chart it was created from.
 #[derive(Clone, Debug)]
 pub struct Instance {
     config: Box<[u64]>,
@@ -599,7 +599,7 @@ impl Instance {
     }
 
     /// Processes one external event (a macrostep), then any events the machine sent to
-    /// itself without delay.
+    /// itself without delay. A [`Symbol`] that is not one of `chart`'s is ignored.
     ///
     /// # Errors
     /// [`RunError::StepLimit`]; [`RunError::NotStarted`].
@@ -616,6 +616,10 @@ impl Instance {
             Phase::Running => {}
         }
         let name = match ev.name {
+            // A symbol of another chart (a host's mistake) is not an event of this one.
+            EventName::Symbol(s) if s.0 as usize >= chart.symbols.len() => {
+                return Ok(self.status());
+            }
             EventName::Symbol(s) => EvName::Sym(s),
             EventName::Dynamic(n) => match chart.symbol(&n) {
                 Some(s) => EvName::Sym(s),
