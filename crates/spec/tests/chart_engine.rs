@@ -473,3 +473,22 @@ fn a_symbol_of_another_chart_is_ignored() {
     .unwrap();
     assert_eq!(active(&c, &i), ["a"]);
 }
+
+#[test]
+fn queues_are_bounded() {
+    let c = chart(
+        r#"initial="a">
+        <datamodel><data id="xs" expr="[1,2,3,4,5,6,7,8,9,10]"/></datamodel>
+        <state id="a">
+          <onentry>
+            <foreach array="[1,2,3,4,5,6,7,8,9,10,11]" item="i"><assign location="xs" expr="xs + xs"/></foreach>
+            <foreach array="xs" item="i"><send event="later" delay="1s"/></foreach>
+          </onentry>
+          <transition event="error.execution" target="b"/>
+        </state>
+        <state id="b"/>"#,
+    );
+    let mut i = Instance::new(&c);
+    i.start(&c, Instant::ZERO, &mut NoHost).unwrap();
+    assert_eq!(active(&c, &i), ["b"]);
+}

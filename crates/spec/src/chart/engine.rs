@@ -214,6 +214,10 @@ const SCXML_PROCESSOR: &str = "http://www.w3.org/TR/scxml/#SCXMLEventProcessor";
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
+/// Most events one instance may hold in each of its internal queue, external queue and
+/// pending delayed sends; a `<raise>`/`<send>` beyond it raises `error.execution`.
+pub const MAX_QUEUED: usize = 10_000;
+
 /// One live state machine. Always pass it the chart it was created from.
 #[derive(Clone, Debug)]
 pub struct Instance {
@@ -1404,6 +1408,9 @@ impl Instance {
         let chart = rt.chart;
         let x = |m: String| (false, m);
         match op {
+            Op::Raise(_) if self.internal.len() >= MAX_QUEUED => {
+                return Err(x(format!("internal queue full ({MAX_QUEUED} events)")));
+            }
             Op::Raise(sym) => self.internal.push_back(Event {
                 name: EvName::Sym(*sym),
                 kind: EvKind::Internal,
@@ -1617,6 +1624,14 @@ impl Instance {
             Value::map(m)
         };
         let own = format!("#_scxml_{}", self.session);
+        let queued = match target.as_deref() {
+            Some("#_internal") => self.internal.len(),
+            _ if delay.is_zero() => self.external.len(),
+            _ => self.pending.len(),
+        };
+        if queued >= MAX_QUEUED {
+            return Err(x(format!("queue full ({MAX_QUEUED} events)")));
+        }
         match target.as_deref() {
             Some("#_internal") => {
                 self.internal.push_back(Event {
