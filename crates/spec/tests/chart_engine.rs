@@ -492,3 +492,44 @@ fn queues_are_bounded() {
     i.start(&c, Instant::ZERO, &mut NoHost).unwrap();
     assert_eq!(active(&c, &i), ["b"]);
 }
+
+#[test]
+fn a_host_sets_variables_that_conditions_read() {
+    let c = chart(
+        r#"initial="a">
+        <state id="a">
+          <transition event="m" cond="isBound(limit) and count &lt; limit" target="a"/>
+          <transition event="m" target="over"/>
+        </state>
+        <state id="over"/>"#,
+    );
+    let mut i = Instance::new(&c);
+    i.start(&c, Instant::ZERO, &mut NoHost).unwrap();
+    assert!(i.vars(&c).set("limit", Value::Number(2.0)));
+    assert!(i.vars(&c).set("count", Value::Number(1.0)));
+    assert!(!i.vars(&c).set("not_in_the_chart", Value::Null));
+    send(&c, &mut i, "m");
+    assert_eq!(active(&c, &i), ["a"]);
+    i.vars(&c).set("count", Value::Number(2.0));
+    send(&c, &mut i, "m");
+    assert_eq!(active(&c, &i), ["over"]);
+}
+
+#[test]
+fn names_unknown_to_the_chart_match_by_string() {
+    let c = chart(
+        r#"initial="a">
+        <state id="a"><transition event="net.msg" target="b"/></state>
+        <state id="b"><transition event="*" target="c"/></state>
+        <state id="c"/>"#,
+    );
+    assert!(c.symbol("net.msg.ack").is_none());
+    let mut i = Instance::new(&c);
+    i.start(&c, Instant::ZERO, &mut NoHost).unwrap();
+    send(&c, &mut i, "net.msgs");
+    assert_eq!(active(&c, &i), ["a"]);
+    send(&c, &mut i, "net.msg.ack");
+    assert_eq!(active(&c, &i), ["b"]);
+    send(&c, &mut i, "anything.at.all");
+    assert_eq!(active(&c, &i), ["c"]);
+}
