@@ -228,7 +228,8 @@ impl<A> std::fmt::Debug for Chart<A> {
     }
 }
 
-/// Default [`Chart::step_limit`]: microsteps one call may take before the run is stopped.
+/// Default [`Chart::step_limit`]: steps (microsteps, internal and self-sent events) one call
+/// may take before the run is stopped.
 pub const DEFAULT_STEP_LIMIT: u32 = 10_000;
 
 /// Whether descriptor `d` (normalised) matches event name `name` (W3C §3.12.1: token prefix).
@@ -435,7 +436,7 @@ impl<A> Chart<A> {
         &self.name
     }
 
-    /// Microsteps one call may take before it is stopped with
+    /// Steps (microsteps, internal events, self-sent events) one call may take before it is stopped with
     /// [`RunError::StepLimit`](super::RunError::StepLimit).
     pub fn step_limit(&self) -> u32 {
         self.step_limit
