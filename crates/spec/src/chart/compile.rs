@@ -228,6 +228,10 @@ impl<A> std::fmt::Debug for Chart<A> {
     }
 }
 
+/// Most (state × event name) entries a chart's transition table may have (16 MiB of
+/// offsets): a larger document is rejected rather than exhausting memory.
+pub const MAX_TABLE: usize = 1 << 22;
+
 /// Default [`Chart::step_limit`]: steps (microsteps, internal and self-sent events) one call
 /// may take before the run is stopped.
 pub const DEFAULT_STEP_LIMIT: u32 = 10_000;
@@ -928,6 +932,16 @@ impl<E: Extension> Compiler<'_, E> {
         }
         // Candidate tables.
         let nsym = self.symbols.len();
+        if n.saturating_mul(nsym + 1) > MAX_TABLE {
+            return Err(Diagnostics(vec![Diagnostic::error(
+                &self.file,
+                self.states[0].pos,
+                format!(
+                    "chart too large: {} states × {nsym} event names (expected at most {MAX_TABLE} table entries)",
+                    n - 1
+                ),
+            )]));
+        }
         let mut cand_offs = Vec::with_capacity(n * nsym + 1);
         let mut cand = Vec::new();
         let mut eventless_offs = Vec::with_capacity(n + 1);
