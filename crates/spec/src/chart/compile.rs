@@ -443,8 +443,8 @@ impl<A> Chart<A> {
         &self.name
     }
 
-    /// Steps (microsteps, internal events, self-sent events) one call may take before it is stopped with
-    /// [`RunError::StepLimit`](super::RunError::StepLimit).
+    /// Steps (microsteps, internal events, self-sent events) one call may take before it is
+    /// stopped with [`RunError::StepLimit`](super::RunError::StepLimit).
     pub fn step_limit(&self) -> u32 {
         self.step_limit
     }

@@ -11,8 +11,9 @@
 //!
 //! Sans-IO: every entry point takes `now`. A `<send>` with a delay becomes a deadline;
 //! [`Instance::poll_timeout`] gives the earliest, [`Instance::handle_timeout`] delivers
-//! those due. A call that takes more than [`Chart::step_limit`] steps (microsteps, internal and self-sent events) is stopped with
-//! [`RunError::StepLimit`] (its internal queue is dropped; the instance stays usable).
+//! those due. A call that takes more than [`Chart::step_limit`] steps (microsteps, internal
+//! and self-sent events) is stopped with [`RunError::StepLimit`] (its internal queue is
+//! dropped; the instance stays usable).
 //!
 //! Memory: an instance is the active configuration (a bitset), recorded histories (bitsets),
 //! variable slots, the two queues, pending delayed sends and the last event; nothing
@@ -82,7 +83,7 @@ pub enum Status {
 /// Why a call failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RunError {
-    /// More than [`Chart::step_limit`] steps (microsteps and internal events) in one call: a
+    /// More than [`Chart::step_limit`] steps (microsteps, internal and self-sent events) in one call: a
     /// transition or event loop.
     #[error("stopped after {steps} steps in one call (a transition or event loop?)")]
     StepLimit {
