@@ -4,7 +4,8 @@
 //! - `run FILE` runs its scenario in the deterministic simulator and judges its property;
 //! - `demo` runs the embedded default scenario (no files needed);
 //! - `layers` lists the layer kinds a stack file may use, with their parameters;
-//! - `bench kernel` measures the kernel's dispatch (seed 001 Table 3).
+//! - `bench kernel` measures the kernel's dispatch (seed 001 Table 3);
+//! - `spec check|dot|conformance` reads, draws and tests SCXML specifications (issue 5).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -38,6 +39,7 @@ mod check;
 mod node;
 mod run;
 mod sp;
+mod spec;
 
 /// The embedded default scenario of `viastack demo`.
 const DEMO: &str = include_str!("../../../stacks/demo.toml");
@@ -114,6 +116,11 @@ enum Command {
     Sp {
         #[command(subcommand)]
         what: sp::SpCommand,
+    },
+    /// Executable specifications (SCXML): check, draw, run the W3C conformance suite.
+    Spec {
+        #[command(subcommand)]
+        what: spec::SpecCommand,
     },
     /// Measure viastack against its references and print the ratios.
     Bench {
@@ -248,6 +255,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Sp { what } => sp::run(what),
+        Command::Spec { what } => spec::run(what),
         Command::Bench { what } => {
             bench::run(what)?;
             Ok(ExitCode::SUCCESS)
