@@ -24,7 +24,7 @@ pub mod data;
 mod diag;
 // pub mod h2hack_handwritten;
 // pub mod history;
-// pub mod logic;
+pub mod logic;
 pub mod message;
 
 // pub use action::{Network, Primitive};
