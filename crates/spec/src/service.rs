@@ -18,15 +18,15 @@
 //! [`h2hack_handwritten`] is the same hop-by-hop acknowledgement service written by hand, the
 //! benchmark's reference; [`trace`] is the `viastack spec run` input/output format.
 
-// pub mod action;
+pub mod action;
 pub mod basic;
 pub mod data;
 mod diag;
 // pub mod h2hack_handwritten;
-// pub mod history;
+pub mod history;
 pub mod logic;
 pub mod message;
 
-// pub use action::{Network, Primitive};
+pub use action::{Network, Primitive};
 pub use diag::{Diagnostic, Diagnostics, Pos, Severity};
 pub use message::{Addr, InstanceKey, Message, NodeInfo};
