@@ -22,7 +22,7 @@ pub mod action;
 pub mod basic;
 pub mod data;
 mod diag;
-// pub mod h2hack_handwritten;
+pub mod h2hack_handwritten;
 pub mod history;
 pub mod logic;
 pub mod message;
@@ -30,3 +30,48 @@ pub mod message;
 pub use action::{Network, Primitive};
 pub use diag::{Diagnostic, Diagnostics, Pos, Severity};
 pub use message::{Addr, InstanceKey, Message, NodeInfo};
+
+use viastack_kernel::time::Instant;
+
+/// Why a runner refused an input.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RunnerError {
+    /// The message's ServiceID is not loaded.
+    #[error("no service with ServiceID {0}")]
+    UnknownService(u32),
+    /// The instance's machine took more steps than allowed for one event (a transition loop);
+    /// it was stopped and freed.
+    #[error("instance {key:?} stopped: more than {steps} steps for one event")]
+    StepLimit {
+        /// The instance.
+        key: InstanceKey,
+        /// The limit.
+        steps: u32,
+    },
+    /// The store is full (its configured capacity of live instances).
+    #[error("store full: {0} live instances")]
+    Full(usize),
+}
+
+/// What runs a service for one node: the compiled [`store::Store`] or a hand-written service
+/// ([`h2hack_handwritten::H2hack`]). Traces and the benchmark drive either through this.
+pub trait Runner {
+    /// A message arrived (from the network or the local application).
+    ///
+    /// # Errors
+    /// See [`RunnerError`].
+    fn handle_message<N: Network>(&mut self, now: Instant, m: &Message, net: &mut N) -> Result<(), RunnerError>;
+    /// Timer `id` of instance `key` expired (ignored if the instance is gone).
+    ///
+    /// # Errors
+    /// See [`RunnerError`].
+    fn handle_timer<N: Network>(&mut self, now: Instant, key: InstanceKey, id: u32, net: &mut N) -> Result<(), RunnerError>;
+    /// The local node's information changed.
+    fn set_node(&mut self, node: NodeInfo);
+    /// The (first) active state of a live instance.
+    fn state(&self, key: InstanceKey) -> Option<&str>;
+    /// Live instances.
+    fn live(&self) -> usize;
+    /// Bytes held for the live instances, payloads excluded.
+    fn memory_bytes(&self) -> usize;
+}
