@@ -21,14 +21,19 @@
 pub mod action;
 pub mod basic;
 pub mod data;
-mod diag;
+pub mod diag;
 pub mod h2hack_handwritten;
 pub mod history;
+pub mod load;
 pub mod logic;
 pub mod message;
+pub mod store;
+pub mod trace;
 
 pub use action::{Network, Primitive};
 pub use diag::{Diagnostic, Diagnostics, Pos, Severity};
+pub use load::Service;
+pub use store::{Store, StoreConfig};
 pub use message::{Addr, InstanceKey, Message, NodeInfo};
 
 use viastack_kernel::time::Instant;

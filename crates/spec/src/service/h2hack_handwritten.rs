@@ -321,6 +321,10 @@ impl Runner for H2hack {
         if m.service_id != self.service_id {
             return Err(super::RunnerError::UnknownService(m.service_id));
         }
+        if !matches!(m.message_type, kind::NACK | kind::ACK | kind::ACK_REQ | kind::RESET | kind::PAYLOAD) {
+            // No basic event matches: no instance (like the compiled store).
+            return Ok(());
+        }
         let key = self.key(m.message_id);
         let mut out = Out { now, key, local: self.node.address, net };
         let inst = match self.instances.entry(m.message_id) {
