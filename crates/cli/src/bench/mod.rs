@@ -4,6 +4,7 @@
 use clap::Subcommand;
 
 mod kernel;
+mod spec;
 mod unicast;
 
 /// What to measure.
@@ -14,6 +15,8 @@ pub enum BenchCommand {
     Kernel(kernel::KernelArgs),
     /// Reliable FIFO unicast on loopback vs kernel TCP, raw UDP and quinn; ping-pong latency.
     Unicast(unicast::UnicastArgs),
+    /// Compiled SCXML h2hack service vs the same service hand-written in Rust (seed 000 §6).
+    Spec(spec::SpecArgs),
 }
 
 /// Runs one benchmark.
@@ -21,5 +24,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Kernel(args) => kernel::run(&args),
         BenchCommand::Unicast(args) => unicast::run(&args),
+        BenchCommand::Spec(args) => spec::run(&args),
     }
 }
