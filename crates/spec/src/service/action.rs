@@ -540,6 +540,14 @@ pub struct Draft {
     timer_ms: u64,
 }
 
+impl Draft {
+    /// Ends the draft (its message is rebuilt by the next create).
+    #[inline]
+    pub fn clear(&mut self) {
+        self.live = false;
+    }
+}
+
 /// Everything an action needs to run: one step of one instance.
 pub struct Ctx<'a, N: Network + ?Sized> {
     /// Now.

@@ -8,7 +8,7 @@
 //! fairly. One instance per MessageID, created on the first message of a new id, freed on
 //! reaching "deleted"; timers for unknown instances are ignored (seed §5.1.4.2).
 
-use std::collections::HashMap;
+use fnv::FnvHashMap;
 
 use viastack_kernel::time::{Duration, Instant};
 
@@ -97,7 +97,7 @@ struct Inst {
 pub struct H2hack {
     service_id: u32,
     node: NodeInfo,
-    instances: HashMap<u64, Inst>,
+    instances: FnvHashMap<u64, Inst>,
 }
 
 /// What one step did to the instance.
@@ -109,7 +109,7 @@ enum Next {
 impl H2hack {
     /// A service with ServiceID `service_id` (1 in `specs/h2hack.scxml`).
     pub fn new(service_id: u32) -> H2hack {
-        H2hack { service_id, node: NodeInfo::default(), instances: HashMap::new() }
+        H2hack { service_id, node: NodeInfo::default(), instances: FnvHashMap::default() }
     }
 
     fn key(&self, id: u64) -> InstanceKey {

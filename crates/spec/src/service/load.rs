@@ -12,7 +12,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::chart::{self, Chart, CustomElement, Extension, Symbol};
+use crate::chart::compile::descriptor_matches;
+use crate::chart::{self, Chart, CustomElement, Extension, StateId, Symbol};
 
 use super::action::{Action, Compiler};
 use super::basic::Matcher;
@@ -68,6 +69,9 @@ pub struct Service {
     pub(crate) composite_sym: Vec<Option<Symbol>>,
     /// Per basic event: the composite events it is a constituent of.
     pub(crate) comp_by_basic: Vec<Vec<u16>>,
+    /// Per symbol: the states with a transition whose descriptor matches it. An event none of
+    /// whose handlers is active is not given to the chart (it would select no transition).
+    pub(crate) handlers: Vec<Box<[StateId]>>,
 }
 
 impl Service {
@@ -123,7 +127,20 @@ impl Service {
                 comp_by_basic[b].push(ci as u16);
             }
         }
-        let svc = Service { data, chart, matcher, logic: program, layout, drafts, basic_sym, composite_sym, comp_by_basic };
+        let handlers = chart
+            .symbols()
+            .map(|(_, name)| {
+                let mut states: Vec<StateId> = chart
+                    .transitions()
+                    .iter()
+                    .filter(|t| t.events.iter().any(|d| descriptor_matches(d, name)))
+                    .map(|t| StateId(t.source))
+                    .collect();
+                states.dedup();
+                states.into_boxed_slice()
+            })
+            .collect();
+        let svc = Service { data, chart, matcher, logic: program, layout, drafts, basic_sym, composite_sym, comp_by_basic, handlers };
         Ok((svc, warnings))
     }
 
@@ -171,13 +188,14 @@ fn verify(file: &str, data: &ServiceData, matcher: &Matcher, chart: &Chart<Actio
         }
     }
     let used_by_composites: BTreeSet<usize> = data.composite.iter().flat_map(|c| c.constituents.iter().copied()).collect();
+    let named = |n: &str| chart.transitions().iter().any(|t| t.events.iter().any(|d| descriptor_matches(d, n)));
     for (i, b) in data.basic.iter().enumerate() {
-        if chart.symbol(&b.name).is_none() && !used_by_composites.contains(&i) && !composite_mentions(data, &b.name) {
+        if !named(&b.name) && !used_by_composites.contains(&i) && !composite_mentions(data, &b.name) {
             out.push(warning(file, b.pos, format!("basic event `{}` is handled nowhere: no transition names it and no composite event uses it", b.name)));
         }
     }
     for c in &data.composite {
-        if chart.symbol(&c.name).is_none() {
+        if !named(&c.name) {
             out.push(warning(file, c.pos, format!("composite event `{}` is handled nowhere: no transition names it", c.name)));
         }
     }

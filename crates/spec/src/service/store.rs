@@ -19,10 +19,11 @@
 //! A store that holds [`StoreConfig::capacity`] instances refuses new ones
 //! ([`RunnerError::Full`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use viastack_kernel::time::Instant;
+
+use fnv::FnvHashMap;
 
 use crate::chart::{self, ExternalEvent, Instance, RunError, Status, Symbol, Vars};
 
@@ -62,7 +63,7 @@ pub struct Store {
     node: NodeInfo,
     slab: Vec<Option<Live>>,
     free: Vec<u32>,
-    map: HashMap<InstanceKey, u32>,
+    map: FnvHashMap<InstanceKey, u32>,
     pool: Vec<Vec<(Instance, History)>>,
     hits: Vec<u16>,
     comps: Vec<u16>,
@@ -105,7 +106,7 @@ impl Store {
             node: NodeInfo::default(),
             slab: Vec::with_capacity(config.pool),
             free: Vec::new(),
-            map: HashMap::with_capacity(config.pool),
+            map: FnvHashMap::with_capacity_and_hasher(config.pool, Default::default()),
             pool,
             hits: Vec::new(),
             comps: Vec::new(),
@@ -187,6 +188,10 @@ impl Store {
         };
         let mut result = Ok(true);
         for &sym in &self.fire {
+            let handled = svc.handlers.get(sym.0 as usize).is_some_and(|hs| hs.iter().any(|&s| live.inst.is_active(s)));
+            if !handled {
+                continue;
+            }
             match live.inst.handle_event(&svc.chart, now, ExternalEvent::symbol(sym), &mut host) {
                 Ok(Status::Final) => {
                     result = Ok(false);
@@ -205,7 +210,6 @@ impl Store {
             }
             clear_drafts(host.ctx.drafts);
         }
-        clear_drafts(&mut self.drafts);
         if !matches!(result, Ok(true)) {
             self.free_slot(i);
         }
@@ -215,7 +219,7 @@ impl Store {
     /// Records the hits in instance `i`'s history and runs them, then the composites.
     fn step<N: Network>(&mut self, now: Instant, i: u32, m: Option<&Message>, timer: u32, net: &mut N) -> Result<(), RunnerError> {
         let Some(live) = self.slab[i as usize].as_mut() else { return Ok(()) };
-        let svc = Arc::clone(&self.services[usize::from(live.svc)]);
+        let svc = &self.services[usize::from(live.svc)];
         for &e in &self.hits {
             if let Some(m) = m {
                 live.hist.record(&svc.layout, e, m);
@@ -230,6 +234,7 @@ impl Store {
         if !self.fire.is_empty() && !self.deliver(now, i, m, net)? {
             return Ok(());
         }
+        let svc = &self.services[usize::from(svc_index(&self.slab, i))];
         // Composite events whose constituents fired and whose expression holds.
         self.comps.clear();
         for &e in &self.hits {
@@ -258,8 +263,12 @@ impl Store {
 
 fn clear_drafts(d: &mut [Draft]) {
     for x in d {
-        *x = Draft::default();
+        x.clear();
     }
+}
+
+fn svc_index(slab: &[Option<Live>], i: u32) -> u16 {
+    slab.get(i as usize).and_then(Option::as_ref).map_or(0, |l| l.svc)
 }
 
 fn step_error(key: InstanceKey, e: RunError) -> RunnerError {
