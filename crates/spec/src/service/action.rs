@@ -203,6 +203,8 @@ pub enum Value {
     NodeAddress,
     /// `node.parent`
     NodeParent,
+    /// `$name`: a datamodel variable (number, address text or text).
+    Var(Box<str>),
 }
 
 /// One compiled custom element.
@@ -375,7 +377,7 @@ impl<'a> Compiler<'a> {
                     if matches!(field, Field::Message | Field::TimerId | Field::TimerMs) || is_node_field(&field) {
                         return Err(format!("unknown parameter `{k}` of {}", prim_name(prim)));
                     }
-                    let value = self.literal(&field, v).or_else(|_| self.value_expr(v))?;
+                    let value = if v.trim_start().starts_with('$') { self.value_expr(v)? } else { self.literal(&field, v).or_else(|_| self.value_expr(v))? };
                     sets.push((field, value));
                 }
                 _ => return Err(format!("unknown parameter `{k}` of {}", prim_name(prim))),
@@ -442,6 +444,12 @@ impl<'a> Compiler<'a> {
                 Some(a) => Ok(Value::LastAttr(slot, attr(a)?)),
                 None => Err(format!("unsupported XPath `{s}`")),
             };
+        }
+        if let Some(v) = s.strip_prefix('$') {
+            if v.is_empty() || !v.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                return Err(format!("`{s}`: expected $variable"));
+            }
+            return Ok(Value::Var(v.into()));
         }
         let (head, attr_part) = match s.strip_prefix("last(") {
             Some(rest) => {
@@ -568,6 +576,28 @@ pub struct Ctx<'a, N: Network + ?Sized> {
     pub terminated: bool,
 }
 
+/// Reads datamodel variables for `$x` values.
+pub trait VarSource {
+    /// Variable `name`.
+    fn var(&self, name: &str) -> Option<crate::chart::Value>;
+}
+
+impl VarSource for () {
+    fn var(&self, _name: &str) -> Option<crate::chart::Value> {
+        None
+    }
+}
+
+impl VarSource for crate::chart::Vars<'_> {
+    fn var(&self, name: &str) -> Option<crate::chart::Value> {
+        self.get(name).cloned()
+    }
+}
+
+fn var_value(vars: &dyn VarSource, name: &str) -> Result<crate::chart::Value, String> {
+    vars.var(name).ok_or_else(|| format!("${name}: no such datamodel variable, or not bound"))
+}
+
 fn read_msg<'m, N: Network + ?Sized>(v: &Value, ctx: &'m Ctx<'_, N>) -> Result<&'m Message, String> {
     match v {
         Value::Last(s) => ctx.history.last(*s).ok_or_else(|| "last(…): no such message in the history yet".to_string()),
@@ -580,8 +610,16 @@ fn read_msg<'m, N: Network + ?Sized>(v: &Value, ctx: &'m Ctx<'_, N>) -> Result<&
     }
 }
 
-fn read_int<N: Network + ?Sized>(v: &Value, ctx: &Ctx<'_, N>) -> Result<i64, String> {
+fn read_int<N: Network + ?Sized>(v: &Value, ctx: &Ctx<'_, N>, vars: &dyn VarSource) -> Result<i64, String> {
     Ok(match v {
+        Value::Var(n) => match var_value(vars, n)? {
+            crate::chart::Value::Number(x) if x.is_finite() => x as i64,
+            crate::chart::Value::String(t) => match Addr::parse(&t) {
+                Some(a) => a.0 as i64,
+                None => return Err(format!("${n} = \"{t}\" is not a number or an address")),
+            },
+            other => return Err(format!("${n} is a {}, expected a number", other.type_name())),
+        },
         Value::Int(n) => *n,
         Value::LastAttr(s, a) => read_msg(&Value::Last(*s), ctx)?.get(*a),
         Value::CurrentAttr(a) => read_msg(&Value::Current, ctx)?.get(*a),
@@ -592,28 +630,46 @@ fn read_int<N: Network + ?Sized>(v: &Value, ctx: &Ctx<'_, N>) -> Result<i64, Str
     })
 }
 
-fn apply<N: Network + ?Sized>(msg: &mut Message, timer: &mut (u32, u64), field: &Field, v: &Value, ctx: &mut Ctx<'_, N>) -> Result<(), String> {
+fn apply<N: Network + ?Sized>(
+    msg: &mut Message,
+    timer: &mut (u32, u64),
+    field: &Field,
+    v: &Value,
+    ctx: &mut Ctx<'_, N>,
+    vars: &dyn VarSource,
+) -> Result<(), String> {
     match field {
         Field::Message => *msg = read_msg(v, ctx)?.clone(),
-        Field::Attr(a) => msg.set(*a, read_int(v, ctx)?),
+        Field::Attr(a) => msg.set(*a, read_int(v, ctx, vars)?),
         Field::Payload => match v {
             Value::Text(t) => msg.payload = Some(Arc::from(t.as_bytes())),
+            Value::Var(n) => {
+                let text = match var_value(vars, n)? {
+                    crate::chart::Value::String(t) => t.to_string(),
+                    other => other.to_string(),
+                };
+                msg.payload = Some(Arc::from(text.as_bytes()));
+            }
             _ => msg.payload = read_msg(v, ctx)?.payload.clone(),
         },
         Field::Extra(n) => {
             let t: Box<str> = match v {
                 Value::Text(t) => t.clone(),
-                _ => read_int(v, ctx)?.to_string().into(),
+                Value::Var(x) => match var_value(vars, x)? {
+                    crate::chart::Value::String(t) => (*t).into(),
+                    other => other.to_string().into(),
+                },
+                _ => read_int(v, ctx, vars)?.to_string().into(),
             };
             match msg.extra.iter_mut().find(|(k, _)| k == n) {
                 Some(e) => e.1 = t,
                 None => msg.extra.push((n.clone(), t)),
             }
         }
-        Field::TimerId => timer.0 = read_int(v, ctx)? as u32,
-        Field::TimerMs => timer.1 = read_int(v, ctx)?.max(0) as u64,
-        Field::NodeAddress => ctx.node.address = Addr(read_int(v, ctx)? as u64),
-        Field::NodeParent => ctx.node.parent = Addr(read_int(v, ctx)? as u64),
+        Field::TimerId => timer.0 = read_int(v, ctx, vars)? as u32,
+        Field::TimerMs => timer.1 = read_int(v, ctx, vars)?.max(0) as u64,
+        Field::NodeAddress => ctx.node.address = Addr(read_int(v, ctx, vars)? as u64),
+        Field::NodeParent => ctx.node.parent = Addr(read_int(v, ctx, vars)? as u64),
         Field::NodeChildren | Field::NodeNeighbours => {
             let Value::Addrs(list) = v else { return Err("expected a list of addresses".into()) };
             let dst = if *field == Field::NodeChildren { &mut ctx.node.children } else { &mut ctx.node.neighbours };
@@ -678,7 +734,7 @@ fn perform<N: Network + ?Sized>(prim: Prim, mut msg: Message, timer: (u32, u64),
 ///
 /// # Errors
 /// A value that cannot be read now (see the module doc); nothing is performed then.
-pub fn run<N: Network + ?Sized>(action: &Action, ctx: &mut Ctx<'_, N>) -> Result<(), String> {
+pub fn run<N: Network + ?Sized>(action: &Action, ctx: &mut Ctx<'_, N>, vars: &dyn VarSource) -> Result<(), String> {
     match action {
         Action::Create { draft } => {
             let d = ctx.drafts.get_mut(usize::from(*draft)).ok_or("draft out of range")?;
@@ -695,7 +751,7 @@ pub fn run<N: Network + ?Sized>(action: &Action, ctx: &mut Ctx<'_, N>) -> Result
             }
             let mut msg = std::mem::take(&mut ctx.drafts[i].msg);
             let mut timer = (ctx.drafts[i].timer_id, ctx.drafts[i].timer_ms);
-            let r = apply(&mut msg, &mut timer, field, value, ctx);
+            let r = apply(&mut msg, &mut timer, field, value, ctx, vars);
             let d = &mut ctx.drafts[i];
             d.msg = msg;
             (d.timer_id, d.timer_ms) = timer;
@@ -721,7 +777,7 @@ pub fn run<N: Network + ?Sized>(action: &Action, ctx: &mut Ctx<'_, N>) -> Result
             };
             let mut timer = (0, 0);
             for (f, v) in sets.iter() {
-                apply(&mut msg, &mut timer, f, v, ctx)?;
+                apply(&mut msg, &mut timer, f, v, ctx, vars)?;
             }
             if let Some(d) = draft {
                 let dr = ctx.drafts.get_mut(usize::from(*d)).ok_or("draft out of range")?;
@@ -804,7 +860,7 @@ mod tests {
         let key = InstanceKey { service: 9, message: 42 };
         let mut ctx = Ctx { now: Instant::ZERO, key, node: &mut node, history: &h, current: Some(&p), drafts: &mut drafts, net: &mut net, terminated: false };
         for a in triple.iter().chain([&one, &timer]) {
-            run(a, &mut ctx).unwrap();
+            run(a, &mut ctx, &()).unwrap();
         }
         assert_eq!(
             net.0,
@@ -826,7 +882,7 @@ mod tests {
         let mut node = NodeInfo::default();
         let mut net = Rec::default();
         let mut ctx = Ctx { now: Instant::ZERO, key: InstanceKey::default(), node: &mut node, history: &h, current: None, drafts: &mut [], net: &mut net, terminated: false };
-        assert!(run(&a, &mut ctx).unwrap_err().contains("no such message"));
+        assert!(run(&a, &mut ctx, &()).unwrap_err().contains("no such message"));
         assert!(net.0.is_empty());
     }
 }

@@ -49,6 +49,10 @@ impl Extension for Ext<'_> {
             .collect()
     }
 
+    fn terminates(&self, el: &CustomElement) -> bool {
+        el.name == "terminate" || (el.name == "execute" && el.attr("name") == Some("terminate"))
+    }
+
     fn external_events(&self) -> Option<Vec<String>> {
         Some(self.data.basic.iter().map(|b| b.name.clone()).chain(self.data.composite.iter().map(|c| c.name.clone())).collect())
     }
@@ -72,6 +76,8 @@ pub struct Service {
     /// Per symbol: the states with a transition whose descriptor matches it. An event none of
     /// whose handlers is active is not given to the chart (it would select no transition).
     pub(crate) handlers: Vec<Box<[StateId]>>,
+    /// The chart reads `_event.data`: events carry the message's attributes.
+    pub(crate) event_data: bool,
 }
 
 impl Service {
@@ -140,7 +146,7 @@ impl Service {
                 states.into_boxed_slice()
             })
             .collect();
-        let svc = Service { data, chart, matcher, logic: program, layout, drafts, basic_sym, composite_sym, comp_by_basic, handlers };
+        let svc = Service { data, chart, matcher, logic: program, layout, drafts, basic_sym, composite_sym, comp_by_basic, handlers, event_data: src.contains("_event.data") };
         Ok((svc, warnings))
     }
 

@@ -25,7 +25,7 @@ use viastack_kernel::time::Instant;
 
 use fnv::FnvHashMap;
 
-use crate::chart::{self, ExternalEvent, Instance, RunError, Status, Symbol, Vars};
+use crate::chart::{self, EventName, ExternalEvent, Value, Instance, RunError, Status, Symbol, Vars};
 
 use super::action::{self, Action, Ctx, Draft, Network};
 use super::history::History;
@@ -69,6 +69,31 @@ pub struct Store {
     comps: Vec<u16>,
     fire: Vec<Symbol>,
     drafts: Vec<Draft>,
+    /// The timer id of the current timer step (for `_event.data`).
+    timer: u32,
+}
+
+/// `_event.data` of a basic or composite event: the message's attributes (numbers; Payload
+/// and extra attributes as text), or `{TimerIdentifier}` for a timer.
+pub fn event_data(m: Option<&Message>, timer: u32) -> Value {
+    let mut map = std::collections::BTreeMap::new();
+    match m {
+        Some(m) => {
+            for a in super::message::Attr::ALL {
+                map.insert(a.name().to_string(), Value::Number(m.get(a) as f64));
+            }
+            if let Some(p) = &m.payload {
+                map.insert("Payload".into(), Value::str(&String::from_utf8_lossy(p)));
+            }
+            for (k, v) in &m.extra {
+                map.insert(k.to_string(), Value::str(v));
+            }
+        }
+        None => {
+            map.insert("TimerIdentifier".into(), Value::Number(f64::from(timer)));
+        }
+    }
+    Value::map(map)
 }
 
 impl std::fmt::Debug for Store {
@@ -83,8 +108,8 @@ struct StepHost<'a, N: Network> {
 }
 
 impl<N: Network> chart::Host<Action> for StepHost<'_, N> {
-    fn execute(&mut self, a: &Action, _vars: &mut Vars<'_>) -> Result<(), String> {
-        action::run(a, &mut self.ctx)
+    fn execute(&mut self, a: &Action, vars: &mut Vars<'_>) -> Result<(), String> {
+        action::run(a, &mut self.ctx, &*vars)
     }
 }
 
@@ -112,6 +137,7 @@ impl Store {
             comps: Vec::new(),
             fire: Vec::new(),
             drafts: vec![Draft::default(); drafts],
+            timer: 0,
         }
     }
 
@@ -192,7 +218,12 @@ impl Store {
             if !handled {
                 continue;
             }
-            match live.inst.handle_event(&svc.chart, now, ExternalEvent::symbol(sym), &mut host) {
+            let ev = if svc.event_data {
+                ExternalEvent { name: EventName::Symbol(sym), data: event_data(current, self.timer) }
+            } else {
+                ExternalEvent::symbol(sym)
+            };
+            match live.inst.handle_event(&svc.chart, now, ev, &mut host) {
                 Ok(Status::Final) => {
                     result = Ok(false);
                     break;
@@ -218,6 +249,7 @@ impl Store {
 
     /// Records the hits in instance `i`'s history and runs them, then the composites.
     fn step<N: Network>(&mut self, now: Instant, i: u32, m: Option<&Message>, timer: u32, net: &mut N) -> Result<(), RunnerError> {
+        self.timer = timer;
         let Some(live) = self.slab[i as usize].as_mut() else { return Ok(()) };
         let svc = &self.services[usize::from(live.svc)];
         for &e in &self.hits {
