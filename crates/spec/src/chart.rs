@@ -144,6 +144,11 @@ impl fmt::Display for Diagnostic {
 pub struct Diagnostics(pub Vec<Diagnostic>);
 
 impl Diagnostics {
+    /// Sorts by position (errors first at equal positions).
+    pub fn sort(&mut self) {
+        self.0.sort_by_key(|d| (d.pos, d.severity));
+    }
+
     /// Whether any is an error.
     pub fn has_errors(&self) -> bool {
         self.0.iter().any(Diagnostic::is_error)
@@ -177,9 +182,9 @@ pub fn parse(file: &str, src: &str) -> Result<Document, Diagnostics> {
     let doc = model::build(file, &tree)?;
     let diags = validate::validate(&doc);
     if diags.iter().any(Diagnostic::is_error) {
-        return Err(Diagnostics(
-            diags.into_iter().filter(Diagnostic::is_error).collect(),
-        ));
+        let mut d = Diagnostics(diags.into_iter().filter(Diagnostic::is_error).collect());
+        d.sort();
+        return Err(d);
     }
     Ok(doc)
 }
@@ -230,5 +235,21 @@ impl Extension for NoExtension {
             "unknown element <{}> in namespace {:?} (expected SCXML executable content)",
             el.name, el.namespace
         ))
+    }
+}
+
+/// An [`Extension`] that accepts every custom element as is (the element itself is the
+/// action): for checking and drawing a document whose custom actions are run elsewhere.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OpaqueActions;
+
+impl Extension for OpaqueActions {
+    type Action = CustomElement;
+    fn compile_action(&self, el: &CustomElement) -> Result<CustomElement, String> {
+        Ok(el.clone())
+    }
+    fn terminates(&self, el: &CustomElement) -> bool {
+        // The seed's terminate primitive, in either spelling.
+        el.name == "terminate" || el.attr("name") == Some("terminate")
     }
 }

@@ -210,3 +210,165 @@ fn custom_actions_run_through_the_host() {
     assert!(err.to_string().starts_with("b.scxml:1:"), "{err}");
     assert!(err.to_string().contains("unknown action nope"), "{err}");
 }
+
+#[test]
+fn parallel_regions_and_done_events() {
+    let c = chart(
+        r#"initial="p">
+        <parallel id="p">
+          <state id="r1" initial="a1">
+            <state id="a1"><transition event="go" target="f1"/></state>
+            <final id="f1"/>
+          </state>
+          <state id="r2" initial="a2">
+            <state id="a2"><transition event="go" target="f2"/></state>
+            <final id="f2"><donedata><param name="x" expr="2"/></donedata></final>
+          </state>
+          <transition event="done.state.p" target="end"/>
+        </parallel>
+        <final id="end"/>"#,
+    );
+    let mut i = Instance::new(&c);
+    i.start(&c, Instant::ZERO, &mut NoHost).unwrap();
+    assert_eq!(active(&c, &i), ["p", "r1", "a1", "r2", "a2"]);
+    // Both regions take "go" in one microstep; both finals raise done.state.rN, then p is done.
+    assert_eq!(send(&c, &mut i, "go"), Status::Final);
+    assert_eq!(active(&c, &i), ["end"]);
+}
+
+#[test]
+fn parallel_conflict_the_descendant_wins() {
+    let c = chart(
+        r#"initial="p">
+        <datamodel><data id="who" expr="''"/></datamodel>
+        <parallel id="p">
+          <state id="r1"><transition event="e" target="x"><assign location="who" expr="'r1'"/></transition></state>
+          <state id="r2"/>
+          <transition event="e" target="y"><assign location="who" expr="'p'"/></transition>
+        </parallel>
+        <state id="x"/><state id="y"/>"#,
+    );
+    let mut i = Instance::new(&c);
+    i.start(&c, Instant::ZERO, &mut NoHost).unwrap();
+    send(&c, &mut i, "e");
+    assert_eq!(active(&c, &i), ["x"]);
+    assert_eq!(i.var(&c, "who"), Some(&Value::str("r1")));
+}
+
+#[test]
+fn shallow_and_deep_history() {
+    let c = chart(
+        r#"initial="s">
+        <state id="s" initial="a">
+          <history id="h" type="deep"><transition target="a"/></history>
+          <state id="a" initial="a1">
+            <state id="a1"><transition event="next" target="a2"/></state>
+            <state id="a2"/>
+          </state>
+          <transition event="out" target="o"/>
+        </state>
+        <state id="o"><transition event="back" target="h"/></state>"#,
+    );
+    let mut i = Instance::new(&c);
+    i.start(&c, Instant::ZERO, &mut NoHost).unwrap();
+    send(&c, &mut i, "next");
+    send(&c, &mut i, "out");
+    assert_eq!(active(&c, &i), ["o"]);
+    send(&c, &mut i, "back");
+    assert_eq!(active(&c, &i), ["s", "a", "a2"]);
+}
+
+#[test]
+fn event_data_params_content_and_event_fields() {
+    let c = chart(
+        r#"initial="a">
+        <datamodel><data id="got"/><data id="n" expr="5"/><data id="t"/></datamodel>
+        <state id="a">
+          <onentry><send event="msg" namelist="n"><param name="k" expr="'v'"/></send></onentry>
+          <transition event="msg" target="b">
+            <assign location="got" expr="_event.data.k + _event.data.n"/>
+            <assign location="t" expr="_event.type"/>
+          </transition>
+        </state>
+        <state id="b">
+          <onentry><raise event="inner"/><send event="outer"><content expr="[1, 2]"/></send></onentry>
+          <transition event="inner" cond="_event.type == 'internal'" target="c"/>
+        </state>
+        <state id="c"><transition event="outer" cond="len(_event.data) == 2" target="d"/></state>
+        <final id="d"/>"#,
+    );
+    let mut i = Instance::new(&c);
+    assert_eq!(
+        i.start(&c, Instant::ZERO, &mut NoHost).unwrap(),
+        Status::Final
+    );
+    assert_eq!(i.var(&c, "got"), Some(&Value::str("v5")));
+    assert_eq!(i.var(&c, "t"), Some(&Value::str("external")));
+}
+
+#[test]
+fn if_foreach_and_in() {
+    let c = chart(
+        r#"initial="a">
+        <datamodel><data id="sum" expr="0"/><data id="xs" expr="[1, 2, 3]"/></datamodel>
+        <state id="a">
+          <onentry>
+            <foreach array="xs" item="x" index="i"><assign location="sum" expr="sum + x * 10 + i"/></foreach>
+            <if cond="sum == 10"><assign location="sum" expr="-1"/>
+            <elseif cond="In('a') and sum == 63"/><assign location="sum" expr="'yes'"/>
+            <else/><assign location="sum" expr="-2"/></if>
+          </onentry>
+        </state>"#,
+    );
+    let mut i = Instance::new(&c);
+    i.start(&c, Instant::ZERO, &mut NoHost).unwrap();
+    assert_eq!(i.var(&c, "sum"), Some(&Value::str("yes")));
+}
+
+#[test]
+fn run_time_errors_raise_error_execution_and_stop_the_block() {
+    let c = chart(
+        r#"initial="a">
+        <datamodel><data id="x" expr="0"/></datamodel>
+        <state id="a">
+          <onentry><assign location="x" expr="1"/><assign location="x" expr="null.bad"/><assign location="x" expr="2"/></onentry>
+          <transition event="error.execution" cond="x == 1" target="ok"/>
+        </state>
+        <final id="ok"/>"#,
+    );
+    let mut i = Instance::new(&c);
+    assert_eq!(
+        i.start(&c, Instant::ZERO, &mut NoHost).unwrap(),
+        Status::Final
+    );
+}
+
+#[test]
+fn events_before_start_are_refused_and_after_final_ignored() {
+    let c = chart(r#"><final id="f"/>"#);
+    let mut i = Instance::new(&c);
+    assert_eq!(
+        i.handle_event(&c, Instant::ZERO, ExternalEvent::named("x"), &mut NoHost),
+        Err(RunError::NotStarted)
+    );
+    assert_eq!(
+        i.start(&c, Instant::ZERO, &mut NoHost).unwrap(),
+        Status::Final
+    );
+    assert_eq!(send(&c, &mut i, "x"), Status::Final);
+    assert_eq!(i.poll_timeout(), None);
+}
+
+#[test]
+fn instances_are_small() {
+    let c = chart(
+        r#"initialstate="init">
+        <datamodel><data id="n" expr="0"/></datamodel>
+        <state id="init"><transition event="p" target="wait"/></state>
+        <state id="wait"><transition event="ack" target="done"/><transition event="nack"/></state>
+        <final id="done"/>"#,
+    );
+    let i = Instance::new(&c);
+    let bytes = std::mem::size_of::<Instance>() + i.heap_bytes();
+    assert!(bytes <= 512, "{bytes} bytes per instance");
+}

@@ -354,12 +354,13 @@ impl<A> Chart<A> {
         warnings.extend(chart_diags(&mut chart));
         let vdiags = verify::verify(doc, &chart, ext);
         warnings.extend(vdiags);
-        if warnings.iter().any(Diagnostic::is_error) {
-            return Err(Diagnostics(
-                warnings.into_iter().filter(Diagnostic::is_error).collect(),
-            ));
+        let mut all = Diagnostics(warnings);
+        all.sort();
+        if all.has_errors() {
+            all.0.retain(Diagnostic::is_error);
+            return Err(all);
         }
-        Ok((chart, warnings))
+        Ok((chart, all.0))
     }
 
     /// The symbol of an event name the chart mentions.

@@ -317,7 +317,10 @@ fn lex(src: &str) -> Result<Lexer, SyntaxError> {
         } else {
             let rest: String = chars[i..chars.len().min(i + 3)].iter().collect();
             let Some(p) = PUNCTS.iter().find(|p| rest.starts_with(**p)) else {
-                return Err(err(start, format!("unexpected character '{c}'")));
+                return Err(err(
+                    start,
+                    format!("unexpected character '{c}' (expected a value, a name or an operator)"),
+                ));
             };
             i += p.chars().count();
             toks.push((Tok::Punct(p), start));

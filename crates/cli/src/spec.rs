@@ -1,0 +1,134 @@
+//! `viastack spec …`: executable specifications (SCXML state charts, issue 5).
+//!
+//! - `spec check FILE` reads, validates, verifies and compiles a chart; prints warnings and
+//!   errors as `file:line:col: severity: message` on stderr; exits 1 on errors;
+//! - `spec dot FILE` prints the chart as Graphviz DOT;
+//! - `spec conformance DIR [--json]` runs the W3C SCXML test suite in DIR (a folder with
+//!   `manifest.json` and `txml/`) and prints one line per test, then `N passed, N failed, N
+//!   skipped`; exits 1 if a test failed.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Subcommand;
+use viastack_spec::chart::{self, conformance, Chart, CustomElement, OpaqueActions};
+
+/// The `spec` subcommands.
+#[derive(Subcommand)]
+pub enum SpecCommand {
+    /// Validate and verify an SCXML specification; exits 1 on errors.
+    Check {
+        /// The SCXML file.
+        file: PathBuf,
+    },
+    /// Print an SCXML specification as Graphviz DOT (transitions labelled `event / actions`).
+    Dot {
+        /// The SCXML file.
+        file: PathBuf,
+    },
+    /// Run the W3C SCXML conformance tests of a folder (manifest.json + txml/).
+    Conformance {
+        /// The suite folder.
+        dir: PathBuf,
+        /// Print the results as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))
+}
+
+/// Runs a `spec` subcommand.
+///
+/// # Errors
+/// A file that cannot be read, or stdout closing.
+pub fn run(cmd: SpecCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        SpecCommand::Check { file } => {
+            let name = file.display().to_string();
+            let src = read(&file)?;
+            let doc = match chart::parse(&name, &src) {
+                Ok(d) => d,
+                Err(diags) => {
+                    eprintln!("{diags}");
+                    return Ok(ExitCode::FAILURE);
+                }
+            };
+            match Chart::<CustomElement>::compile(&doc, &OpaqueActions) {
+                Ok((c, warnings)) => {
+                    for w in &warnings {
+                        eprintln!("{w}");
+                    }
+                    outln!(
+                        "{name}: ok: {} states, {} transitions, {} event names, {} warning(s)",
+                        c.state_count() - 1,
+                        c.transitions().len(),
+                        c.symbols().count(),
+                        warnings.len()
+                    )?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(diags) => {
+                    eprintln!("{diags}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+        SpecCommand::Dot { file } => {
+            let name = file.display().to_string();
+            let src = read(&file)?;
+            match chart::parse(&name, &src) {
+                Ok(doc) => {
+                    out!("{}", chart::dot::to_dot(&doc))?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(diags) => {
+                    eprintln!("{diags}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+        SpecCommand::Conformance { dir, json } => {
+            let results = conformance::run_dir(&dir).map_err(anyhow::Error::msg)?;
+            let t = conformance::totals(&results);
+            if json {
+                let tests: Vec<serde_json::Value> = results
+                    .iter()
+                    .map(|r| {
+                        let detail = match &r.outcome {
+                            conformance::Outcome::Pass => String::new(),
+                            conformance::Outcome::Fail(why) => why.clone(),
+                            conformance::Outcome::Skipped(what) => format!("needs {what}"),
+                        };
+                        serde_json::json!({
+                            "id": r.id,
+                            "conformance": r.conformance,
+                            "result": r.outcome.label(),
+                            "detail": detail,
+                        })
+                    })
+                    .collect();
+                let v = serde_json::json!({
+                    "tests": tests,
+                    "passed": t.passed,
+                    "failed": t.failed,
+                    "skipped": t.skipped,
+                });
+                outln!("{}", serde_json::to_string_pretty(&v)?)?;
+            } else {
+                for r in &results {
+                    outln!("{} {}", r.id, r.outcome)?;
+                }
+                outln!("{t}")?;
+            }
+            Ok(if t.failed > 0 {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! End-to-end tests of `viastack spec check|dot|conformance`.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn viastack(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_viastack"))
+        .args(args)
+        .current_dir(root())
+        .env_remove("VIASTACK_LOG")
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8(b.to_vec()).unwrap()
+}
+
+/// A file in a per-test scratch directory.
+fn write(test: &str, name: &str, src: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("viastack-spec-cli-{}-{test}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, src).unwrap();
+    p
+}
+
+const GOOD: &str = r#"<?xml version="1.0"?>
+<scxml version="1.0" xmlns="http://www.w3.org/2005/07/scxml"
+       xmlns:action="http://my.custom-actions.domain/action" initialstate="init">
+  <state id="init">
+    <transition event="payloadmessage" target="waitack">
+      <action:execute name="setTimer"/>
+    </transition>
+  </state>
+  <state id="waitack">
+    <transition event="h2hackmessage" target="done"/>
+  </state>
+  <final id="done"/>
+</scxml>
+"#;
+
+#[test]
+fn check_accepts_a_good_chart() {
+    let p = write("good", "good.scxml", GOOD);
+    let o = viastack(&["spec", "check", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("ok: 3 states"),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+#[test]
+fn check_errors_exit_non_zero_with_file_line_col() {
+    let src = "<scxml xmlns=\"http://www.w3.org/2005/07/scxml\" initial=\"a\">\n  <state id=\"a\">\n    <transition event=\"e\" target=\"nowhere\"/>\n  </state>\n  <state id=\"a\"/>\n</scxml>\n";
+    let p = write("bad", "bad.scxml", src);
+    let o = viastack(&["spec", "check", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    let file = p.display().to_string();
+    assert!(
+        err.contains(&format!("{file}:3:35: error: unknown target \"nowhere\"")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{file}:5:14: error: duplicate state id \"a\"")),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_prints_warnings_but_succeeds() {
+    let src = GOOD.replace(
+        "<final id=\"done\"/>",
+        "<state id=\"lost\"/><final id=\"done\"/>",
+    );
+    let p = write("warn", "warn.scxml", &src);
+    let o = viastack(&["spec", "check", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        text(&o.stderr).contains("warning: state \"lost\" is unreachable"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn dot_labels_transitions_with_event_and_actions() {
+    let p = write("dot", "h.scxml", GOOD);
+    let o = viastack(&["spec", "dot", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = text(&o.stdout);
+    assert!(out.starts_with("digraph"), "{out}");
+    assert!(
+        out.contains(r#""init" -> "waitack" [label="payloadmessage / action:execute setTimer"];"#),
+        "{out}"
+    );
+    assert!(out.contains(r#""done" [shape=doublecircle];"#), "{out}");
+}
+
+fn suite() -> Option<PathBuf> {
+    if let Ok(d) = std::env::var("VIASTACK_SCXML_W3C") {
+        return Some(PathBuf::from(d));
+    }
+    let r = root().canonicalize().ok()?;
+    [
+        r.join("../shared/conformance/scxml-w3c"),
+        r.parent()?.join("shared/conformance/scxml-w3c"),
+    ]
+    .into_iter()
+    .find(|d| d.join("manifest.json").is_file())
+}
+
+#[test]
+fn conformance_prints_per_test_results_and_totals() {
+    let Some(dir) = suite() else {
+        println!("skipped: W3C SCXML suite not found (set VIASTACK_SCXML_W3C)");
+        return;
+    };
+    let o = viastack(&["spec", "conformance", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+    let out = text(&o.stdout);
+    let last = out.lines().last().unwrap();
+    let words: Vec<&str> = last.split_whitespace().collect();
+    assert_eq!(words.len(), 6, "{last}");
+    assert_eq!(
+        (words[1], words[3], words[5]),
+        ("passed,", "failed,", "skipped")
+    );
+    assert_eq!(words[2], "0", "{out}");
+    assert!(words[0].parse::<usize>().unwrap() >= 90, "{last}");
+    assert!(
+        out.lines().any(|l| l.ends_with(" skipped: needs invoke")),
+        "{out}"
+    );
+
+    let o = viastack(&["spec", "conformance", dir.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["failed"], 0);
+    assert_eq!(v["tests"].as_array().unwrap().len(), 121);
+}
+
+#[test]
+fn conformance_on_a_folder_without_manifest_fails() {
+    let p = write("nomanifest", "x.txt", "");
+    let o = viastack(&["spec", "conformance", p.parent().unwrap().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("manifest.json"),
+        "{}",
+        text(&o.stderr)
+    );
+}
