@@ -38,6 +38,7 @@ mod check;
 mod node;
 mod run;
 mod spec;
+mod spec_run;
 
 /// mimalloc instead of the system allocator: with glibc, 64 KiB messages after a run of small
 /// ones measured 3–4× slower in `bench unicast` (heap trimming and page faults on every burst).
