@@ -56,7 +56,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let tname = args.trace.display().to_string();
-    let tsrc = std::fs::read_to_string(&args.trace).with_context(|| format!("{tname}: cannot read"))?;
+    let tsrc =
+        std::fs::read_to_string(&args.trace).with_context(|| format!("{tname}: cannot read"))?;
     let inputs = match trace::parse(&tsrc) {
         Ok(i) => i,
         Err(e) => {
@@ -65,7 +66,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let mut store = Store::new(services, StoreConfig::default());
-    let opts = trace::Options { auto_timers: args.auto_timers, end_ms: args.end_ms };
+    let opts = trace::Options {
+        auto_timers: args.auto_timers,
+        end_ms: args.end_ms,
+    };
     for line in trace::run(&mut store, &inputs, opts) {
         outln!("{line}")?;
     }

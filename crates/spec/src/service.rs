@@ -33,8 +33,8 @@ pub mod trace;
 pub use action::{Network, Primitive};
 pub use diag::{Diagnostic, Diagnostics, Pos, Severity};
 pub use load::Service;
-pub use store::{Store, StoreConfig};
 pub use message::{Addr, InstanceKey, Message, NodeInfo};
+pub use store::{Store, StoreConfig};
 
 use viastack_kernel::time::Instant;
 
@@ -65,12 +65,23 @@ pub trait Runner {
     ///
     /// # Errors
     /// See [`RunnerError`].
-    fn handle_message<N: Network>(&mut self, now: Instant, m: &Message, net: &mut N) -> Result<(), RunnerError>;
+    fn handle_message<N: Network>(
+        &mut self,
+        now: Instant,
+        m: &Message,
+        net: &mut N,
+    ) -> Result<(), RunnerError>;
     /// Timer `id` of instance `key` expired (ignored if the instance is gone).
     ///
     /// # Errors
     /// See [`RunnerError`].
-    fn handle_timer<N: Network>(&mut self, now: Instant, key: InstanceKey, id: u32, net: &mut N) -> Result<(), RunnerError>;
+    fn handle_timer<N: Network>(
+        &mut self,
+        now: Instant,
+        key: InstanceKey,
+        id: u32,
+        net: &mut N,
+    ) -> Result<(), RunnerError>;
     /// The local node's information changed.
     fn set_node(&mut self, node: NodeInfo);
     /// The (first) active state of a live instance.

@@ -29,7 +29,10 @@ fn brief(lines: &[Value]) -> Vec<String> {
         .map(|l| {
             if let Some(a) = l.get("action").and_then(Value::as_str) {
                 match l.get("message") {
-                    Some(m) => format!("{a} type={} dst={} mode={}", m["MessageType"], m["DestinationAddress"], m["DeliveryMode"]),
+                    Some(m) => format!(
+                        "{a} type={} dst={} mode={}",
+                        m["MessageType"], m["DestinationAddress"], m["DeliveryMode"]
+                    ),
                     None => match l.get("timer") {
                         Some(t) => format!("{a} {t}"),
                         None => a.to_string(),
@@ -45,11 +48,24 @@ fn brief(lines: &[Value]) -> Vec<String> {
 }
 
 fn msg(id: u64, t: u8, src: u64) -> Message {
-    Message { service_id: 1, message_id: id, message_type: t, source: Addr(src), previous_hop: Addr(src), hop_limit: 255, ..Message::default() }
+    Message {
+        service_id: 1,
+        message_id: id,
+        message_type: t,
+        source: Addr(src),
+        previous_hop: Addr(src),
+        hop_limit: 255,
+        ..Message::default()
+    }
 }
 
 fn node() -> NodeInfo {
-    NodeInfo { address: Addr(1), parent: Addr(9), children: vec![Addr(2), Addr(3)], neighbours: vec![] }
+    NodeInfo {
+        address: Addr(1),
+        parent: Addr(9),
+        children: vec![Addr(2), Addr(3)],
+        neighbours: vec![],
+    }
 }
 
 #[test]
@@ -68,7 +84,14 @@ fn payload_acks_forwards_and_completes_on_all_acks() {
         Input::Message(t(2), msg(7, 2, 2)),
         Input::Message(t(3), msg(7, 1, 3)),
         Input::Message(t(4), msg(7, 2, 3)),
-        Input::Timer(t(10_004), InstanceKey { service: 1, message: 7 }, 5),
+        Input::Timer(
+            t(10_004),
+            InstanceKey {
+                service: 1,
+                message: 7,
+            },
+            5,
+        ),
     ];
     let out = brief(&trace::run(&mut store(), &inputs, Options::default()));
     let want = [
@@ -93,8 +116,18 @@ fn payload_acks_forwards_and_completes_on_all_acks() {
 
 #[test]
 fn ack_request_without_payload_nacks_then_gives_up_and_resets() {
-    let inputs = vec![Input::Node(Instant::ZERO, node()), Input::Message(Instant::from_millis(1), msg(8, 3, 9))];
-    let out = brief(&trace::run(&mut store(), &inputs, Options { auto_timers: true, end_ms: None }));
+    let inputs = vec![
+        Input::Node(Instant::ZERO, node()),
+        Input::Message(Instant::from_millis(1), msg(8, 3, 9)),
+    ];
+    let out = brief(&trace::run(
+        &mut store(),
+        &inputs,
+        Options {
+            auto_timers: true,
+            end_ms: None,
+        },
+    ));
     let want = [
         "setTimer 1",
         "sendControlMessage type=1 dst=9 mode=3",
@@ -144,10 +177,25 @@ fn random_trace(seed: u64) -> Vec<Input> {
                 let src = rng.gen_range(1..5);
                 out.push(Input::Message(at, msg(id, ty, src)));
             }
-            6..=8 => out.push(Input::Timer(at, InstanceKey { service: 1, message: id }, rng.gen_range(1..9))),
+            6..=8 => out.push(Input::Timer(
+                at,
+                InstanceKey {
+                    service: 1,
+                    message: id,
+                },
+                rng.gen_range(1..9),
+            )),
             _ => {
                 let children = (2..5).filter(|_| rng.gen_bool(0.5)).map(Addr).collect();
-                out.push(Input::Node(at, NodeInfo { address: Addr(1), parent: Addr(9), children, neighbours: vec![] }));
+                out.push(Input::Node(
+                    at,
+                    NodeInfo {
+                        address: Addr(1),
+                        parent: Addr(9),
+                        children,
+                        neighbours: vec![],
+                    },
+                ));
             }
         }
     }
@@ -159,11 +207,19 @@ fn compiled_and_handwritten_take_the_same_actions_on_random_traces() {
     for seed in 0..300 {
         let inputs = random_trace(seed);
         for auto in [false, true] {
-            let opts = Options { auto_timers: auto, end_ms: None };
+            let opts = Options {
+                auto_timers: auto,
+                end_ms: None,
+            };
             let a = trace::run(&mut store(), &inputs, opts);
             let b = trace::run(&mut H2hack::new(1), &inputs, opts);
             if a != b {
-                let (i, (x, y)) = a.iter().zip(&b).enumerate().find(|(_, (x, y))| x != y).unwrap_or((a.len().min(b.len()), (&Value::Null, &Value::Null)));
+                let (i, (x, y)) = a
+                    .iter()
+                    .zip(&b)
+                    .enumerate()
+                    .find(|(_, (x, y))| x != y)
+                    .unwrap_or((a.len().min(b.len()), (&Value::Null, &Value::Null)));
                 panic!("seed {seed} auto_timers {auto}: first difference at output {i}:\ncompiled:    {x}\nhandwritten: {y}\ninputs: {inputs:?}");
             }
         }

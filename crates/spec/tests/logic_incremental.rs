@@ -47,9 +47,22 @@ fn data() -> ServiceData {
 
 #[derive(Clone, Debug)]
 enum Step {
-    Arrive { event: u16, dt_ms: u64, source: u64, seq: u64, timer: u32 },
-    Node { address: u64, parent: u64, children: Vec<u64>, neighbours: Vec<u64> },
-    Wait { dt_ms: u64 },
+    Arrive {
+        event: u16,
+        dt_ms: u64,
+        source: u64,
+        seq: u64,
+        timer: u32,
+    },
+    Node {
+        address: u64,
+        parent: u64,
+        children: Vec<u64>,
+        neighbours: Vec<u64>,
+    },
+    Wait {
+        dt_ms: u64,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {

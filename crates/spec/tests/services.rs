@@ -11,8 +11,17 @@ use viastack_spec::service::{Service, Store, StoreConfig};
 fn load(name: &str) -> Service {
     let path = format!("{}/../../specs/{name}.scxml", env!("CARGO_MANIFEST_DIR"));
     let src = std::fs::read_to_string(&path).unwrap();
-    let (svc, warnings) = Service::load(&format!("{name}.scxml"), &src).unwrap_or_else(|e| panic!("{e}"));
-    assert!(warnings.is_empty(), "{name}: unexpected warnings:\n{}", warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>().join("\n"));
+    let (svc, warnings) =
+        Service::load(&format!("{name}.scxml"), &src).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        warnings.is_empty(),
+        "{name}: unexpected warnings:\n{}",
+        warnings
+            .iter()
+            .map(|w| w.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     svc
 }
 
@@ -21,7 +30,14 @@ fn load(name: &str) -> Service {
 fn run(name: &str, trace_src: &str, auto_timers: bool) -> Vec<String> {
     let mut store = Store::new(vec![Arc::new(load(name))], StoreConfig::default());
     let inputs = trace::parse(trace_src).unwrap();
-    let out = trace::run(&mut store, &inputs, Options { auto_timers, end_ms: None });
+    let out = trace::run(
+        &mut store,
+        &inputs,
+        Options {
+            auto_timers,
+            end_ms: None,
+        },
+    );
     out.iter()
         .map(|l| {
             let t = &l["t_ms"];
@@ -29,8 +45,15 @@ fn run(name: &str, trace_src: &str, auto_timers: bool) -> Vec<String> {
             if let Some(a) = l.get("action").and_then(Value::as_str) {
                 match l.get("message") {
                     Some(m) => {
-                        let p = m.get("Payload").and_then(Value::as_str).map(|p| format!(" {p}")).unwrap_or_default();
-                        format!("{t} #{id} {a} {}>{}{p}", m["MessageType"], m["DestinationAddress"])
+                        let p = m
+                            .get("Payload")
+                            .and_then(Value::as_str)
+                            .map(|p| format!(" {p}"))
+                            .unwrap_or_default();
+                        format!(
+                            "{t} #{id} {a} {}>{}{p}",
+                            m["MessageType"], m["DestinationAddress"]
+                        )
                     }
                     None => match l.get("timer") {
                         Some(x) => format!("{t} #{id} {a} {x}"),
@@ -47,12 +70,26 @@ fn run(name: &str, trace_src: &str, auto_timers: bool) -> Vec<String> {
 }
 
 fn lines(s: &str) -> Vec<String> {
-    s.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect()
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 #[test]
 fn every_spec_loads_without_warnings() {
-    for name in ["h2hack", "e2eack", "dupelim", "ordering", "sync", "incast", "selection", "handshake", "leakybucket"] {
+    for name in [
+        "h2hack",
+        "e2eack",
+        "dupelim",
+        "ordering",
+        "sync",
+        "incast",
+        "selection",
+        "handshake",
+        "leakybucket",
+    ] {
         load(name);
     }
 }
@@ -134,7 +171,11 @@ fn ordering_delivers_in_sequence_with_holes() {
         ));
     }
     let out = run("ordering", &t, false);
-    let delivered: Vec<&str> = out.iter().filter(|l| l.contains("toApplication")).map(|l| l.rsplit(' ').next().unwrap()).collect();
+    let delivered: Vec<&str> = out
+        .iter()
+        .filter(|l| l.contains("toApplication"))
+        .map(|l| l.rsplit(' ').next().unwrap())
+        .collect();
     assert_eq!(delivered, ["m0", "m2", "m3", "m5"]);
 }
 
@@ -184,7 +225,10 @@ fn incast_merges_the_children_payloads() {
            {"t_ms":501,"timer":{"ServiceID":6,"MessageID":5,"TimerIdentifier":1}}"#,
         false,
     );
-    assert_eq!(partial[2..], lines("501 #5 sendDataMessage 128>1 a\n 501 #5 setTimer 2\n 501 #5 sent"));
+    assert_eq!(
+        partial[2..],
+        lines("501 #5 sendDataMessage 128>1 a\n 501 #5 setTimer 2\n 501 #5 sent")
+    );
 }
 
 #[test]
@@ -254,8 +298,22 @@ fn leaky_bucket_lets_one_message_out_per_token() {
            {"t_ms":2,"message":{"ServiceID":9,"MessageID":1,"MessageType":128,"Payload":"c"}}"#,
         true,
     );
-    let sends: Vec<&String> = out.iter().filter(|l| l.contains("sendDataMessage")).collect();
-    assert_eq!(sends, ["100 #1 sendDataMessage 128>0 a", "200 #1 sendDataMessage 128>0 b", "300 #1 sendDataMessage 128>0 c"]);
-    assert_eq!(out.last().unwrap(), "2000 #1 -", "terminated after 2 s: {out:?}");
+    let sends: Vec<&String> = out
+        .iter()
+        .filter(|l| l.contains("sendDataMessage"))
+        .collect();
+    assert_eq!(
+        sends,
+        [
+            "100 #1 sendDataMessage 128>0 a",
+            "200 #1 sendDataMessage 128>0 b",
+            "300 #1 sendDataMessage 128>0 c"
+        ]
+    );
+    assert_eq!(
+        out.last().unwrap(),
+        "2000 #1 -",
+        "terminated after 2 s: {out:?}"
+    );
     assert!(out.contains(&"2000 #1 terminate".to_string()));
 }

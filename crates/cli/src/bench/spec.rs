@@ -24,7 +24,9 @@ use serde_json::json;
 use viastack_kernel::time::Instant;
 use viastack_spec::service::h2hack_handwritten::H2hack;
 use viastack_spec::service::trace::Input;
-use viastack_spec::service::{Addr, InstanceKey, Message, Network, NodeInfo, Primitive, Runner, Service, Store, StoreConfig};
+use viastack_spec::service::{
+    Addr, InstanceKey, Message, Network, NodeInfo, Primitive, Runner, Service, Store, StoreConfig,
+};
 
 const H2HACK: &str = include_str!("../../../../specs/h2hack.scxml");
 
@@ -56,14 +58,20 @@ impl Network for Sink {
     fn perform(&mut self, _now: Instant, key: InstanceKey, p: Primitive<'_>) {
         self.actions += 1;
         self.check = self.check.wrapping_add(key.message);
-        if let Primitive::SendControl(m) | Primitive::SendData(m) | Primitive::ToApplication(m) = p {
+        if let Primitive::SendControl(m) | Primitive::SendData(m) | Primitive::ToApplication(m) = p
+        {
             self.check = self.check.wrapping_add(u64::from(m.message_type));
         }
     }
 }
 
 fn node() -> NodeInfo {
-    NodeInfo { address: Addr(1), parent: Addr(9), children: vec![Addr(2), Addr(3), Addr(4)], neighbours: vec![] }
+    NodeInfo {
+        address: Addr(1),
+        parent: Addr(9),
+        children: vec![Addr(2), Addr(3), Addr(4)],
+        neighbours: vec![],
+    }
 }
 
 /// The load: batches of `concurrent` ids, phase by phase; returns the inputs and the index
@@ -88,7 +96,10 @@ fn load(messages: u64, concurrent: u64) -> (Vec<Input>, usize) {
     let mut first = 1;
     while first <= messages {
         let ids = first..(first + concurrent).min(messages + 1);
-        let key = |id| InstanceKey { service: 1, message: id };
+        let key = |id| InstanceKey {
+            service: 1,
+            message: id,
+        };
         for phase in 0..10 {
             t += 1;
             let at = Instant::from_micros(t);
@@ -133,8 +144,16 @@ struct Figures {
     actions: u64,
 }
 
-fn measure<R: Runner>(make: &dyn Fn() -> R, inputs: &[Input], peak: usize, repeat: u32) -> anyhow::Result<Figures> {
-    let messages = inputs.iter().filter(|i| matches!(i, Input::Message(..))).count() as f64;
+fn measure<R: Runner>(
+    make: &dyn Fn() -> R,
+    inputs: &[Input],
+    peak: usize,
+    repeat: u32,
+) -> anyhow::Result<Figures> {
+    let messages = inputs
+        .iter()
+        .filter(|i| matches!(i, Input::Message(..)))
+        .count() as f64;
     // Memory: the first batch fully live.
     let mut r = make();
     r.set_node(node());
@@ -158,18 +177,42 @@ fn measure<R: Runner>(make: &dyn Fn() -> R, inputs: &[Input], peak: usize, repea
         best = best.min(secs);
         actions = sink.actions;
     }
-    Ok(Figures { events_per_s: inputs.len() as f64 / best, messages_per_s: messages / best, bytes_per_instance, actions })
+    Ok(Figures {
+        events_per_s: inputs.len() as f64 / best,
+        messages_per_s: messages / best,
+        bytes_per_instance,
+        actions,
+    })
 }
 
 /// Runs the benchmark.
 pub fn run(args: &SpecArgs) -> anyhow::Result<()> {
-    let (svc, _warnings) = Service::load("specs/h2hack.scxml", H2HACK).map_err(|e| anyhow!("{e}"))?;
+    let (svc, _warnings) =
+        Service::load("specs/h2hack.scxml", H2HACK).map_err(|e| anyhow!("{e}"))?;
     let svc = Arc::new(svc);
     let (inputs, peak) = load(args.messages.max(1), args.concurrent.max(1));
-    let compiled_store = || Store::new(vec![Arc::clone(&svc)], StoreConfig { pool: 0, capacity: usize::MAX });
+    let compiled_store = || {
+        Store::new(
+            vec![Arc::clone(&svc)],
+            StoreConfig {
+                pool: 0,
+                capacity: usize::MAX,
+            },
+        )
+    };
     // Warm up both (page in, grow maps).
-    measure(&compiled_store, &inputs[..inputs.len().min(100_000)], peak.min(inputs.len()), 1)?;
-    measure(&|| H2hack::new(1), &inputs[..inputs.len().min(100_000)], peak.min(inputs.len()), 1)?;
+    measure(
+        &compiled_store,
+        &inputs[..inputs.len().min(100_000)],
+        peak.min(inputs.len()),
+        1,
+    )?;
+    measure(
+        &|| H2hack::new(1),
+        &inputs[..inputs.len().min(100_000)],
+        peak.min(inputs.len()),
+        1,
+    )?;
     let mut c = measure(&compiled_store, &inputs, peak, 1)?;
     let mut h = measure(&|| H2hack::new(1), &inputs, peak, 1)?;
     for _ in 1..args.repeat.max(1) {
@@ -183,13 +226,15 @@ pub fn run(args: &SpecArgs) -> anyhow::Result<()> {
         }
     }
     if c.actions != h.actions {
-        return Err(anyhow!("compiled took {} actions, hand-written {}: they differ", c.actions, h.actions));
+        return Err(anyhow!(
+            "compiled took {} actions, hand-written {}: they differ",
+            c.actions,
+            h.actions
+        ));
     }
     let ratio = c.events_per_s / h.events_per_s;
     if args.json {
-        let fig = |f: &Figures| {
-            json!({"events_per_s": f.events_per_s, "messages_per_s": f.messages_per_s, "bytes_per_instance": f.bytes_per_instance})
-        };
+        let fig = |f: &Figures| json!({"events_per_s": f.events_per_s, "messages_per_s": f.messages_per_s, "bytes_per_instance": f.bytes_per_instance});
         let v = json!({
             "service": "h2hack",
             "events": inputs.len(),
@@ -201,10 +246,26 @@ pub fn run(args: &SpecArgs) -> anyhow::Result<()> {
         });
         outln!("{}", serde_json::to_string_pretty(&v)?)?;
     } else {
-        outln!("h2hack: {} events ({} live instances at a time), {} actions", inputs.len(), args.concurrent, c.actions)?;
-        outln!("{:<12} {:>14} {:>14} {:>12}", "", "events/s", "messages/s", "B/instance")?;
+        outln!(
+            "h2hack: {} events ({} live instances at a time), {} actions",
+            inputs.len(),
+            args.concurrent,
+            c.actions
+        )?;
+        outln!(
+            "{:<12} {:>14} {:>14} {:>12}",
+            "",
+            "events/s",
+            "messages/s",
+            "B/instance"
+        )?;
         for (name, f) in [("compiled", &c), ("handwritten", &h)] {
-            outln!("{name:<12} {:>14.0} {:>14.0} {:>12.0}", f.events_per_s, f.messages_per_s, f.bytes_per_instance)?;
+            outln!(
+                "{name:<12} {:>14.0} {:>14.0} {:>12.0}",
+                f.events_per_s,
+                f.messages_per_s,
+                f.bytes_per_instance
+            )?;
         }
         outln!("compiled_vs_handwritten {ratio:.3} (target >= 0.9; <= 1024 B/instance; >= 1e6 events/s)")?;
     }

@@ -284,7 +284,11 @@ impl<'a> Compiler<'a> {
     }
 
     fn existing_draft(&self, name: &str) -> Option<u8> {
-        self.drafts.borrow().iter().position(|(n, _)| n == name).map(|i| i as u8)
+        self.drafts
+            .borrow()
+            .iter()
+            .position(|(n, _)| n == name)
+            .map(|i| i as u8)
     }
 
     /// Compiles one custom element given its local name and attributes.
@@ -296,15 +300,21 @@ impl<'a> Compiler<'a> {
         match name {
             "create" | "set" | "execute" => {
                 let Some(target) = attr("name") else {
-                    return Err(format!("<action:{name}> needs name=\"primitive\" (one of: {PRIMS})"));
+                    return Err(format!(
+                        "<action:{name}> needs name=\"primitive\" (one of: {PRIMS})"
+                    ));
                 };
                 let Some(prim) = Prim::from_name(target) else {
-                    return Err(format!("unknown action `{target}` (expected one of: {PRIMS})"));
+                    return Err(format!(
+                        "unknown action `{target}` (expected one of: {PRIMS})"
+                    ));
                 };
                 let draft = self.draft(target, prim);
                 for (k, _) in attrs {
                     let ok = match name {
-                        "set" => matches!(k.as_str(), "name" | "field" | "value" | "expr" | "xpath"),
+                        "set" => {
+                            matches!(k.as_str(), "name" | "field" | "value" | "expr" | "xpath")
+                        }
                         _ => k == "name",
                     };
                     if !ok {
@@ -316,7 +326,9 @@ impl<'a> Compiler<'a> {
                     "execute" => Ok(Action::Execute { draft, prim }),
                     _ => {
                         let Some(f) = attr("field") else {
-                            return Err("<action:set> needs field=\"Message/…\" or \"Timer/…\"".into());
+                            return Err(
+                                "<action:set> needs field=\"Message/…\" or \"Timer/…\"".into()
+                            );
                         };
                         let field = parse_field(f)?;
                         let value = match (attr("value"), attr("expr").or(attr("xpath"))) {
@@ -324,7 +336,11 @@ impl<'a> Compiler<'a> {
                             (None, Some(e)) => self.value_expr(e)?,
                             _ => return Err("<action:set> needs exactly one of value=\"literal\" or expr=\"expression\"".into()),
                         };
-                        Ok(Action::Set { draft, field, value })
+                        Ok(Action::Set {
+                            draft,
+                            field,
+                            value,
+                        })
                     }
                 }
             }
@@ -345,14 +361,20 @@ impl<'a> Compiler<'a> {
             let k = k.as_str();
             match (prim, k) {
                 (Prim::SetTimer | Prim::CancelTimer, "id" | "TimerIdentifier") => {
-                    let id: u32 = v.trim().parse().map_err(|_| format!("timer id `{v}`: expected an integer"))?;
+                    let id: u32 = v
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("timer id `{v}`: expected an integer"))?;
                     if prim == Prim::SetTimer {
                         self.timers_set.borrow_mut().push(id);
                     }
                     sets.push((Field::TimerId, Value::Int(i64::from(id))));
                 }
                 (Prim::SetTimer, "ms" | "TimerValue") => {
-                    let ms: u64 = v.trim().parse().map_err(|_| format!("timer duration `{v}`: expected milliseconds"))?;
+                    let ms: u64 = v
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("timer duration `{v}`: expected milliseconds"))?;
                     sets.push((Field::TimerMs, Value::Int(ms.min(i64::MAX as u64) as i64)));
                 }
                 (Prim::UpdateNodeInfo, "address" | "parent" | "children" | "neighbours") => {
@@ -362,68 +384,109 @@ impl<'a> Compiler<'a> {
                         "children" => Field::NodeChildren,
                         _ => Field::NodeNeighbours,
                     };
-                    sets.push((field.clone(), self.literal(&field, v).or_else(|_| self.value_expr(v))?));
+                    sets.push((
+                        field.clone(),
+                        self.literal(&field, v).or_else(|_| self.value_expr(v))?,
+                    ));
                 }
                 (Prim::CreateMessage | Prim::SetMessage, "name") => draft = Some(v.as_str()),
                 (
-                    Prim::CreateMessage | Prim::ToApplication | Prim::SendData | Prim::SendControl | Prim::Send | Prim::Forward,
+                    Prim::CreateMessage
+                    | Prim::ToApplication
+                    | Prim::SendData
+                    | Prim::SendControl
+                    | Prim::Send
+                    | Prim::Forward,
                     "from" | "message",
                 ) => base = Some(self.value_expr(v)?),
                 (
-                    Prim::CreateMessage | Prim::SetMessage | Prim::ToApplication | Prim::SendData | Prim::SendControl | Prim::Send | Prim::Forward,
+                    Prim::CreateMessage
+                    | Prim::SetMessage
+                    | Prim::ToApplication
+                    | Prim::SendData
+                    | Prim::SendControl
+                    | Prim::Send
+                    | Prim::Forward,
                     _,
                 ) => {
-                    let field = parse_field(k).map_err(|_| format!("unknown parameter `{k}` of {}", prim_name(prim)))?;
-                    if matches!(field, Field::Message | Field::TimerId | Field::TimerMs) || is_node_field(&field) {
+                    let field = parse_field(k)
+                        .map_err(|_| format!("unknown parameter `{k}` of {}", prim_name(prim)))?;
+                    if matches!(field, Field::Message | Field::TimerId | Field::TimerMs)
+                        || is_node_field(&field)
+                    {
                         return Err(format!("unknown parameter `{k}` of {}", prim_name(prim)));
                     }
-                    let value = if v.trim_start().starts_with('$') { self.value_expr(v)? } else { self.literal(&field, v).or_else(|_| self.value_expr(v))? };
+                    let value = if v.trim_start().starts_with('$') {
+                        self.value_expr(v)?
+                    } else {
+                        self.literal(&field, v).or_else(|_| self.value_expr(v))?
+                    };
                     sets.push((field, value));
                 }
                 _ => return Err(format!("unknown parameter `{k}` of {}", prim_name(prim))),
             }
         }
         match prim {
-            Prim::SetTimer => {
-                if !sets.iter().any(|(f, _)| *f == Field::TimerId) || !sets.iter().any(|(f, _)| *f == Field::TimerMs) {
-                    return Err("setTimer needs id=\"N\" and ms=\"milliseconds\"".into());
-                }
+            Prim::SetTimer
+                if !sets.iter().any(|(f, _)| *f == Field::TimerId)
+                    || !sets.iter().any(|(f, _)| *f == Field::TimerMs) =>
+            {
+                return Err("setTimer needs id=\"N\" and ms=\"milliseconds\"".into());
             }
-            Prim::CancelTimer => {
-                if !sets.iter().any(|(f, _)| *f == Field::TimerId) {
-                    return Err("cancelTimer needs id=\"N\"".into());
-                }
+            Prim::CancelTimer if !sets.iter().any(|(f, _)| *f == Field::TimerId) => {
+                return Err("cancelTimer needs id=\"N\"".into());
             }
             Prim::CreateMessage | Prim::SetMessage => {
                 let Some(n) = draft else {
                     return Err(format!("{} needs name=\"draft\"", prim_name(prim)));
                 };
                 if prim == Prim::SetMessage && self.existing_draft(n).is_none() {
-                    return Err(format!("setMessage: no createMessage name=\"{n}\" before it"));
+                    return Err(format!(
+                        "setMessage: no createMessage name=\"{n}\" before it"
+                    ));
                 }
                 let d = self.draft(n, prim);
-                return Ok(Action::Run { prim, draft: Some(d), base, sets: sets.into() });
+                return Ok(Action::Run {
+                    prim,
+                    draft: Some(d),
+                    base,
+                    sets: sets.into(),
+                });
             }
             _ => {}
         }
-        Ok(Action::Run { prim, draft: None, base, sets: sets.into() })
+        Ok(Action::Run {
+            prim,
+            draft: None,
+            base,
+            sets: sets.into(),
+        })
     }
 
     fn literal(&self, field: &Field, v: &str) -> Result<Value, String> {
         match field {
-            Field::Attr(a) => a.parse_value(v).map(Value::Int).ok_or_else(|| format!("`{v}` is not a valid {}", a.name())),
+            Field::Attr(a) => a
+                .parse_value(v)
+                .map(Value::Int)
+                .ok_or_else(|| format!("`{v}` is not a valid {}", a.name())),
             Field::Payload | Field::Extra(_) => Ok(Value::Text(v.into())),
-            Field::TimerId | Field::TimerMs => {
-                v.trim().parse::<u32>().map(|n| Value::Int(i64::from(n))).map_err(|_| format!("`{v}`: expected an integer"))
-            }
-            Field::NodeAddress | Field::NodeParent => Addr::parse(v).map(|a| Value::Int(a.0 as i64)).ok_or_else(|| format!("`{v}`: expected an address")),
+            Field::TimerId | Field::TimerMs => v
+                .trim()
+                .parse::<u32>()
+                .map(|n| Value::Int(i64::from(n)))
+                .map_err(|_| format!("`{v}`: expected an integer")),
+            Field::NodeAddress | Field::NodeParent => Addr::parse(v)
+                .map(|a| Value::Int(a.0 as i64))
+                .ok_or_else(|| format!("`{v}`: expected an address")),
             Field::NodeChildren | Field::NodeNeighbours => v
                 .split(|c: char| c.is_whitespace() || c == ';')
                 .filter(|s| !s.is_empty())
                 .map(|s| Addr::parse(s).ok_or_else(|| format!("`{s}`: expected an address")))
                 .collect::<Result<Vec<_>, _>>()
                 .map(|v| Value::Addrs(v.into())),
-            Field::Message => Err("a whole message is set from an expression (expr=\"last(E)\")".into()),
+            Field::Message => {
+                Err("a whole message is set from an expression (expr=\"last(E)\")".into())
+            }
         }
     }
 
@@ -460,7 +523,9 @@ impl<'a> Compiler<'a> {
                 return match after.strip_prefix('.') {
                     None if after.trim().is_empty() => Ok(Value::Last(slot)),
                     Some(a) => Ok(Value::LastAttr(slot, attr(a.trim())?)),
-                    None => Err(format!("`{s}`: expected last(EVENT) or last(EVENT).Attribute")),
+                    None => Err(format!(
+                        "`{s}`: expected last(EVENT) or last(EVENT).Attribute"
+                    )),
                 };
             }
             None => match s.split_once('.') {
@@ -489,7 +554,10 @@ impl<'a> Compiler<'a> {
     fn last_slot(&self, ev: &str) -> Result<u8, String> {
         let Some(i) = self.data.basic_index(ev) else {
             let names: Vec<&str> = self.data.basic.iter().map(|b| b.name.as_str()).collect();
-            return Err(format!("unknown event `{ev}` in last(…) (expected a basic event: {})", names.join(", ")));
+            return Err(format!(
+                "unknown event `{ev}` in last(…) (expected a basic event: {})",
+                names.join(", ")
+            ));
         };
         Ok(self.layout.borrow_mut().keep(i as u16))
     }
@@ -512,7 +580,10 @@ fn prim_name(p: Prim) -> &'static str {
 }
 
 fn is_node_field(f: &Field) -> bool {
-    matches!(f, Field::NodeAddress | Field::NodeParent | Field::NodeChildren | Field::NodeNeighbours)
+    matches!(
+        f,
+        Field::NodeAddress | Field::NodeParent | Field::NodeChildren | Field::NodeNeighbours
+    )
 }
 
 fn attr(a: &str) -> Result<Attr, String> {
@@ -595,13 +666,22 @@ impl VarSource for crate::chart::Vars<'_> {
 }
 
 fn var_value(vars: &dyn VarSource, name: &str) -> Result<crate::chart::Value, String> {
-    vars.var(name).ok_or_else(|| format!("${name}: no such datamodel variable, or not bound"))
+    vars.var(name)
+        .ok_or_else(|| format!("${name}: no such datamodel variable, or not bound"))
 }
 
-fn read_msg<'m, N: Network + ?Sized>(v: &Value, ctx: &'m Ctx<'_, N>) -> Result<&'m Message, String> {
+fn read_msg<'m, N: Network + ?Sized>(
+    v: &Value,
+    ctx: &'m Ctx<'_, N>,
+) -> Result<&'m Message, String> {
     match v {
-        Value::Last(s) => ctx.history.last(*s).ok_or_else(|| "last(…): no such message in the history yet".to_string()),
-        Value::Current => ctx.current.ok_or_else(|| "msg: this step was not triggered by a message".to_string()),
+        Value::Last(s) => ctx
+            .history
+            .last(*s)
+            .ok_or_else(|| "last(…): no such message in the history yet".to_string()),
+        Value::Current => ctx
+            .current
+            .ok_or_else(|| "msg: this step was not triggered by a message".to_string()),
         Value::Draft(d) => match ctx.drafts.get(usize::from(*d)) {
             Some(dr) if dr.live => Ok(&dr.msg),
             _ => Err("the message was not created in this step".to_string()),
@@ -610,7 +690,11 @@ fn read_msg<'m, N: Network + ?Sized>(v: &Value, ctx: &'m Ctx<'_, N>) -> Result<&
     }
 }
 
-fn read_int<N: Network + ?Sized>(v: &Value, ctx: &Ctx<'_, N>, vars: &dyn VarSource) -> Result<i64, String> {
+fn read_int<N: Network + ?Sized>(
+    v: &Value,
+    ctx: &Ctx<'_, N>,
+    vars: &dyn VarSource,
+) -> Result<i64, String> {
     Ok(match v {
         Value::Var(n) => match var_value(vars, n)? {
             crate::chart::Value::Number(x) if x.is_finite() => x as i64,
@@ -618,7 +702,12 @@ fn read_int<N: Network + ?Sized>(v: &Value, ctx: &Ctx<'_, N>, vars: &dyn VarSour
                 Some(a) => a.0 as i64,
                 None => return Err(format!("${n} = \"{t}\" is not a number or an address")),
             },
-            other => return Err(format!("${n} is a {}, expected a number", other.type_name())),
+            other => {
+                return Err(format!(
+                    "${n} is a {}, expected a number",
+                    other.type_name()
+                ))
+            }
         },
         Value::Int(n) => *n,
         Value::LastAttr(s, a) => read_msg(&Value::Last(*s), ctx)?.get(*a),
@@ -671,8 +760,14 @@ fn apply<N: Network + ?Sized>(
         Field::NodeAddress => ctx.node.address = Addr(read_int(v, ctx, vars)? as u64),
         Field::NodeParent => ctx.node.parent = Addr(read_int(v, ctx, vars)? as u64),
         Field::NodeChildren | Field::NodeNeighbours => {
-            let Value::Addrs(list) = v else { return Err("expected a list of addresses".into()) };
-            let dst = if *field == Field::NodeChildren { &mut ctx.node.children } else { &mut ctx.node.neighbours };
+            let Value::Addrs(list) = v else {
+                return Err("expected a list of addresses".into());
+            };
+            let dst = if *field == Field::NodeChildren {
+                &mut ctx.node.children
+            } else {
+                &mut ctx.node.neighbours
+            };
             dst.clear();
             dst.extend_from_slice(list);
         }
@@ -680,7 +775,12 @@ fn apply<N: Network + ?Sized>(
     Ok(())
 }
 
-fn perform<N: Network + ?Sized>(prim: Prim, mut msg: Message, timer: (u32, u64), ctx: &mut Ctx<'_, N>) {
+fn perform<N: Network + ?Sized>(
+    prim: Prim,
+    mut msg: Message,
+    timer: (u32, u64),
+    ctx: &mut Ctx<'_, N>,
+) {
     let local = ctx.node.address;
     msg.service_id = ctx.key.service;
     if msg.message_id == 0 {
@@ -717,8 +817,17 @@ fn perform<N: Network + ?Sized>(prim: Prim, mut msg: Message, timer: (u32, u64),
             msg.previous_hop = local;
             ctx.net.perform(now, key, Primitive::Forward(&msg));
         }
-        Prim::SetTimer => ctx.net.perform(now, key, Primitive::SetTimer { id: timer.0, after: Duration::from_millis(timer.1) }),
-        Prim::CancelTimer => ctx.net.perform(now, key, Primitive::CancelTimer { id: timer.0 }),
+        Prim::SetTimer => ctx.net.perform(
+            now,
+            key,
+            Primitive::SetTimer {
+                id: timer.0,
+                after: Duration::from_millis(timer.1),
+            },
+        ),
+        Prim::CancelTimer => ctx
+            .net
+            .perform(now, key, Primitive::CancelTimer { id: timer.0 }),
         Prim::Terminate => {
             ctx.terminated = true;
             ctx.net.perform(now, key, Primitive::Terminate);
@@ -734,20 +843,36 @@ fn perform<N: Network + ?Sized>(prim: Prim, mut msg: Message, timer: (u32, u64),
 ///
 /// # Errors
 /// A value that cannot be read now (see the module doc); nothing is performed then.
-pub fn run<N: Network + ?Sized>(action: &Action, ctx: &mut Ctx<'_, N>, vars: &dyn VarSource) -> Result<(), String> {
+pub fn run<N: Network + ?Sized>(
+    action: &Action,
+    ctx: &mut Ctx<'_, N>,
+    vars: &dyn VarSource,
+) -> Result<(), String> {
     match action {
         Action::Create { draft } => {
-            let d = ctx.drafts.get_mut(usize::from(*draft)).ok_or("draft out of range")?;
+            let d = ctx
+                .drafts
+                .get_mut(usize::from(*draft))
+                .ok_or("draft out of range")?;
             d.live = true;
-            d.msg = Message { hop_limit: 255, ..Message::default() };
+            d.msg = Message {
+                hop_limit: 255,
+                ..Message::default()
+            };
             d.timer_id = 0;
             d.timer_ms = 0;
             Ok(())
         }
-        Action::Set { draft, field, value } => {
+        Action::Set {
+            draft,
+            field,
+            value,
+        } => {
             let i = usize::from(*draft);
             if !ctx.drafts.get(i).is_some_and(|d| d.live) {
-                return Err("<action:set> before <action:create> of the same name in this step".into());
+                return Err(
+                    "<action:set> before <action:create> of the same name in this step".into(),
+                );
             }
             let mut msg = std::mem::take(&mut ctx.drafts[i].msg);
             let mut timer = (ctx.drafts[i].timer_id, ctx.drafts[i].timer_ms);
@@ -760,7 +885,9 @@ pub fn run<N: Network + ?Sized>(action: &Action, ctx: &mut Ctx<'_, N>, vars: &dy
         Action::Execute { draft, prim } => {
             let i = usize::from(*draft);
             if !ctx.drafts.get(i).is_some_and(|d| d.live) {
-                return Err("<action:execute> before <action:create> of the same name in this step".into());
+                return Err(
+                    "<action:execute> before <action:create> of the same name in this step".into(),
+                );
             }
             let d = &mut ctx.drafts[i];
             d.live = false;
@@ -769,18 +896,29 @@ pub fn run<N: Network + ?Sized>(action: &Action, ctx: &mut Ctx<'_, N>, vars: &dy
             perform(*prim, msg, timer, ctx);
             Ok(())
         }
-        Action::Run { prim, draft, base, sets } => {
+        Action::Run {
+            prim,
+            draft,
+            base,
+            sets,
+        } => {
             let mut msg = match (prim, draft, base) {
                 (Prim::SetMessage, Some(d), _) => read_msg(&Value::Draft(*d), ctx)?.clone(),
                 (_, _, Some(b)) => read_msg(b, ctx)?.clone(),
-                _ => Message { hop_limit: 255, ..Message::default() },
+                _ => Message {
+                    hop_limit: 255,
+                    ..Message::default()
+                },
             };
             let mut timer = (0, 0);
             for (f, v) in sets.iter() {
                 apply(&mut msg, &mut timer, f, v, ctx, vars)?;
             }
             if let Some(d) = draft {
-                let dr = ctx.drafts.get_mut(usize::from(*d)).ok_or("draft out of range")?;
+                let dr = ctx
+                    .drafts
+                    .get_mut(usize::from(*d))
+                    .ok_or("draft out of range")?;
                 dr.live = true;
                 dr.msg = msg;
                 return Ok(());
@@ -815,7 +953,16 @@ mod tests {
         fn perform(&mut self, _now: Instant, key: InstanceKey, p: Primitive<'_>) {
             self.0.push(match p {
                 Primitive::SendControl(m) | Primitive::SendData(m) => {
-                    format!("{} {} type={} dst={} mode={} src={} id={}", key.message, p.name(), m.message_type, m.destination, m.delivery_mode, m.source, m.message_id)
+                    format!(
+                        "{} {} type={} dst={} mode={} src={} id={}",
+                        key.message,
+                        p.name(),
+                        m.message_type,
+                        m.destination,
+                        m.delivery_mode,
+                        m.source,
+                        m.message_id
+                    )
                 }
                 Primitive::SetTimer { id, after } => format!("setTimer {id} {after:?}"),
                 other => other.name().to_string(),
@@ -824,7 +971,9 @@ mod tests {
     }
 
     fn attrs(a: &[(&str, &str)]) -> Vec<(String, String)> {
-        a.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        a.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -842,23 +991,71 @@ mod tests {
         let one = c
             .compile(
                 "sendControlMessage",
-                &attrs(&[("from", "last(payloadmessage)"), ("DeliveryMode", "3"), ("DestinationAddress", "last(payloadmessage).PreviousHopAddress"), ("MessageType", "2")]),
+                &attrs(&[
+                    ("from", "last(payloadmessage)"),
+                    ("DeliveryMode", "3"),
+                    (
+                        "DestinationAddress",
+                        "last(payloadmessage).PreviousHopAddress",
+                    ),
+                    ("MessageType", "2"),
+                ]),
             )
             .unwrap();
-        let timer = c.compile("setTimer", &attrs(&[("id", "2"), ("ms", "5000")])).unwrap();
-        assert!(c.compile("setTimer", &attrs(&[("id", "2")])).unwrap_err().contains("needs id"));
-        assert!(c.compile("launch", &[]).unwrap_err().contains("unknown action `launch`"));
-        assert!(c.compile("setTimer", &attrs(&[("id", "2"), ("ms", "1"), ("colour", "red")])).unwrap_err().contains("unknown parameter `colour`"));
-        assert!(c.compile("toApplication", &attrs(&[("message", "last(nope)")])).unwrap_err().contains("unknown event `nope`"));
+        let timer = c
+            .compile("setTimer", &attrs(&[("id", "2"), ("ms", "5000")]))
+            .unwrap();
+        assert!(c
+            .compile("setTimer", &attrs(&[("id", "2")]))
+            .unwrap_err()
+            .contains("needs id"));
+        assert!(c
+            .compile("launch", &[])
+            .unwrap_err()
+            .contains("unknown action `launch`"));
+        assert!(c
+            .compile(
+                "setTimer",
+                &attrs(&[("id", "2"), ("ms", "1"), ("colour", "red")])
+            )
+            .unwrap_err()
+            .contains("unknown parameter `colour`"));
+        assert!(c
+            .compile("toApplication", &attrs(&[("message", "last(nope)")]))
+            .unwrap_err()
+            .contains("unknown event `nope`"));
         let (layout, drafts) = c.finish();
         let mut h = History::new(&layout, logic::State::default());
-        let p = Message { message_type: 0x80, message_id: 42, service_id: 9, previous_hop: Addr(7), source: Addr(1), payload: Some(Arc::from(&b"x"[..])), ..Message::default() };
+        let p = Message {
+            message_type: 0x80,
+            message_id: 42,
+            service_id: 9,
+            previous_hop: Addr(7),
+            source: Addr(1),
+            payload: Some(Arc::from(&b"x"[..])),
+            ..Message::default()
+        };
         h.record(&layout, 0, &p);
-        let mut node = NodeInfo { address: Addr(5), ..NodeInfo::default() };
+        let mut node = NodeInfo {
+            address: Addr(5),
+            ..NodeInfo::default()
+        };
         let mut drafts = vec![Draft::default(); drafts];
         let mut net = Rec::default();
-        let key = InstanceKey { service: 9, message: 42 };
-        let mut ctx = Ctx { now: Instant::ZERO, key, node: &mut node, history: &h, current: Some(&p), drafts: &mut drafts, net: &mut net, terminated: false };
+        let key = InstanceKey {
+            service: 9,
+            message: 42,
+        };
+        let mut ctx = Ctx {
+            now: Instant::ZERO,
+            key,
+            node: &mut node,
+            history: &h,
+            current: Some(&p),
+            drafts: &mut drafts,
+            net: &mut net,
+            terminated: false,
+        };
         for a in triple.iter().chain([&one, &timer]) {
             run(a, &mut ctx, &()).unwrap();
         }
@@ -876,13 +1073,29 @@ mod tests {
     fn reading_an_empty_history_fails_the_action() {
         let d = data();
         let c = Compiler::new(&d);
-        let a = c.compile("toApplication", &attrs(&[("message", "last(payloadmessage)")])).unwrap();
+        let a = c
+            .compile(
+                "toApplication",
+                &attrs(&[("message", "last(payloadmessage)")]),
+            )
+            .unwrap();
         let (layout, _) = c.finish();
         let h = History::new(&layout, logic::State::default());
         let mut node = NodeInfo::default();
         let mut net = Rec::default();
-        let mut ctx = Ctx { now: Instant::ZERO, key: InstanceKey::default(), node: &mut node, history: &h, current: None, drafts: &mut [], net: &mut net, terminated: false };
-        assert!(run(&a, &mut ctx, &()).unwrap_err().contains("no such message"));
+        let mut ctx = Ctx {
+            now: Instant::ZERO,
+            key: InstanceKey::default(),
+            node: &mut node,
+            history: &h,
+            current: None,
+            drafts: &mut [],
+            net: &mut net,
+            terminated: false,
+        };
+        assert!(run(&a, &mut ctx, &())
+            .unwrap_err()
+            .contains("no such message"));
         assert!(net.0.is_empty());
     }
 }

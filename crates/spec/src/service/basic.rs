@@ -59,18 +59,27 @@ impl Matcher {
                                     Some(prev) => prev.into_iter().filter(|&p| p == t).collect(),
                                 });
                             }
-                            (FilterAttr::Known(a), FilterValue::Int(v)) => checks.push(Check::Int(*a, *v)),
-                            (FilterAttr::Known(a), FilterValue::Local) => checks.push(Check::Local(*a)),
+                            (FilterAttr::Known(a), FilterValue::Int(v)) => {
+                                checks.push(Check::Int(*a, *v))
+                            }
+                            (FilterAttr::Known(a), FilterValue::Local) => {
+                                checks.push(Check::Local(*a))
+                            }
                             (FilterAttr::Known(a), FilterValue::Text(t)) => {
                                 checks.push(Check::Text(a.name().into(), t.as_str().into()))
                             }
                             (FilterAttr::Extra(n), FilterValue::Text(t)) => {
                                 checks.push(Check::Text(n.as_str().into(), t.as_str().into()))
                             }
-                            (FilterAttr::Extra(n), v) => checks.push(Check::Text(n.as_str().into(), format!("{v:?}").into())),
+                            (FilterAttr::Extra(n), v) => {
+                                checks.push(Check::Text(n.as_str().into(), format!("{v:?}").into()))
+                            }
                         }
                     }
-                    let me = MessageEvent { event, checks: checks.into() };
+                    let me = MessageEvent {
+                        event,
+                        checks: checks.into(),
+                    };
                     match types {
                         Some(ts) => {
                             for t in ts {
@@ -86,7 +95,10 @@ impl Matcher {
                 }
             }
         }
-        Matcher { by_type: by_type.into_iter().map(Vec::into_boxed_slice).collect(), timers: timers.into() }
+        Matcher {
+            by_type: by_type.into_iter().map(Vec::into_boxed_slice).collect(),
+            timers: timers.into(),
+        }
     }
 
     /// Appends to `out` the basic events a message triggers, in declaration order.
@@ -116,7 +128,8 @@ impl Matcher {
     /// Whether any message can trigger event `e` (false for an event whose filters contradict,
     /// e.g. two different MessageTypes). Used by verification.
     pub fn can_match(&self, e: u16) -> bool {
-        self.by_type.iter().any(|v| v.iter().any(|m| m.event == e)) || self.timers.iter().any(|t| t.1 == e)
+        self.by_type.iter().any(|v| v.iter().any(|m| m.event == e))
+            || self.timers.iter().any(|t| t.1 == e)
     }
 }
 
@@ -136,7 +149,11 @@ mod tests {
     }
 
     fn msg(t: i64, src: u64) -> Message {
-        Message { message_type: t as u8, source: Addr(src), ..Message::default() }
+        Message {
+            message_type: t as u8,
+            source: Addr(src),
+            ..Message::default()
+        }
     }
 
     #[test]
@@ -165,7 +182,10 @@ mod tests {
                <Event name="anytimer"><Timer/></Event>"#,
         );
         let m = Matcher::new(&d);
-        let node = NodeInfo { address: Addr(5), ..NodeInfo::default() };
+        let node = NodeInfo {
+            address: Addr(5),
+            ..NodeInfo::default()
+        };
         let mut out = Vec::new();
         m.message(&msg(2, 5), &node, &mut out);
         assert_eq!(out, vec![0, 1, 2]);
@@ -185,7 +205,9 @@ mod tests {
 
     #[test]
     fn contradicting_filters_never_match() {
-        let d = data(r#"<Event name="x"><Message><MessageType>2</MessageType><MessageType>3</MessageType></Message></Event>"#);
+        let d = data(
+            r#"<Event name="x"><Message><MessageType>2</MessageType><MessageType>3</MessageType></Message></Event>"#,
+        );
         assert!(!Matcher::new(&d).can_match(0));
     }
 }

@@ -73,7 +73,10 @@ impl Default for MetaOps {
     /// Seed §5.1.2.1: by default the message is forwarded as soon as it is received and a
     /// clone is processed; intermediate unicast processing is on in the h2hack example.
     fn default() -> Self {
-        MetaOps { message_store_will_forward_message: false, process_intermediate_unicast_message: true }
+        MetaOps {
+            message_store_will_forward_message: false,
+            process_intermediate_unicast_message: true,
+        }
     }
 }
 
@@ -180,12 +183,19 @@ impl ServiceData {
                 let p = e.pos();
                 return Err(Diagnostics(vec![error(
                     file,
-                    Pos { line: p.row, col: p.col },
+                    Pos {
+                        line: p.row,
+                        col: p.col,
+                    },
                     format!("not well-formed XML: {e}"),
                 )]));
             }
         };
-        let mut r = Reader { file, doc: &doc, diags: Vec::new() };
+        let mut r = Reader {
+            file,
+            doc: &doc,
+            diags: Vec::new(),
+        };
         let data = r.read();
         if r.diags.is_empty() {
             Ok(data)
@@ -206,7 +216,10 @@ type Node<'a, 'input> = roxmltree::Node<'a, 'input>;
 impl<'a, 'input> Reader<'a, 'input> {
     fn pos(&self, n: Node<'_, '_>) -> Pos {
         let p = self.doc.text_pos_at(n.range().start);
-        Pos { line: p.row, col: p.col }
+        Pos {
+            line: p.row,
+            col: p.col,
+        }
     }
 
     fn err(&mut self, n: Node<'_, '_>, msg: impl Into<String>) {
@@ -226,14 +239,23 @@ impl<'a, 'input> Reader<'a, 'input> {
             composite: Vec::new(),
         };
         if root.tag_name().name() != "scxml" {
-            self.err(root, format!("expected <scxml> as the root element, found <{}>", root.tag_name().name()));
+            self.err(
+                root,
+                format!(
+                    "expected <scxml> as the root element, found <{}>",
+                    root.tag_name().name()
+                ),
+            );
             return data;
         }
         let mut seen_service = false;
         let datas: Vec<Node<'_, '_>> = root
             .descendants()
             .filter(|n| n.is_element() && n.tag_name().name() == "data")
-            .filter(|n| n.parent_element().is_some_and(|p| p.tag_name().name() == "datamodel"))
+            .filter(|n| {
+                n.parent_element()
+                    .is_some_and(|p| p.tag_name().name() == "datamodel")
+            })
             .collect();
         let mut composites = Vec::new();
         for d in datas {
@@ -256,13 +278,28 @@ impl<'a, 'input> Reader<'a, 'input> {
             for (c, cn) in constituents {
                 match data.basic_index(&c) {
                     Some(i) => idx.push(i),
-                    None => self.err(cn, format!("constituent `{c}` is not a basic event (expected one of: {})", names(&data))),
+                    None => self.err(
+                        cn,
+                        format!(
+                            "constituent `{c}` is not a basic event (expected one of: {})",
+                            names(&data)
+                        ),
+                    ),
                 }
             }
             if none_written {
-                self.err(node, format!("composite event `{name}` needs at least one <ConstituentBasicEvent>"));
+                self.err(
+                    node,
+                    format!("composite event `{name}` needs at least one <ConstituentBasicEvent>"),
+                );
             }
-            data.composite.push(CompositeDef { name, pos, constituents: idx, expr, expr_pos });
+            data.composite.push(CompositeDef {
+                name,
+                pos,
+                constituents: idx,
+                expr,
+                expr_pos,
+            });
         }
         data
     }
@@ -336,7 +373,14 @@ impl<'a, 'input> Reader<'a, 'input> {
         &mut self,
         d: Node<'a, 'input>,
         data: &mut ServiceData,
-        composites: &mut Vec<(String, Pos, Vec<(String, Node<'a, 'input>)>, String, Pos, Node<'a, 'input>)>,
+        composites: &mut Vec<(
+            String,
+            Pos,
+            Vec<(String, Node<'a, 'input>)>,
+            String,
+            Pos,
+            Node<'a, 'input>,
+        )>,
     ) {
         for group in d.children().filter(|c| c.is_element()) {
             let composite = match group.tag_name().name() {
@@ -349,7 +393,13 @@ impl<'a, 'input> Reader<'a, 'input> {
             };
             for ev in group.children().filter(|c| c.is_element()) {
                 if ev.tag_name().name() != "Event" {
-                    self.err(ev, format!("unknown element <{}> (expected <Event name=\"…\">)", ev.tag_name().name()));
+                    self.err(
+                        ev,
+                        format!(
+                            "unknown element <{}> (expected <Event name=\"…\">)",
+                            ev.tag_name().name()
+                        ),
+                    );
                     continue;
                 }
                 let Some(name) = ev.attribute("name").map(str::to_string) else {
@@ -357,7 +407,8 @@ impl<'a, 'input> Reader<'a, 'input> {
                     continue;
                 };
                 let pos = self.pos(ev);
-                let dup = data.basic.iter().any(|b| b.name == name) || composites.iter().any(|c| c.0 == name);
+                let dup = data.basic.iter().any(|b| b.name == name)
+                    || composites.iter().any(|c| c.0 == name);
                 if dup {
                     self.err(ev, format!("duplicate event `{name}`"));
                     continue;
@@ -385,12 +436,21 @@ impl<'a, 'input> Reader<'a, 'input> {
                     }
                     match expr {
                         Some((e, p)) => composites.push((name, pos, cons, e, p, ev)),
-                        None => self.err(ev, format!("composite event `{name}` needs an <Expression>")),
+                        None => self.err(
+                            ev,
+                            format!("composite event `{name}` needs an <Expression>"),
+                        ),
                     }
                 } else {
-                    let kinds: Vec<Node<'_, '_>> = ev.children().filter(|c| c.is_element()).collect();
+                    let kinds: Vec<Node<'_, '_>> =
+                        ev.children().filter(|c| c.is_element()).collect();
                     if kinds.len() != 1 {
-                        self.err(ev, format!("basic event `{name}`: expected exactly one <Message> or <Timer>"));
+                        self.err(
+                            ev,
+                            format!(
+                                "basic event `{name}`: expected exactly one <Message> or <Timer>"
+                            ),
+                        );
                         continue;
                     }
                     let k = kinds[0];
@@ -429,20 +489,34 @@ impl<'a, 'input> Reader<'a, 'input> {
             let text = c.text().unwrap_or_default().trim();
             let pos = self.pos(c);
             match Attr::from_name(tag) {
-                Some(a) if a.is_address() && text == "local" => {
-                    out.push(Filter { attr: FilterAttr::Known(a), value: FilterValue::Local, pos })
-                }
+                Some(a) if a.is_address() && text == "local" => out.push(Filter {
+                    attr: FilterAttr::Known(a),
+                    value: FilterValue::Local,
+                    pos,
+                }),
                 Some(a) => match a.parse_value(text) {
-                    Some(v) => out.push(Filter { attr: FilterAttr::Known(a), value: FilterValue::Int(v), pos }),
+                    Some(v) => out.push(Filter {
+                        attr: FilterAttr::Known(a),
+                        value: FilterValue::Int(v),
+                        pos,
+                    }),
                     None => self.err(
                         c,
                         format!(
                             "{tag} `{text}`: expected {}",
-                            if a.is_address() { "an address (N, x,y or local)" } else { "an integer in range" }
+                            if a.is_address() {
+                                "an address (N, x,y or local)"
+                            } else {
+                                "an integer in range"
+                            }
                         ),
                     ),
                 },
-                None => out.push(Filter { attr: FilterAttr::Extra(tag.to_string()), value: FilterValue::Text(text.to_string()), pos }),
+                None => out.push(Filter {
+                    attr: FilterAttr::Extra(tag.to_string()),
+                    value: FilterValue::Text(text.to_string()),
+                    pos,
+                }),
             }
         }
         out
@@ -450,7 +524,11 @@ impl<'a, 'input> Reader<'a, 'input> {
 }
 
 fn names(data: &ServiceData) -> String {
-    data.basic.iter().map(|b| b.name.as_str()).collect::<Vec<_>>().join(", ")
+    data.basic
+        .iter()
+        .map(|b| b.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -489,7 +567,14 @@ mod tests {
         assert_eq!(d.name, "h2hack");
         assert_eq!(d.service_id, 1);
         assert_eq!(d.basic.len(), 5);
-        assert_eq!(d.basic[1].kind, BasicKind::Message(vec![Filter { attr: FilterAttr::Known(Attr::MessageType), value: FilterValue::Int(128), pos: d.basic[1].kind_pos() }]));
+        assert_eq!(
+            d.basic[1].kind,
+            BasicKind::Message(vec![Filter {
+                attr: FilterAttr::Known(Attr::MessageType),
+                value: FilterValue::Int(128),
+                pos: d.basic[1].kind_pos()
+            }])
+        );
         assert_eq!(d.basic[4].kind, BasicKind::Timer(Some(3)));
         assert_eq!(d.composite[0].constituents, vec![0]);
         assert_eq!(d.composite[0].expr_pos.line, 19);
@@ -497,16 +582,26 @@ mod tests {
 
     #[test]
     fn errors_have_positions() {
-        let bad = SRC.replace("<TimerIdentifier>3", "<TimerIdentifier>x").replace("<ConstituentBasicEvent>ack", "<ConstituentBasicEvent>nope");
+        let bad = SRC
+            .replace("<TimerIdentifier>3", "<TimerIdentifier>x")
+            .replace("<ConstituentBasicEvent>ack", "<ConstituentBasicEvent>nope");
         let e = ServiceData::read("h.scxml", &bad).unwrap_err();
         let s = e.to_string();
         assert!(s.contains("h.scxml:15:29: error: TimerIdentifier"), "{s}");
         assert!(s.contains("TimerIdentifier `x`"), "{s}");
         assert!(s.contains("constituent `nope` is not a basic event"), "{s}");
         let dup = SRC.replace("name=\"any\"", "name=\"ack\"");
-        assert!(ServiceData::read("h.scxml", &dup).unwrap_err().to_string().contains("h.scxml:14:5: error: duplicate event `ack`"));
-        let xq = SRC.replace("<Expression>", "<XQuery>").replace("</Expression>", "</XQuery>");
-        assert!(ServiceData::read("h.scxml", &xq).unwrap_err().to_string().contains("XQuery is replaced"));
+        assert!(ServiceData::read("h.scxml", &dup)
+            .unwrap_err()
+            .to_string()
+            .contains("h.scxml:14:5: error: duplicate event `ack`"));
+        let xq = SRC
+            .replace("<Expression>", "<XQuery>")
+            .replace("</Expression>", "</XQuery>");
+        assert!(ServiceData::read("h.scxml", &xq)
+            .unwrap_err()
+            .to_string()
+            .contains("XQuery is replaced"));
     }
 
     impl BasicDef {

@@ -109,11 +109,18 @@ enum Next {
 impl H2hack {
     /// A service with ServiceID `service_id` (1 in `specs/h2hack.scxml`).
     pub fn new(service_id: u32) -> H2hack {
-        H2hack { service_id, node: NodeInfo::default(), instances: FnvHashMap::default() }
+        H2hack {
+            service_id,
+            node: NodeInfo::default(),
+            instances: FnvHashMap::default(),
+        }
     }
 
     fn key(&self, id: u64) -> InstanceKey {
-        InstanceKey { service: self.service_id, message: id }
+        InstanceKey {
+            service: self.service_id,
+            message: id,
+        }
     }
 }
 
@@ -136,24 +143,35 @@ impl<N: Network> Out<'_, N> {
         m.source = self.local;
         m.previous_hop = self.local;
         m.payload = None;
-        self.net.perform(self.now, self.key, Primitive::SendControl(&m));
+        self.net
+            .perform(self.now, self.key, Primitive::SendControl(&m));
     }
     fn data(&mut self, mut m: Message) {
         self.fill(&mut m);
         m.source = self.local;
         m.previous_hop = self.local;
         m.message_type = PAYLOAD_TYPE;
-        self.net.perform(self.now, self.key, Primitive::SendData(&m));
+        self.net
+            .perform(self.now, self.key, Primitive::SendData(&m));
     }
     fn app(&mut self, mut m: Message) {
         self.fill(&mut m);
-        self.net.perform(self.now, self.key, Primitive::ToApplication(&m));
+        self.net
+            .perform(self.now, self.key, Primitive::ToApplication(&m));
     }
     fn set(&mut self, id: u32, ms: u64) {
-        self.net.perform(self.now, self.key, Primitive::SetTimer { id, after: Duration::from_millis(ms) });
+        self.net.perform(
+            self.now,
+            self.key,
+            Primitive::SetTimer {
+                id,
+                after: Duration::from_millis(ms),
+            },
+        );
     }
     fn cancel(&mut self, id: u32) {
-        self.net.perform(self.now, self.key, Primitive::CancelTimer { id });
+        self.net
+            .perform(self.now, self.key, Primitive::CancelTimer { id });
     }
     /// H2H ACK to the payload's previous hop.
     fn ack(&mut self, p: &Message) {
@@ -173,7 +191,12 @@ impl<N: Network> Out<'_, N> {
     }
     /// Reset to all children.
     fn reset(&mut self) {
-        let m = Message { hop_limit: 1, message_type: kind::RESET, delivery_mode: 1, ..Message::default() };
+        let m = Message {
+            hop_limit: 1,
+            message_type: kind::RESET,
+            delivery_mode: 1,
+            ..Message::default()
+        };
         self.control(m);
     }
     fn enter_reset(&mut self) {
@@ -189,7 +212,9 @@ fn all_acked(node: &NodeInfo, acked: &[Addr]) -> bool {
 
 impl H2hack {
     fn got_payload<N: Network>(node: &NodeInfo, inst: &mut Inst, out: &mut Out<'_, N>) {
-        let Some(p) = inst.payload.as_ref() else { return };
+        let Some(p) = inst.payload.as_ref() else {
+            return;
+        };
         if node.children.is_empty() {
             out.set(timer::MSG, MS_MSG);
             inst.state = State::Done;
@@ -204,17 +229,18 @@ impl H2hack {
         }
     }
 
-    fn on_message<N: Network>(node: &NodeInfo, inst: &mut Inst, m: &Message, out: &mut Out<'_, N>) -> Next {
+    fn on_message<N: Network>(
+        node: &NodeInfo,
+        inst: &mut Inst,
+        m: &Message,
+        out: &mut Out<'_, N>,
+    ) -> Next {
         // History first (the compiled service records before it steps).
         match m.message_type {
             kind::PAYLOAD => inst.payload = Some(m.clone()),
             kind::ACK_REQ => inst.ackreq = Some(m.clone()),
             kind::NACK => inst.nack = Some(m.clone()),
-            kind::ACK => {
-                if !inst.acked.contains(&m.source) {
-                    inst.acked.push(m.source);
-                }
-            }
+            kind::ACK if !inst.acked.contains(&m.source) => inst.acked.push(m.source),
             _ => {}
         }
         match (inst.state, m.message_type) {
@@ -237,13 +263,11 @@ impl H2hack {
                 out.enter_reset();
                 inst.state = State::Reset;
             }
-            (State::WaitAck, kind::ACK) => {
-                if all_acked(node, &inst.acked) {
-                    out.cancel(timer::ACK);
-                    out.cancel(timer::MAX_ACK);
-                    out.set(timer::MSG, MS_MSG);
-                    inst.state = State::Done;
-                }
+            (State::WaitAck, kind::ACK) if all_acked(node, &inst.acked) => {
+                out.cancel(timer::ACK);
+                out.cancel(timer::MAX_ACK);
+                out.set(timer::MSG, MS_MSG);
+                inst.state = State::Done;
             }
             (State::WaitAck | State::Done, kind::ACK_REQ) => {
                 if let Some(p) = inst.payload.as_ref() {
@@ -317,21 +341,40 @@ impl H2hack {
 }
 
 impl Runner for H2hack {
-    fn handle_message<N: Network>(&mut self, now: Instant, m: &Message, net: &mut N) -> Result<(), super::RunnerError> {
+    fn handle_message<N: Network>(
+        &mut self,
+        now: Instant,
+        m: &Message,
+        net: &mut N,
+    ) -> Result<(), super::RunnerError> {
         if m.service_id != self.service_id {
             return Err(super::RunnerError::UnknownService(m.service_id));
         }
-        if !matches!(m.message_type, kind::NACK | kind::ACK | kind::ACK_REQ | kind::RESET | kind::PAYLOAD) {
+        if !matches!(
+            m.message_type,
+            kind::NACK | kind::ACK | kind::ACK_REQ | kind::RESET | kind::PAYLOAD
+        ) {
             // No basic event matches: no instance (like the compiled store).
             return Ok(());
         }
         let key = self.key(m.message_id);
-        let mut out = Out { now, key, local: self.node.address, net };
+        let mut out = Out {
+            now,
+            key,
+            local: self.node.address,
+            net,
+        };
         let inst = match self.instances.entry(m.message_id) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
                 out.set(timer::FINAL_DELETE, MS_FINAL_DELETE);
-                v.insert(Inst { state: State::Init, payload: None, ackreq: None, nack: None, acked: Vec::new() })
+                v.insert(Inst {
+                    state: State::Init,
+                    payload: None,
+                    ackreq: None,
+                    nack: None,
+                    acked: Vec::new(),
+                })
             }
         };
         if let Next::Delete = Self::on_message(&self.node, inst, m, &mut out) {
@@ -340,12 +383,25 @@ impl Runner for H2hack {
         Ok(())
     }
 
-    fn handle_timer<N: Network>(&mut self, now: Instant, key: InstanceKey, id: u32, net: &mut N) -> Result<(), super::RunnerError> {
+    fn handle_timer<N: Network>(
+        &mut self,
+        now: Instant,
+        key: InstanceKey,
+        id: u32,
+        net: &mut N,
+    ) -> Result<(), super::RunnerError> {
         if key.service != self.service_id {
             return Ok(());
         }
-        let Some(inst) = self.instances.get_mut(&key.message) else { return Ok(()) };
-        let mut out = Out { now, key, local: self.node.address, net };
+        let Some(inst) = self.instances.get_mut(&key.message) else {
+            return Ok(());
+        };
+        let mut out = Out {
+            now,
+            key,
+            local: self.node.address,
+            net,
+        };
         if let Next::Delete = Self::on_timer(inst, id, &mut out) {
             self.instances.remove(&key.message);
         }
@@ -375,7 +431,11 @@ impl Runner for H2hack {
                 .values()
                 .map(|i| {
                     i.acked.capacity() * std::mem::size_of::<Addr>()
-                        + [&i.payload, &i.ackreq, &i.nack].iter().filter_map(|m| m.as_ref()).map(|m| m.heap_bytes()).sum::<usize>()
+                        + [&i.payload, &i.ackreq, &i.nack]
+                            .iter()
+                            .filter_map(|m| m.as_ref())
+                            .map(|m| m.heap_bytes())
+                            .sum::<usize>()
                 })
                 .sum::<usize>()
     }

@@ -26,7 +26,10 @@ pub struct Layout {
 impl Layout {
     /// A layout for `events` basic events, none kept.
     pub fn new(events: usize) -> Layout {
-        Layout { slot_of: vec![None; events], slots: 0 }
+        Layout {
+            slot_of: vec![None; events],
+            slots: 0,
+        }
     }
 
     /// Keeps the last message of `event`; returns its slot.
@@ -67,7 +70,10 @@ pub struct History {
 impl History {
     /// An empty history for a layout.
     pub fn new(layout: &Layout, logic: logic::State) -> History {
-        History { last: vec![None; layout.slots()].into_boxed_slice(), logic }
+        History {
+            last: vec![None; layout.slots()].into_boxed_slice(),
+            logic,
+        }
     }
 
     /// Records a message of `event` if the layout keeps it.
@@ -92,7 +98,12 @@ impl History {
     /// Bytes held on the heap, payloads excluded (for the memory figures).
     pub fn heap_bytes(&self) -> usize {
         self.last.len() * std::mem::size_of::<Option<Message>>()
-            + self.last.iter().flatten().map(Message::heap_bytes).sum::<usize>()
+            + self
+                .last
+                .iter()
+                .flatten()
+                .map(Message::heap_bytes)
+                .sum::<usize>()
             + self.logic.heap_bytes()
     }
 }
@@ -108,8 +119,14 @@ mod tests {
         let s = l.keep(2);
         assert_eq!(l.keep(2), s);
         let mut h = History::new(&l, logic::State::default());
-        let m1 = Message { seq: 1, ..Message::default() };
-        let m2 = Message { seq: 2, ..Message::default() };
+        let m1 = Message {
+            seq: 1,
+            ..Message::default()
+        };
+        let m2 = Message {
+            seq: 2,
+            ..Message::default()
+        };
         h.record(&l, 0, &m1);
         assert!(h.last(s).is_none());
         h.record(&l, 2, &m1);

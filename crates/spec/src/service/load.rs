@@ -39,7 +39,10 @@ impl Extension for Ext<'_> {
         if el.name != "setTimer" {
             return Vec::new();
         }
-        let id: Option<u32> = el.attr("id").or_else(|| el.attr("TimerIdentifier")).and_then(|v| v.trim().parse().ok());
+        let id: Option<u32> = el
+            .attr("id")
+            .or_else(|| el.attr("TimerIdentifier"))
+            .and_then(|v| v.trim().parse().ok());
         self.data
             .basic
             .iter()
@@ -54,7 +57,14 @@ impl Extension for Ext<'_> {
     }
 
     fn external_events(&self) -> Option<Vec<String>> {
-        Some(self.data.basic.iter().map(|b| b.name.clone()).chain(self.data.composite.iter().map(|c| c.name.clone())).collect())
+        Some(
+            self.data
+                .basic
+                .iter()
+                .map(|b| b.name.clone())
+                .chain(self.data.composite.iter().map(|c| c.name.clone()))
+                .collect(),
+        )
     }
 }
 
@@ -95,7 +105,11 @@ impl Service {
                 for (ci, e) in es {
                     let c = &data.composite[ci];
                     let pos = logic::offset_pos(&c.expr, c.expr_pos, e.offset);
-                    errors.push(error(file, pos, format!("composite event `{}`: {}", c.name, e.message)));
+                    errors.push(error(
+                        file,
+                        pos,
+                        format!("composite event `{}`: {}", c.name, e.message),
+                    ));
                 }
                 None
             }
@@ -110,7 +124,10 @@ impl Service {
         let (Some(program), Some(doc)) = (program, doc) else {
             return Err(Diagnostics(errors));
         };
-        let ext = Ext { data: &data, compiler: Compiler::new(&data) };
+        let ext = Ext {
+            data: &data,
+            compiler: Compiler::new(&data),
+        };
         let (chart, mut warnings) = match Chart::compile(&doc, &ext) {
             Ok(x) => x,
             Err(ds) => {
@@ -126,7 +143,11 @@ impl Service {
         let matcher = Matcher::new(&data);
         warnings.extend(verify(file, &data, &matcher, &chart, &timers_set, src));
         let basic_sym = data.basic.iter().map(|b| chart.symbol(&b.name)).collect();
-        let composite_sym = data.composite.iter().map(|c| chart.symbol(&c.name)).collect();
+        let composite_sym = data
+            .composite
+            .iter()
+            .map(|c| chart.symbol(&c.name))
+            .collect();
         let mut comp_by_basic = vec![Vec::new(); data.basic.len()];
         for (ci, c) in data.composite.iter().enumerate() {
             for &b in &c.constituents {
@@ -146,7 +167,19 @@ impl Service {
                 states.into_boxed_slice()
             })
             .collect();
-        let svc = Service { data, chart, matcher, logic: program, layout, drafts, basic_sym, composite_sym, comp_by_basic, handlers, event_data: src.contains("_event.data") };
+        let svc = Service {
+            data,
+            chart,
+            matcher,
+            logic: program,
+            layout,
+            drafts,
+            basic_sym,
+            composite_sym,
+            comp_by_basic,
+            handlers,
+            event_data: src.contains("_event.data"),
+        };
         Ok((svc, warnings))
     }
 
@@ -168,46 +201,90 @@ impl Service {
 }
 
 fn warning(file: &str, pos: Pos, message: String) -> Diagnostic {
-    Diagnostic { severity: Severity::Warning, ..error(file, pos, message) }
+    Diagnostic {
+        severity: Severity::Warning,
+        ..error(file, pos, message)
+    }
 }
 
-fn verify(file: &str, data: &ServiceData, matcher: &Matcher, chart: &Chart<Action>, timers_set: &[u32], src: &str) -> Vec<Diagnostic> {
+fn verify(
+    file: &str,
+    data: &ServiceData,
+    matcher: &Matcher,
+    chart: &Chart<Action>,
+    timers_set: &[u32],
+    src: &str,
+) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     for (i, b) in data.basic.iter().enumerate() {
         if !matcher.can_match(i as u16) {
-            out.push(warning(file, b.pos, format!("basic event `{}` can never match: its filters contradict each other", b.name)));
+            out.push(warning(
+                file,
+                b.pos,
+                format!(
+                    "basic event `{}` can never match: its filters contradict each other",
+                    b.name
+                ),
+            ));
         }
     }
     let set: BTreeSet<u32> = timers_set.iter().copied().collect();
     for id in set {
-        let handled = data.basic.iter().any(|b| matches!(b.kind, BasicKind::Timer(t) if t.is_none() || t == Some(id)));
+        let handled = data
+            .basic
+            .iter()
+            .any(|b| matches!(b.kind, BasicKind::Timer(t) if t.is_none() || t == Some(id)));
         if !handled {
             let needle = format!("id=\"{id}\"");
             let pos = src
                 .lines()
                 .enumerate()
                 .find_map(|(l, line)| {
-                    (line.contains("setTimer") && line.contains(&needle)).then(|| Pos { line: l as u32 + 1, col: line.find("<").map_or(1, |c| c as u32 + 1) })
+                    (line.contains("setTimer") && line.contains(&needle)).then(|| Pos {
+                        line: l as u32 + 1,
+                        col: line.find("<").map_or(1, |c| c as u32 + 1),
+                    })
                 })
                 .unwrap_or(Pos { line: 1, col: 1 });
             out.push(warning(file, pos, format!("timer {id} is set but no basic <Timer> event with TimerIdentifier {id} handles it")));
         }
     }
-    let used_by_composites: BTreeSet<usize> = data.composite.iter().flat_map(|c| c.constituents.iter().copied()).collect();
-    let named = |n: &str| chart.transitions().iter().any(|t| t.events.iter().any(|d| descriptor_matches(d, n)));
+    let used_by_composites: BTreeSet<usize> = data
+        .composite
+        .iter()
+        .flat_map(|c| c.constituents.iter().copied())
+        .collect();
+    let named = |n: &str| {
+        chart
+            .transitions()
+            .iter()
+            .any(|t| t.events.iter().any(|d| descriptor_matches(d, n)))
+    };
     for (i, b) in data.basic.iter().enumerate() {
-        if !named(&b.name) && !used_by_composites.contains(&i) && !composite_mentions(data, &b.name) {
+        if !named(&b.name) && !used_by_composites.contains(&i) && !composite_mentions(data, &b.name)
+        {
             out.push(warning(file, b.pos, format!("basic event `{}` is handled nowhere: no transition names it and no composite event uses it", b.name)));
         }
     }
     for c in &data.composite {
         if !named(&c.name) {
-            out.push(warning(file, c.pos, format!("composite event `{}` is handled nowhere: no transition names it", c.name)));
+            out.push(warning(
+                file,
+                c.pos,
+                format!(
+                    "composite event `{}` is handled nowhere: no transition names it",
+                    c.name
+                ),
+            ));
         }
     }
     out
 }
 
 fn composite_mentions(data: &ServiceData, name: &str) -> bool {
-    data.composite.iter().any(|c| c.expr.split(|ch: char| !(ch.is_alphanumeric() || ch == '_' || ch == '-')).any(|w| w == name))
+    data.composite.iter().any(|c| {
+        c.expr
+            .split(|ch: char| !(ch.is_alphanumeric() || ch == '_' || ch == '-'))
+            .any(|w| w == name)
+    })
 }

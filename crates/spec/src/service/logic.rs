@@ -69,7 +69,10 @@ impl fmt::Display for LogicError {
 }
 
 fn err<T>(offset: usize, message: impl Into<String>) -> Result<T, LogicError> {
-    Err(LogicError { offset, message: message.into() })
+    Err(LogicError {
+        offset,
+        message: message.into(),
+    })
 }
 
 // ---------------------------------------------------------------- lexer
@@ -198,7 +201,12 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize)>, LogicError> {
                         "s" => 1_000_000_000,
                         "m" => 60_000_000_000,
                         "h" => 3_600_000_000_000,
-                        u => return err(us, format!("unknown time unit `{u}` (expected ms, s, m or h)")),
+                        u => {
+                            return err(
+                                us,
+                                format!("unknown time unit `{u}` (expected ms, s, m or h)"),
+                            )
+                        }
                     };
                     if n < 0 {
                         return err(start, "a duration cannot be negative");
@@ -208,7 +216,8 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize)>, LogicError> {
             }
             c if c.is_ascii_alphabetic() || c == b'_' || c == b'$' => {
                 i += 1;
-                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'-') {
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'-')
+                {
                     i += 1;
                 }
                 Tok::Ident(src[start..i].to_string())
@@ -297,11 +306,18 @@ struct Parser {
 /// # Errors
 /// The first syntax error, with its offset.
 pub fn parse(src: &str) -> Result<Expr, LogicError> {
-    let mut p = Parser { toks: lex(src)?, i: 0, depth: 0 };
+    let mut p = Parser {
+        toks: lex(src)?,
+        i: 0,
+        depth: 0,
+    };
     let e = p.expr()?;
     match p.peek() {
         Tok::End => Ok(e),
-        t => err(p.off(), format!("unexpected {} after the expression", describe(t))),
+        t => err(
+            p.off(),
+            format!("unexpected {} after the expression", describe(t)),
+        ),
     }
 }
 
@@ -348,7 +364,10 @@ impl Parser {
     fn expr(&mut self) -> Result<Expr, LogicError> {
         self.depth += 1;
         if self.depth > 64 {
-            return err(self.off(), "expression nested too deeply (more than 64 levels)");
+            return err(
+                self.off(),
+                "expression nested too deeply (more than 64 levels)",
+            );
         }
         let l = self.or()?;
         let r = if self.kw("implies") {
@@ -385,7 +404,10 @@ impl Parser {
     fn unary(&mut self) -> Result<Expr, LogicError> {
         self.depth += 1;
         if self.depth > 64 {
-            return err(self.off(), "expression nested too deeply (more than 64 levels)");
+            return err(
+                self.off(),
+                "expression nested too deeply (more than 64 levels)",
+            );
         }
         let off = self.off();
         let e = match self.peek().clone() {
@@ -409,14 +431,24 @@ impl Parser {
                 let (s, _) = self.ident("an event name or node.children / node.neighbours")?;
                 let set = if s == "node" {
                     if *self.peek() != Tok::Dot {
-                        return err(self.off(), "expected `.children` or `.neighbours` after `node`");
+                        return err(
+                            self.off(),
+                            "expected `.children` or `.neighbours` after `node`",
+                        );
                     }
                     self.bump();
                     let (a, aoff) = self.ident("children or neighbours")?;
                     match a.as_str() {
                         "children" => SetRef::Children,
                         "neighbours" | "neighbors" => SetRef::Neighbours,
-                        _ => return err(aoff, format!("node.{a} is not a set (expected node.children or node.neighbours)")),
+                        _ => {
+                            return err(
+                                aoff,
+                                format!(
+                                "node.{a} is not a set (expected node.children or node.neighbours)"
+                            ),
+                            )
+                        }
                     }
                 } else {
                     SetRef::Event(s)
@@ -426,7 +458,15 @@ impl Parser {
                     let woff = self.off();
                     match self.bump() {
                         Tok::Dur(d) => Some(d),
-                        t => return err(woff, format!("expected a duration like 15s after `within`, found {}", describe(&t))),
+                        t => {
+                            return err(
+                                woff,
+                                format!(
+                                    "expected a duration like 15s after `within`, found {}",
+                                    describe(&t)
+                                ),
+                            )
+                        }
                     }
                 } else {
                     None
@@ -435,17 +475,31 @@ impl Parser {
                     self.bump();
                     Some(Box::new(self.expr()?))
                 } else if all {
-                    return err(self.off(), format!("expected `:` and a condition after `forall {var} in …`"));
+                    return err(
+                        self.off(),
+                        format!("expected `:` and a condition after `forall {var} in …`"),
+                    );
                 } else {
                     None
                 };
-                Expr::Quant { all, var, set, within, body, offset: off, set_offset }
+                Expr::Quant {
+                    all,
+                    var,
+                    set,
+                    within,
+                    body,
+                    offset: off,
+                    set_offset,
+                }
             }
             Tok::LParen => {
                 self.bump();
                 let e = self.expr()?;
                 if *self.peek() != Tok::RParen {
-                    return err(self.off(), format!("expected `)`, found {}", describe(self.peek())));
+                    return err(
+                        self.off(),
+                        format!("expected `)`, found {}", describe(self.peek())),
+                    );
                 }
                 self.bump();
                 e
@@ -534,8 +588,20 @@ enum F {
     And(Box<F>, Box<F>),
     Or(Box<F>, Box<F>),
     Cmp(CmpOp, T, T),
-    NodeQ { all: bool, set: NodeSet, slot: u8, body: Box<F> },
-    EventQ { all: bool, event: u16, within: Option<u64>, slot: u8, body: Option<Box<F>>, offset: usize },
+    NodeQ {
+        all: bool,
+        set: NodeSet,
+        slot: u8,
+        body: Box<F>,
+    },
+    EventQ {
+        all: bool,
+        event: u16,
+        within: Option<u64>,
+        slot: u8,
+        body: Option<Box<F>>,
+        offset: usize,
+    },
     /// Incremental form: is there an entry in index `.0` for the key?
     Idx(u16),
 }
@@ -626,7 +692,10 @@ struct Checker<'a> {
 
 impl Checker<'_> {
     fn slot(&self, name: &str) -> Option<(u8, VarKind)> {
-        self.vars.iter().rposition(|(n, _)| n == name).map(|i| (i as u8, self.vars[i].1))
+        self.vars
+            .iter()
+            .rposition(|(n, _)| n == name)
+            .map(|i| (i as u8, self.vars[i].1))
     }
 
     fn term(&self, (t, off): &(Term, usize)) -> Result<T, LogicError> {
@@ -672,9 +741,20 @@ impl Checker<'_> {
             Expr::Not(a) => F::Not(Box::new(self.check(a)?)),
             Expr::And(a, b) => F::And(Box::new(self.check(a)?), Box::new(self.check(b)?)),
             Expr::Or(a, b) => F::Or(Box::new(self.check(a)?), Box::new(self.check(b)?)),
-            Expr::Implies(a, b) => F::Or(Box::new(F::Not(Box::new(self.check(a)?))), Box::new(self.check(b)?)),
+            Expr::Implies(a, b) => F::Or(
+                Box::new(F::Not(Box::new(self.check(a)?))),
+                Box::new(self.check(b)?),
+            ),
             Expr::Cmp(op, l, r) => F::Cmp(*op, self.term(l)?, self.term(r)?),
-            Expr::Quant { all, var, set, within, body, offset, set_offset } => {
+            Expr::Quant {
+                all,
+                var,
+                set,
+                within,
+                body,
+                offset,
+                set_offset,
+            } => {
                 if self.slot(var).is_some() {
                     return err(*offset, format!("variable `{var}` is already bound"));
                 }
@@ -690,7 +770,13 @@ impl Checker<'_> {
                             } else {
                                 ""
                             };
-                            return err(*set_offset, format!("unknown event `{name}`{hint} (expected a basic event: {})", self.events()));
+                            return err(
+                                *set_offset,
+                                format!(
+                                    "unknown event `{name}`{hint} (expected a basic event: {})",
+                                    self.events()
+                                ),
+                            );
                         };
                         let timer = matches!(self.data.basic[i].kind, BasicKind::Timer(_));
                         self.vars.push((var.clone(), VarKind::Event { timer }));
@@ -699,11 +785,21 @@ impl Checker<'_> {
                             None => None,
                         };
                         self.vars.pop();
-                        F::EventQ { all: *all, event: i as u16, within: *within, slot, body, offset: *offset }
+                        F::EventQ {
+                            all: *all,
+                            event: i as u16,
+                            within: *within,
+                            slot,
+                            body,
+                            offset: *offset,
+                        }
                     }
                     SetRef::Children | SetRef::Neighbours => {
                         if within.is_some() {
-                            return err(*set_offset, "`within` applies to event histories, not to node sets");
+                            return err(
+                                *set_offset,
+                                "`within` applies to event histories, not to node sets",
+                            );
                         }
                         self.vars.push((var.clone(), VarKind::Value));
                         let b = match body {
@@ -711,8 +807,17 @@ impl Checker<'_> {
                             None => F::Const(true),
                         };
                         self.vars.pop();
-                        let set = if *set == SetRef::Children { NodeSet::Children } else { NodeSet::Neighbours };
-                        F::NodeQ { all: *all, set, slot, body: Box::new(b) }
+                        let set = if *set == SetRef::Children {
+                            NodeSet::Children
+                        } else {
+                            NodeSet::Neighbours
+                        };
+                        F::NodeQ {
+                            all: *all,
+                            set,
+                            slot,
+                            body: Box::new(b),
+                        }
                     }
                 }
             }
@@ -720,12 +825,21 @@ impl Checker<'_> {
     }
 
     fn events(&self) -> String {
-        self.data.basic.iter().map(|b| b.name.as_str()).collect::<Vec<_>>().join(", ")
+        self.data
+            .basic
+            .iter()
+            .map(|b| b.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
 fn attr_list() -> String {
-    Attr::ALL.iter().map(|a| a.short()).collect::<Vec<_>>().join(", ")
+    Attr::ALL
+        .iter()
+        .map(|a| a.short())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Negation normal form of `not f` (no quantifiers inside: used on index residuals and key
@@ -798,16 +912,37 @@ fn mentions(f: &F, s: u8) -> bool {
     }
 }
 
-fn make_incremental(f: &F, indexes: &mut Vec<IndexDef>, offset: usize) -> Result<F, LogicError> {
+fn make_incremental(f: &F, indexes: &mut Vec<IndexDef>) -> Result<F, LogicError> {
     Ok(match f {
         F::Const(_) | F::Cmp(..) | F::Idx(_) => f.clone(),
-        F::Not(a) => F::Not(Box::new(make_incremental(a, indexes, offset)?)),
-        F::And(a, b) => F::And(Box::new(make_incremental(a, indexes, offset)?), Box::new(make_incremental(b, indexes, offset)?)),
-        F::Or(a, b) => F::Or(Box::new(make_incremental(a, indexes, offset)?), Box::new(make_incremental(b, indexes, offset)?)),
-        F::NodeQ { all, set, slot, body } => {
-            F::NodeQ { all: *all, set: *set, slot: *slot, body: Box::new(make_incremental(body, indexes, offset)?) }
-        }
-        F::EventQ { all, event, within, slot, body, offset } => {
+        F::Not(a) => F::Not(Box::new(make_incremental(a, indexes)?)),
+        F::And(a, b) => F::And(
+            Box::new(make_incremental(a, indexes)?),
+            Box::new(make_incremental(b, indexes)?),
+        ),
+        F::Or(a, b) => F::Or(
+            Box::new(make_incremental(a, indexes)?),
+            Box::new(make_incremental(b, indexes)?),
+        ),
+        F::NodeQ {
+            all,
+            set,
+            slot,
+            body,
+        } => F::NodeQ {
+            all: *all,
+            set: *set,
+            slot: *slot,
+            body: Box::new(make_incremental(body, indexes)?),
+        },
+        F::EventQ {
+            all,
+            event,
+            within,
+            slot,
+            body,
+            offset,
+        } => {
             let offset = *offset;
             let b = body.as_deref().cloned().unwrap_or(F::Const(true));
             let b = if *all { negate(b) } else { b };
@@ -819,7 +954,7 @@ fn make_incremental(f: &F, indexes: &mut Vec<IndexDef>, offset: usize) -> Result
             for c in cs {
                 if !mentions(&c, *slot) {
                     // Closed with respect to this event: ∃m (A(m) ∧ C) ≡ (∃m A(m)) ∧ C.
-                    let c = make_incremental(&c, indexes, offset)?;
+                    let c = make_incremental(&c, indexes)?;
                     hoisted = F::And(Box::new(hoisted), Box::new(c));
                     continue;
                 }
@@ -828,7 +963,9 @@ fn make_incremental(f: &F, indexes: &mut Vec<IndexDef>, offset: usize) -> Result
                     continue;
                 }
                 let k = match &c {
-                    F::Cmp(CmpOp::Eq, T::Attr(s, a), t) | F::Cmp(CmpOp::Eq, t, T::Attr(s, a)) if s == slot => {
+                    F::Cmp(CmpOp::Eq, T::Attr(s, a), t) | F::Cmp(CmpOp::Eq, t, T::Attr(s, a))
+                        if s == slot =>
+                    {
                         key_of(t).map(|k| (*a, k))
                     }
                     _ => None,
@@ -844,7 +981,13 @@ fn make_incremental(f: &F, indexes: &mut Vec<IndexDef>, offset: usize) -> Result
                 }
             }
             let id = indexes.len() as u16;
-            indexes.push(IndexDef { event: *event, within: *within, key, residual, slot: *slot });
+            indexes.push(IndexDef {
+                event: *event,
+                within: *within,
+                key,
+                residual,
+                slot: *slot,
+            });
             let lookup = match hoisted {
                 F::Const(true) => F::Idx(id),
                 h => F::And(Box::new(F::Idx(id)), Box::new(h)),
@@ -864,14 +1007,20 @@ fn make_incremental(f: &F, indexes: &mut Vec<IndexDef>, offset: usize) -> Result
 /// # Errors
 /// Parse and type errors, with offsets into each composite's expression.
 pub fn compile(data: &ServiceData) -> Result<Program, Vec<(usize, LogicError)>> {
-    let mut prog = Program { by_event: vec![Vec::new(); data.basic.len()], ..Program::default() };
+    let mut prog = Program {
+        by_event: vec![Vec::new(); data.basic.len()],
+        ..Program::default()
+    };
     let mut errors = Vec::new();
     for (ci, c) in data.composite.iter().enumerate() {
         match compile_one(data, &c.expr, &mut prog.indexes) {
             Ok(comp) => prog.exprs.push(comp),
             Err(e) => {
                 errors.push((ci, e));
-                prog.exprs.push(Compiled { naive: F::Const(false), incremental: F::Const(false) });
+                prog.exprs.push(Compiled {
+                    naive: F::Const(false),
+                    incremental: F::Const(false),
+                });
             }
         }
     }
@@ -885,12 +1034,18 @@ pub fn compile(data: &ServiceData) -> Result<Program, Vec<(usize, LogicError)>> 
     }
 }
 
-fn compile_one(data: &ServiceData, src: &str, indexes: &mut Vec<IndexDef>) -> Result<Compiled, LogicError> {
+fn compile_one(
+    data: &ServiceData,
+    src: &str,
+    indexes: &mut Vec<IndexDef>,
+) -> Result<Compiled, LogicError> {
     let e = parse(src)?;
-    let mut ck = Checker { data, vars: Vec::new() };
+    let mut ck = Checker {
+        data,
+        vars: Vec::new(),
+    };
     let naive = ck.check(&e)?;
-    let offset = src.len() - src.trim_start().len();
-    let incremental = make_incremental(&naive, indexes, offset)?;
+    let incremental = make_incremental(&naive, indexes)?;
     Ok(Compiled { naive, incremental })
 }
 
@@ -922,7 +1077,13 @@ impl Program {
             slots: self
                 .indexes
                 .iter()
-                .map(|ix| if ix.key.is_some() { Slot::Keyed(Vec::new()) } else { Slot::Last(NONE) })
+                .map(|ix| {
+                    if ix.key.is_some() {
+                        Slot::Keyed(Vec::new())
+                    } else {
+                        Slot::Last(NONE)
+                    }
+                })
                 .collect(),
         }
     }
@@ -930,18 +1091,42 @@ impl Program {
     /// Whether any index listens to basic event `event` (skip [`Program::record`] otherwise).
     #[inline]
     pub fn listens(&self, event: u16) -> bool {
-        self.by_event.get(usize::from(event)).is_some_and(|v| !v.is_empty())
+        self.by_event
+            .get(usize::from(event))
+            .is_some_and(|v| !v.is_empty())
     }
 
     /// Records the arrival of a basic event in the instance's indexes.
-    pub fn record(&self, state: &mut State, event: u16, now: Instant, message: Option<&Message>, timer: u32) {
-        let Some(ids) = self.by_event.get(usize::from(event)) else { return };
-        let entry = Entry { event, time: now, message, timer };
+    pub fn record(
+        &self,
+        state: &mut State,
+        event: u16,
+        now: Instant,
+        message: Option<&Message>,
+        timer: u32,
+    ) {
+        let Some(ids) = self.by_event.get(usize::from(event)) else {
+            return;
+        };
+        let entry = Entry {
+            event,
+            time: now,
+            message,
+            timer,
+        };
         for &id in ids {
             let ix = &self.indexes[usize::from(id)];
             let mut env = [Bind::None; MAX_VARS];
             env[usize::from(ix.slot)] = Bind::Event(entry);
-            if !eval_f(&ix.residual, &mut env, &NodeInfo::default(), now, &[], self, None) {
+            if !eval_f(
+                &ix.residual,
+                &mut env,
+                &NodeInfo::default(),
+                now,
+                &[],
+                self,
+                None,
+            ) {
                 continue;
             }
             let t = now.as_nanos();
@@ -962,13 +1147,23 @@ impl Program {
     /// Evaluates composite `i` from the instance's indexes (incremental).
     pub fn eval(&self, i: usize, state: &State, node: &NodeInfo, now: Instant) -> bool {
         let mut env = [Bind::None; MAX_VARS];
-        self.exprs.get(i).is_some_and(|c| eval_f(&c.incremental, &mut env, node, now, &[], self, Some(state)))
+        self.exprs
+            .get(i)
+            .is_some_and(|c| eval_f(&c.incremental, &mut env, node, now, &[], self, Some(state)))
     }
 
     /// Evaluates composite `i` by rescanning a full history (the reference for tests).
-    pub fn eval_naive(&self, i: usize, history: &[Entry<'_>], node: &NodeInfo, now: Instant) -> bool {
+    pub fn eval_naive(
+        &self,
+        i: usize,
+        history: &[Entry<'_>],
+        node: &NodeInfo,
+        now: Instant,
+    ) -> bool {
         let mut env = [Bind::None; MAX_VARS];
-        self.exprs.get(i).is_some_and(|c| eval_f(&c.naive, &mut env, node, now, history, self, None))
+        self.exprs
+            .get(i)
+            .is_some_and(|c| eval_f(&c.naive, &mut env, node, now, history, self, None))
     }
 }
 
@@ -1012,10 +1207,21 @@ fn eval_f<'a>(
     match f {
         F::Const(b) => *b,
         F::Not(a) => !eval_f(a, env, node, now, history, prog, state),
-        F::And(a, b) => eval_f(a, env, node, now, history, prog, state) && eval_f(b, env, node, now, history, prog, state),
-        F::Or(a, b) => eval_f(a, env, node, now, history, prog, state) || eval_f(b, env, node, now, history, prog, state),
+        F::And(a, b) => {
+            eval_f(a, env, node, now, history, prog, state)
+                && eval_f(b, env, node, now, history, prog, state)
+        }
+        F::Or(a, b) => {
+            eval_f(a, env, node, now, history, prog, state)
+                || eval_f(b, env, node, now, history, prog, state)
+        }
         F::Cmp(op, l, r) => op.apply(term_value(l, env, node), term_value(r, env, node)),
-        F::NodeQ { all, set, slot, body } => {
+        F::NodeQ {
+            all,
+            set,
+            slot,
+            body,
+        } => {
             let items = match set {
                 NodeSet::Children => &node.children,
                 NodeSet::Neighbours => &node.neighbours,
@@ -1033,12 +1239,24 @@ fn eval_f<'a>(
             env[s] = Bind::None;
             result
         }
-        F::EventQ { all, event, within, slot, body, .. } => {
+        F::EventQ {
+            all,
+            event,
+            within,
+            slot,
+            body,
+            ..
+        } => {
             let s = usize::from(*slot);
             let mut result = *all;
-            for e in history.iter().filter(|e| e.event == *event && in_window(e.time.as_nanos(), *within, now)) {
+            for e in history
+                .iter()
+                .filter(|e| e.event == *event && in_window(e.time.as_nanos(), *within, now))
+            {
                 env[s] = Bind::Event(*e);
-                let v = body.as_ref().is_none_or(|b| eval_f(b, env, node, now, history, prog, state));
+                let v = body
+                    .as_ref()
+                    .is_none_or(|b| eval_f(b, env, node, now, history, prog, state));
                 if v != *all {
                     result = !*all;
                     break;
@@ -1062,7 +1280,8 @@ fn eval_f<'a>(
                         KeyTerm::NodeAddress => node.address.0 as i64,
                         KeyTerm::NodeParent => node.parent.0 as i64,
                     };
-                    v.iter().any(|&(kk, t)| kk == want && in_window(t, ix.within, now))
+                    v.iter()
+                        .any(|&(kk, t)| kk == want && in_window(t, ix.within, now))
                 }
             }
         }
@@ -1106,15 +1325,26 @@ mod tests {
 
     #[test]
     fn parses_the_issue_example() {
-        let e = parse("forall d in node.children : exists m in h2hackmessage : m.source == d").unwrap();
-        assert!(matches!(e, Expr::Quant { all: true, set: SetRef::Children, .. }));
-        assert!(parse("not exists m in ack within 15s : m.source == node.parent implies true").is_ok());
+        let e =
+            parse("forall d in node.children : exists m in h2hackmessage : m.source == d").unwrap();
+        assert!(matches!(
+            e,
+            Expr::Quant {
+                all: true,
+                set: SetRef::Children,
+                ..
+            }
+        ));
+        assert!(
+            parse("not exists m in ack within 15s : m.source == node.parent implies true").is_ok()
+        );
     }
 
     #[test]
     fn type_errors() {
         assert!(compile_err("exists m in nope").contains("unknown event `nope`"));
-        assert!(compile_err("exists m in ack : m.colour == 1").contains("unknown message attribute `colour`"));
+        assert!(compile_err("exists m in ack : m.colour == 1")
+            .contains("unknown message attribute `colour`"));
         assert!(compile_err("exists m in ack : m == 1").contains("is an event, not a value"));
         assert!(compile_err("m.source").contains("must be a formula"));
         assert!(compile_err("exists m in ack : x == 1").contains("unknown variable `x`"));
@@ -1123,7 +1353,10 @@ mod tests {
         assert!(compile_err("exists m in ack : exists m in ack").contains("already bound"));
         assert!(compile_err("forall d in node.children").contains("expected `:`"));
         assert!(compile_err("exists m in ack within 3x").contains("unknown time unit"));
-        assert!(compile_err("exists m in ack : exists n in nack : m.source == n.source").contains("incrementally"));
+        assert!(
+            compile_err("exists m in ack : exists n in nack : m.source == n.source")
+                .contains("incrementally")
+        );
     }
 
     #[test]
@@ -1137,13 +1370,24 @@ mod tests {
         let d = data(&["forall d in node.children : exists m in ack : m.source == d"]);
         let p = compile(&d).unwrap();
         let mut st = p.new_state();
-        let node = NodeInfo { children: vec![Addr(1), Addr(2)], ..NodeInfo::default() };
+        let node = NodeInfo {
+            children: vec![Addr(1), Addr(2)],
+            ..NodeInfo::default()
+        };
         let t = Instant::from_millis(1);
         assert!(!p.eval(0, &st, &node, t));
-        let m1 = Message { message_type: 2, source: Addr(1), ..Message::default() };
+        let m1 = Message {
+            message_type: 2,
+            source: Addr(1),
+            ..Message::default()
+        };
         p.record(&mut st, 0, t, Some(&m1), 0);
         assert!(!p.eval(0, &st, &node, t));
-        let m2 = Message { message_type: 2, source: Addr(2), ..Message::default() };
+        let m2 = Message {
+            message_type: 2,
+            source: Addr(2),
+            ..Message::default()
+        };
         p.record(&mut st, 0, t, Some(&m2), 0);
         assert!(p.eval(0, &st, &node, t));
     }

@@ -162,12 +162,19 @@ impl Attr {
             "Sequence" | "SeqNumber" => Some(Attr::Seq),
             _ => None,
         };
-        alias.or_else(|| Attr::ALL.into_iter().find(|a| a.name() == name || a.short() == name))
+        alias.or_else(|| {
+            Attr::ALL
+                .into_iter()
+                .find(|a| a.name() == name || a.short() == name)
+        })
     }
 
     /// Whether values of this attribute are addresses (parsed with [`Addr::parse`]).
     pub fn is_address(self) -> bool {
-        matches!(self, Attr::Source | Attr::Destination | Attr::PreviousHop | Attr::Root)
+        matches!(
+            self,
+            Attr::Source | Attr::Destination | Attr::PreviousHop | Attr::Root
+        )
     }
 
     /// Parses a value of this attribute as written in a filter or a trace. MessageType
@@ -224,19 +231,29 @@ impl Message {
 
     /// An attribute that is not a known field, by name.
     pub fn extra(&self, name: &str) -> Option<&str> {
-        self.extra.iter().find(|(k, _)| &**k == name).map(|(_, v)| &**v)
+        self.extra
+            .iter()
+            .find(|(k, _)| &**k == name)
+            .map(|(_, v)| &**v)
     }
 
     /// The instance this message belongs to.
     #[inline]
     pub fn key(&self) -> InstanceKey {
-        InstanceKey { service: self.service_id, message: self.message_id }
+        InstanceKey {
+            service: self.service_id,
+            message: self.message_id,
+        }
     }
 
     /// Heap bytes held besides the payload (for the memory figures).
     pub fn heap_bytes(&self) -> usize {
         self.extra.capacity() * std::mem::size_of::<(Box<str>, Box<str>)>()
-            + self.extra.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+            + self
+                .extra
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()
     }
 }
 

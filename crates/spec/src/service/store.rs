@@ -25,7 +25,9 @@ use viastack_kernel::time::Instant;
 
 use fnv::FnvHashMap;
 
-use crate::chart::{self, EventName, ExternalEvent, Value, Instance, RunError, Status, Symbol, Vars};
+use crate::chart::{
+    self, EventName, ExternalEvent, Instance, RunError, Status, Symbol, Value, Vars,
+};
 
 use super::action::{self, Action, Ctx, Draft, Network};
 use super::history::History;
@@ -45,7 +47,10 @@ pub struct StoreConfig {
 impl Default for StoreConfig {
     /// No pool; 1,000,000 live instances.
     fn default() -> Self {
-        StoreConfig { pool: 0, capacity: 1_000_000 }
+        StoreConfig {
+            pool: 0,
+            capacity: 1_000_000,
+        }
     }
 }
 
@@ -98,7 +103,10 @@ pub fn event_data(m: Option<&Message>, timer: u32) -> Value {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("services", &self.services.len()).field("live", &self.map.len()).finish()
+        f.debug_struct("Store")
+            .field("services", &self.services.len())
+            .field("live", &self.map.len())
+            .finish()
     }
 }
 
@@ -121,7 +129,12 @@ impl Store {
             .iter()
             .map(|s| {
                 (0..config.pool)
-                    .map(|_| (Instance::new(&s.chart), History::new(&s.layout, s.logic.new_state())))
+                    .map(|_| {
+                        (
+                            Instance::new(&s.chart),
+                            History::new(&s.layout, s.logic.new_state()),
+                        )
+                    })
                     .collect()
             })
             .collect();
@@ -153,10 +166,17 @@ impl Store {
 
     /// The active states of a live instance, in document order.
     pub fn states(&self, key: InstanceKey) -> Vec<&str> {
-        let Some(&i) = self.map.get(&key) else { return Vec::new() };
-        let Some(l) = &self.slab[i as usize] else { return Vec::new() };
+        let Some(&i) = self.map.get(&key) else {
+            return Vec::new();
+        };
+        let Some(l) = &self.slab[i as usize] else {
+            return Vec::new();
+        };
         let chart = &self.services[usize::from(l.svc)].chart;
-        l.inst.active_states().map(|s| chart.state_name(s)).collect()
+        l.inst
+            .active_states()
+            .map(|s| chart.state_name(s))
+            .collect()
     }
 
     fn service_index(&self, id: u32) -> Option<usize> {
@@ -170,23 +190,47 @@ impl Store {
         }
     }
 
-    fn create<N: Network>(&mut self, now: Instant, si: usize, key: InstanceKey, current: &Message, net: &mut N) -> Result<u32, RunnerError> {
+    fn create<N: Network>(
+        &mut self,
+        now: Instant,
+        si: usize,
+        key: InstanceKey,
+        current: &Message,
+        net: &mut N,
+    ) -> Result<u32, RunnerError> {
         if self.map.len() >= self.config.capacity {
             return Err(RunnerError::Full(self.map.len()));
         }
         let svc = &self.services[si];
         let (mut inst, hist) = match self.pool[si].pop() {
             Some(p) => p,
-            None => (Instance::new(&svc.chart), History::new(&svc.layout, svc.logic.new_state())),
+            None => (
+                Instance::new(&svc.chart),
+                History::new(&svc.layout, svc.logic.new_state()),
+            ),
         };
         let mut host = StepHost {
-            ctx: Ctx { now, key, node: &mut self.node, history: &hist, current: Some(current), drafts: &mut self.drafts, net, terminated: false },
+            ctx: Ctx {
+                now,
+                key,
+                node: &mut self.node,
+                history: &hist,
+                current: Some(current),
+                drafts: &mut self.drafts,
+                net,
+                terminated: false,
+            },
         };
         let r = inst.start(&svc.chart, now, &mut host);
         let terminated = host.ctx.terminated;
         clear_drafts(&mut self.drafts);
         let status = r.map_err(|e| step_error(key, e))?;
-        let live = Live { key, svc: si as u16, inst, hist };
+        let live = Live {
+            key,
+            svc: si as u16,
+            inst,
+            hist,
+        };
         let i = match self.free.pop() {
             Some(i) => {
                 self.slab[i as usize] = Some(live);
@@ -205,21 +249,44 @@ impl Store {
     }
 
     /// Delivers `self.fire` to instance `i`; frees it when it ends.
-    fn deliver<N: Network>(&mut self, now: Instant, i: u32, current: Option<&Message>, net: &mut N) -> Result<bool, RunnerError> {
-        let Some(live) = self.slab[i as usize].as_mut() else { return Ok(false) };
+    fn deliver<N: Network>(
+        &mut self,
+        now: Instant,
+        i: u32,
+        current: Option<&Message>,
+        net: &mut N,
+    ) -> Result<bool, RunnerError> {
+        let Some(live) = self.slab[i as usize].as_mut() else {
+            return Ok(false);
+        };
         let svc = &self.services[usize::from(live.svc)];
         let key = live.key;
         let mut host = StepHost {
-            ctx: Ctx { now, key, node: &mut self.node, history: &live.hist, current, drafts: &mut self.drafts, net, terminated: false },
+            ctx: Ctx {
+                now,
+                key,
+                node: &mut self.node,
+                history: &live.hist,
+                current,
+                drafts: &mut self.drafts,
+                net,
+                terminated: false,
+            },
         };
         let mut result = Ok(true);
         for &sym in &self.fire {
-            let handled = svc.handlers.get(sym.0 as usize).is_some_and(|hs| hs.iter().any(|&s| live.inst.is_active(s)));
+            let handled = svc
+                .handlers
+                .get(sym.0 as usize)
+                .is_some_and(|hs| hs.iter().any(|&s| live.inst.is_active(s)));
             if !handled {
                 continue;
             }
             let ev = if svc.event_data {
-                ExternalEvent { name: EventName::Symbol(sym), data: event_data(current, self.timer) }
+                ExternalEvent {
+                    name: EventName::Symbol(sym),
+                    data: event_data(current, self.timer),
+                }
             } else {
                 ExternalEvent::symbol(sym)
             };
@@ -248,9 +315,18 @@ impl Store {
     }
 
     /// Records the hits in instance `i`'s history and runs them, then the composites.
-    fn step<N: Network>(&mut self, now: Instant, i: u32, m: Option<&Message>, timer: u32, net: &mut N) -> Result<(), RunnerError> {
+    fn step<N: Network>(
+        &mut self,
+        now: Instant,
+        i: u32,
+        m: Option<&Message>,
+        timer: u32,
+        net: &mut N,
+    ) -> Result<(), RunnerError> {
         self.timer = timer;
-        let Some(live) = self.slab[i as usize].as_mut() else { return Ok(()) };
+        let Some(live) = self.slab[i as usize].as_mut() else {
+            return Ok(());
+        };
         let svc = &self.services[usize::from(live.svc)];
         for &e in &self.hits {
             if let Some(m) = m {
@@ -262,7 +338,11 @@ impl Store {
         }
         // Basic events, in declaration order.
         self.fire.clear();
-        self.fire.extend(self.hits.iter().filter_map(|&e| svc.basic_sym[usize::from(e)]));
+        self.fire.extend(
+            self.hits
+                .iter()
+                .filter_map(|&e| svc.basic_sym[usize::from(e)]),
+        );
         if !self.fire.is_empty() && !self.deliver(now, i, m, net)? {
             return Ok(());
         }
@@ -270,18 +350,24 @@ impl Store {
         // Composite events whose constituents fired and whose expression holds.
         self.comps.clear();
         for &e in &self.hits {
-            self.comps.extend_from_slice(&svc.comp_by_basic[usize::from(e)]);
+            self.comps
+                .extend_from_slice(&svc.comp_by_basic[usize::from(e)]);
         }
         if self.comps.is_empty() {
             return Ok(());
         }
         self.comps.sort_unstable();
         self.comps.dedup();
-        let Some(live) = self.slab[i as usize].as_ref() else { return Ok(()) };
+        let Some(live) = self.slab[i as usize].as_ref() else {
+            return Ok(());
+        };
         self.fire.clear();
         for &c in &self.comps {
             if let Some(sym) = svc.composite_sym[usize::from(c)] {
-                if svc.logic.eval(usize::from(c), &live.hist.logic, &self.node, now) {
+                if svc
+                    .logic
+                    .eval(usize::from(c), &live.hist.logic, &self.node, now)
+                {
                     self.fire.push(sym);
                 }
             }
@@ -300,7 +386,9 @@ fn clear_drafts(d: &mut [Draft]) {
 }
 
 fn svc_index(slab: &[Option<Live>], i: u32) -> u16 {
-    slab.get(i as usize).and_then(Option::as_ref).map_or(0, |l| l.svc)
+    slab.get(i as usize)
+        .and_then(Option::as_ref)
+        .map_or(0, |l| l.svc)
 }
 
 fn step_error(key: InstanceKey, e: RunError) -> RunnerError {
@@ -311,12 +399,19 @@ fn step_error(key: InstanceKey, e: RunError) -> RunnerError {
 }
 
 impl Runner for Store {
-    fn handle_message<N: Network>(&mut self, now: Instant, m: &Message, net: &mut N) -> Result<(), RunnerError> {
+    fn handle_message<N: Network>(
+        &mut self,
+        now: Instant,
+        m: &Message,
+        net: &mut N,
+    ) -> Result<(), RunnerError> {
         let Some(si) = self.service_index(m.service_id) else {
             return Err(RunnerError::UnknownService(m.service_id));
         };
         self.hits.clear();
-        self.services[si].matcher.message(m, &self.node, &mut self.hits);
+        self.services[si]
+            .matcher
+            .message(m, &self.node, &mut self.hits);
         if self.hits.is_empty() {
             return Ok(());
         }
@@ -334,11 +429,23 @@ impl Runner for Store {
         self.step(now, i, Some(m), 0, net)
     }
 
-    fn handle_timer<N: Network>(&mut self, now: Instant, key: InstanceKey, id: u32, net: &mut N) -> Result<(), RunnerError> {
-        let Some(&i) = self.map.get(&key) else { return Ok(()) };
-        let Some(live) = self.slab[i as usize].as_ref() else { return Ok(()) };
+    fn handle_timer<N: Network>(
+        &mut self,
+        now: Instant,
+        key: InstanceKey,
+        id: u32,
+        net: &mut N,
+    ) -> Result<(), RunnerError> {
+        let Some(&i) = self.map.get(&key) else {
+            return Ok(());
+        };
+        let Some(live) = self.slab[i as usize].as_ref() else {
+            return Ok(());
+        };
         self.hits.clear();
-        self.services[usize::from(live.svc)].matcher.timer(id, &mut self.hits);
+        self.services[usize::from(live.svc)]
+            .matcher
+            .timer(id, &mut self.hits);
         if self.hits.is_empty() {
             return Ok(());
         }
@@ -362,8 +469,14 @@ impl Runner for Store {
 
     fn memory_bytes(&self) -> usize {
         let map = self.map.capacity() * (std::mem::size_of::<(InstanceKey, u32)>() + 1);
-        let slab = self.slab.capacity() * std::mem::size_of::<Option<Live>>() + self.free.capacity() * 4;
-        let heap: usize = self.slab.iter().flatten().map(|l| l.inst.heap_bytes() + l.hist.heap_bytes()).sum();
+        let slab =
+            self.slab.capacity() * std::mem::size_of::<Option<Live>>() + self.free.capacity() * 4;
+        let heap: usize = self
+            .slab
+            .iter()
+            .flatten()
+            .map(|l| l.inst.heap_bytes() + l.hist.heap_bytes())
+            .sum();
         map + slab + heap
     }
 }

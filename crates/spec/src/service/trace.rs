@@ -87,7 +87,7 @@ fn ms_to_instant(ms: f64) -> Instant {
 
 fn instant_ms(t: Instant) -> Value {
     let ns = t.as_nanos();
-    if ns % 1_000_000 == 0 {
+    if ns.is_multiple_of(1_000_000) {
         json!(ns / 1_000_000)
     } else {
         json!(ns as f64 / 1e6)
@@ -115,8 +115,13 @@ fn read_int(v: &Value) -> Option<i64> {
 /// # Errors
 /// A malformed attribute.
 pub fn message_from_json(v: &Value) -> Result<Message, String> {
-    let Value::Object(o) = v else { return Err("a message is a JSON object".into()) };
-    let mut m = Message { hop_limit: 255, ..Message::default() };
+    let Value::Object(o) = v else {
+        return Err("a message is a JSON object".into());
+    };
+    let mut m = Message {
+        hop_limit: 255,
+        ..Message::default()
+    };
     for (k, v) in o {
         if k == "Payload" {
             match v {
@@ -128,8 +133,14 @@ pub fn message_from_json(v: &Value) -> Result<Message, String> {
         }
         match Attr::from_name(k) {
             Some(a) => {
-                let raw = if a.is_address() { read_addr(v).map(|x| x.0 as i64) } else { read_int(v) };
-                let val = raw.and_then(|r| a.parse_value(&r.to_string())).or(raw.filter(|_| a.is_address()));
+                let raw = if a.is_address() {
+                    read_addr(v).map(|x| x.0 as i64)
+                } else {
+                    read_int(v)
+                };
+                let val = raw
+                    .and_then(|r| a.parse_value(&r.to_string()))
+                    .or(raw.filter(|_| a.is_address()));
                 match val {
                     Some(x) => m.set(a, x),
                     None => return Err(format!("{k}: `{v}` is not a valid value")),
@@ -160,7 +171,14 @@ pub fn message_to_json(m: &Message) -> Value {
     let mut o = Map::new();
     for a in Attr::ALL {
         let v = m.get(a);
-        o.insert(a.name().to_string(), if a.is_address() { addr_json(Addr(v as u64)) } else { json!(v) });
+        o.insert(
+            a.name().to_string(),
+            if a.is_address() {
+                addr_json(Addr(v as u64))
+            } else {
+                json!(v)
+            },
+        );
     }
     if let Some(p) = &m.payload {
         o.insert("Payload".into(), json!(String::from_utf8_lossy(p)));
@@ -172,22 +190,34 @@ pub fn message_to_json(m: &Message) -> Value {
 }
 
 fn node_from_json(v: &Value) -> Result<NodeInfo, String> {
-    let Value::Object(o) = v else { return Err("node: expected an object".into()) };
+    let Value::Object(o) = v else {
+        return Err("node: expected an object".into());
+    };
     let mut n = NodeInfo::default();
     for (k, v) in o {
         match k.as_str() {
             "address" => n.address = read_addr(v).ok_or("node.address: expected an address")?,
             "parent" => n.parent = read_addr(v).ok_or("node.parent: expected an address")?,
             "children" | "neighbours" => {
-                let Value::Array(items) = v else { return Err(format!("node.{k}: expected a list of addresses")) };
-                let list = items.iter().map(read_addr).collect::<Option<Vec<_>>>().ok_or(format!("node.{k}: expected addresses"))?;
+                let Value::Array(items) = v else {
+                    return Err(format!("node.{k}: expected a list of addresses"));
+                };
+                let list = items
+                    .iter()
+                    .map(read_addr)
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or(format!("node.{k}: expected addresses"))?;
                 if k == "children" {
                     n.children = list;
                 } else {
                     n.neighbours = list;
                 }
             }
-            other => return Err(format!("unknown node key `{other}` (expected address, parent, children, neighbours)")),
+            other => {
+                return Err(format!(
+                    "unknown node key `{other}` (expected address, parent, children, neighbours)"
+                ))
+            }
         }
     }
     Ok(n)
@@ -214,10 +244,18 @@ pub fn parse(src: &str) -> Result<Vec<Input>, TraceError> {
         if l.is_empty() || l.starts_with('#') {
             continue;
         }
-        let e = |message: String| TraceError { line: i + 1, message };
+        let e = |message: String| TraceError {
+            line: i + 1,
+            message,
+        };
         let v: Value = serde_json::from_str(l).map_err(|x| e(format!("not JSON: {x}")))?;
-        let Value::Object(o) = &v else { return Err(e("expected a JSON object".into())) };
-        let t = o.get("t_ms").and_then(Value::as_f64).ok_or_else(|| e("expected \"t_ms\": milliseconds".into()))?;
+        let Value::Object(o) = &v else {
+            return Err(e("expected a JSON object".into()));
+        };
+        let t = o
+            .get("t_ms")
+            .and_then(Value::as_f64)
+            .ok_or_else(|| e("expected \"t_ms\": milliseconds".into()))?;
         if !(0.0..=1e12).contains(&t) {
             return Err(e("t_ms out of range".into()));
         }
@@ -226,10 +264,21 @@ pub fn parse(src: &str) -> Result<Vec<Input>, TraceError> {
             out.push(Input::Message(t, message_from_json(m).map_err(e)?));
         } else if let Some(tm) = o.get("timer") {
             let get = |k: &str| tm.get(k).and_then(read_int).filter(|v| *v >= 0);
-            let (Some(s), Some(mid), Some(id)) = (get("ServiceID"), get("MessageID"), get("TimerIdentifier")) else {
-                return Err(e("timer: expected ServiceID, MessageID and TimerIdentifier".into()));
+            let (Some(s), Some(mid), Some(id)) =
+                (get("ServiceID"), get("MessageID"), get("TimerIdentifier"))
+            else {
+                return Err(e(
+                    "timer: expected ServiceID, MessageID and TimerIdentifier".into(),
+                ));
             };
-            out.push(Input::Timer(t, InstanceKey { service: s as u32, message: mid as u64 }, id as u32));
+            out.push(Input::Timer(
+                t,
+                InstanceKey {
+                    service: s as u32,
+                    message: mid as u64,
+                },
+                id as u32,
+            ));
         } else if let Some(n) = o.get("node") {
             out.push(Input::Node(t, node_from_json(n).map_err(e)?));
         } else {
@@ -254,9 +303,13 @@ fn inst_json(k: InstanceKey) -> Value {
 
 impl Network for Recorder {
     fn perform(&mut self, now: Instant, key: InstanceKey, p: Primitive<'_>) {
-        let mut o = json!({"t_ms": instant_ms(now), "instance": inst_json(key), "action": p.name()});
+        let mut o =
+            json!({"t_ms": instant_ms(now), "instance": inst_json(key), "action": p.name()});
         match p {
-            Primitive::ToApplication(m) | Primitive::SendData(m) | Primitive::SendControl(m) | Primitive::Forward(m) => {
+            Primitive::ToApplication(m)
+            | Primitive::SendData(m)
+            | Primitive::SendControl(m)
+            | Primitive::Forward(m) => {
                 o["message"] = message_to_json(m);
             }
             Primitive::SetTimer { id, after } => {
@@ -275,20 +328,34 @@ impl Network for Recorder {
     }
 }
 
-fn after_step<R: Runner>(r: &R, rec: &mut Recorder, t: Instant, key: InstanceKey, res: Result<(), super::RunnerError>) {
+fn after_step<R: Runner>(
+    r: &R,
+    rec: &mut Recorder,
+    t: Instant,
+    key: InstanceKey,
+    res: Result<(), super::RunnerError>,
+) {
     if let Err(e) = res {
-        rec.lines.push(json!({"t_ms": instant_ms(t), "instance": inst_json(key), "error": e.to_string()}));
+        rec.lines.push(
+            json!({"t_ms": instant_ms(t), "instance": inst_json(key), "error": e.to_string()}),
+        );
     }
     let state = r.state(key);
     if state.is_none() {
         rec.armed.retain(|(k, _), _| *k != key);
     }
-    rec.lines.push(json!({"t_ms": instant_ms(t), "instance": inst_json(key), "state": state}));
+    rec.lines
+        .push(json!({"t_ms": instant_ms(t), "instance": inst_json(key), "state": state}));
 }
 
 fn fire_due<R: Runner>(r: &mut R, rec: &mut Recorder, until: Instant, budget: &mut u32) {
     while *budget > 0 {
-        let due = rec.armed.iter().filter(|(_, &at)| at <= until).min_by_key(|(k, &at)| (at, **k)).map(|(k, &at)| (*k, at));
+        let due = rec
+            .armed
+            .iter()
+            .filter(|(_, &at)| at <= until)
+            .min_by_key(|(k, &at)| (at, **k))
+            .map(|(k, &at)| (*k, at));
         let Some(((key, id), at)) = due else { break };
         rec.armed.remove(&(key, id));
         *budget -= 1;
@@ -319,7 +386,7 @@ pub fn run<R: Runner>(r: &mut R, inputs: &[Input], opts: Options) -> Vec<Value> 
         }
     }
     if opts.auto_timers {
-        let end = opts.end_ms.map_or(Instant::MAX, |ms| Instant::from_millis(ms));
+        let end = opts.end_ms.map_or(Instant::MAX, Instant::from_millis);
         fire_due(r, &mut rec, end, &mut budget);
     }
     rec.lines
