@@ -874,6 +874,20 @@ pub fn run<N: Network + ?Sized>(
                     "<action:set> before <action:create> of the same name in this step".into(),
                 );
             }
+            // The common fields without moving the draft out and back.
+            match field {
+                Field::Message => {
+                    let src = read_msg(value, ctx)?.clone();
+                    ctx.drafts[i].msg = src;
+                    return Ok(());
+                }
+                Field::Attr(a) => {
+                    let x = read_int(value, ctx, vars)?;
+                    ctx.drafts[i].msg.set(*a, x);
+                    return Ok(());
+                }
+                _ => {}
+            }
             let mut msg = std::mem::take(&mut ctx.drafts[i].msg);
             let mut timer = (ctx.drafts[i].timer_id, ctx.drafts[i].timer_ms);
             let r = apply(&mut msg, &mut timer, field, value, ctx, vars);

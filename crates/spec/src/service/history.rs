@@ -76,6 +76,14 @@ impl History {
         }
     }
 
+    /// Empties the history, keeping its allocations (a recycled instance).
+    pub fn reset(&mut self) {
+        for m in self.last.iter_mut() {
+            *m = None;
+        }
+        self.logic.reset();
+    }
+
     /// Records a message of `event` if the layout keeps it.
     #[inline]
     pub fn record(&mut self, layout: &Layout, event: u16, m: &Message) {

@@ -671,6 +671,16 @@ enum Slot {
 const NONE: u64 = u64::MAX;
 
 impl State {
+    /// Forgets every arrival, keeping the allocations (a recycled instance).
+    pub fn reset(&mut self) {
+        for s in &mut self.slots {
+            match s {
+                Slot::Last(t) => *t = NONE,
+                Slot::Keyed(v) => v.clear(),
+            }
+        }
+    }
+
     /// Heap bytes held.
     pub fn heap_bytes(&self) -> usize {
         self.slots.capacity() * std::mem::size_of::<Slot>()

@@ -42,7 +42,7 @@ impl fmt::Display for Addr {
 }
 
 /// The identity of one live service instance: (ServiceID, MessageID) (seed §4.3.2).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct InstanceKey {
     /// The service.
     pub service: u32,
@@ -50,8 +50,15 @@ pub struct InstanceKey {
     pub message: u64,
 }
 
+impl std::hash::Hash for InstanceKey {
+    /// One word: the store's map hashes this on every input.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.message.rotate_left(24) ^ u64::from(self.service));
+    }
+}
+
 /// An overlay message with its attributes (seed §5.1.4.1).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct Message {
     /// ServiceIdentifier.
     pub service_id: u32,
@@ -77,6 +84,50 @@ pub struct Message {
     pub payload: Option<Arc<[u8]>>,
     /// Any other attribute, by name, as text.
     pub extra: Vec<(Box<str>, Box<str>)>,
+}
+
+impl Clone for Message {
+    fn clone(&self) -> Self {
+        Message {
+            service_id: self.service_id,
+            message_id: self.message_id,
+            message_type: self.message_type,
+            delivery_mode: self.delivery_mode,
+            hop_limit: self.hop_limit,
+            source: self.source,
+            destination: self.destination,
+            previous_hop: self.previous_hop,
+            root: self.root,
+            seq: self.seq,
+            payload: self.payload.clone(),
+            extra: self.extra.clone(),
+        }
+    }
+
+    /// Reuses `self`'s allocations (the history overwrites its last messages in place).
+    fn clone_from(&mut self, src: &Self) {
+        self.service_id = src.service_id;
+        self.message_id = src.message_id;
+        self.message_type = src.message_type;
+        self.delivery_mode = src.delivery_mode;
+        self.hop_limit = src.hop_limit;
+        self.source = src.source;
+        self.destination = src.destination;
+        self.previous_hop = src.previous_hop;
+        self.root = src.root;
+        self.seq = src.seq;
+        let same = match (&self.payload, &src.payload) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            self.payload.clone_from(&src.payload);
+        }
+        if !(self.extra.is_empty() && src.extra.is_empty()) {
+            self.extra.clone_from(&src.extra);
+        }
+    }
 }
 
 /// The payload message type, 0x80 (seed §5.1.2.2).

@@ -70,6 +70,8 @@ pub struct Store {
     free: Vec<u32>,
     map: FnvHashMap<InstanceKey, u32>,
     pool: Vec<Vec<(Instance, History)>>,
+    /// Histories of freed instances, per service, for reuse.
+    recycled: Vec<Vec<History>>,
     hits: Vec<u16>,
     comps: Vec<u16>,
     fire: Vec<Symbol>,
@@ -125,7 +127,7 @@ impl Store {
     /// A store running `services` (distinct ServiceIDs).
     pub fn new(services: Vec<Arc<Service>>, config: StoreConfig) -> Store {
         let drafts = services.iter().map(|s| s.drafts).max().unwrap_or(0);
-        let pool = services
+        let pool: Vec<Vec<(Instance, History)>> = services
             .iter()
             .map(|s| {
                 (0..config.pool)
@@ -145,6 +147,7 @@ impl Store {
             slab: Vec::with_capacity(config.pool),
             free: Vec::new(),
             map: FnvHashMap::with_capacity_and_hasher(config.pool, Default::default()),
+            recycled: vec![Vec::new(); pool.len()],
             pool,
             hits: Vec::new(),
             comps: Vec::new(),
@@ -184,9 +187,13 @@ impl Store {
     }
 
     fn free_slot(&mut self, i: u32) {
-        if let Some(l) = self.slab[i as usize].take() {
+        if let Some(mut l) = self.slab[i as usize].take() {
             self.map.remove(&l.key);
             self.free.push(i);
+            // Recycle the history's allocations (bounded by the live peak).
+            let si = usize::from(l.svc);
+            l.hist.reset();
+            self.recycled[si].push(l.hist);
         }
     }
 
@@ -206,7 +213,10 @@ impl Store {
             Some(p) => p,
             None => (
                 Instance::new(&svc.chart),
-                History::new(&svc.layout, svc.logic.new_state()),
+                match self.recycled[si].pop() {
+                    Some(h) => h,
+                    None => History::new(&svc.layout, svc.logic.new_state()),
+                },
             ),
         };
         let mut host = StepHost {
@@ -471,12 +481,18 @@ impl Runner for Store {
         let map = self.map.capacity() * (std::mem::size_of::<(InstanceKey, u32)>() + 1);
         let slab =
             self.slab.capacity() * std::mem::size_of::<Option<Live>>() + self.free.capacity() * 4;
-        let heap: usize = self
+        let recycled: usize = self
+            .recycled
+            .iter()
+            .flatten()
+            .map(|h| std::mem::size_of::<History>() + h.heap_bytes())
+            .sum();
+        let live: usize = self
             .slab
             .iter()
             .flatten()
             .map(|l| l.inst.heap_bytes() + l.hist.heap_bytes())
             .sum();
-        map + slab + heap
+        map + slab + recycled + live
     }
 }
