@@ -1,6 +1,8 @@
 //! Any bytes as an SCXML document: reading, validation, verification and compilation return
 //! a chart or diagnostics, never panic; a compiled chart then runs (start, every event it
-//! names, its timers) under a small step limit without panicking.
+//! names, its timers) under a small step limit without panicking. Inputs that use the W3C
+//! conformance placeholders also go through the conformance rewriter and runner (seed the
+//! corpus with `../shared/conformance/scxml-w3c/txml/*.txml`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -9,6 +11,9 @@ use viastack_spec::chart::{self, Chart, ExternalEvent, Instance, NoHost, OpaqueA
 
 fuzz_target!(|data: &[u8]| {
     let src = String::from_utf8_lossy(data);
+    if src.contains("scxml-conformance") {
+        let _ = chart::conformance::run_document("fuzz.txml", &src);
+    }
     let Ok(doc) = chart::parse("fuzz.scxml", &src) else {
         return;
     };

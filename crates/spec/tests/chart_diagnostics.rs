@@ -298,3 +298,25 @@ fn garbage_never_panics() {
         let _ = diags(src);
     }
 }
+
+#[test]
+fn initial_element_must_target_a_descendant_and_events_appear_once() {
+    let src = doc(
+        r#"><state id="p"><initial><transition target="q"/></initial><state id="c"/></state><state id="q"/>"#,
+    );
+    expect(
+        &src,
+        "q\"/></initial>",
+        0,
+        Severity::Error,
+        &["initial state \"q\" is not a descendant of \"p\""],
+    );
+    let src = doc(r#"><state id="a"><transition event="x y x" target="a"/></state>"#);
+    expect(
+        &src,
+        "x y x",
+        0,
+        Severity::Warning,
+        &["event descriptor \"x\" listed twice"],
+    );
+}

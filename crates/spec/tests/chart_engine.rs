@@ -372,3 +372,86 @@ fn instances_are_small() {
     let bytes = std::mem::size_of::<Instance>() + i.heap_bytes();
     assert!(bytes <= 512, "{bytes} bytes per instance");
 }
+
+#[test]
+fn charts_are_shared_and_instances_move_between_threads() {
+    fn shared<T: Send + Sync>() {}
+    fn movable<T: Send>() {}
+    shared::<Chart<()>>();
+    movable::<Instance>();
+}
+
+#[test]
+fn dot_draws_clusters_history_and_initial_arrows() {
+    let src = format!(
+        r#"<scxml {NS} initial="p">
+        <parallel id="p">
+          <state id="r1"><history id="h"/><state id="a"><transition event="e" cond="true" target="b"><raise event="x"/></transition></state><state id="b"/></state>
+          <state id="r2"><state id="c"><transition event="t"><send event="t" delay="1s"/></transition></state></state>
+        </parallel></scxml>"#
+    );
+    let doc = chart::parse("t.scxml", &src).unwrap();
+    let dot = chart::dot::to_dot(&doc);
+    assert!(dot.contains(r#"subgraph "cluster_p" {"#), "{dot}");
+    assert!(dot.contains("style=dashed"), "{dot}");
+    assert!(dot.contains(r#""h" [shape=circle, label="H"];"#), "{dot}");
+    assert!(dot.contains(r#""__initial_r1" -> "a";"#), "{dot}");
+    assert!(
+        dot.contains(r#""a" -> "b" [label="e [true] / raise x"];"#),
+        "{dot}"
+    );
+    assert!(
+        dot.contains(r#""c" -> "c" [label="t / send t after 1s", style=dotted];"#),
+        "{dot}"
+    );
+}
+
+/// A host whose action drives a second instance of another chart (re-entering the engine).
+struct Nested<'c> {
+    inner: &'c Chart<()>,
+    instance: Instance,
+}
+
+impl Host<Act> for Nested<'_> {
+    fn execute(&mut self, _action: &Act, _vars: &mut Vars<'_>) -> Result<(), String> {
+        self.instance
+            .handle_event(
+                self.inner,
+                Instant::ZERO,
+                ExternalEvent::named("go"),
+                &mut NoHost,
+            )
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[test]
+fn a_host_may_run_another_instance_from_an_action() {
+    let inner = chart(
+        r#"initial="a"><state id="a"><transition event="go" target="b"/></state><state id="b"/>"#,
+    );
+    let src = format!(
+        r#"<scxml {NS} initial="s"><state id="s"><transition event="hit" target="t"><action:count var="k"/></transition></state><final id="t"/></scxml>"#
+    );
+    let (outer, _) = Chart::compile(&chart::parse("o.scxml", &src).unwrap(), &Actions).unwrap();
+    let mut host = Nested {
+        inner: &inner,
+        instance: Instance::new(&inner),
+    };
+    host.instance
+        .start(&inner, Instant::ZERO, &mut NoHost)
+        .unwrap();
+    let mut i = Instance::new(&outer);
+    i.start(&outer, Instant::ZERO, &mut host).unwrap();
+    let st = i
+        .handle_event(
+            &outer,
+            Instant::ZERO,
+            ExternalEvent::named("hit"),
+            &mut host,
+        )
+        .unwrap();
+    assert_eq!(st, Status::Final);
+    assert_eq!(active(&inner, &host.instance), ["b"]);
+}

@@ -229,7 +229,6 @@ pub struct Instance {
 
 #[derive(Default)]
 struct Scratch {
-    enabled: Vec<u32>,
     filtered: Vec<u32>,
     exit: Vec<u64>,
     exit_a: Vec<u64>,
@@ -241,7 +240,17 @@ struct Scratch {
 }
 
 thread_local! {
-    static SCRATCH: Cell<Scratch> = Cell::new(Scratch::default());
+    /// Reused across calls; boxed so taking and returning it moves one pointer. A reentrant
+    /// call (a host running another instance from an action) finds it taken and uses a fresh one.
+    static SCRATCH: Cell<Option<Box<Scratch>>> = const { Cell::new(None) };
+}
+
+fn take_scratch() -> Box<Scratch> {
+    SCRATCH.with(Cell::take).unwrap_or_default()
+}
+
+fn put_scratch(sc: Box<Scratch>) {
+    SCRATCH.with(|c| c.set(Some(sc)));
 }
 
 fn bit(bits: &[u64], i: u32) -> bool {
@@ -266,12 +275,89 @@ fn any_in(bits: &[u64], lo: u32, hi: u32) -> bool {
     (lo..hi).any(|i| bit(bits, i))
 }
 
-fn ones(bits: &[u64]) -> impl DoubleEndedIterator<Item = u32> + '_ {
-    bits.iter().enumerate().flat_map(|(wi, &w)| {
-        (0..64u32)
-            .filter(move |b| w & (1 << b) != 0)
-            .map(move |b| u32::try_from(wi).unwrap_or(0) * 64 + b)
-    })
+/// Indexes of the set bits, ascending (or descending with `.rev()`), skipping zero words.
+fn ones(bits: &[u64]) -> Ones<'_> {
+    Ones {
+        bits,
+        front: 0,
+        back: bits.len(),
+        fw: bits.first().copied().unwrap_or(0),
+        bw: bits.last().copied().unwrap_or(0),
+    }
+}
+
+struct Ones<'a> {
+    bits: &'a [u64],
+    /// Word index of the front cursor and the bits of that word not yet yielded.
+    front: usize,
+    fw: u64,
+    /// One past the word index of the back cursor and that word's remaining bits.
+    back: usize,
+    bw: u64,
+}
+
+impl Ones<'_> {
+    fn index(w: usize, b: u32) -> u32 {
+        u32::try_from(w).unwrap_or(u32::MAX / 64) * 64 + b
+    }
+}
+
+impl Iterator for Ones<'_> {
+    type Item = u32;
+    fn next(&mut self) -> Option<u32> {
+        loop {
+            if self.front + 1 >= self.back {
+                // Front and back share the last word: the back's copy is authoritative.
+                if self.front + 1 != self.back || self.bw == 0 {
+                    return None;
+                }
+                let w = self.fw & self.bw;
+                if w == 0 {
+                    return None;
+                }
+                let b = w.trailing_zeros();
+                self.fw = w & (w - 1);
+                self.bw = self.fw;
+                return Some(Self::index(self.front, b));
+            }
+            if self.fw != 0 {
+                let b = self.fw.trailing_zeros();
+                self.fw &= self.fw - 1;
+                return Some(Self::index(self.front, b));
+            }
+            self.front += 1;
+            self.fw = self.bits[self.front];
+        }
+    }
+}
+
+impl DoubleEndedIterator for Ones<'_> {
+    fn next_back(&mut self) -> Option<u32> {
+        loop {
+            if self.back == 0 {
+                return None;
+            }
+            let w = if self.front + 1 == self.back {
+                self.fw & self.bw
+            } else {
+                self.bw
+            };
+            if w != 0 {
+                let b = 63 - w.leading_zeros();
+                let rest = w & !(1u64 << b);
+                self.bw = rest;
+                if self.front + 1 == self.back {
+                    self.fw = rest;
+                }
+                return Some(Self::index(self.back - 1, b));
+            }
+            if self.front + 1 >= self.back {
+                return None;
+            }
+            self.back -= 1;
+            self.bw = self.bits[self.back - 1];
+        }
+    }
 }
 
 fn reset(bits: &mut Vec<u64>, words: usize) {
@@ -284,7 +370,56 @@ struct Rt<'c, A, H> {
     host: &'c mut H,
     now: Instant,
     steps: u32,
-    sc: Scratch,
+    /// Taken from the thread's buffer on first use (not at all on the fast paths).
+    sc: Option<Box<Scratch>>,
+    enabled: Enabled,
+}
+
+/// The enabled transitions of a step: inline up to 6, spilling to the heap beyond.
+#[derive(Default)]
+struct Enabled {
+    small: [u32; 6],
+    n: usize,
+    big: Vec<u32>,
+}
+
+impl Enabled {
+    fn clear(&mut self) {
+        self.n = 0;
+        self.big.clear();
+    }
+
+    fn as_slice(&self) -> &[u32] {
+        if self.big.is_empty() {
+            &self.small[..self.n]
+        } else {
+            &self.big
+        }
+    }
+
+    fn push(&mut self, t: u32) {
+        if self.big.is_empty() && self.n < self.small.len() {
+            self.small[self.n] = t;
+            self.n += 1;
+        } else {
+            if self.big.is_empty() {
+                self.big.extend_from_slice(&self.small[..self.n]);
+            }
+            self.big.push(t);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn contains(&self, t: u32) -> bool {
+        self.as_slice().contains(&t)
+    }
 }
 
 struct Env<'a, A> {
@@ -434,7 +569,8 @@ impl Instance {
             host,
             now,
             steps: 0,
-            sc: SCRATCH.with(Cell::take),
+            sc: None,
+            enabled: Enabled::default(),
         };
         if chart.late_binding {
             self.init_data(&mut rt, 0);
@@ -443,13 +579,15 @@ impl Instance {
                 self.init_data(&mut rt, u32::try_from(s).unwrap_or(0));
             }
         }
-        rt.sc.enabled.clear();
-        rt.sc.enabled.push(chart.root_initial);
+        rt.enabled.clear();
+        rt.enabled.push(chart.root_initial);
         self.enter_states(&mut rt);
         let r = self
             .stabilize(&mut rt)
             .and_then(|()| self.drain_external(&mut rt));
-        SCRATCH.with(|c| c.set(rt.sc));
+        if let Some(sc) = rt.sc.take() {
+            put_scratch(sc);
+        }
         r.map(|()| self.status())
     }
 
@@ -488,7 +626,8 @@ impl Instance {
             host,
             now,
             steps: 0,
-            sc: SCRATCH.with(Cell::take),
+            sc: None,
+            enabled: Enabled::default(),
         };
         let r = if self.external.is_empty() {
             self.macrostep(&mut rt, event)
@@ -497,7 +636,9 @@ impl Instance {
             self.external.push_back(event);
             self.drain_external(&mut rt)
         };
-        SCRATCH.with(|c| c.set(rt.sc));
+        if let Some(sc) = rt.sc.take() {
+            put_scratch(sc);
+        }
         r.map(|()| self.status())
     }
 
@@ -529,7 +670,8 @@ impl Instance {
             host,
             now,
             steps: 0,
-            sc: SCRATCH.with(Cell::take),
+            sc: None,
+            enabled: Enabled::default(),
         };
         let mut r = Ok(());
         while self.phase == Phase::Running {
@@ -548,7 +690,9 @@ impl Instance {
                 break;
             }
         }
-        SCRATCH.with(|c| c.set(rt.sc));
+        if let Some(sc) = rt.sc.take() {
+            put_scratch(sc);
+        }
         r.map(|()| self.status())
     }
 
@@ -627,7 +771,7 @@ impl Instance {
     ) -> Result<(), RunError> {
         self.last_event = Some(ev);
         self.select_transitions(rt, false);
-        if !rt.sc.enabled.is_empty() {
+        if !rt.enabled.is_empty() {
             self.microstep(rt)?;
         }
         self.stabilize(rt)
@@ -639,16 +783,16 @@ impl Instance {
             if rt.chart.has_eventless {
                 self.select_transitions(rt, true);
             } else {
-                rt.sc.enabled.clear();
+                rt.enabled.clear();
             }
-            if rt.sc.enabled.is_empty() {
+            if rt.enabled.is_empty() {
                 let Some(ev) = self.internal.pop_front() else {
                     break;
                 };
                 self.last_event = Some(ev);
                 self.select_transitions(rt, false);
             }
-            if !rt.sc.enabled.is_empty() {
+            if !rt.enabled.is_empty() {
                 self.microstep(rt)?;
             }
         }
@@ -662,8 +806,8 @@ impl Instance {
             return Err(RunError::StepLimit { steps: rt.steps });
         }
         let chart = rt.chart;
-        if rt.sc.enabled.len() == 1 {
-            let t = rt.sc.enabled[0];
+        if rt.enabled.len() == 1 {
+            let t = rt.enabled.as_slice()[0];
             let tr = &chart.trans[t as usize];
             if tr.targets.is_empty() {
                 // Targetless: no exit, no entry.
@@ -687,18 +831,18 @@ impl Instance {
             self.remove_conflicts(rt);
         }
         self.exit_states(rt);
-        let enabled = std::mem::take(&mut rt.sc.enabled);
-        for &t in &enabled {
+        let enabled = std::mem::take(&mut rt.enabled);
+        for &t in enabled.as_slice() {
             let _ = self.exec_block(rt, &chart.trans[t as usize].body);
         }
-        rt.sc.enabled = enabled;
+        rt.enabled = enabled;
         self.enter_states(rt);
         Ok(())
     }
 
     fn select_transitions<A, H>(&mut self, rt: &mut Rt<'_, A, H>, eventless: bool) {
         let chart = rt.chart;
-        rt.sc.enabled.clear();
+        rt.enabled.clear();
         let mut errors = 0u32;
         let ev_name = if eventless {
             None
@@ -722,8 +866,8 @@ impl Instance {
                     Some(EvName::Dyn(name)) => self.first_enabled_slow(chart, s, name, &mut errors),
                 };
                 if let Some(t) = found {
-                    if !rt.sc.enabled.contains(&t) {
-                        rt.sc.enabled.push(t);
+                    if !rt.enabled.contains(t) {
+                        rt.enabled.push(t);
                     }
                 }
             }
@@ -842,10 +986,9 @@ impl Instance {
     fn remove_conflicts<A, H>(&mut self, rt: &mut Rt<'_, A, H>) {
         let chart = rt.chart;
         let words = chart.words;
-        let sc = &mut rt.sc;
+        let sc: &mut Scratch = rt.sc.get_or_insert_with(take_scratch);
         sc.filtered.clear();
-        let enabled = std::mem::take(&mut sc.enabled);
-        for &t1 in &enabled {
+        for &t1 in rt.enabled.as_slice() {
             reset(&mut sc.exit_a, words);
             self.exit_set(chart, t1, &mut sc.exit_a, &mut sc.targets);
             let mut preempted = false;
@@ -871,26 +1014,24 @@ impl Instance {
                 sc.filtered.push(t1);
             }
         }
-        sc.enabled = enabled;
-        sc.enabled.clear();
-        let filtered = std::mem::take(&mut sc.filtered);
-        sc.enabled.extend_from_slice(&filtered);
-        sc.filtered = filtered;
+        rt.enabled.clear();
+        for &t in &sc.filtered {
+            rt.enabled.push(t);
+        }
     }
 
     fn exit_states<A, H: Host<A>>(&mut self, rt: &mut Rt<'_, A, H>) {
         let chart = rt.chart;
         let words = chart.words;
-        reset(&mut rt.sc.exit, words);
-        for i in 0..rt.sc.enabled.len() {
-            let t = rt.sc.enabled[i];
-            let sc = &mut rt.sc;
+        let sc: &mut Scratch = rt.sc.get_or_insert_with(take_scratch);
+        reset(&mut sc.exit, words);
+        for &t in rt.enabled.as_slice() {
             self.exit_set(chart, t, &mut sc.exit, &mut sc.targets);
         }
-        if rt.sc.exit.iter().all(|&w| w == 0) {
+        if sc.exit.iter().all(|&w| w == 0) {
             return;
         }
-        let exit = std::mem::take(&mut rt.sc.exit);
+        let exit = std::mem::take(&mut sc.exit);
         // Record histories first.
         for s in ones(&exit).rev() {
             let st = &chart.states[s as usize];
@@ -919,20 +1060,21 @@ impl Instance {
             }
             clear_bit(&mut self.config, s);
         }
-        rt.sc.exit = exit;
+        if let Some(sc) = rt.sc.as_mut() {
+            sc.exit = exit;
+        }
     }
 
     fn enter_states<A, H: Host<A>>(&mut self, rt: &mut Rt<'_, A, H>) {
         let chart = rt.chart;
         let words = chart.words;
         {
-            let sc = &mut rt.sc;
+            let sc: &mut Scratch = rt.sc.get_or_insert_with(take_scratch);
             reset(&mut sc.enter, words);
             reset(&mut sc.default_entry, words);
             sc.default_hist.clear();
             let mut tmp = std::mem::take(&mut sc.targets);
-            for i in 0..sc.enabled.len() {
-                let t = sc.enabled[i];
+            for &t in rt.enabled.as_slice() {
                 for &x in &chart.trans[t as usize].targets {
                     self.add_descendants(chart, x, sc);
                 }
@@ -944,15 +1086,22 @@ impl Instance {
             }
             sc.targets = tmp;
         }
-        let enter = std::mem::take(&mut rt.sc.enter);
-        let default_entry = std::mem::take(&mut rt.sc.default_entry);
-        let default_hist = std::mem::take(&mut rt.sc.default_hist);
+        let (enter, default_entry, default_hist) = match rt.sc.as_mut() {
+            Some(sc) => (
+                std::mem::take(&mut sc.enter),
+                std::mem::take(&mut sc.default_entry),
+                std::mem::take(&mut sc.default_hist),
+            ),
+            None => return,
+        };
         for s in ones(&enter) {
             self.enter_state(rt, s, bit(&default_entry, s), &default_hist);
         }
-        rt.sc.enter = enter;
-        rt.sc.default_entry = default_entry;
-        rt.sc.default_hist = default_hist;
+        if let Some(sc) = rt.sc.as_mut() {
+            sc.enter = enter;
+            sc.default_entry = default_entry;
+            sc.default_hist = default_hist;
+        }
         if self.phase == Phase::Final {
             self.exit_interpreter(rt);
         }
@@ -1462,5 +1611,34 @@ impl Instance {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ones;
+
+    #[test]
+    fn set_bits_both_ways() {
+        let bits = [0b1010_u64, 0, 1 << 63 | 1, 0b110];
+        let up: Vec<u32> = ones(&bits).collect();
+        assert_eq!(up, [1, 3, 128, 191, 193, 194]);
+        let down: Vec<u32> = ones(&bits).rev().collect();
+        assert_eq!(down, [194, 193, 191, 128, 3, 1]);
+        let mut it = ones(&bits);
+        assert_eq!(
+            (it.next(), it.next_back(), it.next(), it.next_back()),
+            (Some(1), Some(194), Some(3), Some(193))
+        );
+        assert_eq!(it.collect::<Vec<_>>(), [128, 191]);
+        assert_eq!(ones(&[]).count(), 0);
+        assert_eq!(ones(&[0, 0]).next_back(), None);
+        let one = [1u64 << 5 | 1 << 7];
+        assert_eq!(ones(&one).rev().collect::<Vec<_>>(), [7, 5]);
+        let mut it = ones(&one);
+        assert_eq!(
+            (it.next(), it.next_back(), it.next()),
+            (Some(5), Some(7), None)
+        );
     }
 }

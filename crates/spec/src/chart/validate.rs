@@ -7,7 +7,7 @@
 //! - a history state with more than one default transition, or whose default target is not
 //!   a descendant of its parent;
 //! - a `<data>` id declared twice;
-//! - an expression or location that does not parse (see [`expr`](super::expr)), an unknown
+//! - an expression or location that does not parse (see [`expr`]), an unknown
 //!   state in `In()`;
 //! - a delay that does not parse.
 //!
@@ -187,13 +187,35 @@ impl<'d> V<'d> {
             }
         }
         if let Some(t) = &st.initial_transition {
-            if t.target.is_none() {
-                self.error(
+            match &t.target {
+                None => self.error(
                     t.pos,
                     "<initial> transition without target (expected target=)".into(),
+                ),
+                Some(target) => {
+                    if let Some((lo, hi)) = me {
+                        let targets = self.check_targets(target, "initial state");
+                        if targets.iter().any(|&(t, _)| !(t > lo && t < hi)) {
+                            self.error(
+                                target.pos,
+                                format!(
+                                    "initial state \"{}\" is not a descendant of \"{}\" (expected one of its child states)",
+                                    target.text,
+                                    st.id_str()
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+            if t.event.is_some() || t.cond.is_some() {
+                self.error(
+                    t.pos,
+                    "<initial> transition with event= or cond= (expected only target= and content)"
+                        .into(),
                 );
             }
-            self.check_transition(t);
+            self.check_block(&t.body);
         }
         if let StateKind::History { .. } = st.kind {
             if st.transitions.len() > 1 {
@@ -240,7 +262,16 @@ impl<'d> V<'d> {
             if e.text.trim().is_empty() {
                 self.error(e.pos, "empty event= (expected event descriptors)".into());
             }
+            let mut seen: Vec<&str> = Vec::new();
             for d in e.text.split_whitespace() {
+                if seen.contains(&d) {
+                    self.out.push(Diagnostic::warning(
+                        self.file,
+                        e.pos,
+                        format!("event descriptor \"{d}\" listed twice in one transition"),
+                    ));
+                }
+                seen.push(d);
                 if d.contains("..") || (d.starts_with('.') && d != ".*") {
                     self.error(
                         e.pos,
