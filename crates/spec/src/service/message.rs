@@ -100,7 +100,11 @@ impl Clone for Message {
             root: self.root,
             seq: self.seq,
             payload: self.payload.clone(),
-            extra: self.extra.clone(),
+            extra: if self.extra.is_empty() {
+                Vec::new()
+            } else {
+                self.extra.clone()
+            },
         }
     }
 
