@@ -373,13 +373,20 @@ impl Store {
         };
         self.fire.clear();
         for &c in &self.comps {
-            if let Some(sym) = svc.composite_sym[usize::from(c)] {
-                if svc
+            let Some(sym) = svc.composite_sym[usize::from(c)] else {
+                continue;
+            };
+            // A composite no active state handles would be skipped anyway: do not evaluate it.
+            let handled = svc
+                .handlers
+                .get(sym.0 as usize)
+                .is_some_and(|hs| hs.iter().any(|&s| live.inst.is_active(s)));
+            if handled
+                && svc
                     .logic
                     .eval(usize::from(c), &live.hist.logic, &self.node, now)
-                {
-                    self.fire.push(sym);
-                }
+            {
+                self.fire.push(sym);
             }
         }
         if !self.fire.is_empty() {
