@@ -57,6 +57,13 @@ fn main() {
             i.heap_bytes()
         }
     );
+    let t = std::time::Instant::now();
+    for _ in 0..1_000_000 {
+        let mut i = Instance::new(&c);
+        i.start(&c, Instant::ZERO, &mut h).unwrap();
+        std::hint::black_box(&i);
+    }
+    println!("{:.0} ns per new+start", t.elapsed().as_secs_f64() * 1e3);
     // steady-state: one instance bouncing nack
     let mut i = Instance::new(&c);
     i.start(&c, Instant::ZERO, &mut h).unwrap();

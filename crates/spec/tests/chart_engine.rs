@@ -455,3 +455,81 @@ fn a_host_may_run_another_instance_from_an_action() {
     assert_eq!(st, Status::Final);
     assert_eq!(active(&inner, &host.instance), ["b"]);
 }
+
+#[test]
+fn a_symbol_of_another_chart_is_ignored() {
+    let c = chart(
+        r#"initial="a"><state id="a"><transition event="*" target="b"/></state><state id="b"/>"#,
+    );
+    let mut i = Instance::new(&c);
+    i.start(&c, Instant::ZERO, &mut NoHost).unwrap();
+    let foreign = chart::Symbol(10_000);
+    i.handle_event(
+        &c,
+        Instant::ZERO,
+        ExternalEvent::symbol(foreign),
+        &mut NoHost,
+    )
+    .unwrap();
+    assert_eq!(active(&c, &i), ["a"]);
+}
+
+#[test]
+fn queues_are_bounded() {
+    let c = chart(
+        r#"initial="a">
+        <datamodel><data id="xs" expr="[1,2,3,4,5,6,7,8,9,10]"/></datamodel>
+        <state id="a">
+          <onentry>
+            <foreach array="[1,2,3,4,5,6,7,8,9,10,11]" item="i"><assign location="xs" expr="xs + xs"/></foreach>
+            <foreach array="xs" item="i"><send event="later" delay="1s"/></foreach>
+          </onentry>
+          <transition event="error.execution" target="b"/>
+        </state>
+        <state id="b"/>"#,
+    );
+    let mut i = Instance::new(&c);
+    i.start(&c, Instant::ZERO, &mut NoHost).unwrap();
+    assert_eq!(active(&c, &i), ["b"]);
+}
+
+#[test]
+fn a_host_sets_variables_that_conditions_read() {
+    let c = chart(
+        r#"initial="a">
+        <state id="a">
+          <transition event="m" cond="isBound(limit) and count &lt; limit" target="a"/>
+          <transition event="m" target="over"/>
+        </state>
+        <state id="over"/>"#,
+    );
+    let mut i = Instance::new(&c);
+    i.start(&c, Instant::ZERO, &mut NoHost).unwrap();
+    assert!(i.vars(&c).set("limit", Value::Number(2.0)));
+    assert!(i.vars(&c).set("count", Value::Number(1.0)));
+    assert!(!i.vars(&c).set("not_in_the_chart", Value::Null));
+    send(&c, &mut i, "m");
+    assert_eq!(active(&c, &i), ["a"]);
+    i.vars(&c).set("count", Value::Number(2.0));
+    send(&c, &mut i, "m");
+    assert_eq!(active(&c, &i), ["over"]);
+}
+
+#[test]
+fn names_unknown_to_the_chart_match_by_string() {
+    let c = chart(
+        r#"initial="a">
+        <state id="a"><transition event="net.msg" target="b"/></state>
+        <state id="b"><transition event="*" target="c"/></state>
+        <state id="c"/>"#,
+    );
+    assert!(c.symbol("net.msg.ack").is_none());
+    let mut i = Instance::new(&c);
+    i.start(&c, Instant::ZERO, &mut NoHost).unwrap();
+    send(&c, &mut i, "net.msgs");
+    assert_eq!(active(&c, &i), ["a"]);
+    send(&c, &mut i, "net.msg.ack");
+    assert_eq!(active(&c, &i), ["b"]);
+    send(&c, &mut i, "anything.at.all");
+    assert_eq!(active(&c, &i), ["c"]);
+}

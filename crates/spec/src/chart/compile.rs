@@ -208,6 +208,10 @@ pub struct Chart<A> {
     pub(crate) late_binding: bool,
     pub(crate) step_limit: u32,
     pub(crate) has_eventless: bool,
+    /// What [`Instance::start`](super::Instance::start) enters, in order (state, default entry).
+    pub(crate) initial_entry: Vec<(u32, bool)>,
+    /// Default-history content run on that entry: (parent, transition).
+    pub(crate) initial_history: Vec<(u32, u32)>,
     pub(crate) root_initial: u32,
     pub(crate) sym_error_execution: Symbol,
     pub(crate) sym_error_communication: Symbol,
@@ -350,8 +354,10 @@ impl<A> Chart<A> {
             c.states[*owner as usize].initial = Some(id);
         }
         let mut chart = c.finish(doc.late_binding)?;
+        let (entry, history) = super::engine::Instance::initial_entry(&chart);
+        chart.initial_entry = entry;
+        chart.initial_history = history;
         let mut warnings = diags;
-        warnings.extend(chart_diags(&mut chart));
         let vdiags = verify::verify(doc, &chart, ext);
         warnings.extend(vdiags);
         let mut all = Diagnostics(warnings);
@@ -463,10 +469,6 @@ impl<A> Chart<A> {
     pub(crate) fn is_atomic(&self, s: u32) -> bool {
         self.atomic[s as usize / 64] & (1 << (s % 64)) != 0
     }
-}
-
-fn chart_diags<A>(_c: &mut Chart<A>) -> Vec<Diagnostic> {
-    Vec::new()
 }
 
 fn number_states(st: &StateNode, map: &mut HashMap<String, u32>, next: &mut u32) {
@@ -658,7 +660,7 @@ impl<E: Extension> Compiler<'_, E> {
         let init = if let Some(e) = &d.expr {
             self.expr(e).map(Spec::Expr)
         } else {
-            inline_value(&d.text, &mut self.res).map(Spec::Lit)
+            inline_value(&d.text).map(Spec::Lit)
         };
         Some((slot, init))
     }
@@ -667,9 +669,7 @@ impl<E: Extension> Compiler<'_, E> {
         if let Some(e) = &c.expr {
             return self.expr(e).map(Spec::Expr);
         }
-        Some(Spec::Lit(
-            inline_value(&c.text, &mut self.res).unwrap_or(Value::Null),
-        ))
+        Some(Spec::Lit(inline_value(&c.text).unwrap_or(Value::Null)))
     }
 
     fn params(&mut self, params: &[Param]) -> Vec<(Arc<str>, Expr)> {
@@ -832,7 +832,7 @@ impl<E: Extension> Compiler<'_, E> {
                             Some(e) => Spec::Expr(e),
                             None => continue,
                         },
-                        None => Spec::Lit(inline_value(text, &mut self.res).unwrap_or(Value::Null)),
+                        None => Spec::Lit(inline_value(text).unwrap_or(Value::Null)),
                     };
                     Op::Assign(loc, v)
                 }
@@ -991,6 +991,8 @@ impl<E: Extension> Compiler<'_, E> {
             late_binding,
             step_limit: DEFAULT_STEP_LIMIT,
             has_eventless,
+            initial_entry: Vec::new(),
+            initial_history: Vec::new(),
             root_initial,
             sym_error_execution,
             sym_error_communication,
@@ -1000,7 +1002,7 @@ impl<E: Extension> Compiler<'_, E> {
 
 /// Inline content of `<data>`/`<content>`/`<assign>`: an expression, else JSON, else the
 /// whitespace-normalised text as a string; empty text is `None`.
-fn inline_value(text: &str, res: &mut Resolver) -> Option<Value> {
+fn inline_value(text: &str) -> Option<Value> {
     let t = text.trim();
     if t.is_empty() {
         return None;
@@ -1035,7 +1037,6 @@ fn inline_value(text: &str, res: &mut Resolver) -> Option<Value> {
             }
         }
     }
-    let _ = res;
     Some(Value::str(
         &t.split_whitespace().collect::<Vec<_>>().join(" "),
     ))

@@ -200,6 +200,9 @@ struct Pending {
     event: Event,
 }
 
+/// (state, entered by default) in entry order, and (parent, default-history transition).
+pub(crate) type InitialEntry = (Vec<(u32, bool)>, Vec<(u32, u32)>);
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     New,
@@ -211,7 +214,11 @@ const SCXML_PROCESSOR: &str = "http://www.w3.org/TR/scxml/#SCXMLEventProcessor";
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
-/// One live state machine.
+/// Most events one instance may hold in each of its internal queue, external queue and
+/// pending delayed sends; a `<raise>`/`<send>` beyond it raises `error.execution`.
+pub const MAX_QUEUED: usize = 10_000;
+
+/// One live state machine. Always pass it the chart it was created from.
 #[derive(Clone, Debug)]
 pub struct Instance {
     config: Box<[u64]>,
@@ -579,9 +586,13 @@ impl Instance {
                 self.init_data(&mut rt, u32::try_from(s).unwrap_or(0));
             }
         }
-        rt.enabled.clear();
-        rt.enabled.push(chart.root_initial);
-        self.enter_states(&mut rt);
+        // The initial entry set is the same for every instance: computed once by the compiler.
+        for &(s, default_entry) in &chart.initial_entry {
+            self.enter_state(&mut rt, s, default_entry, &chart.initial_history);
+        }
+        if self.phase == Phase::Final {
+            self.exit_interpreter(&mut rt);
+        }
         let r = self
             .stabilize(&mut rt)
             .and_then(|()| self.drain_external(&mut rt));
@@ -592,7 +603,7 @@ impl Instance {
     }
 
     /// Processes one external event (a macrostep), then any events the machine sent to
-    /// itself without delay.
+    /// itself without delay. A [`Symbol`] that is not one of `chart`'s is ignored.
     ///
     /// # Errors
     /// [`RunError::StepLimit`]; [`RunError::NotStarted`].
@@ -609,6 +620,10 @@ impl Instance {
             Phase::Running => {}
         }
         let name = match ev.name {
+            // A symbol of another chart (a host's mistake) is not an event of this one.
+            EventName::Symbol(s) if s.0 as usize >= chart.symbols.len() => {
+                return Ok(self.status());
+            }
             EventName::Symbol(s) => EvName::Sym(s),
             EventName::Dynamic(n) => match chart.symbol(&n) {
                 Some(s) => EvName::Sym(s),
@@ -731,6 +746,45 @@ impl Instance {
     }
 
     // ---- the algorithm ----
+
+    /// The entry set of the root's initial transition on a fresh instance, in entry order,
+    /// each with "enter by default" (run `<initial>` content), and the default-history content
+    /// to run: what [`Instance::start`] enters.
+    pub(crate) fn initial_entry<A>(chart: &Chart<A>) -> InitialEntry {
+        let fresh = Instance {
+            config: vec![0; chart.words].into_boxed_slice(),
+            history: vec![0; chart.words * chart.n_history as usize].into_boxed_slice(),
+            inited: Box::new([]),
+            vars: Box::new([]),
+            internal: VecDeque::new(),
+            external: VecDeque::new(),
+            pending: Vec::new(),
+            last_event: None,
+            session: 0,
+            next_seq: 0,
+            phase: Phase::New,
+        };
+        let mut sc = Scratch::default();
+        reset(&mut sc.enter, chart.words);
+        reset(&mut sc.default_entry, chart.words);
+        let t = chart.root_initial as usize;
+        let Some(tr) = chart.trans.get(t) else {
+            return (Vec::new(), Vec::new());
+        };
+        for &x in &tr.targets {
+            fresh.add_descendants(chart, x, &mut sc);
+        }
+        let mut tmp = Vec::new();
+        let domain = fresh.domain(chart, chart.root_initial, &mut tmp);
+        fresh.effective_targets(chart, chart.root_initial, &mut tmp);
+        for &x in &tmp {
+            fresh.add_ancestors(chart, x, domain.unwrap_or(0), &mut sc);
+        }
+        let order = ones(&sc.enter)
+            .map(|s| (s, bit(&sc.default_entry, s)))
+            .collect();
+        (order, sc.default_hist)
+    }
 
     fn env<'a, A>(&'a self, chart: &'a Chart<A>) -> Env<'a, A> {
         Env {
@@ -1354,6 +1408,9 @@ impl Instance {
         let chart = rt.chart;
         let x = |m: String| (false, m);
         match op {
+            Op::Raise(_) if self.internal.len() >= MAX_QUEUED => {
+                return Err(x(format!("internal queue full ({MAX_QUEUED} events)")));
+            }
             Op::Raise(sym) => self.internal.push_back(Event {
                 name: EvName::Sym(*sym),
                 kind: EvKind::Internal,
@@ -1567,6 +1624,14 @@ impl Instance {
             Value::map(m)
         };
         let own = format!("#_scxml_{}", self.session);
+        let queued = match target.as_deref() {
+            Some("#_internal") => self.internal.len(),
+            _ if delay.is_zero() => self.external.len(),
+            _ => self.pending.len(),
+        };
+        if queued >= MAX_QUEUED {
+            return Err(x(format!("queue full ({MAX_QUEUED} events)")));
+        }
         match target.as_deref() {
             Some("#_internal") => {
                 self.internal.push_back(Event {

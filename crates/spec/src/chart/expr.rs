@@ -36,6 +36,9 @@ use super::value::Value;
 pub const MAX_LEN: usize = 16 * 1024;
 /// Deepest nesting accepted.
 pub const MAX_DEPTH: usize = 64;
+/// Longest string (bytes) or list (elements) `+` may build: a chart that doubles a value in a
+/// loop gets a run-time error, not an exhausted node.
+pub const MAX_VALUE_LEN: usize = 1 << 20;
 
 /// A field of `_event`, read without building the `_event` map.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -907,8 +910,17 @@ fn binary(op: BinOp, a: &Value, b: &Value) -> Result<Value, String> {
         }
         BinOp::Add => match (a, b) {
             (Value::Number(x), Value::Number(y)) => Value::Number(x + y),
-            (Value::String(_), _) | (_, Value::String(_)) => Value::str(&format!("{a}{b}")),
+            (Value::String(_), _) | (_, Value::String(_)) => {
+                let s = format!("{a}{b}");
+                if s.len() > MAX_VALUE_LEN {
+                    return Err(format!("string longer than {MAX_VALUE_LEN} bytes"));
+                }
+                Value::str(&s)
+            }
             (Value::List(x), Value::List(y)) => {
+                if x.len() + y.len() > MAX_VALUE_LEN {
+                    return Err(format!("list longer than {MAX_VALUE_LEN} elements"));
+                }
                 let mut v = Vec::with_capacity(x.len() + y.len());
                 v.extend(x.iter().cloned());
                 v.extend(y.iter().cloned());
@@ -988,6 +1000,12 @@ mod tests {
         assert!(run("1 + true").is_err());
         assert!(run("[1][5]").is_err());
         assert!(run("null.x").is_err());
+        let mut names = AnyNames::default();
+        let e = parse("b + b", &mut names).unwrap();
+        let big = Value::str(&"x".repeat(MAX_VALUE_LEN / 2 + 1));
+        assert!(eval(&e, &S(vec![Some(big)]))
+            .unwrap_err()
+            .contains("longer than"));
     }
 
     #[test]
