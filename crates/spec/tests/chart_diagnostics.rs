@@ -320,3 +320,42 @@ fn initial_element_must_target_a_descendant_and_events_appear_once() {
         &["event descriptor \"x\" listed twice"],
     );
 }
+
+#[test]
+fn a_chart_too_large_for_its_table_is_rejected() {
+    let mut body = String::from("initial=\"s0\">");
+    for i in 0..2100 {
+        body.push_str(&format!(
+            "<state id=\"s{i}\"><transition event=\"e{i}\" target=\"s{}\"/></state>",
+            (i + 1) % 2100
+        ));
+    }
+    let src = doc(&body);
+    let all = diags(&src);
+    assert!(
+        all.iter()
+            .any(|d| d.starts_with("t.scxml:1:1: error: chart too large: 2100 states")),
+        "{:?}",
+        &all[..all.len().min(3)]
+    );
+}
+
+#[test]
+fn a_long_chain_to_the_end_verifies_quickly() {
+    // States listed against the direction of their transitions: the backwards search still
+    // visits each state once.
+    let mut body = String::from("initial=\"s1999\"><final id=\"s0\"/>");
+    for i in 1..2000 {
+        body.push_str(&format!(
+            "<state id=\"s{i}\"><transition event=\"e\" target=\"s{}\"/></state>",
+            i - 1
+        ));
+    }
+    let src = doc(&body);
+    let all = diags(&src);
+    assert!(
+        !all.iter().any(|d| d.contains("no path")),
+        "{:?}",
+        &all[..all.len().min(3)]
+    );
+}

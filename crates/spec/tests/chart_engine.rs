@@ -533,3 +533,20 @@ fn names_unknown_to_the_chart_match_by_string() {
     send(&c, &mut i, "anything.at.all");
     assert_eq!(active(&c, &i), ["c"]);
 }
+
+#[test]
+fn a_failing_eventless_condition_is_stopped_by_the_step_limit() {
+    // Each evaluation of the eventless transition raises error.execution, nothing ever fires:
+    // without counting internal events as steps this would spin forever.
+    let mut c = chart(
+        r#"initial="a">
+        <state id="a"><transition cond="undeclared == 1" target="b"/></state>
+        <state id="b"/>"#,
+    );
+    c.set_step_limit(50);
+    let mut i = Instance::new(&c);
+    assert_eq!(
+        i.start(&c, Instant::ZERO, &mut NoHost),
+        Err(RunError::StepLimit { steps: 51 })
+    );
+}

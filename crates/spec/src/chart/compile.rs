@@ -228,7 +228,15 @@ impl<A> std::fmt::Debug for Chart<A> {
     }
 }
 
-/// Default [`Chart::step_limit`]: microsteps one call may take before the run is stopped.
+/// Most (state × event name) entries a chart's transition table may have (16 MiB of
+/// offsets): a larger document is rejected rather than exhausting memory.
+pub const MAX_TABLE: usize = 1 << 22;
+
+/// Most candidate-transition entries in a chart's table (64 MiB).
+pub const MAX_CANDIDATES: usize = 1 << 24;
+
+/// Default [`Chart::step_limit`]: steps (microsteps, internal and self-sent events) one call
+/// may take before the run is stopped.
 pub const DEFAULT_STEP_LIMIT: u32 = 10_000;
 
 /// Whether descriptor `d` (normalised) matches event name `name` (W3C §3.12.1: token prefix).
@@ -435,8 +443,8 @@ impl<A> Chart<A> {
         &self.name
     }
 
-    /// Microsteps one call may take before it is stopped with
-    /// [`RunError::StepLimit`](super::RunError::StepLimit).
+    /// Steps (microsteps, internal events, self-sent events) one call may take before it is
+    /// stopped with [`RunError::StepLimit`](super::RunError::StepLimit).
     pub fn step_limit(&self) -> u32 {
         self.step_limit
     }
@@ -927,26 +935,94 @@ impl<E: Extension> Compiler<'_, E> {
         }
         // Candidate tables.
         let nsym = self.symbols.len();
+        if n.saturating_mul(nsym + 1) > MAX_TABLE {
+            return Err(Diagnostics(vec![Diagnostic::error(
+                &self.file,
+                self.states[0].pos,
+                format!(
+                    "chart too large: {} states × {nsym} event names (expected at most {MAX_TABLE} table entries)",
+                    n - 1
+                ),
+            )]));
+        }
+        // The symbols each transition matches: a descriptor matches the names it prefixes,
+        // which are contiguous in sorted order (binary search, not a scan of every name).
+        let mut sorted: Vec<(&str, u32)> = self
+            .symbols
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (&**n, u32::try_from(i).unwrap_or(u32::MAX)))
+            .collect();
+        sorted.sort_unstable();
+        let mut tsyms: Vec<Option<Vec<u32>>> = Vec::with_capacity(self.trans.len());
+        for t in &self.trans {
+            if t.events.iter().any(|d| &**d == "*") {
+                tsyms.push(None); // every symbol
+                continue;
+            }
+            let mut ks = Vec::new();
+            for d in &t.events {
+                let lo = sorted.partition_point(|(n, _)| *n < &**d);
+                for &(name, k) in &sorted[lo..] {
+                    if !name.starts_with(&**d) {
+                        break;
+                    }
+                    if descriptor_matches(d, name) {
+                        ks.push(k);
+                    }
+                }
+            }
+            ks.sort_unstable();
+            ks.dedup();
+            tsyms.push(Some(ks));
+        }
+        let too_large = |file: &str, pos| {
+            Diagnostics(vec![Diagnostic::error(
+                file,
+                pos,
+                format!(
+                    "chart too large: its transition table exceeds {MAX_CANDIDATES} entries (expected fewer transitions matching each event)"
+                ),
+            )])
+        };
         let mut cand_offs = Vec::with_capacity(n * nsym + 1);
-        let mut cand = Vec::new();
+        let mut cand: Vec<u32> = Vec::new();
         let mut eventless_offs = Vec::with_capacity(n + 1);
         let mut eventless = Vec::new();
+        let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); nsym];
         for s in 0..n {
             let chain = ancestors_inclusive(&self.states, s as u32);
-            for sym in 0..nsym {
-                cand_offs.push(u32::try_from(cand.len()).unwrap_or(u32::MAX));
-                let name = &self.symbols[sym];
-                for &a in &chain {
-                    for t in self.states[a as usize].transitions.clone() {
-                        if self.trans[t as usize]
-                            .events
-                            .iter()
-                            .any(|d| descriptor_matches(d, name))
-                        {
-                            cand.push(t);
+            for b in &mut buckets {
+                b.clear();
+            }
+            let mut size = 0usize;
+            for &a in &chain {
+                for t in self.states[a as usize].transitions.clone() {
+                    match &tsyms[t as usize] {
+                        None => {
+                            size += nsym;
+                            if cand.len() + size > MAX_CANDIDATES {
+                                return Err(too_large(&self.file, self.states[0].pos));
+                            }
+                            for b in &mut buckets {
+                                b.push(t);
+                            }
+                        }
+                        Some(ks) => {
+                            size += ks.len();
+                            if cand.len() + size > MAX_CANDIDATES {
+                                return Err(too_large(&self.file, self.states[0].pos));
+                            }
+                            for &k in ks {
+                                buckets[k as usize].push(t);
+                            }
                         }
                     }
                 }
+            }
+            for b in &buckets {
+                cand_offs.push(u32::try_from(cand.len()).unwrap_or(u32::MAX));
+                cand.extend_from_slice(b);
             }
             eventless_offs.push(u32::try_from(eventless.len()).unwrap_or(u32::MAX));
             for &a in &chain {

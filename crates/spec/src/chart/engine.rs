@@ -11,8 +11,9 @@
 //!
 //! Sans-IO: every entry point takes `now`. A `<send>` with a delay becomes a deadline;
 //! [`Instance::poll_timeout`] gives the earliest, [`Instance::handle_timeout`] delivers
-//! those due. A call that takes more than [`Chart::step_limit`] microsteps is stopped with
-//! [`RunError::StepLimit`] (its internal queue is dropped; the instance stays usable).
+//! those due. A call that takes more than [`Chart::step_limit`] steps (microsteps, internal
+//! and self-sent events) is stopped with [`RunError::StepLimit`] (its internal queue is
+//! dropped; the instance stays usable).
 //!
 //! Memory: an instance is the active configuration (a bitset), recorded histories (bitsets),
 //! variable slots, the two queues, pending delayed sends and the last event; nothing
@@ -82,8 +83,9 @@ pub enum Status {
 /// Why a call failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RunError {
-    /// More than [`Chart::step_limit`] microsteps in one call: a transition loop.
-    #[error("stopped after {steps} microsteps in one call (a transition loop?)")]
+    /// More than [`Chart::step_limit`] steps (microsteps, internal and self-sent events) in one call: a
+    /// transition or event loop.
+    #[error("stopped after {steps} steps in one call (a transition or event loop?)")]
     StepLimit {
         /// Microsteps taken.
         steps: u32,
@@ -813,6 +815,11 @@ impl Instance {
             let Some(ev) = self.external.pop_front() else {
                 break;
             };
+            rt.steps += 1;
+            if rt.steps > rt.chart.step_limit {
+                self.internal.clear();
+                return Err(RunError::StepLimit { steps: rt.steps });
+            }
             self.macrostep(rt, ev)?;
         }
         Ok(())
@@ -843,6 +850,13 @@ impl Instance {
                 let Some(ev) = self.internal.pop_front() else {
                     break;
                 };
+                // Internal events count as steps too: an eventless transition whose `cond`
+                // fails raises `error.execution` on every evaluation, without ever firing.
+                rt.steps += 1;
+                if rt.steps > rt.chart.step_limit {
+                    self.internal.clear();
+                    return Err(RunError::StepLimit { steps: rt.steps });
+                }
                 self.last_event = Some(ev);
                 self.select_transitions(rt, false);
             }

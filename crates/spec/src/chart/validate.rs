@@ -25,6 +25,7 @@ struct V<'d> {
     ids: HashMap<&'d str, (Pos, u32, u32)>,
     out: Vec<Diagnostic>,
     vars: expr::AnyNames,
+    known: Option<String>,
 }
 
 struct StateNames<'a> {
@@ -48,6 +49,7 @@ pub fn validate(doc: &Document) -> Vec<Diagnostic> {
         ids: HashMap::new(),
         out: Vec::new(),
         vars: expr::AnyNames::default(),
+        known: None,
     };
     let mut next = 0;
     v.collect_ids(&doc.root, &mut next);
@@ -86,6 +88,22 @@ impl<'d> V<'d> {
         }
     }
 
+    /// The first state ids in order, for "expected" hints (computed once).
+    fn known_ids(&mut self) -> String {
+        if self.known.is_none() {
+            let mut k: Vec<&str> = self.ids.keys().copied().collect();
+            k.sort_unstable();
+            let more = k.len() > 12;
+            k.truncate(12);
+            let mut hint = k.join(", ");
+            if more {
+                hint.push_str(", …");
+            }
+            self.known = Some(hint);
+        }
+        self.known.clone().unwrap_or_default()
+    }
+
     /// Index and descendant end of a state, looked up again by walking (ids map holds it).
     fn range_of(&self, id: &str) -> Option<(u32, u32)> {
         self.ids.get(id).map(|(_, i, e)| (*i, *e))
@@ -99,18 +117,10 @@ impl<'d> V<'d> {
                 match self.range_of(t.trim()) {
                     Some(r) => out.push(r),
                     None => {
-                        let known: Vec<&str> = {
-                            let mut k: Vec<&str> = self.ids.keys().copied().collect();
-                            k.sort_unstable();
-                            k.truncate(12);
-                            k
-                        };
+                        let known = self.known_ids();
                         self.error(
                             src.pos.right(col),
-                            format!(
-                                "unknown {what} \"{t}\" (expected the id of a state: {})",
-                                known.join(", ")
-                            ),
+                            format!("unknown {what} \"{t}\" (expected the id of a state: {known})"),
                         );
                     }
                 }

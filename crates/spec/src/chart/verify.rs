@@ -219,39 +219,41 @@ pub fn verify<A, E: Extension<Action = A>>(
             "the chart has no top-level <final> state and no terminating action: instances never end",
         ));
     } else {
-        let mut changed = true;
-        while changed {
-            changed = false;
-            for i in (0..n).rev() {
-                if ends[i] {
-                    continue;
+        // Backwards from the ends, once per state: a state can end if it is an end, if a
+        // descendant can (for compound and parallel states), or if a transition of it or of an
+        // ancestor leads to a state that can.
+        // Only the states' own transitions: initial and history-default transitions are not
+        // taken from their source's descendants.
+        let mut incoming: Vec<Vec<u32>> = vec![Vec::new(); n];
+        for st in &chart.states {
+            for t in st.transitions.clone() {
+                let t = &chart.trans[t as usize];
+                for &x in &t.targets {
+                    incoming[x as usize].push(t.source);
                 }
-                let st = &chart.states[i];
-                let mut e = match st.kind {
-                    Kind::Compound | Kind::Parallel => {
-                        (i as u32 + 1..st.desc_end).any(|d| ends[d as usize])
-                    }
-                    _ => false,
-                };
-                let mut a = i as u32;
-                while !e {
-                    for t in chart.states[a as usize].transitions.clone() {
-                        if chart.trans[t as usize]
-                            .targets
-                            .iter()
-                            .any(|&x| ends[x as usize])
-                        {
-                            e = true;
-                        }
-                    }
-                    if a == 0 {
-                        break;
-                    }
-                    a = chart.states[a as usize].parent;
+            }
+        }
+        let mut work: Vec<u32> = (0..n).filter(|&i| ends[i]).map(|i| i as u32).collect();
+        while let Some(s) = work.pop() {
+            let st = &chart.states[s as usize];
+            if s != 0
+                && matches!(
+                    chart.states[st.parent as usize].kind,
+                    Kind::Compound | Kind::Parallel
+                )
+            {
+                let p = st.parent as usize;
+                if !ends[p] {
+                    ends[p] = true;
+                    work.push(st.parent);
                 }
-                if e {
-                    ends[i] = true;
-                    changed = true;
+            }
+            for &src in &incoming[s as usize] {
+                for d in src..chart.states[src as usize].desc_end {
+                    if !ends[d as usize] {
+                        ends[d as usize] = true;
+                        work.push(d);
+                    }
                 }
             }
         }

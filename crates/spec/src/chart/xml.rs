@@ -101,9 +101,43 @@ impl Element {
     }
 }
 
-fn pos_at(doc: &roxmltree::Document<'_>, offset: usize) -> Pos {
-    let p = doc.text_pos_at(offset);
-    Pos::new(p.row, p.col)
+/// Byte offsets to `line:col` (columns in characters), in amortised linear time: the tree is
+/// walked in document order, so each lookup continues from the previous one
+/// (`roxmltree::Document::text_pos_at` rescans from the start, quadratic on large documents).
+struct Locator<'s> {
+    src: &'s str,
+    offset: usize,
+    line: u32,
+    col: u32,
+}
+
+impl<'s> Locator<'s> {
+    fn new(src: &'s str) -> Self {
+        Locator {
+            src,
+            offset: 0,
+            line: 1,
+            col: 1,
+        }
+    }
+
+    fn pos(&mut self, offset: usize) -> Pos {
+        let offset = offset.min(self.src.len());
+        if offset < self.offset {
+            *self = Locator::new(self.src);
+        }
+        let chunk = self.src.get(self.offset..offset).unwrap_or("");
+        for c in chunk.chars() {
+            if c == '\n' {
+                self.line = self.line.saturating_add(1);
+                self.col = 1;
+            } else {
+                self.col = self.col.saturating_add(1);
+            }
+        }
+        self.offset = offset;
+        Pos::new(self.line, self.col)
+    }
 }
 
 /// Parses `src` into the root element.
@@ -124,16 +158,16 @@ pub fn read(file: &str, src: &str) -> Result<Element, Diagnostics> {
         )])
     })?;
     let root = doc.root_element();
-    convert(file, &doc, root, 0)
+    convert(file, &mut Locator::new(src), root, 0)
 }
 
 fn convert(
     file: &str,
-    doc: &roxmltree::Document<'_>,
+    loc: &mut Locator<'_>,
     node: roxmltree::Node<'_, '_>,
     depth: usize,
 ) -> Result<Element, Diagnostics> {
-    let pos = pos_at(doc, node.range().start);
+    let pos = loc.pos(node.range().start);
     if depth > MAX_DEPTH {
         return Err(Diagnostics(vec![Diagnostic::error(
             file,
@@ -154,14 +188,14 @@ fn convert(
             ns: a.namespace().map(str::to_string),
             name: a.name().to_string(),
             value: a.value().to_string(),
-            pos: pos_at(doc, a.range_value().start),
+            pos: loc.pos(a.range_value().start),
         })
         .collect();
     let mut children = Vec::new();
     let mut text = String::new();
     for c in node.children() {
         if c.is_element() {
-            children.push(convert(file, doc, c, depth + 1)?);
+            children.push(convert(file, loc, c, depth + 1)?);
         } else if c.is_text() {
             text.push_str(c.text().unwrap_or(""));
         }
@@ -189,6 +223,25 @@ mod tests {
         assert_eq!(e.ns, SCXML_NS);
         assert_eq!(e.children[0].pos, Pos::new(2, 3));
         assert_eq!(e.children[0].attr("id").unwrap().pos, Pos::new(2, 14));
+    }
+
+    #[test]
+    fn positions_match_roxmltree_on_multibyte_text() {
+        let src = "<a>\n  <b x='é€'/><c\n   y=\"1\"/>\n</a>";
+        let e = read("t", src).unwrap();
+        let doc = roxmltree::Document::parse(src).unwrap();
+        let mut it = doc
+            .descendants()
+            .filter(roxmltree::Node::is_element)
+            .skip(1);
+        for (child, node) in e.children.iter().zip(&mut it) {
+            let p = doc.text_pos_at(node.range().start);
+            assert_eq!(child.pos, Pos::new(p.row, p.col));
+            for (a, ra) in child.attrs.iter().zip(node.attributes()) {
+                let p = doc.text_pos_at(ra.range_value().start);
+                assert_eq!(a.pos, Pos::new(p.row, p.col));
+            }
+        }
     }
 
     #[test]
