@@ -40,6 +40,7 @@ mod node;
 mod run;
 mod sp;
 mod spec;
+mod spec_run;
 
 /// The embedded default scenario of `viastack demo`.
 const DEMO: &str = include_str!("../../../stacks/demo.toml");

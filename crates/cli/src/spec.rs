@@ -5,7 +5,8 @@
 //! - `spec dot FILE` prints the chart as Graphviz DOT;
 //! - `spec conformance DIR [--json]` runs the W3C SCXML test suite in DIR (a folder with
 //!   `manifest.json` and `txml/`) and prints one line per test, then `N passed, N failed, N
-//!   skipped`; exits 1 if a test failed.
+//!   skipped`; exits 1 if a test failed;
+//! - `spec run FILE… --trace TRACE.jsonl` runs services on a trace ([`crate::spec_run`]).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -27,6 +28,8 @@ pub enum SpecCommand {
         /// The SCXML file.
         file: PathBuf,
     },
+    /// Run services (SCXML with service data) on a JSONL trace; print every action as JSONL.
+    Run(crate::spec_run::RunArgs),
     /// Run the W3C SCXML conformance tests of a folder (manifest.json + txml/).
     Conformance {
         /// The suite folder.
@@ -91,6 +94,7 @@ pub fn run(cmd: SpecCommand) -> anyhow::Result<ExitCode> {
                 }
             }
         }
+        SpecCommand::Run(args) => crate::spec_run::run(&args),
         SpecCommand::Conformance { dir, json } => {
             let results = conformance::run_dir(&dir).map_err(anyhow::Error::msg)?;
             let t = conformance::totals(&results);

@@ -7,6 +7,7 @@ use clap::Subcommand;
 
 mod kernel;
 mod sp;
+mod spec;
 mod unicast;
 
 /// What to measure.
@@ -19,6 +20,8 @@ pub enum BenchCommand {
     Unicast(unicast::UnicastArgs),
     /// SP transfer time, 1 KiB–256 KiB, vs kernel TCP and UDP (seed 002 §5).
     Sp(sp::SpArgs),
+    /// Compiled SCXML h2hack service vs the same service hand-written in Rust (seed 000 §6).
+    Spec(spec::SpecArgs),
 }
 
 /// The machine's cores as the process found them, before any thread was pinned: a thread
@@ -43,5 +46,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Kernel(args) => kernel::run(&args),
         BenchCommand::Unicast(args) => unicast::run(&args),
         BenchCommand::Sp(args) => sp::run(&args),
+        BenchCommand::Spec(args) => spec::run(&args),
     }
 }

@@ -1,0 +1,1404 @@
+//! The first-order-logic language of composite events (seed 000 §4.2.1.2, §4.2.4.2, Table 4.6),
+//! replacing the seed's XQuery (§5.1.2.2).
+//!
+//! ```text
+//! expr     = implies ;
+//! implies  = or [ "implies" implies ] ;                      (* right-associative *)
+//! or       = and { "or" and } ;
+//! and      = unary { "and" unary } ;
+//! unary    = "not" unary | quant | "(" expr ")" | "true" | "false" | cmp ;
+//! quant    = ( "exists" | "forall" ) IDENT "in" set [ "within" DURATION ] [ ":" expr ] ;
+//! set      = EVENT | "node" "." ( "children" | "neighbours" ) ;
+//! cmp      = term ( "==" | "!=" | "<" | "<=" | ">" | ">=" ) term ;
+//! term     = INT | STRING | IDENT | IDENT "." ATTR | "node" "." ( "address" | "parent" ) ;
+//! DURATION = INT ( "ms" | "s" | "m" | "h" ) ;                (* 15s, 500ms *)
+//! STRING   = '"' address '"' ;                               (* "100,100" *)
+//! ```
+//!
+//! `forall` needs a body (`forall x in S : P`); `exists x in S` alone means "S is not empty".
+//! As usual in logic, a quantifier's body extends as far right as possible (to the end, or to
+//! the closing parenthesis): `(exists m in ack : m.source == d) and x` limits it.
+//! `not exists …` is `not (exists …)`. Event variables have the message attributes
+//! (`m.source`, `m.SourceAddress`, `m.type`, `m.seq`, …; see
+//! [`Attr`](super::message::Attr)); timer events have `t.timer`. Node variables (bound over
+//! `node.children` / `node.neighbours`) are addresses. `within W` keeps only events of the
+//! last W before the evaluation (seed §4.2.2: "whether a message arrived within the last 15
+//! seconds").
+//!
+//! # Type checking
+//! [`compile`] rejects, with the offset of the culprit: an unknown event, attribute, variable or
+//! node attribute; an event variable used as a value; a set used as a value; a term where a
+//! formula is expected (non-boolean); a variable bound twice.
+//!
+//! # Incremental evaluation
+//! Composite events are evaluated when a constituent arrives (§4.2.1.3) — without rescanning
+//! the history. Every event quantifier is compiled to an *index*: `exists m in E within W :
+//! m.a == k and R(m)` where `k` is an outer node variable, `node.address` or `node.parent` and
+//! `R` a condition on `m` alone; `forall m in E : P` is `not exists m in E : not P`. On each
+//! arrival of `E` whose message satisfies `R`, the index records `m.a → arrival time` (or just
+//! the last arrival time when there is no key). The quantifier is then one lookup: is there an
+//! entry for the key's current value, recent enough for W? Node sets are small and iterated.
+//! Bodies outside this fragment (a comparison of `m` with an outer variable other than one
+//! equality, a node attribute inside `R`, nested event quantifiers) are rejected at load time
+//! with a message saying so. A property test compares the incremental evaluation with a naive
+//! rescan of the full history ([`Program::eval_naive`]).
+
+use std::fmt;
+
+use viastack_kernel::time::Instant;
+
+use super::data::{BasicKind, ServiceData};
+use super::message::{Addr, Attr, Message, NodeInfo};
+
+/// Most variables one expression may bind (nesting depth of quantifiers).
+pub const MAX_VARS: usize = 8;
+
+/// A parse or type error: byte offset into the expression text and message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogicError {
+    /// Byte offset into the expression.
+    pub offset: usize,
+    /// What is wrong and what was expected.
+    pub message: String,
+}
+
+impl fmt::Display for LogicError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "at offset {}: {}", self.offset, self.message)
+    }
+}
+
+fn err<T>(offset: usize, message: impl Into<String>) -> Result<T, LogicError> {
+    Err(LogicError {
+        offset,
+        message: message.into(),
+    })
+}
+
+// ---------------------------------------------------------------- lexer
+
+#[derive(Clone, Debug, PartialEq)]
+enum Tok {
+    Ident(String),
+    Int(i64),
+    Str(String),
+    Dur(u64),
+    LParen,
+    RParen,
+    Colon,
+    Dot,
+    Op(CmpOp),
+    End,
+}
+
+/// A comparison operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CmpOp {
+    /// `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+}
+
+impl CmpOp {
+    fn apply(self, a: i64, b: i64) -> bool {
+        match self {
+            CmpOp::Eq => a == b,
+            CmpOp::Ne => a != b,
+            CmpOp::Lt => a < b,
+            CmpOp::Le => a <= b,
+            CmpOp::Gt => a > b,
+            CmpOp::Ge => a >= b,
+        }
+    }
+
+    fn negate(self) -> CmpOp {
+        match self {
+            CmpOp::Eq => CmpOp::Ne,
+            CmpOp::Ne => CmpOp::Eq,
+            CmpOp::Lt => CmpOp::Ge,
+            CmpOp::Le => CmpOp::Gt,
+            CmpOp::Gt => CmpOp::Le,
+            CmpOp::Ge => CmpOp::Lt,
+        }
+    }
+}
+
+fn lex(src: &str) -> Result<Vec<(Tok, usize)>, LogicError> {
+    let b = src.as_bytes();
+    let mut i = 0;
+    let mut out = Vec::new();
+    while i < b.len() {
+        let c = b[i];
+        let start = i;
+        if c.is_ascii_whitespace() {
+            i += 1;
+            continue;
+        }
+        let tok = match c {
+            b'(' => {
+                i += 1;
+                Tok::LParen
+            }
+            b')' => {
+                i += 1;
+                Tok::RParen
+            }
+            b':' => {
+                i += 1;
+                Tok::Colon
+            }
+            b'.' => {
+                i += 1;
+                Tok::Dot
+            }
+            b'=' | b'!' | b'<' | b'>' => {
+                let two = b.get(i + 1) == Some(&b'=');
+                i += if two { 2 } else { 1 };
+                Tok::Op(match (c, two) {
+                    (b'=', true) => CmpOp::Eq,
+                    (b'!', true) => CmpOp::Ne,
+                    (b'<', false) => CmpOp::Lt,
+                    (b'<', true) => CmpOp::Le,
+                    (b'>', false) => CmpOp::Gt,
+                    (b'>', true) => CmpOp::Ge,
+                    _ => return err(start, "expected `==`, `!=`, `<`, `<=`, `>` or `>=`"),
+                })
+            }
+            b'"' => {
+                let Some(end) = src[i + 1..].find('"') else {
+                    return err(start, "unterminated string");
+                };
+                let s = src[i + 1..i + 1 + end].to_string();
+                i += end + 2;
+                Tok::Str(s)
+            }
+            b'0'..=b'9' | b'-' => {
+                i += 1;
+                while i < b.len() && b[i].is_ascii_digit() {
+                    i += 1;
+                }
+                let Ok(n) = src[start..i].parse::<i64>() else {
+                    return err(start, "expected an integer");
+                };
+                let us = i;
+                while i < b.len() && b[i].is_ascii_alphabetic() {
+                    i += 1;
+                }
+                if us == i {
+                    Tok::Int(n)
+                } else {
+                    let mult: u64 = match &src[us..i] {
+                        "ms" => 1_000_000,
+                        "s" => 1_000_000_000,
+                        "m" => 60_000_000_000,
+                        "h" => 3_600_000_000_000,
+                        u => {
+                            return err(
+                                us,
+                                format!("unknown time unit `{u}` (expected ms, s, m or h)"),
+                            )
+                        }
+                    };
+                    if n < 0 {
+                        return err(start, "a duration cannot be negative");
+                    }
+                    Tok::Dur((n as u64).saturating_mul(mult))
+                }
+            }
+            c if c.is_ascii_alphabetic() || c == b'_' || c == b'$' => {
+                i += 1;
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'-')
+                {
+                    i += 1;
+                }
+                Tok::Ident(src[start..i].to_string())
+            }
+            _ => {
+                let ch = src[i..].chars().next().unwrap_or('?');
+                return err(start, format!("unexpected character `{ch}`"));
+            }
+        };
+        out.push((tok, start));
+    }
+    out.push((Tok::End, src.len()));
+    Ok(out)
+}
+
+// ---------------------------------------------------------------- syntax tree
+
+/// A set a quantifier ranges over.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SetRef {
+    /// The history of a basic event.
+    Event(String),
+    /// `node.children`
+    Children,
+    /// `node.neighbours`
+    Neighbours,
+}
+
+/// A value term.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Term {
+    /// An integer literal.
+    Int(i64),
+    /// An address literal `"x,y"`.
+    Addr(String),
+    /// A variable.
+    Var(String),
+    /// `var.attr`
+    Attr(String, String),
+    /// `node.attr`
+    Node(String),
+}
+
+/// The parsed expression.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    /// `true` / `false`
+    Const(bool),
+    /// `not e`
+    Not(Box<Expr>),
+    /// `a and b`
+    And(Box<Expr>, Box<Expr>),
+    /// `a or b`
+    Or(Box<Expr>, Box<Expr>),
+    /// `a implies b`
+    Implies(Box<Expr>, Box<Expr>),
+    /// `a op b`, with the offsets of both terms
+    Cmp(CmpOp, (Term, usize), (Term, usize)),
+    /// `exists`/`forall`
+    Quant {
+        /// forall?
+        all: bool,
+        /// bound variable
+        var: String,
+        /// range
+        set: SetRef,
+        /// window
+        within: Option<u64>,
+        /// body
+        body: Option<Box<Expr>>,
+        /// offset of the quantifier
+        offset: usize,
+        /// offset of the set
+        set_offset: usize,
+    },
+}
+
+struct Parser {
+    toks: Vec<(Tok, usize)>,
+    i: usize,
+    depth: usize,
+}
+
+/// Parses an expression.
+///
+/// # Errors
+/// The first syntax error, with its offset.
+pub fn parse(src: &str) -> Result<Expr, LogicError> {
+    let mut p = Parser {
+        toks: lex(src)?,
+        i: 0,
+        depth: 0,
+    };
+    let e = p.expr()?;
+    match p.peek() {
+        Tok::End => Ok(e),
+        t => err(
+            p.off(),
+            format!("unexpected {} after the expression", describe(t)),
+        ),
+    }
+}
+
+fn describe(t: &Tok) -> String {
+    match t {
+        Tok::Ident(s) => format!("`{s}`"),
+        Tok::Int(n) => format!("`{n}`"),
+        Tok::Str(s) => format!("\"{s}\""),
+        Tok::Dur(_) => "a duration".into(),
+        Tok::LParen => "`(`".into(),
+        Tok::RParen => "`)`".into(),
+        Tok::Colon => "`:`".into(),
+        Tok::Dot => "`.`".into(),
+        Tok::Op(_) => "a comparison".into(),
+        Tok::End => "end of expression".into(),
+    }
+}
+
+impl Parser {
+    fn peek(&self) -> &Tok {
+        &self.toks[self.i.min(self.toks.len() - 1)].0
+    }
+    fn off(&self) -> usize {
+        self.toks[self.i.min(self.toks.len() - 1)].1
+    }
+    fn bump(&mut self) -> Tok {
+        let t = self.peek().clone();
+        if self.i < self.toks.len() - 1 {
+            self.i += 1;
+        }
+        t
+    }
+    fn kw(&self, k: &str) -> bool {
+        matches!(self.peek(), Tok::Ident(s) if s == k)
+    }
+    fn ident(&mut self, what: &str) -> Result<(String, usize), LogicError> {
+        let off = self.off();
+        match self.bump() {
+            Tok::Ident(s) => Ok((s, off)),
+            t => err(off, format!("expected {what}, found {}", describe(&t))),
+        }
+    }
+
+    fn expr(&mut self) -> Result<Expr, LogicError> {
+        self.depth += 1;
+        if self.depth > 64 {
+            return err(
+                self.off(),
+                "expression nested too deeply (more than 64 levels)",
+            );
+        }
+        let l = self.or()?;
+        let r = if self.kw("implies") {
+            self.bump();
+            let r = self.expr()?;
+            Expr::Implies(Box::new(l), Box::new(r))
+        } else {
+            l
+        };
+        self.depth -= 1;
+        Ok(r)
+    }
+
+    fn or(&mut self) -> Result<Expr, LogicError> {
+        let mut l = self.and()?;
+        while self.kw("or") {
+            self.bump();
+            let r = self.and()?;
+            l = Expr::Or(Box::new(l), Box::new(r));
+        }
+        Ok(l)
+    }
+
+    fn and(&mut self) -> Result<Expr, LogicError> {
+        let mut l = self.unary()?;
+        while self.kw("and") {
+            self.bump();
+            let r = self.unary()?;
+            l = Expr::And(Box::new(l), Box::new(r));
+        }
+        Ok(l)
+    }
+
+    fn unary(&mut self) -> Result<Expr, LogicError> {
+        self.depth += 1;
+        if self.depth > 64 {
+            return err(
+                self.off(),
+                "expression nested too deeply (more than 64 levels)",
+            );
+        }
+        let off = self.off();
+        let e = match self.peek().clone() {
+            Tok::Ident(k) if k == "not" => {
+                self.bump();
+                Expr::Not(Box::new(self.unary()?))
+            }
+            Tok::Ident(k) if k == "true" || k == "false" => {
+                self.bump();
+                Expr::Const(k == "true")
+            }
+            Tok::Ident(k) if k == "exists" || k == "forall" => {
+                self.bump();
+                let all = k == "forall";
+                let (var, _) = self.ident("a variable name")?;
+                if !self.kw("in") {
+                    return err(self.off(), format!("expected `in` after `{k} {var}`"));
+                }
+                self.bump();
+                let set_offset = self.off();
+                let (s, _) = self.ident("an event name or node.children / node.neighbours")?;
+                let set = if s == "node" {
+                    if *self.peek() != Tok::Dot {
+                        return err(
+                            self.off(),
+                            "expected `.children` or `.neighbours` after `node`",
+                        );
+                    }
+                    self.bump();
+                    let (a, aoff) = self.ident("children or neighbours")?;
+                    match a.as_str() {
+                        "children" => SetRef::Children,
+                        "neighbours" | "neighbors" => SetRef::Neighbours,
+                        _ => {
+                            return err(
+                                aoff,
+                                format!(
+                                "node.{a} is not a set (expected node.children or node.neighbours)"
+                            ),
+                            )
+                        }
+                    }
+                } else {
+                    SetRef::Event(s)
+                };
+                let within = if self.kw("within") {
+                    self.bump();
+                    let woff = self.off();
+                    match self.bump() {
+                        Tok::Dur(d) => Some(d),
+                        t => {
+                            return err(
+                                woff,
+                                format!(
+                                    "expected a duration like 15s after `within`, found {}",
+                                    describe(&t)
+                                ),
+                            )
+                        }
+                    }
+                } else {
+                    None
+                };
+                let body = if *self.peek() == Tok::Colon {
+                    self.bump();
+                    Some(Box::new(self.expr()?))
+                } else if all {
+                    return err(
+                        self.off(),
+                        format!("expected `:` and a condition after `forall {var} in …`"),
+                    );
+                } else {
+                    None
+                };
+                Expr::Quant {
+                    all,
+                    var,
+                    set,
+                    within,
+                    body,
+                    offset: off,
+                    set_offset,
+                }
+            }
+            Tok::LParen => {
+                self.bump();
+                let e = self.expr()?;
+                if *self.peek() != Tok::RParen {
+                    return err(
+                        self.off(),
+                        format!("expected `)`, found {}", describe(self.peek())),
+                    );
+                }
+                self.bump();
+                e
+            }
+            _ => {
+                let l = self.term()?;
+                let opoff = self.off();
+                let op = match self.bump() {
+                    Tok::Op(op) => op,
+                    t => {
+                        return err(
+                            opoff,
+                            format!("expected a comparison (`==`, `!=`, …) after the value, found {}: a composite event's expression must be a formula (true or false), not a value", describe(&t)),
+                        )
+                    }
+                };
+                let r = self.term()?;
+                Expr::Cmp(op, l, r)
+            }
+        };
+        self.depth -= 1;
+        Ok(e)
+    }
+
+    fn term(&mut self) -> Result<(Term, usize), LogicError> {
+        let off = self.off();
+        let t = match self.bump() {
+            Tok::Int(n) => Term::Int(n),
+            Tok::Str(s) => Term::Addr(s),
+            Tok::Ident(v) => {
+                if *self.peek() == Tok::Dot {
+                    self.bump();
+                    let (a, _) = self.ident("an attribute name")?;
+                    if v == "node" {
+                        Term::Node(a)
+                    } else {
+                        Term::Attr(v, a)
+                    }
+                } else {
+                    Term::Var(v)
+                }
+            }
+            t => return err(off, format!("expected a value (number, \"address\", variable, var.attribute, node.address), found {}", describe(&t))),
+        };
+        Ok((t, off))
+    }
+}
+
+// ---------------------------------------------------------------- typed form
+
+/// What a variable slot holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum VarKind {
+    /// An address from a node set.
+    Value,
+    /// A history entry of a basic event; `timer` for timer events.
+    Event { timer: bool },
+}
+
+/// An attribute of an event variable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EvAttr {
+    Msg(Attr),
+    TimerId,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum T {
+    Int(i64),
+    Var(u8),
+    Attr(u8, EvAttr),
+    NodeAddress,
+    NodeParent,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NodeSet {
+    Children,
+    Neighbours,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum F {
+    Const(bool),
+    Not(Box<F>),
+    And(Box<F>, Box<F>),
+    Or(Box<F>, Box<F>),
+    Cmp(CmpOp, T, T),
+    NodeQ {
+        all: bool,
+        set: NodeSet,
+        slot: u8,
+        body: Box<F>,
+    },
+    EventQ {
+        all: bool,
+        event: u16,
+        within: Option<u64>,
+        slot: u8,
+        body: Option<Box<F>>,
+        offset: usize,
+    },
+    /// Incremental form: is there an entry in index `.0` for the key?
+    Idx(u16),
+}
+
+/// The key an index is looked up with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KeyTerm {
+    Var(u8),
+    NodeAddress,
+    NodeParent,
+}
+
+/// One index: `exists m in event within W : m.key == k and residual(m)`.
+#[derive(Clone, Debug, PartialEq)]
+struct IndexDef {
+    event: u16,
+    within: Option<u64>,
+    key: Option<(EvAttr, KeyTerm)>,
+    /// Condition on the event alone (its variable is slot `slot`).
+    residual: F,
+    slot: u8,
+}
+
+/// One compiled composite expression.
+#[derive(Clone, Debug)]
+struct Compiled {
+    naive: F,
+    incremental: F,
+}
+
+/// The compiled composite expressions of a service and the indexes they need.
+#[derive(Clone, Debug, Default)]
+pub struct Program {
+    exprs: Vec<Compiled>,
+    indexes: Vec<IndexDef>,
+    /// Per basic event: the indexes it updates.
+    by_event: Vec<Vec<u16>>,
+}
+
+/// One entry of the history as the naive evaluator sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry<'a> {
+    /// Basic event index.
+    pub event: u16,
+    /// When it arrived.
+    pub time: Instant,
+    /// The message, for a message event.
+    pub message: Option<&'a Message>,
+    /// The timer id, for a timer event.
+    pub timer: u32,
+}
+
+/// Per-instance state of a program's indexes: compact, updated on arrival.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct State {
+    slots: Vec<Slot>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Slot {
+    /// Last arrival time (ns) of a satisfying event, `u64::MAX` = none.
+    Last(u64),
+    /// Key → last arrival time (ns).
+    Keyed(Vec<(i64, u64)>),
+}
+
+const NONE: u64 = u64::MAX;
+
+impl State {
+    /// Forgets every arrival, keeping the allocations (a recycled instance).
+    pub fn reset(&mut self) {
+        for s in &mut self.slots {
+            match s {
+                Slot::Last(t) => *t = NONE,
+                Slot::Keyed(v) => v.clear(),
+            }
+        }
+    }
+
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<Slot>()
+            + self
+                .slots
+                .iter()
+                .map(|s| match s {
+                    Slot::Last(_) => 0,
+                    Slot::Keyed(v) => v.capacity() * 16,
+                })
+                .sum::<usize>()
+    }
+}
+
+struct Checker<'a> {
+    data: &'a ServiceData,
+    vars: Vec<(String, VarKind)>,
+}
+
+impl Checker<'_> {
+    fn slot(&self, name: &str) -> Option<(u8, VarKind)> {
+        self.vars
+            .iter()
+            .rposition(|(n, _)| n == name)
+            .map(|i| (i as u8, self.vars[i].1))
+    }
+
+    fn term(&self, (t, off): &(Term, usize)) -> Result<T, LogicError> {
+        Ok(match t {
+            Term::Int(n) => T::Int(*n),
+            Term::Addr(s) => match Addr::parse(s) {
+                Some(a) => T::Int(a.0 as i64),
+                None => return err(*off, format!("\"{s}\" is not an address (expected N or x,y)")),
+            },
+            Term::Var(v) => match self.slot(v) {
+                Some((s, VarKind::Value)) => T::Var(s),
+                Some((_, VarKind::Event { .. })) => {
+                    return err(*off, format!("`{v}` is an event, not a value: use an attribute such as `{v}.source`"))
+                }
+                None => return err(*off, format!("unknown variable `{v}` (bind it with exists/forall)")),
+            },
+            Term::Node(a) => match a.as_str() {
+                "address" => T::NodeAddress,
+                "parent" => T::NodeParent,
+                "children" | "neighbours" | "neighbors" => {
+                    return err(*off, format!("node.{a} is a set, not a value: quantify over it (`exists d in node.{a} : …`)"))
+                }
+                _ => return err(*off, format!("unknown node attribute `{a}` (expected address, parent, children or neighbours)")),
+            },
+            Term::Attr(v, a) => match self.slot(v) {
+                Some((s, VarKind::Event { timer: false })) => match Attr::from_name(a) {
+                    Some(at) => T::Attr(s, EvAttr::Msg(at)),
+                    None => return err(*off, format!("unknown message attribute `{a}` (expected one of: {})", attr_list())),
+                },
+                Some((s, VarKind::Event { timer: true })) => match a.as_str() {
+                    "timer" | "TimerIdentifier" => T::Attr(s, EvAttr::TimerId),
+                    _ => return err(*off, format!("unknown timer attribute `{a}` (expected `timer`)")),
+                },
+                Some((_, VarKind::Value)) => return err(*off, format!("`{v}` is an address, it has no attribute `{a}`")),
+                None => return err(*off, format!("unknown variable `{v}` (bind it with exists/forall)")),
+            },
+        })
+    }
+
+    fn check(&mut self, e: &Expr) -> Result<F, LogicError> {
+        Ok(match e {
+            Expr::Const(b) => F::Const(*b),
+            Expr::Not(a) => F::Not(Box::new(self.check(a)?)),
+            Expr::And(a, b) => F::And(Box::new(self.check(a)?), Box::new(self.check(b)?)),
+            Expr::Or(a, b) => F::Or(Box::new(self.check(a)?), Box::new(self.check(b)?)),
+            Expr::Implies(a, b) => F::Or(
+                Box::new(F::Not(Box::new(self.check(a)?))),
+                Box::new(self.check(b)?),
+            ),
+            Expr::Cmp(op, l, r) => F::Cmp(*op, self.term(l)?, self.term(r)?),
+            Expr::Quant {
+                all,
+                var,
+                set,
+                within,
+                body,
+                offset,
+                set_offset,
+            } => {
+                if self.slot(var).is_some() {
+                    return err(*offset, format!("variable `{var}` is already bound"));
+                }
+                if self.vars.len() >= MAX_VARS {
+                    return err(*offset, format!("at most {MAX_VARS} nested quantifiers"));
+                }
+                let slot = self.vars.len() as u8;
+                match set {
+                    SetRef::Event(name) => {
+                        let Some(i) = self.data.basic_index(name) else {
+                            let hint = if self.data.composite.iter().any(|c| &c.name == name) {
+                                " (composite events cannot be quantified over)"
+                            } else {
+                                ""
+                            };
+                            return err(
+                                *set_offset,
+                                format!(
+                                    "unknown event `{name}`{hint} (expected a basic event: {})",
+                                    self.events()
+                                ),
+                            );
+                        };
+                        let timer = matches!(self.data.basic[i].kind, BasicKind::Timer(_));
+                        self.vars.push((var.clone(), VarKind::Event { timer }));
+                        let body = match body {
+                            Some(b) => Some(Box::new(self.check(b)?)),
+                            None => None,
+                        };
+                        self.vars.pop();
+                        F::EventQ {
+                            all: *all,
+                            event: i as u16,
+                            within: *within,
+                            slot,
+                            body,
+                            offset: *offset,
+                        }
+                    }
+                    SetRef::Children | SetRef::Neighbours => {
+                        if within.is_some() {
+                            return err(
+                                *set_offset,
+                                "`within` applies to event histories, not to node sets",
+                            );
+                        }
+                        self.vars.push((var.clone(), VarKind::Value));
+                        let b = match body {
+                            Some(b) => self.check(b)?,
+                            None => F::Const(true),
+                        };
+                        self.vars.pop();
+                        let set = if *set == SetRef::Children {
+                            NodeSet::Children
+                        } else {
+                            NodeSet::Neighbours
+                        };
+                        F::NodeQ {
+                            all: *all,
+                            set,
+                            slot,
+                            body: Box::new(b),
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    fn events(&self) -> String {
+        self.data
+            .basic
+            .iter()
+            .map(|b| b.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+fn attr_list() -> String {
+    Attr::ALL
+        .iter()
+        .map(|a| a.short())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Negation normal form of `not f` (no quantifiers inside: used on index residuals and key
+/// conjunctions only).
+fn negate(f: F) -> F {
+    match f {
+        F::Const(b) => F::Const(!b),
+        F::Not(a) => *a,
+        F::And(a, b) => F::Or(Box::new(negate(*a)), Box::new(negate(*b))),
+        F::Or(a, b) => F::And(Box::new(negate(*a)), Box::new(negate(*b))),
+        F::Cmp(op, l, r) => F::Cmp(op.negate(), l, r),
+        other => F::Not(Box::new(other)),
+    }
+}
+
+fn conjuncts(f: F, out: &mut Vec<F>) {
+    match f {
+        F::And(a, b) => {
+            conjuncts(*a, out);
+            conjuncts(*b, out);
+        }
+        F::Not(a) => match *a {
+            F::Or(x, y) => {
+                conjuncts(negate(*x), out);
+                conjuncts(negate(*y), out);
+            }
+            F::Not(x) => conjuncts(*x, out),
+            other => out.push(F::Not(Box::new(other))),
+        },
+        other => out.push(other),
+    }
+}
+
+/// Whether `f` mentions only event slot `s` and constants (no node, no other variable, no
+/// quantifier).
+fn only_slot(f: &F, s: u8) -> bool {
+    let t_ok = |t: &T| match t {
+        T::Int(_) => true,
+        T::Attr(v, _) => *v == s,
+        _ => false,
+    };
+    match f {
+        F::Const(_) => true,
+        F::Not(a) => only_slot(a, s),
+        F::And(a, b) | F::Or(a, b) => only_slot(a, s) && only_slot(b, s),
+        F::Cmp(_, l, r) => t_ok(l) && t_ok(r),
+        _ => false,
+    }
+}
+
+fn key_of(t: &T) -> Option<KeyTerm> {
+    match t {
+        T::Var(v) => Some(KeyTerm::Var(*v)),
+        T::NodeAddress => Some(KeyTerm::NodeAddress),
+        T::NodeParent => Some(KeyTerm::NodeParent),
+        _ => None,
+    }
+}
+
+/// Whether `f` mentions variable slot `s`.
+fn mentions(f: &F, s: u8) -> bool {
+    let t_m = |t: &T| matches!(t, T::Var(v) | T::Attr(v, _) if *v == s);
+    match f {
+        F::Const(_) | F::Idx(_) => false,
+        F::Not(a) => mentions(a, s),
+        F::And(a, b) | F::Or(a, b) => mentions(a, s) || mentions(b, s),
+        F::Cmp(_, l, r) => t_m(l) || t_m(r),
+        F::NodeQ { body, .. } => mentions(body, s),
+        F::EventQ { body, .. } => body.as_deref().is_some_and(|b| mentions(b, s)),
+    }
+}
+
+fn make_incremental(f: &F, indexes: &mut Vec<IndexDef>) -> Result<F, LogicError> {
+    Ok(match f {
+        F::Const(_) | F::Cmp(..) | F::Idx(_) => f.clone(),
+        F::Not(a) => F::Not(Box::new(make_incremental(a, indexes)?)),
+        F::And(a, b) => F::And(
+            Box::new(make_incremental(a, indexes)?),
+            Box::new(make_incremental(b, indexes)?),
+        ),
+        F::Or(a, b) => F::Or(
+            Box::new(make_incremental(a, indexes)?),
+            Box::new(make_incremental(b, indexes)?),
+        ),
+        F::NodeQ {
+            all,
+            set,
+            slot,
+            body,
+        } => F::NodeQ {
+            all: *all,
+            set: *set,
+            slot: *slot,
+            body: Box::new(make_incremental(body, indexes)?),
+        },
+        F::EventQ {
+            all,
+            event,
+            within,
+            slot,
+            body,
+            offset,
+        } => {
+            let offset = *offset;
+            let b = body.as_deref().cloned().unwrap_or(F::Const(true));
+            let b = if *all { negate(b) } else { b };
+            let mut cs = Vec::new();
+            conjuncts(b, &mut cs);
+            let mut key = None;
+            let mut residual = F::Const(true);
+            let mut hoisted = F::Const(true);
+            for c in cs {
+                if !mentions(&c, *slot) {
+                    // Closed with respect to this event: ∃m (A(m) ∧ C) ≡ (∃m A(m)) ∧ C.
+                    let c = make_incremental(&c, indexes)?;
+                    hoisted = F::And(Box::new(hoisted), Box::new(c));
+                    continue;
+                }
+                if only_slot(&c, *slot) {
+                    residual = F::And(Box::new(residual), Box::new(c));
+                    continue;
+                }
+                let k = match &c {
+                    F::Cmp(CmpOp::Eq, T::Attr(s, a), t) | F::Cmp(CmpOp::Eq, t, T::Attr(s, a))
+                        if s == slot =>
+                    {
+                        key_of(t).map(|k| (*a, k))
+                    }
+                    _ => None,
+                };
+                match (k, key) {
+                    (Some(k), None) => key = Some(k),
+                    _ => {
+                        return err(
+                            offset,
+                            "this event quantifier's condition cannot be evaluated incrementally: it may test its event alone, plus one equality `m.attr == x` with an outer variable, node.address or node.parent (docs/spec-services.md)",
+                        )
+                    }
+                }
+            }
+            let id = indexes.len() as u16;
+            indexes.push(IndexDef {
+                event: *event,
+                within: *within,
+                key,
+                residual,
+                slot: *slot,
+            });
+            let lookup = match hoisted {
+                F::Const(true) => F::Idx(id),
+                h => F::And(Box::new(F::Idx(id)), Box::new(h)),
+            };
+            if *all {
+                F::Not(Box::new(lookup))
+            } else {
+                lookup
+            }
+        }
+    })
+}
+
+/// Compiles the composite expressions of a service; `Err` carries, per failing composite, its
+/// index and the error.
+///
+/// # Errors
+/// Parse and type errors, with offsets into each composite's expression.
+pub fn compile(data: &ServiceData) -> Result<Program, Vec<(usize, LogicError)>> {
+    let mut prog = Program {
+        by_event: vec![Vec::new(); data.basic.len()],
+        ..Program::default()
+    };
+    let mut errors = Vec::new();
+    for (ci, c) in data.composite.iter().enumerate() {
+        match compile_one(data, &c.expr, &mut prog.indexes) {
+            Ok(comp) => prog.exprs.push(comp),
+            Err(e) => {
+                errors.push((ci, e));
+                prog.exprs.push(Compiled {
+                    naive: F::Const(false),
+                    incremental: F::Const(false),
+                });
+            }
+        }
+    }
+    for (i, ix) in prog.indexes.iter().enumerate() {
+        prog.by_event[usize::from(ix.event)].push(i as u16);
+    }
+    if errors.is_empty() {
+        Ok(prog)
+    } else {
+        Err(errors)
+    }
+}
+
+fn compile_one(
+    data: &ServiceData,
+    src: &str,
+    indexes: &mut Vec<IndexDef>,
+) -> Result<Compiled, LogicError> {
+    let e = parse(src)?;
+    let mut ck = Checker {
+        data,
+        vars: Vec::new(),
+    };
+    let naive = ck.check(&e)?;
+    let incremental = make_incremental(&naive, indexes)?;
+    Ok(Compiled { naive, incremental })
+}
+
+/// Converts a byte offset into an expression starting at `start` into a file position.
+pub fn offset_pos(src: &str, start: super::Pos, offset: usize) -> super::Pos {
+    let mut p = start;
+    for ch in src[..offset.min(src.len())].chars() {
+        if ch == '\n' {
+            p.line += 1;
+            p.col = 1;
+        } else {
+            p.col += 1;
+        }
+    }
+    p
+}
+
+#[derive(Clone, Copy)]
+enum Bind<'a> {
+    None,
+    Value(i64),
+    Event(Entry<'a>),
+}
+
+impl Program {
+    /// A fresh per-instance state.
+    pub fn new_state(&self) -> State {
+        State {
+            slots: self
+                .indexes
+                .iter()
+                .map(|ix| {
+                    if ix.key.is_some() {
+                        Slot::Keyed(Vec::new())
+                    } else {
+                        Slot::Last(NONE)
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether any index listens to basic event `event` (skip [`Program::record`] otherwise).
+    #[inline]
+    pub fn listens(&self, event: u16) -> bool {
+        self.by_event
+            .get(usize::from(event))
+            .is_some_and(|v| !v.is_empty())
+    }
+
+    /// Records the arrival of a basic event in the instance's indexes.
+    pub fn record(
+        &self,
+        state: &mut State,
+        event: u16,
+        now: Instant,
+        message: Option<&Message>,
+        timer: u32,
+    ) {
+        let Some(ids) = self.by_event.get(usize::from(event)) else {
+            return;
+        };
+        let entry = Entry {
+            event,
+            time: now,
+            message,
+            timer,
+        };
+        for &id in ids {
+            let ix = &self.indexes[usize::from(id)];
+            let mut env = [Bind::None; MAX_VARS];
+            env[usize::from(ix.slot)] = Bind::Event(entry);
+            if !eval_f(
+                &ix.residual,
+                &mut env,
+                &NodeInfo::default(),
+                now,
+                &[],
+                self,
+                None,
+            ) {
+                continue;
+            }
+            let t = now.as_nanos();
+            match &mut state.slots[usize::from(id)] {
+                Slot::Last(l) => *l = t,
+                Slot::Keyed(v) => {
+                    let Some((a, _)) = ix.key else { continue };
+                    let k = attr_value(&entry, a);
+                    match v.iter_mut().find(|(kk, _)| *kk == k) {
+                        Some(e) => e.1 = t,
+                        None => v.push((k, t)),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Evaluates composite `i` from the instance's indexes (incremental).
+    pub fn eval(&self, i: usize, state: &State, node: &NodeInfo, now: Instant) -> bool {
+        let mut env = [Bind::None; MAX_VARS];
+        self.exprs
+            .get(i)
+            .is_some_and(|c| eval_f(&c.incremental, &mut env, node, now, &[], self, Some(state)))
+    }
+
+    /// Evaluates composite `i` by rescanning a full history (the reference for tests).
+    pub fn eval_naive(
+        &self,
+        i: usize,
+        history: &[Entry<'_>],
+        node: &NodeInfo,
+        now: Instant,
+    ) -> bool {
+        let mut env = [Bind::None; MAX_VARS];
+        self.exprs
+            .get(i)
+            .is_some_and(|c| eval_f(&c.naive, &mut env, node, now, history, self, None))
+    }
+}
+
+#[inline]
+fn attr_value(e: &Entry<'_>, a: EvAttr) -> i64 {
+    match a {
+        EvAttr::TimerId => i64::from(e.timer),
+        EvAttr::Msg(a) => e.message.map_or(0, |m| m.get(a)),
+    }
+}
+
+fn term_value(t: &T, env: &[Bind<'_>], node: &NodeInfo) -> i64 {
+    match t {
+        T::Int(n) => *n,
+        T::Var(v) => match env[usize::from(*v)] {
+            Bind::Value(x) => x,
+            _ => 0,
+        },
+        T::Attr(v, a) => match env[usize::from(*v)] {
+            Bind::Event(e) => attr_value(&e, *a),
+            _ => 0,
+        },
+        T::NodeAddress => node.address.0 as i64,
+        T::NodeParent => node.parent.0 as i64,
+    }
+}
+
+fn in_window(time: u64, within: Option<u64>, now: Instant) -> bool {
+    time != NONE && within.is_none_or(|w| time >= now.as_nanos().saturating_sub(w))
+}
+
+fn eval_f<'a>(
+    f: &F,
+    env: &mut [Bind<'a>; MAX_VARS],
+    node: &NodeInfo,
+    now: Instant,
+    history: &[Entry<'a>],
+    prog: &Program,
+    state: Option<&State>,
+) -> bool {
+    match f {
+        F::Const(b) => *b,
+        F::Not(a) => !eval_f(a, env, node, now, history, prog, state),
+        F::And(a, b) => {
+            eval_f(a, env, node, now, history, prog, state)
+                && eval_f(b, env, node, now, history, prog, state)
+        }
+        F::Or(a, b) => {
+            eval_f(a, env, node, now, history, prog, state)
+                || eval_f(b, env, node, now, history, prog, state)
+        }
+        F::Cmp(op, l, r) => op.apply(term_value(l, env, node), term_value(r, env, node)),
+        F::NodeQ {
+            all,
+            set,
+            slot,
+            body,
+        } => {
+            let items = match set {
+                NodeSet::Children => &node.children,
+                NodeSet::Neighbours => &node.neighbours,
+            };
+            let s = usize::from(*slot);
+            let mut result = *all;
+            for a in items {
+                env[s] = Bind::Value(a.0 as i64);
+                let v = eval_f(body, env, node, now, history, prog, state);
+                if v != *all {
+                    result = !*all;
+                    break;
+                }
+            }
+            env[s] = Bind::None;
+            result
+        }
+        F::EventQ {
+            all,
+            event,
+            within,
+            slot,
+            body,
+            ..
+        } => {
+            let s = usize::from(*slot);
+            let mut result = *all;
+            for e in history
+                .iter()
+                .filter(|e| e.event == *event && in_window(e.time.as_nanos(), *within, now))
+            {
+                env[s] = Bind::Event(*e);
+                let v = body
+                    .as_ref()
+                    .is_none_or(|b| eval_f(b, env, node, now, history, prog, state));
+                if v != *all {
+                    result = !*all;
+                    break;
+                }
+            }
+            env[s] = Bind::None;
+            result
+        }
+        F::Idx(id) => {
+            let Some(st) = state else { return false };
+            let ix = &prog.indexes[usize::from(*id)];
+            match &st.slots[usize::from(*id)] {
+                Slot::Last(t) => in_window(*t, ix.within, now),
+                Slot::Keyed(v) => {
+                    let Some((_, k)) = ix.key else { return false };
+                    let want = match k {
+                        KeyTerm::Var(x) => match env[usize::from(x)] {
+                            Bind::Value(x) => x,
+                            _ => return false,
+                        },
+                        KeyTerm::NodeAddress => node.address.0 as i64,
+                        KeyTerm::NodeParent => node.parent.0 as i64,
+                    };
+                    v.iter()
+                        .any(|&(kk, t)| kk == want && in_window(t, ix.within, now))
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn data(composites: &[&str]) -> ServiceData {
+        let comps: String = composites
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                format!(
+                    "<Event name=\"c{i}\"><ConstituentBasicEvent>ack</ConstituentBasicEvent><Expression>{}</Expression></Event>",
+                    c.replace('<', "&lt;").replace('>', "&gt;")
+                )
+            })
+            .collect();
+        let src = format!(
+            r#"<scxml xmlns="http://www.w3.org/2005/07/scxml" initial="a"><datamodel>
+            <data name="service"><ServiceID>1</ServiceID></data>
+            <data name="events"><Basic>
+              <Event name="ack"><Message><MessageType>2</MessageType></Message></Event>
+              <Event name="nack"><Message><MessageType>1</MessageType></Message></Event>
+              <Event name="to"><Timer><TimerIdentifier>3</TimerIdentifier></Timer></Event>
+            </Basic><Composite>{comps}</Composite></data></datamodel><state id="a"/></scxml>"#
+        );
+        ServiceData::read("t.scxml", &src).unwrap()
+    }
+
+    fn compile_err(expr: &str) -> String {
+        match compile(&data(&[expr])) {
+            Ok(_) => panic!("`{expr}` compiled"),
+            Err(e) => e[0].1.message.clone(),
+        }
+    }
+
+    #[test]
+    fn parses_the_issue_example() {
+        let e =
+            parse("forall d in node.children : exists m in h2hackmessage : m.source == d").unwrap();
+        assert!(matches!(
+            e,
+            Expr::Quant {
+                all: true,
+                set: SetRef::Children,
+                ..
+            }
+        ));
+        assert!(
+            parse("not exists m in ack within 15s : m.source == node.parent implies true").is_ok()
+        );
+    }
+
+    #[test]
+    fn type_errors() {
+        assert!(compile_err("exists m in nope").contains("unknown event `nope`"));
+        assert!(compile_err("exists m in ack : m.colour == 1")
+            .contains("unknown message attribute `colour`"));
+        assert!(compile_err("exists m in ack : m == 1").contains("is an event, not a value"));
+        assert!(compile_err("m.source").contains("must be a formula"));
+        assert!(compile_err("exists m in ack : x == 1").contains("unknown variable `x`"));
+        assert!(compile_err("node.children == 1").contains("is a set"));
+        assert!(compile_err("exists t in to : t.source == 1").contains("unknown timer attribute"));
+        assert!(compile_err("exists m in ack : exists m in ack").contains("already bound"));
+        assert!(compile_err("forall d in node.children").contains("expected `:`"));
+        assert!(compile_err("exists m in ack within 3x").contains("unknown time unit"));
+        assert!(
+            compile_err("exists m in ack : exists n in nack : m.source == n.source")
+                .contains("incrementally")
+        );
+    }
+
+    #[test]
+    fn offsets_map_to_positions() {
+        let p = offset_pos("a\n  bc", super::super::Pos { line: 10, col: 5 }, 4);
+        assert_eq!(p, super::super::Pos { line: 11, col: 3 });
+    }
+
+    #[test]
+    fn all_children_acked() {
+        let d = data(&["forall d in node.children : exists m in ack : m.source == d"]);
+        let p = compile(&d).unwrap();
+        let mut st = p.new_state();
+        let node = NodeInfo {
+            children: vec![Addr(1), Addr(2)],
+            ..NodeInfo::default()
+        };
+        let t = Instant::from_millis(1);
+        assert!(!p.eval(0, &st, &node, t));
+        let m1 = Message {
+            message_type: 2,
+            source: Addr(1),
+            ..Message::default()
+        };
+        p.record(&mut st, 0, t, Some(&m1), 0);
+        assert!(!p.eval(0, &st, &node, t));
+        let m2 = Message {
+            message_type: 2,
+            source: Addr(2),
+            ..Message::default()
+        };
+        p.record(&mut st, 0, t, Some(&m2), 0);
+        assert!(p.eval(0, &st, &node, t));
+    }
+}
