@@ -1,6 +1,6 @@
 //! `viastack spec run FILE… --trace TRACE.jsonl`: runs seed-000 services (SCXML with service
 //! data and `<action:…>` elements) on a trace of basic inputs and prints every action, one JSON
-//! object a line (the formats: `viastack_spec::service::trace`, docs/spec-services.md).
+//! object a line (the formats: `viastack_spec::service::trace`, docs/spec-format.md, Part II).
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -429,7 +429,7 @@ impl<'a, 'input> Reader<'a, 'input> {
                             }
                             "XQuery" => self.err(
                                 c,
-                                "XQuery is replaced by <Expression> in viastack's first-order-logic language, e.g. `forall d in node.children : exists m in ack : m.source == d` (docs/spec-services.md)",
+                                "XQuery is replaced by <Expression> in viastack's first-order-logic language, e.g. `forall d in node.children : exists m in ack : m.source == d` (docs/spec-format.md, Part II)",
                             ),
                             other => self.err(c, format!("unknown element <{other}> (expected <ConstituentBasicEvent> or <Expression>)")),
                         }

@@ -985,7 +985,7 @@ fn make_incremental(f: &F, indexes: &mut Vec<IndexDef>) -> Result<F, LogicError>
                     _ => {
                         return err(
                             offset,
-                            "this event quantifier's condition cannot be evaluated incrementally: it may test its event alone, plus one equality `m.attr == x` with an outer variable, node.address or node.parent (docs/spec-services.md)",
+                            "this event quantifier's condition cannot be evaluated incrementally: it may test its event alone, plus one equality `m.attr == x` with an outer variable, node.address or node.parent (docs/spec-format.md, Part II)",
                         )
                     }
                 }
