@@ -52,6 +52,19 @@ impl Instant {
     }
 }
 
+/// A driver's wait rounded *down* to one of a few steps (50 µs … 100 ms): a driver that blocks
+/// with a socket receive timeout rewrites the option only when the step changes, not on every
+/// wait (a system call each time). The wait may end early — the driver loops — never late.
+pub fn wait_step(wait: Duration) -> Duration {
+    const STEPS_US: [u64; 9] = [100_000, 20_000, 5_000, 2_000, 1_000, 500, 200, 100, 50];
+    let us = wait.as_micros();
+    STEPS_US
+        .iter()
+        .map(|&s| Duration::from_micros(s))
+        .find(|s| s.as_micros() <= us)
+        .unwrap_or(Duration::from_micros(50))
+}
+
 /// A duration in whole nanoseconds, saturating at `u64::MAX` (584 years).
 pub fn duration_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)

@@ -8,7 +8,7 @@
 //! epoll-then-drain loop cost three calls per wake-up and added 16 µs to a 54 µs loopback
 //! round trip; this is what a blocking `recv` costs.
 //!
-//! Timeouts are rounded *down* to one of a few steps ([`timeout_step`]) so that the socket
+//! Timeouts are rounded *down* to one of a few steps ([`wait_step`]) so that the socket
 //! option is rewritten only when the step changes, not on every call: a wait may end early
 //! (the caller loops), never late. Sends never block: a full socket buffer drops the datagram
 //! and counts it, as a congested network would.
@@ -25,6 +25,7 @@ use nix::errno::Errno;
 use nix::sys::socket::{
     recvmmsg, sendmmsg, sendmsg, ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage,
 };
+use viastack_kernel::time::wait_step;
 use viastack_kernel::NodeId;
 
 use crate::transport::{Transport, TransportStats};
@@ -47,18 +48,6 @@ pub struct UdpStats {
     pub send_failed: u64,
     /// Datagrams received.
     pub received: u64,
-}
-
-/// The receive timeout actually set for a wait of `wait`: the largest step not above it
-/// (at least 50 µs, at most 100 ms), so that waits repeat the same few values.
-pub fn timeout_step(wait: Duration) -> Duration {
-    const STEPS_US: [u64; 9] = [100_000, 20_000, 5_000, 2_000, 1_000, 500, 200, 100, 50];
-    let us = wait.as_micros();
-    STEPS_US
-        .iter()
-        .map(|&s| Duration::from_micros(s))
-        .find(|s| s.as_micros() <= us)
-        .unwrap_or(Duration::from_micros(50))
 }
 
 /// A bound UDP socket with batched receive.
@@ -160,7 +149,7 @@ impl UdpEndpoint {
         }
     }
 
-    /// Waits up to about `timeout` (see [`timeout_step`]) for datagrams and passes each to
+    /// Waits up to about `timeout` (see [`wait_step`]) for datagrams and passes each to
     /// `sink` (source, bytes). Returns how many were received (0 when the wait ended first).
     ///
     /// # Errors
@@ -170,7 +159,7 @@ impl UdpEndpoint {
         timeout: Duration,
         mut sink: impl FnMut(SocketAddr, &[u8]),
     ) -> io::Result<usize> {
-        let step = timeout_step(timeout);
+        let step = wait_step(timeout);
         if self.timeout != Some(step) {
             self.socket.set_read_timeout(Some(step))?;
             self.timeout = Some(step);
@@ -338,15 +327,15 @@ mod tests {
             0u64, 49, 50, 51, 99, 100, 150, 999, 1_000, 1_999, 2_000, 150_000,
         ] {
             let wait = Duration::from_micros(us);
-            let step = timeout_step(wait);
+            let step = wait_step(wait);
             assert!(
                 step <= wait.max(Duration::from_micros(50)),
                 "{us} µs -> {step:?}"
             );
         }
         assert_eq!(
-            timeout_step(Duration::from_micros(1_234)),
-            timeout_step(Duration::from_micros(1_987))
+            wait_step(Duration::from_micros(1_234)),
+            wait_step(Duration::from_micros(1_987))
         );
     }
 

@@ -375,6 +375,8 @@ impl SpSocket {
             wait = wait.min(d.saturating_duration_since(Monotonic::now()));
         }
         let wait = wait.max(StdDuration::from_micros(50));
+        // Rounded down to a few steps, so the socket option is rarely rewritten.
+        let wait = viastack_kernel::time::wait_step(wait);
         if self.read_timeout != Some(wait) {
             self.socket.set_read_timeout(Some(wait))?;
             self.read_timeout = Some(wait);
