@@ -1,6 +1,7 @@
 //! `viastack bench`: each benchmark runs viastack and its reference in one run and prints the
 //! ratios (DESIGN.md §4.8, §7). Benchmarks read the real clock; protocol code never does.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use clap::Subcommand;
@@ -31,9 +32,23 @@ fn cores() -> &'static [core_affinity::CoreId] {
     CORES.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default())
 }
 
+/// Whether [`pin`] puts every thread on core 0.
+static SAME_CORE: AtomicBool = AtomicBool::new(false);
+
+/// Makes [`pin`] put both sides on core 0 (`--same-core`).
+pub fn set_same_core(same: bool) {
+    SAME_CORE.store(same, Ordering::Relaxed);
+}
+
 /// Pins the calling thread to `core` (no-op where the platform does not allow it). The sides
-/// of every benchmark run on cores 0 and 1, like two hosts.
+/// of every benchmark run on cores 0 and 1, like two hosts (both on 0 after
+/// [`set_same_core`]).
 pub fn pin(core: usize) {
+    let core = if SAME_CORE.load(Ordering::Relaxed) {
+        0
+    } else {
+        core
+    };
     if let Some(id) = cores().get(core).copied() {
         core_affinity::set_for_current(id);
     }

@@ -42,6 +42,10 @@ pub struct UnicastArgs {
     /// Run only these parts (for profiling): configuration names and/or `pingpong`.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Pin both sides to core 0 instead of cores 0 and 1 (one host's view: no cross-core
+    /// wake-ups, which dominate small round trips on a VM).
+    #[arg(long)]
+    same_core: bool,
 }
 
 impl UnicastArgs {
@@ -135,6 +139,7 @@ pub fn percentile(samples: &mut [f64], q: f64) -> f64 {
 
 /// Runs the benchmark and prints the result.
 pub fn run(args: &UnicastArgs) -> anyhow::Result<()> {
+    super::set_same_core(args.same_core);
     let configs = [
         "reliable_fifo",
         "reliable_fifo_encrypt",
