@@ -5,7 +5,7 @@
 //!
 //! | bytes | field |
 //! | --- | --- |
-//! | 4 | message id: per (channel, destination), from 0, wrapping |
+//! | 4 | message id: per (channel, destination), from a random start, wrapping |
 //! | 2 | fragment index, from 0 |
 //! | 2 | fragment count, ≥ 1 (1: the message was not split) |
 //! | 4 | offset of this fragment's bytes in the message |
@@ -42,13 +42,14 @@
 use std::collections::VecDeque;
 
 use fnv::FnvHashMap;
-
 use viastack_kernel::event::{CHANNEL_CLOSE, SENDABLE, TIMER};
 use viastack_kernel::message::DEFAULT_HEADROOM;
 use viastack_kernel::{
     Body, ChannelId, Context, Dest, Direction, Duration, Event, EventType, Instant, Layer, Message,
     NodeId, Sendable, Session, TimerId,
 };
+
+use crate::peers::draw_epoch;
 
 /// Bytes of the header.
 pub const HEADER_LEN: usize = 16;
@@ -224,7 +225,12 @@ impl FragmentSession {
             ctx.count("too_large_to_send");
             return;
         };
-        let next = self.next_id.entry((channel, s.dest)).or_insert(0);
+        // A random first id (seeded generator mixed with the time): a restarted sender does
+        // not reuse the ids of its previous incarnation, whose partials a receiver may hold.
+        let next = self
+            .next_id
+            .entry((channel, s.dest))
+            .or_insert_with(|| draw_epoch(ctx));
         let id = *next;
         *next = next.wrapping_add(1);
         let mut header = Header {
