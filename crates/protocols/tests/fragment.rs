@@ -208,7 +208,7 @@ fn a_restarted_sender_does_not_complete_its_previous_incarnations_partials() {
     assert!(b.receive(1, frags[0].1.clone()).delivered.is_empty());
     // The sender restarts (same seed, later clock) and sends another message of that size.
     let mut a = fragmenting(1, with_mtu(100));
-    a.now = a.now + Duration::from_millis(10);
+    a.now += Duration::from_millis(10);
     let frags2 = a.send(0, Dest::Node(NodeId(2)), &new).transmits;
     assert_ne!(frags[0].1[2..6], frags2[0].1[2..6], "a fresh message id");
     let mut delivered = Vec::new();
