@@ -2,28 +2,17 @@
 //! of the shared vectors, and decode errors naming the invalid field.
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+mod common;
 
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use common::{root, viastack};
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn viastack(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_viastack"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .unwrap()
-}
-
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("viastack-sp-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    common::scratch("sp-cli").join(name)
 }
 
 fn transfer(mode: &str, size: usize) {

@@ -1,32 +1,14 @@
 //! End-to-end tests of `viastack spec run` and `viastack bench spec`.
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use std::path::PathBuf;
 
-fn viastack(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_viastack"))
-        .args(args)
-        .current_dir(root())
-        .env_remove("VIASTACK_LOG")
-        .output()
-        .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8(b.to_vec()).unwrap()
-}
+use common::{text, viastack};
 
 fn write(test: &str, name: &str, src: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("viastack-spec-run-{}-{test}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, src).unwrap();
-    p
+    common::write("spec-run", test, name, src)
 }
 
 #[test]
