@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Subcommand;
 use viastack_spec::chart::{self, conformance, Chart, CustomElement, OpaqueActions};
+use viastack_spec::service::Service;
 
 /// The `spec` subcommands.
 #[derive(Subcommand)]
@@ -48,6 +49,15 @@ fn read(path: &Path) -> anyhow::Result<String> {
 ///
 /// # Errors
 /// A file that cannot be read, or stdout closing.
+/// States (without the root), transitions and event names of a compiled chart.
+fn summary<A>(c: &Chart<A>) -> (usize, usize, usize) {
+    (
+        c.state_count() - 1,
+        c.transitions().len(),
+        c.symbols().count(),
+    )
+}
+
 pub fn run(cmd: SpecCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         SpecCommand::Check { file } => {
@@ -60,16 +70,26 @@ pub fn run(cmd: SpecCommand) -> anyhow::Result<ExitCode> {
                     return Ok(ExitCode::FAILURE);
                 }
             };
-            match Chart::<CustomElement>::compile(&doc, &OpaqueActions) {
-                Ok((c, warnings)) => {
+            // A delivery service (the seed's `<data name="service">`) is checked as it will
+            // run: service data, events, composite expressions and action parameters too.
+            let is_service = doc
+                .root
+                .data
+                .iter()
+                .any(|d| d.name.as_deref() == Some("service"));
+            let compiled = if is_service {
+                Service::load(&name, &src).map(|(svc, w)| (summary(&svc.chart), w))
+            } else {
+                Chart::<CustomElement>::compile(&doc, &OpaqueActions).map(|(c, w)| (summary(&c), w))
+            };
+            match compiled {
+                Ok(((states, transitions, events), warnings)) => {
                     for w in &warnings {
                         eprintln!("{w}");
                     }
                     outln!(
-                        "{name}: ok: {} states, {} transitions, {} event names, {} warning(s)",
-                        c.state_count() - 1,
-                        c.transitions().len(),
-                        c.symbols().count(),
+                        "{name}: ok: {}{states} states, {transitions} transitions, {events} event names, {} warning(s)",
+                        if is_service { "service, " } else { "" },
                         warnings.len()
                     )?;
                     Ok(ExitCode::SUCCESS)

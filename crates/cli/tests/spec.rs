@@ -58,6 +58,27 @@ fn check_errors_exit_non_zero_with_file_line_col() {
 }
 
 #[test]
+fn check_runs_the_service_checks_on_a_delivery_service() {
+    let good = std::fs::read_to_string(root().join("specs/dupelim.scxml")).unwrap();
+    let o = viastack(&["spec", "check", "specs/dupelim.scxml"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("ok: service,"), "{}", text(&o.stdout));
+    // An action parameter the chart alone would accept as an opaque custom element.
+    let needle = "<action:setTimer id=\"5\" ms=\"10000\"/>";
+    assert!(good.contains(needle));
+    let bad = good.replace(needle, "<action:setTimer id=\"5\" seconds=\"10\"/>");
+    let line = bad.lines().position(|l| l.contains("seconds=")).unwrap() + 1;
+    let p = write("service", "dupelim.scxml", &bad);
+    let o = viastack(&["spec", "check", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!("{}:{line}:", p.display())) && err.contains("error"),
+        "{err}"
+    );
+}
+
+#[test]
 fn check_prints_warnings_but_succeeds() {
     let src = GOOD.replace(
         "<final id=\"done\"/>",
