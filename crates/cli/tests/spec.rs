@@ -62,7 +62,11 @@ fn check_runs_the_service_checks_on_a_delivery_service() {
     let good = std::fs::read_to_string(root().join("specs/dupelim.scxml")).unwrap();
     let o = viastack(&["spec", "check", "specs/dupelim.scxml"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    assert!(text(&o.stdout).contains("ok: service,"), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stdout).contains("ok: service,"),
+        "{}",
+        text(&o.stdout)
+    );
     // An action parameter the chart alone would accept as an opaque custom element.
     let needle = "<action:setTimer id=\"5\" ms=\"10000\"/>";
     assert!(good.contains(needle));
