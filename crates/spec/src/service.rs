@@ -22,6 +22,7 @@ pub mod action;
 pub mod basic;
 pub mod data;
 pub mod diag;
+mod flat;
 pub mod h2hack_handwritten;
 pub mod history;
 pub mod load;

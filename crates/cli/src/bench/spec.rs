@@ -45,6 +45,10 @@ pub struct SpecArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Only run this implementation, `compiled` or `handwritten`, for `--repeat` rounds (for
+    /// profiling one of them; prints nothing).
+    #[arg(long, hide = true)]
+    only: Option<String>,
 }
 
 /// Counts what the service does (so nothing is optimised away).
@@ -200,6 +204,18 @@ pub fn run(args: &SpecArgs) -> anyhow::Result<()> {
             },
         )
     };
+    match args.only.as_deref() {
+        Some("compiled") => {
+            measure(&compiled_store, &inputs, peak, args.repeat)?;
+            return Ok(());
+        }
+        Some("handwritten") => {
+            measure(&|| H2hack::new(1), &inputs, peak, args.repeat)?;
+            return Ok(());
+        }
+        Some(other) => return Err(anyhow!("--only {other}: expected compiled or handwritten")),
+        None => {}
+    }
     // Warm up both (page in, grow maps).
     measure(
         &compiled_store,

@@ -242,6 +242,28 @@ pub enum Action {
         /// Fields set on top.
         sets: Box<[(Field, Value)]>,
     },
+    /// One `setTimer` / `cancelTimer` element: like [`Action::Run`] but no message is built.
+    Timer {
+        /// [`Prim::SetTimer`] or [`Prim::CancelTimer`].
+        prim: Prim,
+        /// The timer fields, in order ([`Field::TimerId`], [`Field::TimerMs`]).
+        sets: Box<[(Field, Value)]>,
+    },
+}
+
+impl Action {
+    /// Whether running it reads a datamodel variable (`$x`).
+    pub fn reads_datamodel(&self) -> bool {
+        let var = |v: &Value| matches!(v, Value::Var(_));
+        match self {
+            Action::Create { .. } | Action::Execute { .. } => false,
+            Action::Set { value, .. } => var(value),
+            Action::Run { base, sets, .. } => {
+                base.as_ref().is_some_and(var) || sets.iter().any(|(_, v)| var(v))
+            }
+            Action::Timer { sets, .. } => sets.iter().any(|(_, v)| var(v)),
+        }
+    }
 }
 
 /// Compiles custom elements for one service; collects what the history must keep.
@@ -454,6 +476,15 @@ impl<'a> Compiler<'a> {
                 });
             }
             _ => {}
+        }
+        let timer_only = sets
+            .iter()
+            .all(|(f, _)| matches!(f, Field::TimerId | Field::TimerMs));
+        if matches!(prim, Prim::SetTimer | Prim::CancelTimer) && base.is_none() && timer_only {
+            return Ok(Action::Timer {
+                prim,
+                sets: sets.into(),
+            });
         }
         Ok(Action::Run {
             prim,
@@ -938,6 +969,24 @@ pub fn run<N: Network + ?Sized>(
                 return Ok(());
             }
             perform(*prim, msg, timer, ctx);
+            Ok(())
+        }
+        Action::Timer { prim, sets } => {
+            let (mut id, mut ms) = (0, 0);
+            for (f, v) in sets.iter() {
+                match f {
+                    Field::TimerId => id = read_int(v, ctx, vars)? as u32,
+                    _ => ms = read_int(v, ctx, vars)?.max(0) as u64,
+                }
+            }
+            let p = match prim {
+                Prim::SetTimer => Primitive::SetTimer {
+                    id,
+                    after: Duration::from_millis(ms),
+                },
+                _ => Primitive::CancelTimer { id },
+            };
+            ctx.net.perform(ctx.now, ctx.key, p);
             Ok(())
         }
     }

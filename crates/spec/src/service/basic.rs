@@ -35,7 +35,13 @@ pub struct Matcher {
     by_type: Vec<Box<[MessageEvent]>>,
     /// (timer id or None for any, event).
     timers: Box<[(Option<u32>, u16)]>,
+    /// Per TimerIdentifier below [`TIMER_INDEX`]: the events it triggers, in declaration
+    /// order (a timer expiry is one table read, not a scan of every timer event).
+    timer_index: Box<[Box<[u16]>]>,
 }
+
+/// TimerIdentifiers below this are indexed; others are matched by scanning.
+const TIMER_INDEX: u32 = 64;
 
 impl Matcher {
     /// Compiles the basic events of a service.
@@ -95,9 +101,19 @@ impl Matcher {
                 }
             }
         }
+        let timer_index = (0..TIMER_INDEX)
+            .map(|id| {
+                timers
+                    .iter()
+                    .filter(|(t, _)| t.is_none_or(|t| t == id))
+                    .map(|&(_, e)| e)
+                    .collect()
+            })
+            .collect();
         Matcher {
             by_type: by_type.into_iter().map(Vec::into_boxed_slice).collect(),
             timers: timers.into(),
+            timer_index,
         }
     }
 
@@ -118,6 +134,10 @@ impl Matcher {
     /// Appends to `out` the basic events a timer expiry triggers, in declaration order.
     #[inline]
     pub fn timer(&self, id: u32, out: &mut Vec<u16>) {
+        if let Some(events) = self.timer_index.get(id as usize) {
+            out.extend_from_slice(events);
+            return;
+        }
         for &(t, e) in self.timers.iter() {
             if t.is_none_or(|t| t == id) {
                 out.push(e);
@@ -200,6 +220,10 @@ mod tests {
         assert_eq!(out, vec![3, 4]);
         out.clear();
         m.timer(5, &mut out);
+        assert_eq!(out, vec![4]);
+        // Beyond the indexed identifiers, the same answer by scanning.
+        out.clear();
+        m.timer(1_000_000, &mut out);
         assert_eq!(out, vec![4]);
     }
 

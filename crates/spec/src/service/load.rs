@@ -19,6 +19,7 @@ use super::action::{Action, Compiler};
 use super::basic::Matcher;
 use super::data::{BasicKind, ServiceData};
 use super::diag::{error, Diagnostic, Diagnostics, Pos, Severity};
+use super::flat::Flat;
 use super::history::Layout;
 use super::logic;
 
@@ -88,6 +89,8 @@ pub struct Service {
     pub(crate) handlers: Vec<Box<[StateId]>>,
     /// The chart reads `_event.data`: events carry the message's attributes.
     pub(crate) event_data: bool,
+    /// The chart as a flat machine, when it is one ([`flat`](super::flat)).
+    pub(crate) flat: Option<Flat>,
 }
 
 impl Service {
@@ -167,7 +170,9 @@ impl Service {
                 states.into_boxed_slice()
             })
             .collect();
+        let flat = Flat::compile(&chart, &data, src);
         let svc = Service {
+            flat,
             data,
             chart,
             matcher,
@@ -192,6 +197,18 @@ impl Service {
     /// Sets the per-event step limit (before sharing the service with a store).
     pub fn set_step_limit(&mut self, steps: u32) {
         self.chart.set_step_limit(steps.max(1));
+    }
+
+    /// Whether instances run on the flat machine ([`flat`](super::flat)) rather than the
+    /// general chart engine.
+    pub fn is_flat(&self) -> bool {
+        self.flat.is_some()
+    }
+
+    /// Runs instances on the general chart engine even when the chart is flat (to compare
+    /// the two; before sharing the service with a store).
+    pub fn disable_flat(&mut self) {
+        self.flat = None;
     }
 
     /// ServiceID.

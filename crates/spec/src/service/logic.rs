@@ -1128,15 +1128,17 @@ impl Program {
             let ix = &self.indexes[usize::from(id)];
             let mut env = [Bind::None; MAX_VARS];
             env[usize::from(ix.slot)] = Bind::Event(entry);
-            if !eval_f(
-                &ix.residual,
-                &mut env,
-                &NodeInfo::default(),
-                now,
-                &[],
-                self,
-                None,
-            ) {
+            if ix.residual != F::Const(true)
+                && !eval_f(
+                    &ix.residual,
+                    &mut env,
+                    &NodeInfo::default(),
+                    now,
+                    &[],
+                    self,
+                    None,
+                )
+            {
                 continue;
             }
             let t = now.as_nanos();

@@ -26,10 +26,11 @@ use viastack_kernel::time::Instant;
 use fnv::FnvHashMap;
 
 use crate::chart::{
-    self, EventName, ExternalEvent, Instance, RunError, Status, Symbol, Value, Vars,
+    self, Chart, EventName, ExternalEvent, Instance, RunError, StateId, Status, Symbol, Value, Vars,
 };
 
 use super::action::{self, Action, Ctx, Draft, Network};
+use super::flat::Step;
 use super::history::History;
 use super::load::Service;
 use super::message::{InstanceKey, Message, NodeInfo};
@@ -54,10 +55,48 @@ impl Default for StoreConfig {
     }
 }
 
+/// An instance's machine: the general chart engine's, or a state of the service's
+/// [`Flat`] machine (see [`flat`](super::flat)).
+enum Machine {
+    Chart(Box<Instance>),
+    Flat(u16),
+}
+
+impl Machine {
+    fn new(svc: &Service) -> Machine {
+        match svc.flat {
+            Some(_) => Machine::Flat(0),
+            None => Machine::Chart(Box::new(Instance::new(&svc.chart))),
+        }
+    }
+
+    fn is_active(&self, s: StateId) -> bool {
+        match self {
+            Machine::Chart(inst) => inst.is_active(s),
+            Machine::Flat(state) => s.0 == 0 || s.0 == u32::from(*state),
+        }
+    }
+
+    /// Active states in document order.
+    fn active_states(&self) -> Vec<StateId> {
+        match self {
+            Machine::Chart(inst) => inst.active_states().collect(),
+            Machine::Flat(state) => vec![StateId(0), StateId(u32::from(*state))],
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Machine::Chart(inst) => std::mem::size_of::<Instance>() + inst.heap_bytes(),
+            Machine::Flat(_) => 0,
+        }
+    }
+}
+
 struct Live {
     key: InstanceKey,
     svc: u16,
-    inst: Instance,
+    inst: Machine,
     hist: History,
 }
 
@@ -69,12 +108,14 @@ pub struct Store {
     slab: Vec<Option<Live>>,
     free: Vec<u32>,
     map: FnvHashMap<InstanceKey, u32>,
-    pool: Vec<Vec<(Instance, History)>>,
+    pool: Vec<Vec<(Machine, History)>>,
     /// Histories of freed instances, per service, for reuse.
     recycled: Vec<Vec<History>>,
     hits: Vec<u16>,
     comps: Vec<u16>,
     fire: Vec<Symbol>,
+    /// Composite events (indexes) that hold, for a flat machine.
+    fire_flat: Vec<u16>,
     drafts: Vec<Draft>,
     /// The timer id of the current timer step (for `_event.data`).
     timer: u32,
@@ -127,13 +168,13 @@ impl Store {
     /// A store running `services` (distinct ServiceIDs).
     pub fn new(services: Vec<Arc<Service>>, config: StoreConfig) -> Store {
         let drafts = services.iter().map(|s| s.drafts).max().unwrap_or(0);
-        let pool: Vec<Vec<(Instance, History)>> = services
+        let pool: Vec<Vec<(Machine, History)>> = services
             .iter()
             .map(|s| {
                 (0..config.pool)
                     .map(|_| {
                         (
-                            Instance::new(&s.chart),
+                            Machine::new(s),
                             History::new(&s.layout, s.logic.new_state()),
                         )
                     })
@@ -152,6 +193,7 @@ impl Store {
             hits: Vec::new(),
             comps: Vec::new(),
             fire: Vec::new(),
+            fire_flat: Vec::new(),
             drafts: vec![Draft::default(); drafts],
             timer: 0,
         }
@@ -178,6 +220,7 @@ impl Store {
         let chart = &self.services[usize::from(l.svc)].chart;
         l.inst
             .active_states()
+            .into_iter()
             .map(|s| chart.state_name(s))
             .collect()
     }
@@ -212,7 +255,7 @@ impl Store {
         let (mut inst, hist) = match self.pool[si].pop() {
             Some(p) => p,
             None => (
-                Instance::new(&svc.chart),
+                Machine::new(svc),
                 match self.recycled[si].pop() {
                     Some(h) => h,
                     None => History::new(&svc.layout, svc.logic.new_state()),
@@ -231,10 +274,23 @@ impl Store {
                 terminated: false,
             },
         };
-        let r = inst.start(&svc.chart, now, &mut host);
+        let status = match (&mut inst, &svc.flat) {
+            (Machine::Flat(state), Some(flat)) => {
+                let step = flat.start();
+                run_step(&svc.chart, step, &mut host.ctx);
+                *state = step.target.unwrap_or(0);
+                if step.ends {
+                    Ok(Status::Final)
+                } else {
+                    Ok(Status::Running)
+                }
+            }
+            (Machine::Chart(inst), _) => inst.start(&svc.chart, now, &mut host),
+            (Machine::Flat(_), None) => Ok(Status::Final),
+        };
         let terminated = host.ctx.terminated;
         clear_drafts(&mut self.drafts);
-        let status = r.map_err(|e| step_error(key, e))?;
+        let status = status.map_err(|e| step_error(key, e))?;
         let live = Live {
             key,
             svc: si as u16,
@@ -300,7 +356,10 @@ impl Store {
             } else {
                 ExternalEvent::symbol(sym)
             };
-            match live.inst.handle_event(&svc.chart, now, ev, &mut host) {
+            let Machine::Chart(inst) = &mut live.inst else {
+                break;
+            };
+            match inst.handle_event(&svc.chart, now, ev, &mut host) {
                 Ok(Status::Final) => {
                     result = Ok(false);
                     break;
@@ -345,6 +404,9 @@ impl Store {
             if svc.logic.listens(e) {
                 svc.logic.record(&mut live.hist.logic, e, now, m, timer);
             }
+        }
+        if svc.flat.is_some() {
+            return self.step_flat(now, i, m, net);
         }
         // Basic events, in declaration order.
         self.fire.clear();
@@ -393,6 +455,119 @@ impl Store {
             self.deliver(now, i, m, net)?;
         }
         Ok(())
+    }
+}
+
+impl Store {
+    /// [`Store::step`] for a service with a [`Flat`] machine: the same order of basic and
+    /// composite events, each one table read.
+    fn step_flat<N: Network>(
+        &mut self,
+        now: Instant,
+        i: u32,
+        m: Option<&Message>,
+        net: &mut N,
+    ) -> Result<(), RunnerError> {
+        let Some(live) = self.slab[i as usize].as_mut() else {
+            return Ok(());
+        };
+        let svc = &self.services[usize::from(live.svc)];
+        let (Some(flat), Machine::Flat(state)) = (&svc.flat, &mut live.inst) else {
+            return Ok(());
+        };
+        let mut ctx = Ctx {
+            now,
+            key: live.key,
+            node: &mut self.node,
+            history: &live.hist,
+            current: m,
+            drafts: &mut self.drafts,
+            net,
+            terminated: false,
+        };
+        let mut ended = false;
+        // Basic events, in declaration order.
+        for &e in &self.hits {
+            if let Some(step) = flat.step(usize::from(e), *state) {
+                ended = run_flat(&svc.chart, step, state, &mut ctx);
+                if ended {
+                    break;
+                }
+            }
+        }
+        // Composite events whose constituents fired and whose expression holds, each given
+        // to the state the machine is in when its turn comes.
+        if !ended {
+            let candidates: &[u16] = match self.hits.as_slice() {
+                [e] => &svc.comp_by_basic[usize::from(*e)],
+                hits => {
+                    self.comps.clear();
+                    for &e in hits {
+                        self.comps
+                            .extend_from_slice(&svc.comp_by_basic[usize::from(e)]);
+                    }
+                    self.comps.sort_unstable();
+                    self.comps.dedup();
+                    &self.comps
+                }
+            };
+            if !candidates.is_empty() {
+                let basics = svc.data.basic.len();
+                let before = *state;
+                self.fire_flat.clear();
+                for &c in candidates {
+                    if flat.step(basics + usize::from(c), before).is_some()
+                        && svc
+                            .logic
+                            .eval(usize::from(c), &live.hist.logic, ctx.node, now)
+                    {
+                        self.fire_flat.push(c);
+                    }
+                }
+                for &c in &self.fire_flat {
+                    if let Some(step) = flat.step(basics + usize::from(c), *state) {
+                        ended = run_flat(&svc.chart, step, state, &mut ctx);
+                        if ended {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        if ended {
+            self.free_slot(i);
+        }
+        Ok(())
+    }
+}
+
+/// Runs one flat step's actions (a failing action ends its block, as in the engine) and
+/// moves to its target; whether the instance ended (a final state or `terminate`).
+fn run_flat<N: Network>(
+    chart: &Chart<Action>,
+    step: &Step,
+    state: &mut u16,
+    ctx: &mut Ctx<'_, N>,
+) -> bool {
+    run_step(chart, step, ctx);
+    if let Some(t) = step.target {
+        *state = t;
+    }
+    clear_drafts(ctx.drafts);
+    step.ends || ctx.terminated
+}
+
+fn run_step<N: Network>(chart: &Chart<Action>, step: &Step, ctx: &mut Ctx<'_, N>) {
+    let actions = chart.actions();
+    for block in step.blocks.iter() {
+        for &a in block.iter() {
+            let ok = actions
+                .get(a as usize)
+                .is_some_and(|a| action::run(a, ctx, &()).is_ok());
+            if !ok {
+                break;
+            }
+        }
     }
 }
 
@@ -477,7 +652,7 @@ impl Runner for Store {
         let &i = self.map.get(&key)?;
         let l = self.slab[i as usize].as_ref()?;
         let chart = &self.services[usize::from(l.svc)].chart;
-        l.inst.active_states().last().map(|s| chart.state_name(s))
+        l.inst.active_states().last().map(|&s| chart.state_name(s))
     }
 
     fn live(&self) -> usize {

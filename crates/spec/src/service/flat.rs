@@ -1,0 +1,193 @@
+//! The flat machine: a delivery service whose chart is a plain finite-state machine, compiled
+//! one step further than the general chart table (seed 000 §6.3: the XML processing of a
+//! generic engine was the prior system's bottleneck; issue 5 "compile to a table").
+//!
+//! Most delivery services (h2hack, e2eack, duplicate elimination, handshake, selection,
+//! synchronization) are written as the seed writes them: atomic states under the root, each
+//! transition named by a basic or composite event, executable content made only of the
+//! service's actions. For such a chart every (state, event) pair has at most one transition
+//! and its whole effect is known at load time: the source's `<onexit>` blocks, the
+//! transition's body, the target's `<onentry>` blocks (and, on reaching a top-level `<final>`,
+//! its `<onexit>` as the interpreter exits). [`Flat`] stores exactly that — a table indexed by
+//! (service event, state) of steps, each a target and its action blocks — so an instance is
+//! one state number and an event is one table read.
+//!
+//! [`Flat::compile`] accepts a chart only when the flat run is indistinguishable from the
+//! general engine's ([`chart::Instance`](crate::chart::Instance)); a test drives every shipped
+//! service both ways with random traces and compares the actions and states. A chart qualifies
+//! when:
+//! - every state but the root is an atomic `<state>` or a `<final>` child of the root (no
+//!   nesting, `<parallel>` or `<history>`), and the root's initial state is one of them;
+//! - every transition names an event (no eventless ones), has no `cond`, and every descriptor names a basic or composite event (or
+//!   matches them by prefix or `*`) — none can match `error.*` or `done.*`, which only the
+//!   engine raises;
+//! - executable content is only the service's actions (no `<raise>`, `<send>`, `<assign>`,
+//!   `<log>`, `<if>`, `<foreach>`), none reads a datamodel variable (`$x`), and the document
+//!   never reads `_event`.
+//!
+//! As in the engine, an action that fails ends its block (the rest of the block is skipped;
+//! the `error.execution` the engine would raise selects no transition in such a chart).
+
+use crate::chart::compile::descriptor_matches;
+use crate::chart::compile::{Chart, Kind, Op, StateInfo};
+
+use super::action::Action;
+use super::data::ServiceData;
+
+/// One transition's effect: where it goes and the action blocks it runs, in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Step {
+    /// Target state (`None`: a targetless transition, the state does not change).
+    pub target: Option<u16>,
+    /// Whether the target is a top-level `<final>`: the instance ends after the step.
+    pub ends: bool,
+    /// Blocks of indexes into the chart's actions; a failing action ends its block.
+    pub blocks: Box<[Box<[u32]>]>,
+}
+
+/// A chart compiled to (event × state) → step.
+#[derive(Clone, Debug)]
+pub(crate) struct Flat {
+    states: usize,
+    /// Per service event (basic events, then composite ones) × state: step index + 1, 0 = none.
+    table: Box<[u16]>,
+    steps: Box<[Step]>,
+    /// Entering the initial state.
+    start: Step,
+}
+
+impl Flat {
+    /// Compiles `chart` (the chart of the service with `data`) when it qualifies (module doc).
+    pub(crate) fn compile(chart: &Chart<Action>, data: &ServiceData, src: &str) -> Option<Flat> {
+        let states = chart.states();
+        let n = states.len();
+        if n < 2 || n > usize::from(u16::MAX) || src.contains("_event") {
+            return None;
+        }
+        for s in &states[1..] {
+            let plain = matches!(s.kind, Kind::Atomic | Kind::Final) && s.parent == 0;
+            if !plain || !s.data.is_empty() || s.donedata.is_some() {
+                return None;
+            }
+        }
+        let blocks_ok = |blocks: &[Vec<Op>]| blocks.iter().all(|b| actions_only(chart, b));
+        if !states
+            .iter()
+            .all(|s| blocks_ok(&s.onentry) && blocks_ok(&s.onexit))
+        {
+            return None;
+        }
+        let names: Vec<&str> = data
+            .basic
+            .iter()
+            .map(|b| b.name.as_str())
+            .chain(data.composite.iter().map(|c| c.name.as_str()))
+            .collect();
+        let own = |s: &StateInfo| {
+            &chart.transitions()[s.transitions.start as usize..s.transitions.end as usize]
+        };
+        for t in states.iter().flat_map(own) {
+            let plain = !t.events.is_empty() && t.cond.is_none() && t.targets.len() <= 1;
+            if !plain || !actions_only(chart, &t.body) {
+                return None;
+            }
+            let internal = ["error.execution", "error.communication", "done.state.x"];
+            if t.events.iter().any(|d| {
+                internal.iter().any(|e| descriptor_matches(d, e))
+                    || !names.iter().any(|e| descriptor_matches(d, e))
+            }) {
+                return None;
+            }
+        }
+        // The initial configuration: the root and one of its children.
+        let start_state = match chart.initial_entry.as_slice() {
+            [(0, _), (s, _)] | [(s, _)] if *s != 0 => *s,
+            _ => return None,
+        };
+        let step_to = |source: Option<u32>, target: Option<u32>, body: &[Op]| -> Step {
+            let mut blocks: Vec<Box<[u32]>> = Vec::new();
+            let mut push = |ops: &[Op]| {
+                let ids: Box<[u32]> = ops
+                    .iter()
+                    .filter_map(|op| match op {
+                        Op::Custom(i) => Some(*i),
+                        _ => None,
+                    })
+                    .collect();
+                if !ids.is_empty() {
+                    blocks.push(ids);
+                }
+            };
+            if let (Some(s), Some(_)) = (source, target) {
+                states[s as usize].onexit.iter().for_each(|b| push(b));
+            }
+            push(body);
+            let mut ends = false;
+            if let Some(t) = target {
+                let st = &states[t as usize];
+                st.onentry.iter().for_each(|b| push(b));
+                if st.kind == Kind::Final {
+                    ends = true;
+                    st.onexit.iter().for_each(|b| push(b));
+                }
+            }
+            Step {
+                target: target.map(|t| t as u16),
+                ends,
+                blocks: blocks.into(),
+            }
+        };
+        let start = step_to(None, Some(start_state), &[]);
+        let mut steps = Vec::new();
+        let mut table = vec![0u16; names.len() * n];
+        for (e, name) in names.iter().enumerate() {
+            for s in 1..n {
+                let st = &states[s];
+                if st.kind == Kind::Final {
+                    continue;
+                }
+                let first = own(st)
+                    .iter()
+                    .find(|t| t.events.iter().any(|d| descriptor_matches(d, name)));
+                if let Some(t) = first {
+                    steps.push(step_to(Some(s as u32), t.targets.first().copied(), &t.body));
+                    if steps.len() >= usize::from(u16::MAX) {
+                        return None;
+                    }
+                    table[e * n + s] = steps.len() as u16;
+                }
+            }
+        }
+        Some(Flat {
+            states: n,
+            table: table.into(),
+            steps: steps.into(),
+            start,
+        })
+    }
+
+    /// The step entering the initial state.
+    #[inline]
+    pub(crate) fn start(&self) -> &Step {
+        &self.start
+    }
+
+    /// The step service event `event` (basic index, or basic count + composite index) takes
+    /// in `state`, if any.
+    #[inline]
+    pub(crate) fn step(&self, event: usize, state: u16) -> Option<&Step> {
+        let i = *self.table.get(event * self.states + usize::from(state))?;
+        self.steps.get(usize::from(i).checked_sub(1)?)
+    }
+}
+
+/// Whether a block holds only custom actions that read no datamodel variable.
+fn actions_only(chart: &Chart<Action>, ops: &[Op]) -> bool {
+    ops.iter().all(|op| match op {
+        Op::Custom(i) => chart
+            .actions()
+            .get(*i as usize)
+            .is_some_and(|a| !a.reads_datamodel()),
+        _ => false,
+    })
+}

@@ -1,0 +1,219 @@
+//! The flat machine (`service::flat`) against the general chart engine: every shipped service
+//! that qualifies is driven both ways through the same random traces, and the actions, their
+//! messages and the states after every input must be identical.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::Value;
+use viastack_kernel::time::Instant;
+use viastack_spec::service::trace::{self, Input, Options};
+use viastack_spec::service::{Addr, InstanceKey, Message, NodeInfo, Service, Store, StoreConfig};
+
+/// Every shipped service, and whether it is a plain state machine the flat form runs.
+const SPECS: &[(&str, &str, bool)] = &[
+    (
+        "dupelim",
+        include_str!("../../../specs/dupelim.scxml"),
+        true,
+    ),
+    ("e2eack", include_str!("../../../specs/e2eack.scxml"), true),
+    ("h2hack", include_str!("../../../specs/h2hack.scxml"), true),
+    (
+        "selection",
+        include_str!("../../../specs/selection.scxml"),
+        true,
+    ),
+    ("sync", include_str!("../../../specs/sync.scxml"), true),
+    // Nested states: the general engine.
+    (
+        "handshake",
+        include_str!("../../../specs/handshake.scxml"),
+        false,
+    ),
+    // Datamodel, `cond` and `_event`: the general engine.
+    ("incast", include_str!("../../../specs/incast.scxml"), false),
+    (
+        "leakybucket",
+        include_str!("../../../specs/leakybucket.scxml"),
+        false,
+    ),
+    (
+        "ordering",
+        include_str!("../../../specs/ordering.scxml"),
+        false,
+    ),
+];
+
+fn load(name: &str, src: &str) -> Service {
+    Service::load(&format!("{name}.scxml"), src)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .0
+}
+
+fn store(svc: Service) -> Store {
+    Store::new(vec![Arc::new(svc)], StoreConfig::default())
+}
+
+fn node(children: Vec<Addr>) -> NodeInfo {
+    NodeInfo {
+        address: Addr(1),
+        parent: Addr(9),
+        children,
+        neighbours: vec![Addr(7)],
+    }
+}
+
+/// Messages of every type the shipped services filter on (and one none does), from a few
+/// sources, with payloads; timers 1…10; node changes; four message ids interleaved.
+fn random_trace(service: u32, seed: u64) -> Vec<Input> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut out = vec![Input::Node(Instant::ZERO, node(vec![Addr(2), Addr(3)]))];
+    let mut t = 0u64;
+    let payload: Arc<[u8]> = Arc::from(&b"data"[..]);
+    for _ in 0..rng.gen_range(5..90) {
+        t += rng.gen_range(0..700);
+        let at = Instant::from_millis(t);
+        let id = rng.gen_range(1..5);
+        match rng.gen_range(0..10) {
+            0..=5 => {
+                let types = [0x80u8, 0x80, 1, 2, 2, 3, 4, 5, 6, 20, 21, 22, 23, 99];
+                let ty = types[rng.gen_range(0..types.len())];
+                let src = rng.gen_range(1..7);
+                out.push(Input::Message(
+                    at,
+                    Message {
+                        service_id: service,
+                        message_id: id,
+                        message_type: ty,
+                        delivery_mode: rng.gen_range(1..4),
+                        hop_limit: 255,
+                        source: Addr(src),
+                        previous_hop: Addr(rng.gen_range(1..7)),
+                        destination: Addr(rng.gen_range(0..3)),
+                        root: Addr(9),
+                        seq: rng.gen_range(0..4),
+                        payload: (ty == 0x80).then(|| Arc::clone(&payload)),
+                        ..Message::default()
+                    },
+                ));
+            }
+            6..=8 => out.push(Input::Timer(
+                at,
+                InstanceKey {
+                    service,
+                    message: id,
+                },
+                rng.gen_range(1..11),
+            )),
+            _ => {
+                let children = (2..6).filter(|_| rng.gen_bool(0.5)).map(Addr).collect();
+                out.push(Input::Node(at, node(children)));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_plain_state_machines_among_the_shipped_services_run_flat() {
+    for &(name, src, flat) in SPECS {
+        assert_eq!(load(name, src).is_flat(), flat, "{name}");
+    }
+}
+
+#[test]
+fn flat_and_general_engine_take_the_same_actions_on_random_traces() {
+    for &(name, src, flat) in SPECS {
+        if !flat {
+            continue;
+        }
+        let service = load(name, src).id();
+        for seed in 0..300 {
+            let inputs = random_trace(service, seed);
+            for auto in [false, true] {
+                let opts = Options {
+                    auto_timers: auto,
+                    end_ms: None,
+                };
+                let a = trace::run(&mut store(load(name, src)), &inputs, opts);
+                let mut general = load(name, src);
+                general.disable_flat();
+                let b = trace::run(&mut store(general), &inputs, opts);
+                if a != b {
+                    let (i, (x, y)) = a
+                        .iter()
+                        .zip(&b)
+                        .enumerate()
+                        .find(|(_, (x, y))| x != y)
+                        .unwrap_or((a.len().min(b.len()), (&Value::Null, &Value::Null)));
+                    panic!("{name} seed {seed} auto_timers {auto}: first difference at output {i}:\nflat:    {x}\ngeneral: {y}\ninputs: {inputs:?}");
+                }
+                assert!(a.len() > inputs.len() / 2, "{name} seed {seed}: {a:?}");
+            }
+        }
+    }
+}
+
+/// A plain machine that uses what the shipped ones do not: `<onexit>`, an external
+/// self-transition, a `<final>` with entry and exit actions, two descriptors, several
+/// blocks, and actions that fail (`last(b)` before any `b`) in the middle of a block.
+const CORNERS: &str = r#"<scxml xmlns="http://www.w3.org/2005/07/scxml"
+       xmlns:action="http://my.custom-actions.domain/action" initial="one">
+  <datamodel>
+    <data name="service"><ServiceID>4</ServiceID></data>
+    <data name="events"><Basic>
+      <Event name="a"><Message><MessageType>1</MessageType></Message></Event>
+      <Event name="b"><Message><MessageType>2</MessageType></Message></Event>
+      <Event name="c"><Message><MessageType>3</MessageType></Message></Event>
+      <Event name="t"><Timer><TimerIdentifier>1</TimerIdentifier></Timer></Event>
+    </Basic></data>
+  </datamodel>
+  <state id="one">
+    <onentry><action:setTimer id="1" ms="10"/></onentry>
+    <onentry><action:toApplication message="last(b)"/><action:setTimer id="2" ms="20"/></onentry>
+    <onexit><action:cancelTimer id="1"/><action:toApplication message="last(c)"/><action:cancelTimer id="3"/></onexit>
+    <onexit><action:cancelTimer id="4"/></onexit>
+    <transition event="a" target="one"><action:sendControlMessage from="last(b)" MessageType="9"/><action:setTimer id="5" ms="1"/></transition>
+    <transition event="b" target="two"/>
+    <transition event="c t"><action:setTimer id="6" ms="6"/></transition>
+  </state>
+  <state id="two">
+    <transition event="c" target="end"><action:toApplication message="last(a)"/></transition>
+    <transition event="t" target="one"/>
+  </state>
+  <final id="end">
+    <onentry><action:setTimer id="7" ms="7"/></onentry>
+    <onexit><action:cancelTimer id="8"/></onexit>
+  </final>
+</scxml>"#;
+
+#[test]
+fn corner_cases_of_the_flat_form_match_the_general_engine() {
+    assert!(load("corners", CORNERS).is_flat());
+    let mut checked = 0;
+    for seed in 0..300 {
+        let inputs = random_trace(4, seed);
+        let opts = Options {
+            auto_timers: false,
+            end_ms: None,
+        };
+        let a = trace::run(&mut store(load("corners", CORNERS)), &inputs, opts);
+        let mut general = load("corners", CORNERS);
+        general.disable_flat();
+        let b = trace::run(&mut store(general), &inputs, opts);
+        assert_eq!(a, b, "seed {seed}: inputs {inputs:?}");
+        checked += a.len();
+    }
+    assert!(checked > 10_000, "{checked}");
+}
+
+#[test]
+fn a_catch_all_descriptor_keeps_the_general_engine() {
+    // `*` also matches the `error.execution` a failing action raises, which only the general
+    // engine delivers.
+    let src = CORNERS.replace(r#"event="c t""#, r#"event="*""#);
+    assert!(!load("star", &src).is_flat());
+}
