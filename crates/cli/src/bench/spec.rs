@@ -46,7 +46,7 @@ pub struct SpecArgs {
     #[arg(long)]
     json: bool,
     /// Only run this implementation, `compiled` or `handwritten`, for `--repeat` rounds (for
-    /// profiling one of them; prints nothing).
+    /// profiling one of them; prints its events/s).
     #[arg(long, hide = true)]
     only: Option<String>,
 }
@@ -205,12 +205,13 @@ pub fn run(args: &SpecArgs) -> anyhow::Result<()> {
         )
     };
     match args.only.as_deref() {
-        Some("compiled") => {
-            measure(&compiled_store, &inputs, peak, args.repeat)?;
-            return Ok(());
-        }
-        Some("handwritten") => {
-            measure(&|| H2hack::new(1), &inputs, peak, args.repeat)?;
+        Some(which @ ("compiled" | "handwritten")) => {
+            let f = if which == "compiled" {
+                measure(&compiled_store, &inputs, peak, args.repeat)?
+            } else {
+                measure(&|| H2hack::new(1), &inputs, peak, args.repeat)?
+            };
+            outln!("{which}: {:.0} events/s", f.events_per_s)?;
             return Ok(());
         }
         Some(other) => return Err(anyhow!("--only {other}: expected compiled or handwritten")),
