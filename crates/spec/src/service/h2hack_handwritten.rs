@@ -8,7 +8,7 @@
 //! fairly. One instance per MessageID, created on the first message of a new id, freed on
 //! reaching "deleted"; timers for unknown instances are ignored (seed §5.1.4.2).
 
-use fnv::FnvHashMap;
+use foldhash::HashMap as FastMap;
 
 use viastack_kernel::time::{Duration, Instant};
 
@@ -97,7 +97,7 @@ struct Inst {
 pub struct H2hack {
     service_id: u32,
     node: NodeInfo,
-    instances: FnvHashMap<u64, Inst>,
+    instances: FastMap<u64, Inst>,
 }
 
 /// What one step did to the instance.
@@ -112,7 +112,7 @@ impl H2hack {
         H2hack {
             service_id,
             node: NodeInfo::default(),
-            instances: FnvHashMap::default(),
+            instances: FastMap::default(),
         }
     }
 

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use viastack_kernel::time::Instant;
 
-use fnv::FnvHashMap;
+use foldhash::HashMap as FastMap;
 
 use crate::chart::{
     self, Chart, EventName, ExternalEvent, Instance, RunError, StateId, Status, Symbol, Value, Vars,
@@ -107,7 +107,7 @@ pub struct Store {
     node: NodeInfo,
     slab: Vec<Option<Live>>,
     free: Vec<u32>,
-    map: FnvHashMap<InstanceKey, u32>,
+    map: FastMap<InstanceKey, u32>,
     pool: Vec<Vec<(Machine, History)>>,
     /// Histories of freed instances, per service, for reuse.
     recycled: Vec<Vec<History>>,
@@ -187,7 +187,7 @@ impl Store {
             node: NodeInfo::default(),
             slab: Vec::with_capacity(config.pool),
             free: Vec::new(),
-            map: FnvHashMap::with_capacity_and_hasher(config.pool, Default::default()),
+            map: FastMap::with_capacity_and_hasher(config.pool, Default::default()),
             recycled: vec![Vec::new(); pool.len()],
             pool,
             hits: Vec::new(),
