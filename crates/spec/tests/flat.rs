@@ -159,7 +159,9 @@ fn flat_and_general_engine_take_the_same_actions_on_random_traces() {
 
 /// A plain machine that uses what the shipped ones do not: `<onexit>`, an external
 /// self-transition, a `<final>` with entry and exit actions, two descriptors, several
-/// blocks, and actions that fail (`last(b)` before any `b`) in the middle of a block.
+/// blocks, actions that fail (`last(b)` before any `b`) in the middle of a block, and
+/// create/set/execute runs whose draft is (`toApplication`) and is not (`sendControlMessage`)
+/// read elsewhere.
 const CORNERS: &str = r#"<scxml xmlns="http://www.w3.org/2005/07/scxml"
        xmlns:action="http://my.custom-actions.domain/action" initial="one">
   <datamodel>
@@ -176,12 +178,23 @@ const CORNERS: &str = r#"<scxml xmlns="http://www.w3.org/2005/07/scxml"
     <onentry><action:toApplication message="last(b)"/><action:setTimer id="2" ms="20"/></onentry>
     <onexit><action:cancelTimer id="1"/><action:toApplication message="last(c)"/><action:cancelTimer id="3"/></onexit>
     <onexit><action:cancelTimer id="4"/></onexit>
-    <transition event="a" target="one"><action:sendControlMessage from="last(b)" MessageType="9"/><action:setTimer id="5" ms="1"/></transition>
+    <transition event="a" target="one"><action:sendControlMessage from="last(b)" MessageType="9"/><action:setTimer id="5" ms="1"/>
+      <action:create name="toApplication"/>
+      <action:set name="toApplication" field="Message" expr="last(a)"/>
+      <action:execute name="toApplication"/>
+      <action:sendControlMessage MessageType="5" DestinationAddress="toApplication.SourceAddress"/>
+    </transition>
     <transition event="b" target="two"/>
     <transition event="c t"><action:setTimer id="6" ms="6"/></transition>
   </state>
   <state id="two">
-    <transition event="c" target="end"><action:toApplication message="last(a)"/></transition>
+    <transition event="c" target="end"><action:toApplication message="last(a)"/>
+      <action:create name="sendControlMessage"/>
+      <action:set name="sendControlMessage" field="Message" expr="last(c)"/>
+      <action:set name="sendControlMessage" field="Message/MessageType" value="7"/>
+      <action:set name="sendControlMessage" field="Message/HopLimit" expr="last(b).HopLimit"/>
+      <action:execute name="sendControlMessage"/>
+    </transition>
     <transition event="t" target="one"/>
   </state>
   <final id="end">

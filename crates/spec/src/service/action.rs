@@ -251,7 +251,40 @@ pub enum Action {
     },
 }
 
+impl Value {
+    /// Whether it reads draft `d`.
+    pub fn reads_draft(&self, d: u8) -> bool {
+        matches!(self, Value::Draft(x) | Value::DraftAttr(x, _) if *x == d)
+    }
+
+    fn draft(&self) -> Option<u8> {
+        match self {
+            Value::Draft(x) | Value::DraftAttr(x, _) => Some(*x),
+            _ => None,
+        }
+    }
+}
+
 impl Action {
+    /// The drafts it creates, fills, performs or reads.
+    pub fn drafts(&self) -> Vec<u8> {
+        match self {
+            Action::Create { draft } | Action::Execute { draft, .. } => vec![*draft],
+            Action::Set { draft, value, .. } => {
+                std::iter::once(*draft).chain(value.draft()).collect()
+            }
+            Action::Run {
+                draft, base, sets, ..
+            } => draft
+                .iter()
+                .copied()
+                .chain(base.iter().filter_map(Value::draft))
+                .chain(sets.iter().filter_map(|(_, v)| v.draft()))
+                .collect(),
+            Action::Timer { sets, .. } => sets.iter().filter_map(|(_, v)| v.draft()).collect(),
+        }
+    }
+
     /// Whether running it reads a datamodel variable (`$x`).
     pub fn reads_datamodel(&self) -> bool {
         let var = |v: &Value| matches!(v, Value::Var(_));

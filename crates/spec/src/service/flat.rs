@@ -41,8 +41,8 @@ pub(crate) struct Step {
     pub target: Option<u16>,
     /// Whether the target is a top-level `<final>`: the instance ends after the step.
     pub ends: bool,
-    /// Blocks of indexes into the chart's actions; a failing action ends its block.
-    pub blocks: Box<[Box<[u32]>]>,
+    /// Action blocks; a failing action ends its block.
+    pub blocks: Box<[Box<[Action]>]>,
 }
 
 /// A chart compiled to (event × state) → step.
@@ -104,18 +104,20 @@ impl Flat {
             [(0, _), (s, _)] | [(s, _)] if *s != 0 => *s,
             _ => return None,
         };
+        let all_blocks = || {
+            let state_blocks = states
+                .iter()
+                .flat_map(|s| s.onentry.iter().chain(&s.onexit).map(Vec::as_slice));
+            let bodies = states.iter().flat_map(own).map(|t| t.body.as_slice());
+            state_blocks.chain(bodies).map(|ops| custom(chart, ops))
+        };
+        let fusable = fusable_drafts(all_blocks());
         let step_to = |source: Option<u32>, target: Option<u32>, body: &[Op]| -> Step {
-            let mut blocks: Vec<Box<[u32]>> = Vec::new();
+            let mut blocks: Vec<Box<[Action]>> = Vec::new();
             let mut push = |ops: &[Op]| {
-                let ids: Box<[u32]> = ops
-                    .iter()
-                    .filter_map(|op| match op {
-                        Op::Custom(i) => Some(*i),
-                        _ => None,
-                    })
-                    .collect();
-                if !ids.is_empty() {
-                    blocks.push(ids);
+                let actions = fuse(&custom(chart, ops), &fusable);
+                if !actions.is_empty() {
+                    blocks.push(actions.into());
                 }
             };
             if let (Some(s), Some(_)) = (source, target) {
@@ -181,6 +183,84 @@ impl Flat {
     }
 }
 
+/// The custom actions of a block (a qualifying chart has no other content).
+fn custom<'c>(chart: &'c Chart<Action>, ops: &[Op]) -> Vec<&'c Action> {
+    ops.iter()
+        .filter_map(|op| match op {
+            Op::Custom(i) => chart.actions().get(*i as usize),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A `create`, `set`… , `execute` run of one draft starting at `block[i]`: its length.
+fn triple(block: &[&Action], i: usize) -> Option<usize> {
+    let Action::Create { draft } = block[i] else {
+        return None;
+    };
+    let d = *draft;
+    for (j, a) in block.iter().enumerate().skip(i + 1) {
+        match a {
+            Action::Set { draft, value, .. } if *draft == d && !value.reads_draft(d) => {}
+            Action::Execute { draft, .. } if *draft == d => return Some(j + 1 - i),
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// Drafts whose every use in the chart is a whole create/set/execute run: nothing can observe
+/// them between actions, so each run can become one [`Action::Run`].
+fn fusable_drafts<'c>(blocks: impl Iterator<Item = Vec<&'c Action>>) -> Vec<u8> {
+    let mut inside: Vec<u8> = Vec::new();
+    let mut outside: Vec<u8> = Vec::new();
+    for block in blocks {
+        let mut i = 0;
+        while i < block.len() {
+            if let Some(len) = triple(&block, i) {
+                if let Action::Create { draft } = block[i] {
+                    inside.push(*draft);
+                }
+                i += len;
+                continue;
+            }
+            outside.extend(block[i].drafts());
+            i += 1;
+        }
+    }
+    inside.retain(|d| !outside.contains(d));
+    inside
+}
+
+/// A block's actions with the runs of `fusable` drafts fused.
+fn fuse(block: &[&Action], fusable: &[u8]) -> Vec<Action> {
+    let mut out = Vec::with_capacity(block.len());
+    let mut i = 0;
+    while i < block.len() {
+        if let (Some(len), Action::Create { draft }) = (triple(block, i), block[i]) {
+            if fusable.contains(draft) {
+                let sets = block[i + 1..i + len - 1].iter().filter_map(|a| match a {
+                    Action::Set { field, value, .. } => Some((field.clone(), value.clone())),
+                    _ => None,
+                });
+                if let Action::Execute { prim, .. } = block[i + len - 1] {
+                    out.push(Action::Run {
+                        prim: *prim,
+                        draft: None,
+                        base: None,
+                        sets: sets.collect(),
+                    });
+                    i += len;
+                    continue;
+                }
+            }
+        }
+        out.push(block[i].clone());
+        i += 1;
+    }
+    out
+}
+
 /// Whether a block holds only custom actions that read no datamodel variable.
 fn actions_only(chart: &Chart<Action>, ops: &[Op]) -> bool {
     ops.iter().all(|op| match op {
@@ -190,4 +270,55 @@ fn actions_only(chart: &Chart<Action>, ops: &[Op]) -> bool {
             .is_some_and(|a| !a.reads_datamodel()),
         _ => false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::super::load::Service;
+    use super::*;
+
+    const SRC: &str = r#"<scxml xmlns="http://www.w3.org/2005/07/scxml"
+           xmlns:action="http://my.custom-actions.domain/action" initial="a">
+      <datamodel>
+        <data name="service"><ServiceID>4</ServiceID></data>
+        <data name="events"><Basic>
+          <Event name="x"><Message><MessageType>1</MessageType></Message></Event>
+        </Basic></data>
+      </datamodel>
+      <state id="a">
+        <transition event="x" target="b">
+          <action:create name="sendControlMessage"/>
+          <action:set name="sendControlMessage" field="Message" expr="last(x)"/>
+          <action:set name="sendControlMessage" field="Message/MessageType" value="7"/>
+          <action:execute name="sendControlMessage"/>
+          <action:create name="toApplication"/>
+          <action:set name="toApplication" field="Message" expr="last(x)"/>
+          <action:execute name="toApplication"/>
+          <action:sendControlMessage MessageType="5" DestinationAddress="toApplication.SourceAddress"/>
+        </transition>
+      </state>
+      <final id="b"/>
+    </scxml>"#;
+
+    #[test]
+    fn create_set_execute_runs_of_unobserved_drafts_become_one_action() {
+        let (svc, _) = Service::load("f.scxml", SRC).unwrap();
+        let flat = svc.flat.as_ref().unwrap();
+        let step = flat.step(0, 1).unwrap();
+        assert_eq!(step.target, Some(2));
+        assert!(step.ends);
+        let block = &step.blocks[0];
+        // sendControlMessage's run is fused; toApplication's draft is read by a later action,
+        // so its run is kept as written.
+        assert!(
+            matches!(&block[0], Action::Run { prim: super::super::action::Prim::SendControl, draft: None, base: None, sets } if sets.len() == 2),
+            "{block:?}"
+        );
+        assert!(matches!(block[1], Action::Create { .. }), "{block:?}");
+        assert!(matches!(block[2], Action::Set { .. }), "{block:?}");
+        assert!(matches!(block[3], Action::Execute { .. }), "{block:?}");
+        assert!(matches!(block[4], Action::Run { .. }), "{block:?}");
+        assert_eq!(block.len(), 5);
+    }
 }

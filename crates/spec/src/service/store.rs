@@ -26,7 +26,7 @@ use viastack_kernel::time::Instant;
 use foldhash::HashMap as FastMap;
 
 use crate::chart::{
-    self, Chart, EventName, ExternalEvent, Instance, RunError, StateId, Status, Symbol, Value, Vars,
+    self, EventName, ExternalEvent, Instance, RunError, StateId, Status, Symbol, Value, Vars,
 };
 
 use super::action::{self, Action, Ctx, Draft, Network};
@@ -277,7 +277,7 @@ impl Store {
         let status = match (&mut inst, &svc.flat) {
             (Machine::Flat(state), Some(flat)) => {
                 let step = flat.start();
-                run_step(&svc.chart, step, &mut host.ctx);
+                run_step(step, &mut host.ctx);
                 *state = step.target.unwrap_or(0);
                 if step.ends {
                     Ok(Status::Final)
@@ -489,7 +489,7 @@ impl Store {
         // Basic events, in declaration order.
         for &e in &self.hits {
             if let Some(step) = flat.step(usize::from(e), *state) {
-                ended = run_flat(&svc.chart, step, state, &mut ctx);
+                ended = run_flat(step, state, &mut ctx);
                 if ended {
                     break;
                 }
@@ -526,7 +526,7 @@ impl Store {
                 }
                 for &c in &self.fire_flat {
                     if let Some(step) = flat.step(basics + usize::from(c), *state) {
-                        ended = run_flat(&svc.chart, step, state, &mut ctx);
+                        ended = run_flat(step, state, &mut ctx);
                         if ended {
                             break;
                         }
@@ -543,13 +543,8 @@ impl Store {
 
 /// Runs one flat step's actions (a failing action ends its block, as in the engine) and
 /// moves to its target; whether the instance ended (a final state or `terminate`).
-fn run_flat<N: Network>(
-    chart: &Chart<Action>,
-    step: &Step,
-    state: &mut u16,
-    ctx: &mut Ctx<'_, N>,
-) -> bool {
-    run_step(chart, step, ctx);
+fn run_flat<N: Network>(step: &Step, state: &mut u16, ctx: &mut Ctx<'_, N>) -> bool {
+    run_step(step, ctx);
     if let Some(t) = step.target {
         *state = t;
     }
@@ -557,14 +552,10 @@ fn run_flat<N: Network>(
     step.ends || ctx.terminated
 }
 
-fn run_step<N: Network>(chart: &Chart<Action>, step: &Step, ctx: &mut Ctx<'_, N>) {
-    let actions = chart.actions();
+fn run_step<N: Network>(step: &Step, ctx: &mut Ctx<'_, N>) {
     for block in step.blocks.iter() {
-        for &a in block.iter() {
-            let ok = actions
-                .get(a as usize)
-                .is_some_and(|a| action::run(a, ctx, &()).is_ok());
-            if !ok {
+        for a in block.iter() {
+            if action::run(a, ctx, &()).is_err() {
                 break;
             }
         }
