@@ -783,6 +783,20 @@ fn read_int<N: Network + ?Sized>(
     })
 }
 
+/// The common integer values, read without the error paths of [`read_int`]; `None` sends
+/// the caller to the general path (which reports why a value cannot be read).
+#[inline(always)]
+fn quick_int<N: Network + ?Sized>(v: &Value, ctx: &Ctx<'_, N>) -> Option<i64> {
+    match v {
+        Value::Int(n) => Some(*n),
+        Value::LastAttr(s, a) => ctx.history.last(*s).map(|m| m.get(*a)),
+        Value::CurrentAttr(a) => ctx.current.map(|m| m.get(*a)),
+        Value::NodeAddress => Some(ctx.node.address.0 as i64),
+        Value::NodeParent => Some(ctx.node.parent.0 as i64),
+        _ => None,
+    }
+}
+
 fn apply<N: Network + ?Sized>(
     msg: &mut Message,
     timer: &mut (u32, u64),
@@ -841,7 +855,7 @@ fn apply<N: Network + ?Sized>(
 
 fn perform<N: Network + ?Sized>(
     prim: Prim,
-    mut msg: Message,
+    msg: &mut Message,
     timer: (u32, u64),
     ctx: &mut Ctx<'_, N>,
 ) {
@@ -853,33 +867,33 @@ fn perform<N: Network + ?Sized>(
     let (now, key) = (ctx.now, ctx.key);
     match prim {
         Prim::CreateMessage | Prim::SetMessage => {}
-        Prim::ToApplication => ctx.net.perform(now, key, Primitive::ToApplication(&msg)),
+        Prim::ToApplication => ctx.net.perform(now, key, Primitive::ToApplication(msg)),
         Prim::SendData => {
             msg.source = local;
             msg.previous_hop = local;
             msg.message_type = PAYLOAD_TYPE;
-            ctx.net.perform(now, key, Primitive::SendData(&msg));
+            ctx.net.perform(now, key, Primitive::SendData(msg));
         }
         Prim::SendControl => {
             msg.source = local;
             msg.previous_hop = local;
             msg.payload = None;
-            ctx.net.perform(now, key, Primitive::SendControl(&msg));
+            ctx.net.perform(now, key, Primitive::SendControl(msg));
         }
         Prim::Send => {
             msg.source = local;
             msg.previous_hop = local;
             if msg.message_type == PAYLOAD_TYPE {
-                ctx.net.perform(now, key, Primitive::SendData(&msg));
+                ctx.net.perform(now, key, Primitive::SendData(msg));
             } else {
                 msg.payload = None;
-                ctx.net.perform(now, key, Primitive::SendControl(&msg));
+                ctx.net.perform(now, key, Primitive::SendControl(msg));
             }
         }
         Prim::Forward => {
             msg.hop_limit = msg.hop_limit.saturating_sub(1);
             msg.previous_hop = local;
-            ctx.net.perform(now, key, Primitive::Forward(&msg));
+            ctx.net.perform(now, key, Primitive::Forward(msg));
         }
         Prim::SetTimer => ctx.net.perform(
             now,
@@ -946,7 +960,10 @@ pub fn run<N: Network + ?Sized>(
                     return Ok(());
                 }
                 Field::Attr(a) => {
-                    let x = read_int(value, ctx, vars)?;
+                    let x = match quick_int(value, ctx) {
+                        Some(x) => x,
+                        None => read_int(value, ctx, vars)?,
+                    };
                     ctx.drafts[i].msg.set(*a, x);
                     return Ok(());
                 }
@@ -969,9 +986,9 @@ pub fn run<N: Network + ?Sized>(
             }
             let d = &mut ctx.drafts[i];
             d.live = false;
-            let msg = std::mem::take(&mut d.msg);
+            let mut msg = std::mem::take(&mut d.msg);
             let timer = (d.timer_id, d.timer_ms);
-            perform(*prim, msg, timer, ctx);
+            perform(*prim, &mut msg, timer, ctx);
             Ok(())
         }
         Action::Run {
@@ -990,6 +1007,10 @@ pub fn run<N: Network + ?Sized>(
             };
             let mut timer = (0, 0);
             for (f, v) in sets.iter() {
+                if let (Field::Attr(a), Some(x)) = (f, quick_int(v, ctx)) {
+                    msg.set(*a, x);
+                    continue;
+                }
                 apply(&mut msg, &mut timer, f, v, ctx, vars)?;
             }
             if let Some(d) = draft {
@@ -1001,15 +1022,19 @@ pub fn run<N: Network + ?Sized>(
                 dr.msg = msg;
                 return Ok(());
             }
-            perform(*prim, msg, timer, ctx);
+            perform(*prim, &mut msg, timer, ctx);
             Ok(())
         }
         Action::Timer { prim, sets } => {
             let (mut id, mut ms) = (0, 0);
             for (f, v) in sets.iter() {
+                let x = match quick_int(v, ctx) {
+                    Some(x) => x,
+                    None => read_int(v, ctx, vars)?,
+                };
                 match f {
-                    Field::TimerId => id = read_int(v, ctx, vars)? as u32,
-                    _ => ms = read_int(v, ctx, vars)?.max(0) as u64,
+                    Field::TimerId => id = x as u32,
+                    _ => ms = x.max(0) as u64,
                 }
             }
             let p = match prim {

@@ -44,6 +44,7 @@
 //! rescan of the full history ([`Program::eval_naive`]).
 
 use std::fmt;
+use std::sync::Arc;
 
 use viastack_kernel::time::Instant;
 
@@ -629,7 +630,9 @@ struct IndexDef {
 #[derive(Clone, Debug)]
 struct Compiled {
     naive: F,
+    /// The incremental form, compiled once the program's indexes are all known.
     incremental: F,
+    pred: Pred,
 }
 
 /// The compiled composite expressions of a service and the indexes they need.
@@ -1030,12 +1033,16 @@ pub fn compile(data: &ServiceData) -> Result<Program, Vec<(usize, LogicError)>> 
                 prog.exprs.push(Compiled {
                     naive: F::Const(false),
                     incremental: F::Const(false),
+                    pred: Pred::new(|_, _| false),
                 });
             }
         }
     }
     for (i, ix) in prog.indexes.iter().enumerate() {
         prog.by_event[usize::from(ix.event)].push(i as u16);
+    }
+    for c in &mut prog.exprs {
+        c.pred = compile_pred(&c.incremental, &prog.indexes);
     }
     if errors.is_empty() {
         Ok(prog)
@@ -1056,7 +1063,11 @@ fn compile_one(
     };
     let naive = ck.check(&e)?;
     let incremental = make_incremental(&naive, indexes)?;
-    Ok(Compiled { naive, incremental })
+    Ok(Compiled {
+        naive,
+        incremental,
+        pred: Pred::new(|_, _| false),
+    })
 }
 
 /// Converts a byte offset into an expression starting at `start` into a file position.
@@ -1126,20 +1137,13 @@ impl Program {
         };
         for &id in ids {
             let ix = &self.indexes[usize::from(id)];
-            let mut env = [Bind::None; MAX_VARS];
-            env[usize::from(ix.slot)] = Bind::Event(entry);
-            if ix.residual != F::Const(true)
-                && !eval_f(
-                    &ix.residual,
-                    &mut env,
-                    &NodeInfo::default(),
-                    now,
-                    &[],
-                    self,
-                    None,
-                )
-            {
-                continue;
+            if !matches!(ix.residual, F::Const(true)) {
+                let mut env = [Bind::None; MAX_VARS];
+                env[usize::from(ix.slot)] = Bind::Event(entry);
+                let node = NodeInfo::default();
+                if !eval_f(&ix.residual, &mut env, &node, now, &[]) {
+                    continue;
+                }
             }
             let t = now.as_nanos();
             match &mut state.slots[usize::from(id)] {
@@ -1158,10 +1162,10 @@ impl Program {
 
     /// Evaluates composite `i` from the instance's indexes (incremental).
     pub fn eval(&self, i: usize, state: &State, node: &NodeInfo, now: Instant) -> bool {
-        let mut env = [Bind::None; MAX_VARS];
+        let scope = Scope { node, now, state };
         self.exprs
             .get(i)
-            .is_some_and(|c| eval_f(&c.incremental, &mut env, node, now, &[], self, Some(state)))
+            .is_some_and(|c| c.pred.holds(&mut Values::default(), &scope))
     }
 
     /// Evaluates composite `i` by rescanning a full history (the reference for tests).
@@ -1175,7 +1179,7 @@ impl Program {
         let mut env = [Bind::None; MAX_VARS];
         self.exprs
             .get(i)
-            .is_some_and(|c| eval_f(&c.naive, &mut env, node, now, history, self, None))
+            .is_some_and(|c| eval_f(&c.naive, &mut env, node, now, history))
     }
 }
 
@@ -1207,26 +1211,167 @@ fn in_window(time: u64, within: Option<u64>, now: Instant) -> bool {
     time != NONE && within.is_none_or(|w| time >= now.as_nanos().saturating_sub(w))
 }
 
+/// The node-set variables bound while an incremental formula is evaluated (event variables
+/// never are: their quantifiers became index lookups).
+#[derive(Default)]
+struct Values {
+    value: [i64; MAX_VARS],
+    bound: u8,
+}
+
+impl Values {
+    #[inline]
+    fn get(&self, slot: u8) -> Option<i64> {
+        let i = usize::from(slot);
+        (i < MAX_VARS && self.bound & (1 << i) != 0).then(|| self.value[i])
+    }
+}
+
+/// What an incremental formula reads besides its variables.
+struct Scope<'a> {
+    node: &'a NodeInfo,
+    now: Instant,
+    state: &'a State,
+}
+
+type PredFn = dyn Fn(&mut Values, &Scope<'_>) -> bool + Send + Sync;
+
+/// The incremental form of a composite compiled to closures, once at load: what runs on every
+/// constituent event, with no dispatch on the formula's shape left at run time.
+#[derive(Clone)]
+struct Pred(Arc<PredFn>);
+
+impl std::fmt::Debug for Pred {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pred")
+    }
+}
+
+impl Pred {
+    fn new(f: impl Fn(&mut Values, &Scope<'_>) -> bool + Send + Sync + 'static) -> Pred {
+        Pred(Arc::new(f))
+    }
+
+    #[inline]
+    fn holds(&self, v: &mut Values, s: &Scope<'_>) -> bool {
+        (self.0)(v, s)
+    }
+}
+
+#[inline]
+fn term_inc(t: T, v: &Values, node: &NodeInfo) -> i64 {
+    match t {
+        T::Int(n) => n,
+        T::Var(x) => v.get(x).unwrap_or(0),
+        // Event attributes only occur inside index residuals, evaluated on arrival.
+        T::Attr(..) => 0,
+        T::NodeAddress => node.address.0 as i64,
+        T::NodeParent => node.parent.0 as i64,
+    }
+}
+
+fn node_set(set: NodeSet, node: &NodeInfo) -> &[Addr] {
+    match set {
+        NodeSet::Children => &node.children,
+        NodeSet::Neighbours => &node.neighbours,
+    }
+}
+
+/// Compiles an incremental formula (see [`make_incremental`]) over `indexes`.
+fn compile_pred(f: &F, indexes: &[IndexDef]) -> Pred {
+    match f {
+        &F::Const(b) => Pred::new(move |_, _| b),
+        F::Not(a) => {
+            let a = compile_pred(a, indexes);
+            Pred::new(move |v, s| !a.holds(v, s))
+        }
+        F::And(a, b) => {
+            let (a, b) = (compile_pred(a, indexes), compile_pred(b, indexes));
+            Pred::new(move |v, s| a.holds(v, s) && b.holds(v, s))
+        }
+        F::Or(a, b) => {
+            let (a, b) = (compile_pred(a, indexes), compile_pred(b, indexes));
+            Pred::new(move |v, s| a.holds(v, s) || b.holds(v, s))
+        }
+        &F::Cmp(op, l, r) => {
+            Pred::new(move |v, s| op.apply(term_inc(l, v, s.node), term_inc(r, v, s.node)))
+        }
+        F::NodeQ {
+            all,
+            set,
+            slot,
+            body,
+        } => {
+            let (all, set, slot) = (*all, *set, usize::from(*slot));
+            if slot >= MAX_VARS {
+                return Pred::new(|_, _| false);
+            }
+            if let F::Const(c) = **body {
+                // ∀/∃ over a constant: only whether the set is empty matters.
+                return Pred::new(move |_, s| {
+                    if c != all && !node_set(set, s.node).is_empty() {
+                        !all
+                    } else {
+                        all
+                    }
+                });
+            }
+            let body = compile_pred(body, indexes);
+            Pred::new(move |v, s| {
+                let saved = (v.value[slot], v.bound);
+                v.bound |= 1 << slot;
+                let mut result = all;
+                for a in node_set(set, s.node) {
+                    v.value[slot] = a.0 as i64;
+                    if body.holds(v, s) != all {
+                        result = !all;
+                        break;
+                    }
+                }
+                (v.value[slot], v.bound) = saved;
+                result
+            })
+        }
+        F::EventQ { .. } => Pred::new(|_, _| false),
+        &F::Idx(id) => {
+            let Some(ix) = indexes.get(usize::from(id)) else {
+                return Pred::new(|_, _| false);
+            };
+            let (within, key, id) = (ix.within, ix.key, usize::from(id));
+            Pred::new(move |v, s| match s.state.slots.get(id) {
+                Some(Slot::Last(t)) => in_window(*t, within, s.now),
+                Some(Slot::Keyed(entries)) => {
+                    let Some((_, k)) = key else { return false };
+                    let want = match k {
+                        KeyTerm::Var(x) => match v.get(x) {
+                            Some(x) => x,
+                            None => return false,
+                        },
+                        KeyTerm::NodeAddress => s.node.address.0 as i64,
+                        KeyTerm::NodeParent => s.node.parent.0 as i64,
+                    };
+                    entries
+                        .iter()
+                        .any(|&(kk, t)| kk == want && in_window(t, within, s.now))
+                }
+                None => false,
+            })
+        }
+    }
+}
+
 fn eval_f<'a>(
     f: &F,
     env: &mut [Bind<'a>; MAX_VARS],
     node: &NodeInfo,
     now: Instant,
     history: &[Entry<'a>],
-    prog: &Program,
-    state: Option<&State>,
 ) -> bool {
     match f {
         F::Const(b) => *b,
-        F::Not(a) => !eval_f(a, env, node, now, history, prog, state),
-        F::And(a, b) => {
-            eval_f(a, env, node, now, history, prog, state)
-                && eval_f(b, env, node, now, history, prog, state)
-        }
-        F::Or(a, b) => {
-            eval_f(a, env, node, now, history, prog, state)
-                || eval_f(b, env, node, now, history, prog, state)
-        }
+        F::Not(a) => !eval_f(a, env, node, now, history),
+        F::And(a, b) => eval_f(a, env, node, now, history) && eval_f(b, env, node, now, history),
+        F::Or(a, b) => eval_f(a, env, node, now, history) || eval_f(b, env, node, now, history),
         F::Cmp(op, l, r) => op.apply(term_value(l, env, node), term_value(r, env, node)),
         F::NodeQ {
             all,
@@ -1242,7 +1387,7 @@ fn eval_f<'a>(
             let mut result = *all;
             for a in items {
                 env[s] = Bind::Value(a.0 as i64);
-                let v = eval_f(body, env, node, now, history, prog, state);
+                let v = eval_f(body, env, node, now, history);
                 if v != *all {
                     result = !*all;
                     break;
@@ -1268,7 +1413,7 @@ fn eval_f<'a>(
                 env[s] = Bind::Event(*e);
                 let v = body
                     .as_ref()
-                    .is_none_or(|b| eval_f(b, env, node, now, history, prog, state));
+                    .is_none_or(|b| eval_f(b, env, node, now, history));
                 if v != *all {
                     result = !*all;
                     break;
@@ -1277,26 +1422,8 @@ fn eval_f<'a>(
             env[s] = Bind::None;
             result
         }
-        F::Idx(id) => {
-            let Some(st) = state else { return false };
-            let ix = &prog.indexes[usize::from(*id)];
-            match &st.slots[usize::from(*id)] {
-                Slot::Last(t) => in_window(*t, ix.within, now),
-                Slot::Keyed(v) => {
-                    let Some((_, k)) = ix.key else { return false };
-                    let want = match k {
-                        KeyTerm::Var(x) => match env[usize::from(x)] {
-                            Bind::Value(x) => x,
-                            _ => return false,
-                        },
-                        KeyTerm::NodeAddress => node.address.0 as i64,
-                        KeyTerm::NodeParent => node.parent.0 as i64,
-                    };
-                    v.iter()
-                        .any(|&(kk, t)| kk == want && in_window(t, ix.within, now))
-                }
-            }
-        }
+        // Index lookups only occur in the incremental form ([`eval_inc`]).
+        F::Idx(_) => false,
     }
 }
 
