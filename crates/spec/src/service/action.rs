@@ -921,7 +921,98 @@ fn perform<N: Network + ?Sized>(
 ///
 /// # Errors
 /// A value that cannot be read now (see the module doc); nothing is performed then.
+#[inline]
 pub fn run<N: Network + ?Sized>(
+    action: &Action,
+    ctx: &mut Ctx<'_, N>,
+    vars: &dyn VarSource,
+) -> Result<(), String> {
+    match action {
+        Action::Run {
+            prim,
+            draft,
+            base,
+            sets,
+        } => run_one(*prim, *draft, base.as_ref(), sets, ctx, vars),
+        Action::Timer { prim, sets } => run_timer(*prim, sets, ctx, vars),
+        _ => run_draft(action, ctx, vars),
+    }
+}
+
+/// One element: build the message (or draft) and perform it.
+fn run_one<N: Network + ?Sized>(
+    prim: Prim,
+    draft: Option<u8>,
+    base: Option<&Value>,
+    sets: &[(Field, Value)],
+    ctx: &mut Ctx<'_, N>,
+    vars: &dyn VarSource,
+) -> Result<(), String> {
+    let mut msg = match (prim, draft, base) {
+        (Prim::SetMessage, Some(d), _) => read_msg(&Value::Draft(d), ctx)?.clone(),
+        (_, _, Some(b)) => read_msg(b, ctx)?.clone(),
+        _ => Message {
+            hop_limit: 255,
+            ..Message::default()
+        },
+    };
+    let mut timer = (0, 0);
+    for (f, v) in sets.iter() {
+        if let (Field::Attr(a), Some(x)) = (f, quick_int(v, ctx)) {
+            msg.set(*a, x);
+            continue;
+        }
+        apply(&mut msg, &mut timer, f, v, ctx, vars)?;
+    }
+    if let Some(d) = draft {
+        let dr = ctx
+            .drafts
+            .get_mut(usize::from(d))
+            .ok_or("draft out of range")?;
+        dr.live = true;
+        dr.msg = msg;
+        return Ok(());
+    }
+    perform(prim, &mut msg, timer, ctx);
+    Ok(())
+}
+
+/// `setTimer` / `cancelTimer`: no message is built.
+#[inline]
+fn run_timer<N: Network + ?Sized>(
+    prim: Prim,
+    sets: &[(Field, Value)],
+    ctx: &mut Ctx<'_, N>,
+    vars: &dyn VarSource,
+) -> Result<(), String> {
+    let (mut id, mut ms) = (0, 0);
+    for (f, v) in sets.iter() {
+        let x = match quick_int(v, ctx) {
+            Some(x) => x,
+            None => read_int(v, ctx, vars)?,
+        };
+        match f {
+            Field::TimerId => id = x as u32,
+            _ => ms = x.max(0) as u64,
+        }
+    }
+    let p = match prim {
+        Prim::SetTimer => Primitive::SetTimer {
+            id,
+            after: Duration::from_millis(ms),
+        },
+        _ => Primitive::CancelTimer { id },
+    };
+    ctx.net.perform(ctx.now, ctx.key, p);
+    Ok(())
+}
+
+/// The create / set / execute spelling.
+///
+/// # Errors
+/// A value that cannot be read now (see the module doc); nothing is performed then.
+#[inline(never)]
+fn run_draft<N: Network + ?Sized>(
     action: &Action,
     ctx: &mut Ctx<'_, N>,
     vars: &dyn VarSource,
@@ -991,62 +1082,7 @@ pub fn run<N: Network + ?Sized>(
             perform(*prim, &mut msg, timer, ctx);
             Ok(())
         }
-        Action::Run {
-            prim,
-            draft,
-            base,
-            sets,
-        } => {
-            let mut msg = match (prim, draft, base) {
-                (Prim::SetMessage, Some(d), _) => read_msg(&Value::Draft(*d), ctx)?.clone(),
-                (_, _, Some(b)) => read_msg(b, ctx)?.clone(),
-                _ => Message {
-                    hop_limit: 255,
-                    ..Message::default()
-                },
-            };
-            let mut timer = (0, 0);
-            for (f, v) in sets.iter() {
-                if let (Field::Attr(a), Some(x)) = (f, quick_int(v, ctx)) {
-                    msg.set(*a, x);
-                    continue;
-                }
-                apply(&mut msg, &mut timer, f, v, ctx, vars)?;
-            }
-            if let Some(d) = draft {
-                let dr = ctx
-                    .drafts
-                    .get_mut(usize::from(*d))
-                    .ok_or("draft out of range")?;
-                dr.live = true;
-                dr.msg = msg;
-                return Ok(());
-            }
-            perform(*prim, &mut msg, timer, ctx);
-            Ok(())
-        }
-        Action::Timer { prim, sets } => {
-            let (mut id, mut ms) = (0, 0);
-            for (f, v) in sets.iter() {
-                let x = match quick_int(v, ctx) {
-                    Some(x) => x,
-                    None => read_int(v, ctx, vars)?,
-                };
-                match f {
-                    Field::TimerId => id = x as u32,
-                    _ => ms = x.max(0) as u64,
-                }
-            }
-            let p = match prim {
-                Prim::SetTimer => Primitive::SetTimer {
-                    id,
-                    after: Duration::from_millis(ms),
-                },
-                _ => Primitive::CancelTimer { id },
-            };
-            ctx.net.perform(ctx.now, ctx.key, p);
-            Ok(())
-        }
+        Action::Run { .. } | Action::Timer { .. } => Ok(()),
     }
 }
 
