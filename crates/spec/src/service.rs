@@ -20,6 +20,7 @@
 
 pub mod action;
 pub mod basic;
+pub mod codegen;
 pub mod data;
 pub mod diag;
 mod flat;
@@ -28,6 +29,7 @@ pub mod history;
 pub mod load;
 pub mod logic;
 pub mod message;
+pub mod native;
 pub mod store;
 pub mod trace;
 

@@ -859,43 +859,73 @@ fn perform<N: Network + ?Sized>(
     timer: (u32, u64),
     ctx: &mut Ctx<'_, N>,
 ) {
-    let local = ctx.node.address;
-    msg.service_id = ctx.key.service;
-    if msg.message_id == 0 {
-        msg.message_id = ctx.key.message;
+    if prim == Prim::UpdateNodeInfo {
+        let node = ctx.node.clone();
+        ctx.net
+            .perform(ctx.now, ctx.key, Primitive::UpdateNodeInfo(&node));
+        return;
     }
-    let (now, key) = (ctx.now, ctx.key);
+    if emit(
+        prim,
+        msg,
+        timer,
+        ctx.now,
+        ctx.key,
+        ctx.node.address,
+        ctx.net,
+    ) {
+        ctx.terminated = true;
+    }
+}
+
+/// Performs a primitive other than `updateNodeInfo` (§4.2.3.1: the instance's ServiceID and
+/// MessageID; data and control messages leave from the local node; a forwarded one loses a
+/// hop); whether it was `terminate`. The interpreted actions and the generated code
+/// ([`codegen`](super::codegen)) both perform through this.
+pub fn emit<N: Network + ?Sized>(
+    prim: Prim,
+    msg: &mut Message,
+    timer: (u32, u64),
+    now: Instant,
+    key: InstanceKey,
+    local: Addr,
+    net: &mut N,
+) -> bool {
+    msg.service_id = key.service;
+    if msg.message_id == 0 {
+        msg.message_id = key.message;
+    }
     match prim {
-        Prim::CreateMessage | Prim::SetMessage => {}
-        Prim::ToApplication => ctx.net.perform(now, key, Primitive::ToApplication(msg)),
+        Prim::CreateMessage | Prim::SetMessage | Prim::UpdateNodeInfo => {}
+        Prim::ToApplication => net.perform(now, key, Primitive::ToApplication(msg)),
         Prim::SendData => {
             msg.source = local;
             msg.previous_hop = local;
             msg.message_type = PAYLOAD_TYPE;
-            ctx.net.perform(now, key, Primitive::SendData(msg));
+            net.perform(now, key, Primitive::SendData(msg));
         }
         Prim::SendControl => {
             msg.source = local;
             msg.previous_hop = local;
             msg.payload = None;
-            ctx.net.perform(now, key, Primitive::SendControl(msg));
+            net.perform(now, key, Primitive::SendControl(msg));
         }
         Prim::Send => {
             msg.source = local;
             msg.previous_hop = local;
             if msg.message_type == PAYLOAD_TYPE {
-                ctx.net.perform(now, key, Primitive::SendData(msg));
+                net.perform(now, key, Primitive::SendData(msg));
             } else {
                 msg.payload = None;
-                ctx.net.perform(now, key, Primitive::SendControl(msg));
+                net.perform(now, key, Primitive::SendControl(msg));
             }
         }
         Prim::Forward => {
             msg.hop_limit = msg.hop_limit.saturating_sub(1);
             msg.previous_hop = local;
-            ctx.net.perform(now, key, Primitive::Forward(msg));
+            net.perform(now, key, Primitive::Forward(msg));
         }
-        Prim::SetTimer => ctx.net.perform(
+        Prim::SetTimer => net.perform(
             now,
             key,
             Primitive::SetTimer {
@@ -903,18 +933,13 @@ fn perform<N: Network + ?Sized>(
                 after: Duration::from_millis(timer.1),
             },
         ),
-        Prim::CancelTimer => ctx
-            .net
-            .perform(now, key, Primitive::CancelTimer { id: timer.0 }),
+        Prim::CancelTimer => net.perform(now, key, Primitive::CancelTimer { id: timer.0 }),
         Prim::Terminate => {
-            ctx.terminated = true;
-            ctx.net.perform(now, key, Primitive::Terminate);
-        }
-        Prim::UpdateNodeInfo => {
-            let node = ctx.node.clone();
-            ctx.net.perform(now, key, Primitive::UpdateNodeInfo(&node));
+            net.perform(now, key, Primitive::Terminate);
+            return true;
         }
     }
+    false
 }
 
 /// Runs one action.

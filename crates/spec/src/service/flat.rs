@@ -168,6 +168,19 @@ impl Flat {
         })
     }
 
+    /// Number of states (the root is 0).
+    pub(crate) fn state_count(&self) -> usize {
+        self.states
+    }
+
+    /// Every (service event, state, step) entry of the table.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (usize, u16, &Step)> + '_ {
+        self.table.iter().enumerate().filter_map(move |(i, &t)| {
+            let step = self.steps.get(usize::from(t).checked_sub(1)?)?;
+            Some((i / self.states, (i % self.states) as u16, step))
+        })
+    }
+
     /// The step entering the initial state.
     #[inline]
     pub(crate) fn start(&self) -> &Step {

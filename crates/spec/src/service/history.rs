@@ -88,11 +88,8 @@ impl History {
     #[inline]
     pub fn record(&mut self, layout: &Layout, event: u16, m: &Message) {
         if let Some(s) = layout.slot(event) {
-            let slot = &mut self.last[usize::from(s)];
-            match slot {
-                // Reuse the stored message's allocations.
-                Some(old) => old.clone_from(m),
-                None => *slot = Some(m.clone()),
+            if let Some(slot) = self.last.get_mut(usize::from(s)) {
+                super::native::keep(slot, m);
             }
         }
     }

@@ -1150,11 +1150,7 @@ impl Program {
                 Slot::Last(l) => *l = t,
                 Slot::Keyed(v) => {
                     let Some((a, _)) = ix.key else { continue };
-                    let k = attr_value(&entry, a);
-                    match v.iter_mut().find(|(kk, _)| *kk == k) {
-                        Some(e) => e.1 = t,
-                        None => v.push((k, t)),
-                    }
+                    super::native::key_time(v, attr_value(&entry, a), t);
                 }
             }
         }
@@ -1207,7 +1203,7 @@ fn term_value(t: &T, env: &[Bind<'_>], node: &NodeInfo) -> i64 {
     }
 }
 
-fn in_window(time: u64, within: Option<u64>, now: Instant) -> bool {
+pub(crate) fn in_window(time: u64, within: Option<u64>, now: Instant) -> bool {
     time != NONE && within.is_none_or(|w| time >= now.as_nanos().saturating_sub(w))
 }
 
@@ -1424,6 +1420,129 @@ fn eval_f<'a>(
         }
         // Index lookups only occur in the incremental form ([`eval_inc`]).
         F::Idx(_) => false,
+    }
+}
+
+/// Where a generated formula runs: a composite's incremental form, or an index residual on
+/// the arriving event (whose variable is `slot`).
+#[derive(Clone, Copy)]
+enum Gen {
+    Composite,
+    Residual { slot: u8 },
+}
+
+/// Rust source for the same formulas, for [`codegen`](super::codegen): the generated code
+/// names the instance `inst` (index `I` is its field `xI`), the node `node`, the time `now`,
+/// the arriving message `m: Option<&Message>` and timer id `timer: u32`.
+impl Program {
+    /// Per index: keyed (`Vec<(i64, u64)>` of key and time) or not (`u64`, the last time).
+    pub(crate) fn rust_index_keyed(&self) -> Vec<bool> {
+        self.indexes.iter().map(|ix| ix.key.is_some()).collect()
+    }
+
+    /// A `bool` expression: composite `c` holds.
+    pub(crate) fn rust_composite(&self, c: usize) -> String {
+        self.exprs.get(c).map_or("false".into(), |e| {
+            self.rust_f(&e.incremental, Gen::Composite)
+        })
+    }
+
+    /// Statements recording basic event `event` in the instance's indexes.
+    pub(crate) fn rust_record(&self, event: u16) -> String {
+        let mut out = String::new();
+        for &id in self.by_event.get(usize::from(event)).map_or(&[][..], |v| v) {
+            let ix = &self.indexes[usize::from(id)];
+            let cond = match ix.residual {
+                F::Const(true) => "true".to_string(),
+                ref r => self.rust_f(r, Gen::Residual { slot: ix.slot }),
+            };
+            let write = match ix.key {
+                None => format!("inst.x{id} = now.as_nanos();"),
+                Some((a, _)) => format!(
+                    "native::key_time(&mut inst.x{id}, {}, now.as_nanos());",
+                    rust_event_attr(a)
+                ),
+            };
+            out.push_str(&format!(
+                "{{ let rnode = NodeInfo::default(); let _ = &rnode; if {cond} {{ {write} }} }}\n"
+            ));
+        }
+        out
+    }
+
+    fn rust_f(&self, f: &F, gen: Gen) -> String {
+        let node = match gen {
+            Gen::Composite => "node",
+            Gen::Residual { .. } => "rnode",
+        };
+        let term = |t: &T| match *t {
+            T::Int(n) => format!("({n}i64)"),
+            T::Var(v) => format!("v{v}"),
+            T::Attr(s, a) => match gen {
+                Gen::Residual { slot } if s == slot => rust_event_attr(a),
+                _ => "0i64".into(),
+            },
+            T::NodeAddress => format!("({node}.address.0 as i64)"),
+            T::NodeParent => format!("({node}.parent.0 as i64)"),
+        };
+        match f {
+            F::Const(b) => format!("{b}"),
+            F::Not(a) => format!("!({})", self.rust_f(a, gen)),
+            F::And(a, b) => format!("({} && {})", self.rust_f(a, gen), self.rust_f(b, gen)),
+            F::Or(a, b) => format!("({} || {})", self.rust_f(a, gen), self.rust_f(b, gen)),
+            F::Cmp(op, l, r) => {
+                let op = match op {
+                    CmpOp::Eq => "==",
+                    CmpOp::Ne => "!=",
+                    CmpOp::Lt => "<",
+                    CmpOp::Le => "<=",
+                    CmpOp::Gt => ">",
+                    CmpOp::Ge => ">=",
+                };
+                format!("({} {op} {})", term(l), term(r))
+            }
+            F::NodeQ {
+                all,
+                set,
+                slot,
+                body,
+            } => {
+                let set = match set {
+                    NodeSet::Children => "children",
+                    NodeSet::Neighbours => "neighbours",
+                };
+                let q = if *all { "all" } else { "any" };
+                format!(
+                    "{node}.{set}.iter().{q}(|a| {{ let v{slot} = a.0 as i64; let _ = v{slot}; {} }})",
+                    self.rust_f(body, gen)
+                )
+            }
+            F::EventQ { .. } => "false".into(),
+            F::Idx(id) => {
+                let Some(ix) = self.indexes.get(usize::from(*id)) else {
+                    return "false".into();
+                };
+                let within = format!("{:?}", ix.within);
+                match ix.key {
+                    None => format!("native::in_window(inst.x{id}, {within}, now)"),
+                    Some((_, k)) => {
+                        let want = match k {
+                            KeyTerm::Var(x) => format!("v{x}"),
+                            KeyTerm::NodeAddress => format!("({node}.address.0 as i64)"),
+                            KeyTerm::NodeParent => format!("({node}.parent.0 as i64)"),
+                        };
+                        format!("inst.x{id}.iter().any(|&(k, t)| k == {want} && native::in_window(t, {within}, now))")
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn rust_event_attr(a: EvAttr) -> String {
+    match a {
+        EvAttr::Msg(a) => format!("m.map_or(0, |m| m.get(Attr::{a:?}))"),
+        EvAttr::TimerId => "i64::from(timer)".into(),
     }
 }
 
