@@ -229,15 +229,32 @@ pub fn rust(svc: &Service, file: &str) -> Result<String, String> {
     );
     let _ = writeln!(
         w,
-        "impl Runner for Compiled {{\n    fn handle_message<N: Network>(&mut self, now: Instant, m: &Message, net: &mut N) -> Result<(), RunnerError> {{\n        if m.service_id != SERVICE_ID {{\n            return Err(RunnerError::UnknownService(m.service_id));\n        }}\n        let node = &self.node;\n        let _ = node;\n        let hits: [bool; BASIC] = [{}];\n        if !hits.iter().any(|&h| h) {{\n            return Ok(());\n        }}\n        let live = self.instances.len();\n        let key = InstanceKey {{ service: SERVICE_ID, message: m.message_id }};\n        let mut cx = Cx {{ now, key, node: &self.node, current: Some(m), net, terminated: false }};\n        let inst = match self.instances.entry(m.message_id) {{\n            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),\n            std::collections::hash_map::Entry::Vacant(v) => {{\n                if live >= self.capacity {{\n                    return Err(RunnerError::Full(live));\n                }}\n                let mut inst = Inst::new();\n                if start(&mut inst, &mut cx) {{\n                    return Ok(());\n                }}\n                v.insert(inst)\n            }}\n        }};\n        if run(inst, &hits, Some(m), 0, &mut cx) {{\n            self.instances.remove(&m.message_id);\n        }}\n        Ok(())\n    }}\n",
-        message_hits.join(", ")
+        "impl Runner for Compiled {{\n    fn handle_message<N: Network>(&mut self, now: Instant, m: &Message, net: &mut N) -> Result<(), RunnerError> {{\n        if m.service_id != SERVICE_ID {{\n            return Err(RunnerError::UnknownService(m.service_id));\n        }}\n        let node = &self.node;\n        let _ = node;\n        let hits: [bool; BASIC] = [{}];\n        if !({}) {{\n            return Ok(());\n        }}\n        let live = self.instances.len();\n        let key = InstanceKey {{ service: SERVICE_ID, message: m.message_id }};\n        let mut cx = Cx {{ now, key, node: &self.node, current: Some(m), net, terminated: false }};\n        let inst = match self.instances.entry(m.message_id) {{\n            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),\n            std::collections::hash_map::Entry::Vacant(v) => {{\n                if live >= self.capacity {{\n                    return Err(RunnerError::Full(live));\n                }}\n                let mut inst = Inst::new();\n                if start(&mut inst, &mut cx) {{\n                    return Ok(());\n                }}\n                v.insert(inst)\n            }}\n        }};\n        if run(inst, &hits, Some(m), 0, &mut cx) {{\n            self.instances.remove(&m.message_id);\n        }}\n        Ok(())\n    }}\n",
+        message_hits.join(", "),
+        any_of(&data.basic, |k| matches!(k, BasicKind::Message(_)))
     );
     let _ = writeln!(
         w,
-        "    fn handle_timer<N: Network>(&mut self, now: Instant, key: InstanceKey, id: u32, net: &mut N) -> Result<(), RunnerError> {{\n        if key.service != SERVICE_ID {{\n            return Ok(());\n        }}\n        let Some(inst) = self.instances.get_mut(&key.message) else {{\n            return Ok(());\n        }};\n        let hits: [bool; BASIC] = [{}];\n        if !hits.iter().any(|&h| h) {{\n            return Ok(());\n        }}\n        let mut cx = Cx {{ now, key, node: &self.node, current: None, net, terminated: false }};\n        if run(inst, &hits, None, id, &mut cx) {{\n            self.instances.remove(&key.message);\n        }}\n        Ok(())\n    }}\n\n    fn set_node(&mut self, node: NodeInfo) {{\n        self.node = node;\n    }}\n\n    fn state(&self, key: InstanceKey) -> Option<&str> {{\n        if key.service != SERVICE_ID {{\n            return None;\n        }}\n        let i = self.instances.get(&key.message)?;\n        STATE_NAMES.get(usize::from(i.state)).copied()\n    }}\n\n    fn live(&self) -> usize {{\n        self.instances.len()\n    }}\n\n    fn memory_bytes(&self) -> usize {{\n        self.instances.capacity() * (std::mem::size_of::<(u64, Inst)>() + 1)\n            + self.instances.values().map(Inst::heap_bytes).sum::<usize>()\n    }}\n}}",
-        timer_hits.join(", ")
+        "    fn handle_timer<N: Network>(&mut self, now: Instant, key: InstanceKey, id: u32, net: &mut N) -> Result<(), RunnerError> {{\n        if key.service != SERVICE_ID {{\n            return Ok(());\n        }}\n        let Some(inst) = self.instances.get_mut(&key.message) else {{\n            return Ok(());\n        }};\n        let hits: [bool; BASIC] = [{}];\n        if !({}) {{\n            return Ok(());\n        }}\n        let mut cx = Cx {{ now, key, node: &self.node, current: None, net, terminated: false }};\n        if run(inst, &hits, None, id, &mut cx) {{\n            self.instances.remove(&key.message);\n        }}\n        Ok(())\n    }}\n\n    fn set_node(&mut self, node: NodeInfo) {{\n        self.node = node;\n    }}\n\n    fn state(&self, key: InstanceKey) -> Option<&str> {{\n        if key.service != SERVICE_ID {{\n            return None;\n        }}\n        let i = self.instances.get(&key.message)?;\n        STATE_NAMES.get(usize::from(i.state)).copied()\n    }}\n\n    fn live(&self) -> usize {{\n        self.instances.len()\n    }}\n\n    fn memory_bytes(&self) -> usize {{\n        self.instances.capacity() * (std::mem::size_of::<(u64, Inst)>() + 1)\n            + self.instances.values().map(Inst::heap_bytes).sum::<usize>()\n    }}\n}}",
+        timer_hits.join(", "),
+        any_of(&data.basic, |k| matches!(k, BasicKind::Timer(_)))
     );
     Ok(o)
+}
+
+/// `hits[i] || …` over the basic events of one kind (the others' hits are constant `false`).
+fn any_of(basic: &[super::data::BasicDef], kind: impl Fn(&BasicKind) -> bool) -> String {
+    let hits: Vec<String> = basic
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| kind(&b.kind))
+        .map(|(i, _)| format!("hits[{i}]"))
+        .collect();
+    if hits.is_empty() {
+        "false".into()
+    } else {
+        hits.join(" || ")
+    }
 }
 
 /// A `bool` expression over `m` and `node`: the message passes every filter (as
@@ -287,7 +304,7 @@ fn message_filter(filters: &[super::data::Filter]) -> String {
 /// move to its target; whether the instance ended.
 fn step_fn(name: &str, step: &Step) -> Result<String, String> {
     let mut o = format!(
-        "#[inline]\nfn {name}<N: Network>(inst: &mut Inst, cx: &mut Cx<'_, N>) -> bool {{\n    let _ = &inst;\n"
+        "#[inline(always)]\nfn {name}<N: Network>(inst: &mut Inst, cx: &mut Cx<'_, N>) -> bool {{\n    let _ = &inst;\n"
     );
     for (b, block) in step.blocks.iter().enumerate() {
         let label = format!("'b{b}");
