@@ -31,6 +31,12 @@ pub enum SpecCommand {
     },
     /// Run services (SCXML with service data) on a JSONL trace; print every action as JSONL.
     Run(crate::spec_run::RunArgs),
+    /// Compile a delivery service to Rust (a `Runner` named `Compiled`, to `include!` in a
+    /// crate depending on viastack-spec and viastack-kernel); exits 1 if it cannot be.
+    Compile {
+        /// The SCXML file.
+        file: PathBuf,
+    },
     /// Run the W3C SCXML conformance tests of a folder (manifest.json + txml/).
     Conformance {
         /// The suite folder.
@@ -45,10 +51,6 @@ fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))
 }
 
-/// Runs a `spec` subcommand.
-///
-/// # Errors
-/// A file that cannot be read, or stdout closing.
 /// States (without the root), transitions and event names of a compiled chart.
 fn summary<A>(c: &Chart<A>) -> (usize, usize, usize) {
     (
@@ -58,6 +60,10 @@ fn summary<A>(c: &Chart<A>) -> (usize, usize, usize) {
     )
 }
 
+/// Runs a `spec` subcommand.
+///
+/// # Errors
+/// A file that cannot be read, or stdout closing.
 pub fn run(cmd: SpecCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         SpecCommand::Check { file } => {
@@ -115,6 +121,27 @@ pub fn run(cmd: SpecCommand) -> anyhow::Result<ExitCode> {
             }
         }
         SpecCommand::Run(args) => crate::spec_run::run(&args),
+        SpecCommand::Compile { file } => {
+            let name = file.display().to_string();
+            let src = read(&file)?;
+            let svc = match Service::load(&name, &src) {
+                Ok((svc, _warnings)) => svc,
+                Err(diags) => {
+                    eprintln!("{diags}");
+                    return Ok(ExitCode::FAILURE);
+                }
+            };
+            match viastack_spec::service::codegen::rust(&svc, &name) {
+                Ok(code) => {
+                    out!("{code}")?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(why) => {
+                    eprintln!("{name}: cannot be compiled to Rust: {why}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
         SpecCommand::Conformance { dir, json } => {
             let results = conformance::run_dir(&dir).map_err(anyhow::Error::msg)?;
             let t = conformance::totals(&results);

@@ -165,3 +165,22 @@ fn conformance_on_a_folder_without_manifest_fails() {
         text(&o.stderr)
     );
 }
+
+#[test]
+fn compile_prints_rust_for_a_flat_service_and_refuses_the_others() {
+    let o = viastack(&["spec", "compile", "specs/h2hack.scxml"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let code = text(&o.stdout);
+    // The same text the build of viastack-services compiles (and tests against the store).
+    assert!(code.contains("pub const SERVICE_ID: u32 = 1;"), "{code}");
+    assert!(code.contains("impl Runner for Compiled"), "{code}");
+    assert!(code.contains("\"waitack\""), "{code}");
+    let o = viastack(&["spec", "compile", "specs/leakybucket.scxml"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr)
+            .contains("cannot be compiled to Rust: the chart is not a flat state machine"),
+        "{}",
+        text(&o.stderr)
+    );
+}
