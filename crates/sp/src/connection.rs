@@ -54,7 +54,8 @@ pub mod send_queue;
 mod sender;
 pub mod timers;
 
-use reassembly::{Block, BlockOutcome, BlockSet, Reassembly};
+use reassembly::{Block, BlockBytes, BlockOutcome, BlockSet, Reassembly};
+pub use reassembly::Slot;
 pub use send_queue::Payload;
 use send_queue::{Queued, SendQueue};
 use timers::{Timer, TimerTable};
@@ -511,6 +512,59 @@ impl Connection {
 
     /// Handles a parsed, checksum-verified packet.
     pub fn handle_repr(&mut self, now: Instant, repr: &Repr, payload: &[u8]) {
+        self.handle_body(now, repr, BlockBytes::Copy(payload));
+    }
+
+    /// Lends the region where the next DATA block from the peer will probably land
+    /// (`block_size` bytes; see [`reassembly`]), for a driver that receives the payload of its
+    /// next datagram straight into it. `None` when no block is expected. Nothing is stored
+    /// until [`handle_in_place`](Self::handle_in_place) says the block is there.
+    pub fn recv_slot(&mut self) -> Option<(Slot, &mut [u8])> {
+        if !matches!(
+            self.state,
+            State::Connected | State::Closing | State::EndRequestLocal
+        ) {
+            return None;
+        }
+        self.recv.slot_mut(self.peer_block_size)
+    }
+
+    /// The bytes of a region [`recv_slot`](Self::recv_slot) lent: the payload of a datagram
+    /// received there (check its header with
+    /// [`Repr::parse_split`](crate::wire::Repr::parse_split) over them).
+    pub fn slot_bytes(&self, slot: Slot) -> &[u8] {
+        self.recv.slot_bytes(slot, self.peer_block_size)
+    }
+
+    /// Whether the checked header `repr` of a datagram whose payload landed in `slot`
+    /// describes the block `slot` was lent for (then
+    /// [`handle_in_place`](Self::handle_in_place) takes it; otherwise the driver copies the
+    /// datagram out and calls [`handle_packet`](Self::handle_packet) as usual).
+    pub fn fits_slot(&self, repr: &Repr, slot: Slot) -> bool {
+        repr.packet_type == PacketType::Data
+            && repr.src_id == self.peer_id
+            && repr.pblock == slot.pblock
+            && repr.payload_len <= self.peer_block_size
+            && self.recv.expand(repr.mess_seq_no) == slot.seq
+    }
+
+    /// Handles a parsed, checksum-verified DATA packet whose payload (`repr.payload_len`
+    /// bytes) was received into `slot` and for which [`fits_slot`](Self::fits_slot) holds:
+    /// exactly as [`handle_repr`](Self::handle_repr) with the payload, without copying it.
+    pub fn handle_in_place(&mut self, now: Instant, repr: &Repr, slot: Slot) {
+        if !self.fits_slot(repr, slot) {
+            self.stats.bad_packet += 1;
+            return;
+        }
+        let len = repr.payload_len;
+        self.handle_body(now, repr, BlockBytes::InPlace { slot, len });
+    }
+
+    fn handle_body(&mut self, now: Instant, repr: &Repr, body: BlockBytes<'_>) {
+        let payload = match body {
+            BlockBytes::Copy(p) => p,
+            BlockBytes::InPlace { .. } => &[],
+        };
         if self.state == State::Closed || self.state == State::NotInUse {
             return;
         }
@@ -546,7 +600,7 @@ impl Connection {
                     self.finish(Event::Rejected);
                 }
             }
-            PacketType::Data => self.on_data(now, repr, payload),
+            PacketType::Data => self.on_data(now, repr, body),
             PacketType::Ack => self.on_ack(now, repr),
             PacketType::Nack => self.on_nack(now, repr, payload),
             PacketType::Echo => self.on_echo(now, repr, payload),

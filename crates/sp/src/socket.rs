@@ -5,12 +5,24 @@
 //! own time); the protocol underneath sees it only as [`Instant`] arguments. One thread owns a
 //! [`SpSocket`]; every blocking call drives all of its connections (sends, receives, timers)
 //! until its own condition holds or its timeout passes.
+//!
+//! **Copies.** A block leaves with one `sendmsg` whose iovecs are the header and the block
+//! where it lies in the message. A block arrives with one `recvmsg` whose iovecs are a
+//! 20-byte header buffer, the region of the message buffer where the endpoint expects the next
+//! block ([`Endpoint::recv_slot`]) and an overflow buffer: when the header confirms the
+//! guess — the usual case, blocks arriving in order — the kernel's copy is the only one, and
+//! the checksum is computed over the block where it lies. Any other datagram (control
+//! packets, a block out of order) is copied out whole and handled as before.
 
 #![allow(clippy::disallowed_methods)] // the driver reads the real clock
 
 use std::collections::VecDeque;
-use std::io;
+use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::os::fd::AsRawFd;
+
+use nix::errno::Errno;
+use nix::sys::socket::{recvmsg, MsgFlags, SockaddrStorage};
 use std::time::{Duration as StdDuration, Instant as Monotonic};
 
 use thiserror::Error;
@@ -19,7 +31,8 @@ use viastack_kernel::{time::duration_nanos, Instant};
 use crate::connection::{
     CloseReason, Config, Event, FailReason, Payload, Reliability, SendError, Stats,
 };
-use crate::endpoint::{ConnectionHandle, Endpoint, EndpointStats};
+use crate::endpoint::{self, ConnectionHandle, Endpoint, EndpointStats};
+use crate::wire::HEADER_LEN;
 
 /// What a blocking call can fail with.
 #[derive(Debug, Error)]
@@ -65,7 +78,13 @@ pub struct SpSocket {
     endpoint: Endpoint<SocketAddr>,
     epoch: Monotonic,
     out: Vec<u8>,
+    /// A whole datagram when no block is expected; the overflow beyond the lent region
+    /// otherwise.
     inbuf: Vec<u8>,
+    /// The header of a datagram received in place.
+    head: [u8; HEADER_LEN],
+    /// A datagram received in place that was not the expected block, laid end to end.
+    scratch: Vec<u8>,
     messages: VecDeque<Received>,
     notices: VecDeque<(ConnectionHandle, Event)>,
     read_timeout: Option<StdDuration>,
@@ -95,6 +114,8 @@ impl SpSocket {
             epoch: Monotonic::now(),
             out: Vec::with_capacity(70_000),
             inbuf: vec![0; 65_536],
+            head: [0; HEADER_LEN],
+            scratch: Vec::new(),
             messages: VecDeque::new(),
             notices: VecDeque::new(),
             read_timeout: None,
@@ -381,10 +402,8 @@ impl SpSocket {
             self.socket.set_read_timeout(Some(wait))?;
             self.read_timeout = Some(wait);
         }
-        match self.socket.recv_from(&mut self.inbuf) {
-            Ok((n, from)) => {
-                let now = self.now();
-                self.endpoint.handle_datagram(now, from, &self.inbuf[..n]);
+        match self.receive() {
+            Ok(true) => {
                 self.drain_events();
                 if !self.messages.is_empty() {
                     // The application gets its message first; the answers (ACK) leave at the
@@ -394,12 +413,14 @@ impl SpSocket {
                 // Answer at once (ACKs, NACK repairs) before waiting again.
                 self.flush_transmits()?;
             }
+            Ok(false) => {}
             Err(e)
                 if matches!(
                     e.kind(),
                     io::ErrorKind::WouldBlock
                         | io::ErrorKind::TimedOut
                         | io::ErrorKind::ConnectionRefused
+                        | io::ErrorKind::Interrupted
                 ) => {}
             Err(e) => return Err(e),
         }
@@ -412,6 +433,49 @@ impl SpSocket {
         self.flush_transmits()
     }
 
+    /// Waits (up to the socket's read timeout) for one datagram and hands it to the
+    /// endpoint: received in place when the endpoint expects a block (see the module
+    /// documentation), else into `inbuf`. False when the datagram had no usable source.
+    fn receive(&mut self) -> io::Result<bool> {
+        let Some((slot, region)) = self.endpoint.recv_slot() else {
+            let (n, from) = self.socket.recv_from(&mut self.inbuf)?;
+            let now = self.now();
+            self.endpoint.handle_datagram(now, from, &self.inbuf[..n]);
+            return Ok(true);
+        };
+        let (len, from) = {
+            let mut iov = [
+                IoSliceMut::new(&mut self.head),
+                IoSliceMut::new(region),
+                IoSliceMut::new(&mut self.inbuf),
+            ];
+            let msg = recvmsg::<SockaddrStorage>(
+                self.socket.as_raw_fd(),
+                &mut iov,
+                None,
+                MsgFlags::empty(),
+            )
+            .map_err(|e| match e {
+                Errno::EAGAIN => io::Error::from(io::ErrorKind::WouldBlock),
+                e => io::Error::from(e),
+            })?;
+            (msg.bytes, msg.address.as_ref().and_then(to_socket_addr))
+        };
+        let Some(from) = from else {
+            return Ok(false);
+        };
+        let now = self.now();
+        let received = endpoint::Received {
+            len,
+            head: &self.head,
+            slot,
+            overflow: &self.inbuf,
+        };
+        self.endpoint
+            .handle_received(now, from, received, &mut self.scratch);
+        Ok(true)
+    }
+
     /// Sends what the connections have ready (ACKs, repairs) without waiting for anything.
     ///
     /// # Errors
@@ -420,4 +484,11 @@ impl SpSocket {
         self.flush_transmits()?;
         Ok(())
     }
+}
+
+fn to_socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = a.as_sockaddr_in() {
+        return Some(SocketAddr::V4((*v4).into()));
+    }
+    a.as_sockaddr_in6().map(|v6| SocketAddr::V6((*v6).into()))
 }

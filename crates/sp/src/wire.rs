@@ -558,6 +558,46 @@ impl Repr {
         Self::parse_unverified(packet)
     }
 
+    /// Parses a packet received in two pieces — its first [`HEADER_LEN`] bytes in `head`, the
+    /// rest in `payload` — exactly as [`Packet::new_checked`] then [`Repr::parse`] would
+    /// parse them laid end to end (same checks, same errors, same order), without joining
+    /// them: for drivers that receive the payload straight into its final place.
+    ///
+    /// # Errors
+    /// [`WireError::Truncated`] unless `head` is a whole header, then as
+    /// [`Packet::new_checked`] and [`Repr::parse`].
+    pub fn parse_split(head: &[u8], payload: &[u8]) -> Result<Repr, WireError> {
+        if head.len() != HEADER_LEN {
+            return Err(WireError::Truncated {
+                len: head.len() + payload.len(),
+            });
+        }
+        let view = Packet::new_unchecked(head);
+        let total = view.total_len();
+        if usize::from(total) != HEADER_LEN + payload.len() {
+            return Err(WireError::TotalLen {
+                field: total,
+                actual: HEADER_LEN + payload.len(),
+            });
+        }
+        view.packet_type()?;
+        let mut sum = ones_sum(&head[..field::CHKSUM.start]) + ones_sum(&head[field::CHKSUM.end..]);
+        if view.flags().contains(Flags::ST_CKS) {
+            sum += ones_sum(payload);
+        }
+        let computed = !fold(sum);
+        if computed != view.checksum() {
+            return Err(WireError::Checksum {
+                field: view.checksum(),
+                computed,
+            });
+        }
+        Ok(Repr {
+            payload_len: payload.len(),
+            ..Self::parse_unverified(&view)?
+        })
+    }
+
     /// Parses a checked packet without looking at its checksum.
     ///
     /// # Errors
@@ -796,6 +836,40 @@ mod tests {
         assert!(Packet::new_checked(&out[..]).unwrap().verify_checksum());
         out[11] ^= 1;
         assert!(!Packet::new_checked(&out[..]).unwrap().verify_checksum());
+    }
+
+    #[test]
+    fn split_parse_agrees_with_the_contiguous_one() {
+        let mut x: u32 = 7;
+        let mut rnd = move || {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            (x >> 16) as u8
+        };
+        for i in 0..2000usize {
+            let mut out = Vec::new();
+            let flags = Flags(rnd());
+            let payload: Vec<u8> = (0..i % 97).map(|_| rnd()).collect();
+            Repr { flags, ..sample() }.emit_into(&payload, &mut out).unwrap();
+            // Damage some: a flipped bit anywhere, a wrong length, a bad type.
+            match i % 5 {
+                1 => {
+                    let at = usize::from(rnd()) % out.len();
+                    out[at] ^= 1 << (rnd() % 8);
+                }
+                2 => {
+                    out.pop();
+                }
+                3 => out[4] |= 0xf0,
+                _ => {}
+            }
+            let whole = Packet::new_checked(&out[..]).and_then(|p| Repr::parse(&p));
+            let split = if out.len() >= HEADER_LEN {
+                Repr::parse_split(&out[..HEADER_LEN], &out[HEADER_LEN..])
+            } else {
+                Repr::parse_split(&out, &[])
+            };
+            assert_eq!(whole, split, "case {i}: {out:02x?}");
+        }
     }
 
     #[test]

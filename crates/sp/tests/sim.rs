@@ -52,11 +52,23 @@ struct Outcome {
 
 /// Node 0 connects to node 1, sends `n` messages of 0–200 bytes, closes; runs until idle.
 fn transfer(seed: u64, mode: Reliability, n: usize, faults: Faults) -> Outcome {
+    transfer_via(seed, mode, n, faults, false)
+}
+
+/// [`transfer`], with datagrams received in place (as `SpSocket` receives them) if `in_place`.
+fn transfer_via(
+    seed: u64,
+    mode: Reliability,
+    n: usize,
+    faults: Faults,
+    in_place: bool,
+) -> Outcome {
     let mut net = Net::new(
         seed,
         vec![(lossy_config(mode), false), (lossy_config(mode), true)],
         faults,
     );
+    net.in_place = in_place;
     let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
     let mut sent = Vec::new();
     for i in 0..n {
@@ -119,9 +131,24 @@ fn assert_both_closed(o: &Outcome, seed: u64) {
 
 #[test]
 fn reliable_delivers_every_message_exactly_once_in_order() {
+    check_reliable(false);
+}
+
+/// The same property with every datagram received in place (header, lent region, overflow),
+/// the way the UDP socket receives: blocks that land where predicted are taken without a copy,
+/// the rest (control packets, blocks out of order, damaged ones) copied out.
+#[test]
+fn reliable_in_place_delivers_every_message_exactly_once_in_order() {
+    check_reliable(true);
+}
+
+fn check_reliable(in_place: bool) {
     let mut retransmits = 0;
+    let (mut hits, mut misses) = (0, 0);
     for seed in seeds(1000) {
-        let o = transfer(seed, Reliability::Reliable, 20, faults_for(seed));
+        let o = transfer_via(seed, Reliability::Reliable, 20, faults_for(seed), in_place);
+        hits += o.net.nodes[1].stats().in_place;
+        misses += o.net.nodes[1].stats().copied_out;
         retransmits += o.net.sent_datagrams;
         assert_eq!(
             o.sender_end,
@@ -153,10 +180,53 @@ fn reliable_delivers_every_message_exactly_once_in_order() {
         retransmits > 100 * seeds(1000).len() as u64,
         "{retransmits}"
     );
+    if in_place {
+        // Both paths were taken (jitter reorders most blocks here; see
+        // `in_order_blocks_are_received_without_a_copy` for the clean case).
+        assert!(hits > 1000 && misses > 0, "in place {hits}, copied {misses}");
+    } else {
+        assert_eq!(hits + misses, 0);
+    }
+}
+
+#[test]
+fn in_order_blocks_are_received_without_a_copy() {
+    for mode in Reliability::ALL {
+        let mut net = Net::new(
+            1,
+            vec![(lossy_config(mode), false), (lossy_config(mode), true)],
+            Faults::default(),
+        );
+        net.in_place = true;
+        net.jitter_us = 0;
+        let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+        let sent: Vec<Vec<u8>> = (0..20)
+            .map(|i| (0..[200, 64, 1, 129][i % 4]).map(|j| (i + j) as u8).collect())
+            .collect();
+        for m in &sent {
+            let c = net.nodes[0].connection_mut(h).unwrap();
+            c.send_message(m.clone(), 0).unwrap();
+        }
+        net.run(Duration::from_secs(1), mode.name());
+        let got: Vec<Vec<u8>> = net.events[1]
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Message { data, .. } => Some(data.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(got, sent, "{}", mode.name());
+        // 20 messages of 4, 1, 1 and 3 blocks of 64 bytes: every data block but the very
+        // first (nothing is predicted before it) lands in place. Parity blocks (CHECKSUMMED)
+        // and control packets are copied out.
+        let s = net.nodes[1].stats();
+        assert_eq!(s.in_place, 5 * (4 + 1 + 1 + 3) - 1, "{}: {s:?}", mode.name());
+    }
 }
 
 fn check_unreliable_mode(mode: Reliability, seed: u64) -> usize {
-    let o = transfer(seed, mode, 20, faults_for(seed));
+    // Odd seeds receive in place, as the UDP socket does; even ones from contiguous bytes.
+    let o = transfer_via(seed, mode, 20, faults_for(seed), seed % 2 == 1);
     assert_both_closed(&o, seed);
     let ctx = format!("seed {seed} {}", mode.name());
     // In order, each message either delivered or reported dropped, exactly once.
