@@ -28,7 +28,7 @@ use std::hash::Hash;
 use viastack_kernel::Instant;
 
 use crate::connection::{
-    Config, Connection, Event, Slot as BlockSlot, State, Transmit, MAX_BLOCK_SIZE,
+    Config, Connection, Event, PayloadRef, Slot as BlockSlot, State, Transmit, MAX_BLOCK_SIZE,
 };
 use crate::wire::{Flags, Packet, PacketType, Repr, WireError, HEADER_LEN};
 
@@ -39,6 +39,12 @@ pub struct RecvSlot {
     pub handle: ConnectionHandle,
     /// Where in it.
     pub slot: BlockSlot,
+}
+
+/// Where the data block of a packet from [`Endpoint::poll_transmit_ref`] lies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransmitRef {
+    block: Option<(u16, PayloadRef)>,
 }
 
 /// A datagram received as header + lent region + overflow (see
@@ -385,11 +391,25 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
         now: Instant,
         head: &mut Vec<u8>,
     ) -> Option<(A, Transmit, &'a [u8])> {
+        let (to, t, r) = self.poll_transmit_ref(now, head)?;
+        Some((to, t, self.payload(&r)))
+    }
+
+    /// Like [`poll_transmit_parts`](Self::poll_transmit_parts), naming the data block
+    /// instead of borrowing it, so that several packets can be gathered for one batched send
+    /// (`sendmmsg`): each [`TransmitRef`] stays valid through further `poll_transmit_ref`
+    /// calls, until the endpoint next handles a datagram, a timeout or a command.
+    pub fn poll_transmit_ref(
+        &mut self,
+        now: Instant,
+        head: &mut Vec<u8>,
+    ) -> Option<(A, Transmit, TransmitRef)> {
         if let Some((to, repr)) = self.stateless.pop_front() {
             let start = head.len();
             repr.emit_into(&[], head).ok()?;
             let size = head.len() - start;
-            return Some((to, Transmit { size, priority: 0 }, &[]));
+            let r = TransmitRef { block: None };
+            return Some((to, Transmit { size, priority: 0 }, r));
         }
         // Round robin from the cursor, so one busy connection does not starve the others.
         let cursor = self.cursor;
@@ -411,7 +431,19 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
         let (id, t, r) = found?;
         self.cursor = id.wrapping_add(1);
         let slot = self.conns.get(&id)?;
-        Some((slot.peer.clone(), t, slot.conn.payload(&r)))
+        let r = TransmitRef {
+            block: Some((id, r)),
+        };
+        Some((slot.peer.clone(), t, r))
+    }
+
+    /// The data block a [`TransmitRef`] names (empty for a packet that is all header, or if
+    /// it is gone).
+    pub fn payload(&self, r: &TransmitRef) -> &[u8] {
+        match &r.block {
+            Some((id, p)) => self.conns.get(id).map_or(&[], |s| s.conn.payload(p)),
+            None => &[],
+        }
     }
 
     /// The earliest timer of any connection.

@@ -6,8 +6,10 @@
 //! [`SpSocket`]; every blocking call drives all of its connections (sends, receives, timers)
 //! until its own condition holds or its timeout passes.
 //!
-//! **Copies.** A block leaves with one `sendmsg` whose iovecs are the header and the block
-//! where it lies in the message. A block arrives with one `recvmsg` whose iovecs are a
+//! **Copies.** A block leaves with its header from a small buffer and the block from where it
+//! lies in the message (two iovecs). The first packet of a flush leaves at once with `sendmsg`
+//! (so the receiver starts waking up while the next ones are prepared); those that follow,
+//! the rest of a multi-block message, are gathered and leave in one `sendmmsg`. A block arrives with one `recvmsg` whose iovecs are a
 //! 20-byte header buffer, the region of the message buffer where the endpoint expects the next
 //! block ([`Endpoint::recv_slot`]) and an overflow buffer: when the header confirms the
 //! guess — the usual case, blocks arriving in order — the kernel's copy is the only one, and
@@ -22,7 +24,9 @@ use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::fd::AsRawFd;
 
 use nix::errno::Errno;
-use nix::sys::socket::{recvmsg, MsgFlags, SockaddrStorage};
+use nix::sys::socket::{
+    recvmsg, sendmmsg, ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage,
+};
 use std::time::{Duration as StdDuration, Instant as Monotonic};
 
 use thiserror::Error;
@@ -31,7 +35,7 @@ use viastack_kernel::{time::duration_nanos, Instant};
 use crate::connection::{
     CloseReason, Config, Event, FailReason, Payload, Reliability, SendError, Stats,
 };
-use crate::endpoint::{self, ConnectionHandle, Endpoint, EndpointStats};
+use crate::endpoint::{self, ConnectionHandle, Endpoint, EndpointStats, TransmitRef};
 use crate::wire::HEADER_LEN;
 
 /// What a blocking call can fail with.
@@ -81,6 +85,8 @@ pub struct SpSocket {
     /// A whole datagram when no block is expected; the overflow beyond the lent region
     /// otherwise.
     inbuf: Vec<u8>,
+    /// Packets gathered for one send: destination, header bytes in `out`, data block.
+    batch: Vec<(SocketAddr, std::ops::Range<usize>, TransmitRef)>,
     /// The header of a datagram received in place.
     head: [u8; HEADER_LEN],
     /// A datagram received in place that was not the expected block, laid end to end.
@@ -92,6 +98,9 @@ pub struct SpSocket {
 
 /// Socket buffer size asked for (4 MiB).
 pub const SOCKET_BUFFER: usize = 4 << 20;
+
+/// Most packets per `sendmmsg`.
+const SEND_BATCH: usize = 32;
 
 /// Longest a blocking receive waits before timers are looked at again.
 const POLL_QUANTUM: StdDuration = StdDuration::from_millis(5);
@@ -115,6 +124,7 @@ impl SpSocket {
             out: Vec::with_capacity(70_000),
             inbuf: vec![0; 65_536],
             head: [0; HEADER_LEN],
+            batch: Vec::new(),
             scratch: Vec::new(),
             messages: VecDeque::new(),
             notices: VecDeque::new(),
@@ -340,16 +350,67 @@ impl SpSocket {
 
     fn flush_transmits(&mut self) -> io::Result<()> {
         let now = self.now();
-        let sock = socket2::SockRef::from(&self.socket);
+        let mut max = 1;
         loop {
             self.out.clear();
-            let Some((to, _, payload)) = self.endpoint.poll_transmit_parts(now, &mut self.out)
-            else {
+            self.batch.clear();
+            while self.batch.len() < max {
+                let start = self.out.len();
+                let Some((to, _, r)) = self.endpoint.poll_transmit_ref(now, &mut self.out) else {
+                    break;
+                };
+                self.batch.push((to, start..self.out.len(), r));
+            }
+            if self.batch.is_empty() {
                 return Ok(());
+            }
+            self.send_batch()?;
+            max = SEND_BATCH;
+        }
+    }
+
+    /// Sends the gathered packets: one `sendmsg`, or one `sendmmsg` for several (what it
+    /// did not take goes one by one).
+    fn send_batch(&mut self) -> io::Result<()> {
+        let mut sent = 0;
+        if self.batch.len() > 1 {
+            let iovs: Vec<[io::IoSlice<'_>; 2]> = self
+                .batch
+                .iter()
+                .map(|(_, head, r)| {
+                    [
+                        io::IoSlice::new(&self.out[head.clone()]),
+                        io::IoSlice::new(self.endpoint.payload(r)),
+                    ]
+                })
+                .collect();
+            let addrs: Vec<Option<SockaddrStorage>> = self
+                .batch
+                .iter()
+                .map(|(to, ..)| Some(SockaddrStorage::from(*to)))
+                .collect();
+            let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(iovs.len(), None);
+            let no_cmsgs: [ControlMessage<'_>; 0] = [];
+            sent = match sendmmsg(
+                self.socket.as_raw_fd(),
+                &mut headers,
+                &iovs,
+                &addrs,
+                no_cmsgs,
+                MsgFlags::empty(),
+            ) {
+                Ok(results) => results.count(),
+                // Sent one by one below, where each error is judged.
+                Err(_) => 0,
             };
-            // Header and block leave in one sendmsg, the block straight from the message.
-            let parts = [io::IoSlice::new(&self.out), io::IoSlice::new(payload)];
-            match sock.send_to_vectored(&parts, &to.into()) {
+        }
+        let sock = socket2::SockRef::from(&self.socket);
+        for (to, head, r) in &self.batch[sent..] {
+            let parts = [
+                io::IoSlice::new(&self.out[head.clone()]),
+                io::IoSlice::new(self.endpoint.payload(r)),
+            ];
+            match sock.send_to_vectored(&parts, &(*to).into()) {
                 Ok(_) => {}
                 // A full buffer or an unreachable peer is a lost datagram: SP recovers.
                 Err(e)
@@ -360,6 +421,7 @@ impl SpSocket {
                 Err(e) => return Err(e),
             }
         }
+        Ok(())
     }
 
     fn drain_events(&mut self) {
