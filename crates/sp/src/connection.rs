@@ -54,8 +54,8 @@ pub mod send_queue;
 mod sender;
 pub mod timers;
 
-use reassembly::{Block, BlockBytes, BlockOutcome, BlockSet, Reassembly};
 pub use reassembly::Slot;
+use reassembly::{Block, BlockBytes, BlockOutcome, BlockSet, Reassembly};
 pub use send_queue::Payload;
 use send_queue::{Queued, SendQueue};
 use timers::{Timer, TimerTable};

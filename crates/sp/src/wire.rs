@@ -849,7 +849,9 @@ mod tests {
             let mut out = Vec::new();
             let flags = Flags(rnd());
             let payload: Vec<u8> = (0..i % 97).map(|_| rnd()).collect();
-            Repr { flags, ..sample() }.emit_into(&payload, &mut out).unwrap();
+            Repr { flags, ..sample() }
+                .emit_into(&payload, &mut out)
+                .unwrap();
             // Damage some: a flipped bit anywhere, a wrong length, a bad type.
             match i % 5 {
                 1 => {

@@ -56,13 +56,7 @@ fn transfer(seed: u64, mode: Reliability, n: usize, faults: Faults) -> Outcome {
 }
 
 /// [`transfer`], with datagrams received in place (as `SpSocket` receives them) if `in_place`.
-fn transfer_via(
-    seed: u64,
-    mode: Reliability,
-    n: usize,
-    faults: Faults,
-    in_place: bool,
-) -> Outcome {
+fn transfer_via(seed: u64, mode: Reliability, n: usize, faults: Faults, in_place: bool) -> Outcome {
     let mut net = Net::new(
         seed,
         vec![(lossy_config(mode), false), (lossy_config(mode), true)],
@@ -183,7 +177,10 @@ fn check_reliable(in_place: bool) {
     if in_place {
         // Both paths were taken (jitter reorders most blocks here; see
         // `in_order_blocks_are_received_without_a_copy` for the clean case).
-        assert!(hits > 1000 && misses > 0, "in place {hits}, copied {misses}");
+        assert!(
+            hits > 1000 && misses > 0,
+            "in place {hits}, copied {misses}"
+        );
     } else {
         assert_eq!(hits + misses, 0);
     }
@@ -201,7 +198,11 @@ fn in_order_blocks_are_received_without_a_copy() {
         net.jitter_us = 0;
         let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
         let sent: Vec<Vec<u8>> = (0..20)
-            .map(|i| (0..[200, 64, 1, 129][i % 4]).map(|j| (i + j) as u8).collect())
+            .map(|i| {
+                (0..[200, 64, 1, 129][i % 4])
+                    .map(|j| (i + j) as u8)
+                    .collect()
+            })
             .collect();
         for m in &sent {
             let c = net.nodes[0].connection_mut(h).unwrap();
@@ -220,7 +221,12 @@ fn in_order_blocks_are_received_without_a_copy() {
         // first (nothing is predicted before it) lands in place. Parity blocks (CHECKSUMMED)
         // and control packets are copied out.
         let s = net.nodes[1].stats();
-        assert_eq!(s.in_place, 5 * (4 + 1 + 1 + 3) - 1, "{}: {s:?}", mode.name());
+        assert_eq!(
+            s.in_place,
+            5 * (4 + 1 + 1 + 3) - 1,
+            "{}: {s:?}",
+            mode.name()
+        );
     }
 }
 

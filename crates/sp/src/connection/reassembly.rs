@@ -201,6 +201,8 @@ pub struct Slot {
     /// Whether the region is the spare buffer (block 0 of a message not seen yet) rather than
     /// the message's own buffer.
     spare: bool,
+    /// Length of the region.
+    len: usize,
 }
 
 /// Where a block's bytes are.
@@ -277,6 +279,10 @@ pub struct Reassembly {
 
 /// Most buffers kept for reuse.
 pub const POOL_MAX: usize = 8;
+
+/// Shortest region lent for block 0 of a message: smaller messages are copied out of it (a
+/// copy of under 1 KiB costs less than a buffer of its own).
+const MIN_SLOT: usize = 1024;
 
 impl Default for Reassembly {
     fn default() -> Self {
@@ -444,10 +450,10 @@ impl Reassembly {
         BlockOutcome::Stored
     }
 
-    /// Lends the region where the next data block will probably go, `block_size` bytes long:
-    /// the block after the last one stored if its message still lacks it, else block 0 of the
-    /// next message (in the spare buffer). `None` when there is nothing to predict. See the
-    /// module documentation.
+    /// Lends the region where the next data block will probably go: the block after the last
+    /// one stored if its message still lacks it (`block_size` bytes), else block 0 of the next
+    /// message, in the spare buffer, as long as the last message (1 KiB to `block_size`).
+    /// `None` when there is nothing to predict. See the module documentation.
     pub fn slot_mut(&mut self, block_size: usize) -> Option<(Slot, &mut [u8])> {
         if block_size == 0 {
             return None;
@@ -472,6 +478,7 @@ impl Reassembly {
                             seq,
                             pblock: next_pb,
                             spare: false,
+                            len: block_size,
                         };
                         return Some((slot, &mut p.buf[start..end]));
                     }
@@ -483,7 +490,11 @@ impl Reassembly {
         if seq - self.next >= MAX_AHEAD || self.partial.get(&seq).is_some_and(|p| p.seen) {
             return None;
         }
-        let want = self.expect.max(block_size);
+        // As long as the last message (or one block, for a multi-block one): a message of the
+        // same size lands whole and the buffer becomes it without waste; a longer one spills
+        // over the region and is copied out.
+        let len = self.expect.clamp(MIN_SLOT.min(block_size), block_size);
+        let want = self.expect.max(len);
         if self.spare.capacity() < want {
             let old = match self.pool.iter().position(|b| b.capacity() >= want) {
                 Some(i) => std::mem::replace(&mut self.spare, self.pool.swap_remove(i)),
@@ -491,27 +502,28 @@ impl Reassembly {
             };
             self.recycle(old);
         }
-        if self.spare.len() < block_size {
-            self.spare.resize(block_size, 0);
+        if self.spare.len() < len {
+            self.spare.resize(len, 0);
         }
         let slot = Slot {
             seq,
             pblock: 0,
             spare: true,
+            len,
         };
-        Some((slot, &mut self.spare[..block_size]))
+        Some((slot, &mut self.spare[..len]))
     }
 
     /// The bytes of a lent region (to copy a datagram out of it when it did not belong
     /// there); empty if the region is gone.
     pub fn slot_bytes(&self, slot: Slot, block_size: usize) -> &[u8] {
         if slot.spare {
-            return self.spare.get(..block_size).unwrap_or(&[]);
+            return self.spare.get(..slot.len).unwrap_or(&[]);
         }
         let start = usize::from(slot.pblock) * block_size;
         self.partial
             .get(&slot.seq)
-            .and_then(|p| p.buf.get(start..start + block_size))
+            .and_then(|p| p.buf.get(start..start + slot.len.min(block_size)))
             .unwrap_or(&[])
     }
 

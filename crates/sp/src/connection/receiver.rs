@@ -6,8 +6,8 @@
 use viastack_kernel::Instant;
 
 use super::{
-    reassembly, Block, BlockBytes, BlockOutcome, Connection, DropReason, Event, Flags, PacketType, Reliability,
-    Repr, State, Timer,
+    reassembly, Block, BlockBytes, BlockOutcome, Connection, DropReason, Event, Flags, PacketType,
+    Reliability, Repr, State, Timer,
 };
 
 impl Connection {

@@ -11,8 +11,8 @@ use std::collections::{BinaryHeap, HashSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use viastack_kernel::{Duration, Instant};
-use viastack_sp::wire::{Packet, PacketType, HEADER_LEN};
 use viastack_sp::endpoint::Received;
+use viastack_sp::wire::{Packet, PacketType, HEADER_LEN};
 use viastack_sp::{Config, Endpoint, EndpointEvent};
 
 /// Link faults, as probabilities per datagram.
