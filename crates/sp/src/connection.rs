@@ -28,7 +28,9 @@
 //!   (ST_RTR: missing blocks are NACKed and resent a bounded number of times), CHECKSUMMED
 //!   (ST_CKS: whole-packet checksum, XOR parity per `k` blocks, see [`fec`]), RELIABLE (both:
 //!   ACK/NACK and retransmission until every block arrives intact). Outside RELIABLE a message
-//!   the receiver gives up is reported as [`Event::Dropped`].
+//!   the receiver gives up is reported as [`Event::Dropped`]. In every mode, when the peer's
+//!   END arrives, this side's own messages still queued or unacknowledged are reported as
+//!   [`Event::Dropped`] too ([`DropReason::NotSent`], [`DropReason::Unacknowledged`]).
 //! - **Flow control**: every packet advertises WINDOW_SIZE (bytes the receiver can still hold);
 //!   the sender keeps the bytes of unacknowledged messages within it (one message may exceed
 //!   it when nothing is in flight) and probes a closed window with CNTRL + REPLY_REQUESTED.
@@ -387,6 +389,31 @@ impl Connection {
         }
     }
 
+    /// Reports every message of this side still queued or unacknowledged as
+    /// [`Event::Dropped`] (queued ones with the numbers they would have taken) and forgets
+    /// them: the peer closed, so none of them will be sent or acknowledged.
+    fn abandon_outgoing(&mut self) {
+        for m in std::mem::take(&mut self.inflight) {
+            let reason = if m.fully_sent() {
+                DropReason::Unacknowledged
+            } else {
+                DropReason::NotSent
+            };
+            self.stats.messages_abandoned += 1;
+            self.events.push_back(Event::Dropped { seq: m.seq, reason });
+        }
+        self.in_flight_bytes = 0;
+        while self.queue.pop().is_some() {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.stats.messages_abandoned += 1;
+            self.events.push_back(Event::Dropped {
+                seq,
+                reason: DropReason::NotSent,
+            });
+        }
+    }
+
     fn finish(&mut self, ev: Event) {
         self.state = State::Closed;
         self.timers.stop_all();
@@ -699,6 +726,10 @@ impl Connection {
                 // The peer's last message number: everything up to it is now final.
                 let last = self.recv.expand(repr.mess_seq_no);
                 self.settle_until(now, last);
+                // Ours that it did not acknowledge will never reach it: reported, not lost
+                // silently.
+                self.on_cumulative_ack(now, repr.mess_ack_no);
+                self.abandon_outgoing();
                 self.push_ctrl(PacketType::End, Flags::REPLY, 0, 0, Vec::new());
                 self.timers.stop_all();
                 self.state = State::EndRequestRemote;

@@ -454,6 +454,82 @@ fn close_with_lost_end(drop_from: usize) -> (Vec<Event>, Vec<Event>, Net) {
     (ev(0), ev(1), net)
 }
 
+/// The passive side's own messages when the peer's END arrives: every one is reported as
+/// dropped — queued ones behind a closed window as not sent, one whose blocks the network
+/// lost as unacknowledged — none lost silently.
+#[test]
+fn peer_end_reports_the_passive_sides_unsent_messages() {
+    for lose_data in [false, true] {
+        let ctx = if lose_data {
+            "data lost"
+        } else {
+            "window closed"
+        };
+        let active = Config {
+            // A closed window keeps the passive side's messages queued.
+            recv_window: if lose_data { 8 << 20 } else { 0 },
+            ..Config::default()
+        };
+        let mut net = Net::new(
+            0,
+            vec![(active, false), (Config::default(), true)],
+            Faults::default(),
+        );
+        if lose_data {
+            net.filter = Some(Box::new(|from, bytes| {
+                let p = Packet::new_checked(bytes).unwrap();
+                from == 1 && p.packet_type() == Ok(PacketType::Data)
+            }));
+        }
+        let h0 = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+        // A message from the active side tells the passive one its window.
+        let c = net.nodes[0].connection_mut(h0).unwrap();
+        c.send_message(vec![9; 10], 0).unwrap();
+        net.run_until(Duration::from_secs(1), ctx, |n| n.events[1].len() >= 2);
+        let h1 = net.events[1][0].handle;
+        for i in 0..3u8 {
+            let c = net.nodes[1].connection_mut(h1).unwrap();
+            c.send_message(vec![i; 100], 0).unwrap();
+        }
+        // Let the passive side try to send (into the closed window, or into the loss).
+        net.run(Duration::from_millis(5), ctx);
+        let now = net.now;
+        net.nodes[0].connection_mut(h0).unwrap().close(now);
+        net.run(Duration::from_secs(5), ctx);
+        let dropped: Vec<(u64, DropReason)> = net.events[1]
+            .iter()
+            .filter_map(|e| match e.event {
+                Event::Dropped { seq, reason } => Some((seq, reason)),
+                _ => None,
+            })
+            .collect();
+        let reason = if lose_data {
+            DropReason::Unacknowledged
+        } else {
+            DropReason::NotSent
+        };
+        assert_eq!(
+            dropped,
+            vec![(1, reason), (2, reason), (3, reason)],
+            "{ctx}"
+        );
+        assert!(
+            net.events[1].iter().any(|e| e.event
+                == Event::Closed {
+                    reason: CloseReason::Peer
+                }),
+            "{ctx}: {:?}",
+            net.events[1]
+        );
+        assert!(
+            !net.events[0]
+                .iter()
+                .any(|e| matches!(e.event, Event::Message { .. })),
+            "{ctx}: a message arrived"
+        );
+    }
+}
+
 #[test]
 fn lost_end_still_closes_both_sides() {
     // Every END of the closing side lost: it gives up (END timer), the peer notices silence.
