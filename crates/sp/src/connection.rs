@@ -556,6 +556,12 @@ impl Connection {
         self.recv.slot_mut(self.peer_block_size)
     }
 
+    /// Whether the peer is in the middle of a message (its last block stored is followed by
+    /// blocks not yet here): the next ones are a few microseconds away.
+    pub fn mid_message(&self) -> bool {
+        self.recv.mid_message()
+    }
+
     /// The bytes of a region [`recv_slot`](Self::recv_slot) lent: the payload of a datagram
     /// received there (check its header with
     /// [`Repr::parse_split`](crate::wire::Repr::parse_split) over them).

@@ -276,6 +276,14 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
         Some((RecvSlot { handle, slot }, region))
     }
 
+    /// Whether the connection that last received a DATA packet is in the middle of a
+    /// message (see [`Connection::mid_message`]).
+    pub fn mid_message(&self) -> bool {
+        self.receiving
+            .and_then(|id| self.conns.get(&id))
+            .is_some_and(|s| s.conn.mid_message())
+    }
+
     /// Handles a datagram received as header + the region [`recv_slot`](Self::recv_slot)
     /// lent + overflow: in place if it is the block the region was lent for, else copied into
     /// `scratch` and handled as [`handle_datagram`](Self::handle_datagram) would (the region's

@@ -94,10 +94,14 @@ pub struct SpSocket {
     messages: VecDeque<Received>,
     notices: VecDeque<(ConnectionHandle, Event)>,
     read_timeout: Option<StdDuration>,
+    busy_poll: StdDuration,
 }
 
 /// Socket buffer size asked for (4 MiB).
 pub const SOCKET_BUFFER: usize = 4 << 20;
+
+/// Default of [`SpSocket::set_busy_poll`]: 50 µs, a few block times on loopback.
+pub const BUSY_POLL: StdDuration = StdDuration::from_micros(50);
 
 /// Most packets per `sendmmsg`.
 const SEND_BATCH: usize = 32;
@@ -129,6 +133,7 @@ impl SpSocket {
             messages: VecDeque::new(),
             notices: VecDeque::new(),
             read_timeout: None,
+            busy_poll: BUSY_POLL,
         })
     }
 
@@ -464,7 +469,7 @@ impl SpSocket {
             self.socket.set_read_timeout(Some(wait))?;
             self.read_timeout = Some(wait);
         }
-        match self.receive() {
+        match self.receive_or_poll() {
             Ok(true) => {
                 self.drain_events();
                 if !self.messages.is_empty() {
@@ -495,34 +500,28 @@ impl SpSocket {
         self.flush_transmits()
     }
 
-    /// Waits (up to the socket's read timeout) for one datagram and hands it to the
-    /// endpoint: received in place when the endpoint expects a block (see the module
-    /// documentation), else into `inbuf`. False when the datagram had no usable source.
-    fn receive(&mut self) -> io::Result<bool> {
+    /// Receives one datagram — waiting up to the socket's read timeout, or not at all with
+    /// `MSG_DONTWAIT` — and hands it to the endpoint: in place when the endpoint expects a
+    /// block (see the module documentation), else from `inbuf`. False when the datagram had
+    /// no usable source.
+    fn receive(&mut self, flags: MsgFlags) -> io::Result<bool> {
+        let fd = self.socket.as_raw_fd();
         let Some((slot, region)) = self.endpoint.recv_slot() else {
-            let (n, from) = self.socket.recv_from(&mut self.inbuf)?;
+            let (len, from) = recv(fd, &mut [IoSliceMut::new(&mut self.inbuf)], flags)?;
+            let Some(from) = from else {
+                return Ok(false);
+            };
             let now = self.now();
+            let n = len.min(self.inbuf.len());
             self.endpoint.handle_datagram(now, from, &self.inbuf[..n]);
             return Ok(true);
         };
-        let (len, from) = {
-            let mut iov = [
-                IoSliceMut::new(&mut self.head),
-                IoSliceMut::new(region),
-                IoSliceMut::new(&mut self.inbuf),
-            ];
-            let msg = recvmsg::<SockaddrStorage>(
-                self.socket.as_raw_fd(),
-                &mut iov,
-                None,
-                MsgFlags::empty(),
-            )
-            .map_err(|e| match e {
-                Errno::EAGAIN => io::Error::from(io::ErrorKind::WouldBlock),
-                e => io::Error::from(e),
-            })?;
-            (msg.bytes, msg.address.as_ref().and_then(to_socket_addr))
-        };
+        let mut iov = [
+            IoSliceMut::new(&mut self.head),
+            IoSliceMut::new(region),
+            IoSliceMut::new(&mut self.inbuf),
+        ];
+        let (len, from) = recv(fd, &mut iov, flags)?;
         let Some(from) = from else {
             return Ok(false);
         };
@@ -536,6 +535,33 @@ impl SpSocket {
         self.endpoint
             .handle_received(now, from, received, &mut self.scratch);
         Ok(true)
+    }
+
+    /// [`receive`](Self::receive), first polling without sleeping for up to the busy-poll
+    /// time while a message is arriving (see [`set_busy_poll`](Self::set_busy_poll)).
+    fn receive_or_poll(&mut self) -> io::Result<bool> {
+        if !self.busy_poll.is_zero() && self.endpoint.mid_message() {
+            let until = Monotonic::now() + self.busy_poll;
+            loop {
+                match self.receive(MsgFlags::MSG_DONTWAIT) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    other => return other,
+                }
+                if Monotonic::now() >= until {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        self.receive(MsgFlags::empty())
+    }
+
+    /// How long a receive polls without sleeping while the peer is in the middle of a
+    /// message, before it sleeps (default [`BUSY_POLL`]; zero: never). The next block of a
+    /// message is microseconds away, and on a virtual machine a sleeping thread takes tens of
+    /// them to wake; between messages the socket always sleeps.
+    pub fn set_busy_poll(&mut self, d: StdDuration) {
+        self.busy_poll = d;
     }
 
     /// Sends what the connections have ready (ACKs, repairs) without waiting for anything.
@@ -553,4 +579,18 @@ fn to_socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
         return Some(SocketAddr::V4((*v4).into()));
     }
     a.as_sockaddr_in6().map(|v6| SocketAddr::V6((*v6).into()))
+}
+
+/// One `recvmsg` into `iov`: (bytes, source). A timeout or an empty non-blocking socket is
+/// [`io::ErrorKind::WouldBlock`].
+fn recv(
+    fd: std::os::fd::RawFd,
+    iov: &mut [IoSliceMut<'_>],
+    flags: MsgFlags,
+) -> io::Result<(usize, Option<SocketAddr>)> {
+    let msg = recvmsg::<SockaddrStorage>(fd, iov, None, flags).map_err(|e| match e {
+        Errno::EAGAIN => io::Error::from(io::ErrorKind::WouldBlock),
+        e => io::Error::from(e),
+    })?;
+    Ok((msg.bytes, msg.address.as_ref().and_then(to_socket_addr)))
 }

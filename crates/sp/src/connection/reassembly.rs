@@ -469,16 +469,23 @@ impl Reassembly {
                         && !p.have.contains(next_pb)
                         && p.buf.capacity() >= end
                     {
-                        if p.buf.len() < end {
-                            // A fresh buffer: initialised up to the region (a recycled one
-                            // already is).
-                            p.buf.resize(end, 0);
-                        }
+                        let end = if pb + 2 == tb && p.buf.len() > start && p.buf.len() < end {
+                            // The last block, in a recycled buffer: its initialised part,
+                            // which a message of the buffer's last length fills exactly (a
+                            // longer last block spills over and is copied out).
+                            p.buf.len()
+                        } else {
+                            if p.buf.len() < end {
+                                // A fresh buffer: initialised up to the region.
+                                p.buf.resize(end, 0);
+                            }
+                            end
+                        };
                         let slot = Slot {
                             seq,
                             pblock: next_pb,
                             spare: false,
-                            len: block_size,
+                            len: end - start,
                         };
                         return Some((slot, &mut p.buf[start..end]));
                     }
@@ -512,6 +519,14 @@ impl Reassembly {
             len,
         };
         Some((slot, &mut self.spare[..len]))
+    }
+
+    /// Whether the message of the last block stored still lacks blocks after it (more are
+    /// on their way: a driver may poll for them briefly instead of sleeping).
+    pub fn mid_message(&self) -> bool {
+        self.last.is_some_and(|(seq, pb, tb)| {
+            pb + 1 < tb && self.partial.get(&seq).is_some_and(|p| !p.is_complete())
+        })
     }
 
     /// The bytes of a lent region (to copy a datagram out of it when it did not belong
