@@ -58,6 +58,9 @@ pub enum SpError {
     /// The message was refused.
     #[error(transparent)]
     Send(#[from] SendError),
+    /// The socket is dedicated to another peer (see [`SpSocket::dedicate`]).
+    #[error("socket dedicated to {0}")]
+    Dedicated(SocketAddr),
 }
 
 /// A message received on one of the socket's connections.
@@ -94,6 +97,8 @@ pub struct SpSocket {
     notices: VecDeque<(ConnectionHandle, Event)>,
     read_timeout: Option<StdDuration>,
     busy_poll: StdDuration,
+    /// The peer the OS socket is connected to ([`SpSocket::dedicate`]).
+    dedicated: Option<SocketAddr>,
 }
 
 /// Socket buffer size asked for (4 MiB).
@@ -133,6 +138,7 @@ impl SpSocket {
             notices: VecDeque::new(),
             read_timeout: None,
             busy_poll: BUSY_POLL,
+            dedicated: None,
         })
     }
 
@@ -163,15 +169,45 @@ impl SpSocket {
         self.endpoint.connection(h).map(|c| c.stats().clone())
     }
 
+    /// Dedicates the socket to one peer, as a connected UDP socket is: the OS socket is
+    /// connected to `peer`, so the kernel keeps its route instead of looking it up for every
+    /// datagram sent, and drops datagrams from anyone else. Afterwards [`connect`](Self::connect)
+    /// accepts no other peer. For a socket that talks to one peer only.
+    ///
+    /// # Errors
+    /// [`SpError::Dedicated`] if it is dedicated to another peer already; the socket's.
+    pub fn dedicate(&mut self, peer: SocketAddr) -> Result<(), SpError> {
+        match self.dedicated {
+            Some(p) if p == peer => return Ok(()),
+            Some(p) => return Err(SpError::Dedicated(p)),
+            None => {}
+        }
+        if let Some(h) = self
+            .endpoint
+            .handles()
+            .find(|&h| self.endpoint.peer(h) != Some(&peer))
+        {
+            let other = self.endpoint.peer(h).copied();
+            return Err(SpError::Dedicated(other.unwrap_or(peer)));
+        }
+        self.socket.connect(peer)?;
+        self.dedicated = Some(peer);
+        Ok(())
+    }
+
     /// Opens a connection and waits until it is open.
     ///
     /// # Errors
-    /// [`SpError::Rejected`], [`SpError::Failed`] (CONN timer), [`SpError::Timeout`], IO.
+    /// [`SpError::Rejected`], [`SpError::Failed`] (CONN timer), [`SpError::Timeout`],
+    /// [`SpError::Dedicated`] for a peer other than the one the socket is dedicated to, IO.
     pub fn connect(
         &mut self,
         peer: SocketAddr,
         timeout: StdDuration,
     ) -> Result<ConnectionHandle, SpError> {
+        if let Some(p) = self.dedicated.filter(|p| *p != peer) {
+            return Err(SpError::Dedicated(p));
+        }
         let now = self.now();
         let h = self.endpoint.connect(now, peer).ok_or(SpError::Closed)?;
         let deadline = Monotonic::now() + timeout;
@@ -389,7 +425,11 @@ impl SpSocket {
             let addrs: Vec<Option<SockaddrStorage>> = self
                 .batch
                 .iter()
-                .map(|(to, ..)| Some(SockaddrStorage::from(*to)))
+                // A connected socket sends without an address (and so uses its route).
+                .map(|(to, ..)| match self.dedicated {
+                    Some(p) if p == *to => None,
+                    _ => Some(SockaddrStorage::from(*to)),
+                })
                 .collect();
             let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(iovs.len(), None);
             let no_cmsgs: [ControlMessage<'_>; 0] = [];
@@ -412,7 +452,11 @@ impl SpSocket {
                 io::IoSlice::new(&self.out[head.clone()]),
                 io::IoSlice::new(self.endpoint.payload(r)),
             ];
-            match sock.send_to_vectored(&parts, &(*to).into()) {
+            let r = match self.dedicated {
+                Some(p) if p == *to => sock.send_vectored(&parts),
+                _ => sock.send_to_vectored(&parts, &(*to).into()),
+            };
+            match r {
                 Ok(_) => {}
                 // A full buffer or an unreachable peer is a lost datagram: SP recovers.
                 Err(e)

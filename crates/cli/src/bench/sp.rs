@@ -10,6 +10,8 @@
 //! when the previous one arrived and the sender is idle again (SP: acknowledged), so
 //! acknowledgements are outside the measured interval for every protocol alike. Connection
 //! set-up is excluded (one connection per protocol and size), as are 3 warm-up transfers.
+//! The sending sockets of UDP and SP are connected to their peer (`connect`,
+//! `SpSocket::dedicate`), the receiving ones are not.
 //! A UDP or SP UNRELIABLE message that loses a datagram is counted as lost, not timed. Each
 //! protocol runs `--repeat` times per size, round-robin, and keeps its run with the lowest
 //! mean (noise from other work on the machine only ever adds time).
@@ -158,6 +160,8 @@ fn sp(mode: Reliability, size: usize, n: usize) -> anyhow::Result<Series> {
     pin(0);
     let addr: SocketAddr = addr_rx.recv()?;
     let mut sock = SpSocket::bind("127.0.0.1:0", config, false)?;
+    // Like the UDP reference's sending socket, connected to its one peer.
+    sock.dedicate(addr)?;
     let h = sock.connect(addr, Duration::from_secs(5))?;
     let msg: Arc<[u8]> = vec![0x5a; size].into();
     let series = timed(n, &done_rx, || {

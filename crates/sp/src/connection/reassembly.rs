@@ -280,6 +280,10 @@ pub struct Reassembly {
 /// Most buffers kept for reuse.
 pub const POOL_MAX: usize = 8;
 
+/// Bytes zero-filled past a recycled buffer's initialised length when its last block's
+/// region is lent: messages a little longer than the buffer's last one still land in place.
+const LAST_BLOCK_SLACK: usize = 4096;
+
 /// Shortest region lent for block 0 of a message: smaller messages are copied out of it (a
 /// copy of under 1 KiB costs less than a buffer of its own).
 const MIN_SLOT: usize = 1024;
@@ -470,10 +474,13 @@ impl Reassembly {
                         && p.buf.capacity() >= end
                     {
                         let end = if pb + 2 == tb && p.buf.len() > start && p.buf.len() < end {
-                            // The last block, in a recycled buffer: its initialised part,
-                            // which a message of the buffer's last length fills exactly (a
-                            // longer last block spills over and is copied out).
-                            p.buf.len()
+                            // The last block, in a recycled buffer: its initialised part plus
+                            // a little (not a whole block of zero-fill for a last block that
+                            // is usually as long as the buffer's last message's); a longer
+                            // last block spills over and is copied out.
+                            let end = (p.buf.len() + LAST_BLOCK_SLACK).min(end);
+                            p.buf.resize(end, 0);
+                            end
                         } else {
                             if p.buf.len() < end {
                                 // A fresh buffer: initialised up to the region.
