@@ -104,9 +104,6 @@ pub struct SpSocket {
 /// Socket buffer size asked for (4 MiB).
 pub const SOCKET_BUFFER: usize = 4 << 20;
 
-/// Default of [`SpSocket::set_busy_poll`]: 50 µs, a few block times on loopback.
-pub const BUSY_POLL: StdDuration = StdDuration::from_micros(50);
-
 /// Most packets per `sendmmsg`.
 const SEND_BATCH: usize = 32;
 
@@ -137,7 +134,7 @@ impl SpSocket {
             messages: VecDeque::new(),
             notices: VecDeque::new(),
             read_timeout: None,
-            busy_poll: BUSY_POLL,
+            busy_poll: StdDuration::ZERO,
             dedicated: None,
         })
     }
@@ -598,9 +595,11 @@ impl SpSocket {
     }
 
     /// How long a receive polls without sleeping while the peer is in the middle of a
-    /// message, before it sleeps (default [`BUSY_POLL`]; zero: never). The next block of a
-    /// message is microseconds away, and on a virtual machine a sleeping thread takes tens of
-    /// them to wake; between messages the socket always sleeps.
+    /// message, before it sleeps (default zero: never). The next block of a message is
+    /// microseconds away, and on a virtual machine a sleeping thread takes 15–20 µs to wake;
+    /// between messages the socket always sleeps. Off by default: on the 2-core VM of
+    /// `bench sp` 50 µs removed the mid-message sleeps from traces but moved no transfer time
+    /// measurably, and polling costs a core.
     pub fn set_busy_poll(&mut self, d: StdDuration) {
         self.busy_poll = d;
     }
