@@ -463,41 +463,40 @@ impl Reassembly {
             return None;
         }
         if let Some((seq, pb, tb)) = self.last {
-            let next_pb = pb.wrapping_add(1);
-            if pb + 1 < tb {
+            // Its message gone (delivered, or given up): the next one's block 0, below.
+            if pb + 1 < tb && self.partial.contains_key(&seq) {
+                // Its message still lacks the next block: lend that block's region.
+                let next_pb = pb + 1;
                 let start = usize::from(next_pb) * block_size;
                 let end = start + block_size;
-                if let Some(p) = self.partial.get_mut(&seq) {
-                    if p.seen
-                        && p.block_size == block_size
-                        && !p.have.contains(next_pb)
-                        && p.buf.capacity() >= end
-                    {
-                        let end = if pb + 2 == tb && p.buf.len() > start && p.buf.len() < end {
-                            // The last block, in a recycled buffer: its initialised part plus
-                            // a little (not a whole block of zero-fill for a last block that
-                            // is usually as long as the buffer's last message's); a longer
-                            // last block spills over and is copied out.
-                            let end = (p.buf.len() + LAST_BLOCK_SLACK).min(end);
-                            p.buf.resize(end, 0);
-                            end
-                        } else {
-                            if p.buf.len() < end {
-                                // A fresh buffer: initialised up to the region.
-                                p.buf.resize(end, 0);
-                            }
-                            end
-                        };
-                        let slot = Slot {
-                            seq,
-                            pblock: next_pb,
-                            spare: false,
-                            len: end - start,
-                        };
-                        return Some((slot, &mut p.buf[start..end]));
-                    }
+                let p = self.partial.get_mut(&seq)?;
+                if !p.seen
+                    || p.block_size != block_size
+                    || p.have.contains(next_pb)
+                    || p.buf.capacity() < end
+                {
+                    return None;
                 }
-                return None;
+                let end = if pb + 2 == tb && p.buf.len() > start && p.buf.len() < end {
+                    // The last block, in a recycled buffer: its initialised part plus a
+                    // little (not a whole block of zero-fill for a last block that is usually
+                    // as long as the buffer's last message's); a longer last block spills over
+                    // and is copied out.
+                    (p.buf.len() + LAST_BLOCK_SLACK).min(end)
+                } else {
+                    end
+                };
+                if p.buf.len() < end {
+                    // Initialised up to the region (a recycled buffer mostly is already).
+                    p.buf.resize(end, 0);
+                }
+                let slot = Slot {
+                    seq,
+                    pblock: next_pb,
+                    spare: false,
+                    len: end - start,
+                };
+                return Some((slot, &mut p.buf[start..end]));
             }
         }
         let seq = self.last.map_or(self.next, |(s, ..)| s + 1).max(self.next);
