@@ -7,8 +7,11 @@
 //! until its own condition holds or its timeout passes.
 //!
 //! **Copies.** A block leaves with its header from a small buffer and the block from where it
-//! lies in the message (two iovecs); the packets ready at once — all the blocks of a message —
-//! are gathered and leave in one `sendmmsg` (one `sendmsg` for a single packet). A block arrives with one `recvmsg` whose iovecs are a
+//! lies in the message (two iovecs). The first packet of a flush leaves at once with `sendmsg`,
+//! so the receiver starts waking up (15–20 µs on a VM) while the next ones are checksummed;
+//! those that follow — the rest of a multi-block message — are gathered and leave in one
+//! `sendmmsg`. (Sending the whole message in one `sendmmsg` measured 0.05–0.1 worse against
+//! UDP at 128–256 KiB: the receiver got its first block only when the batch was done.) A block arrives with one `recvmsg` whose iovecs are a
 //! 20-byte header buffer, the region of the message buffer where the endpoint expects the next
 //! block ([`Endpoint::recv_slot`]) and an overflow buffer: when the header confirms the
 //! guess — the usual case, blocks arriving in order — the kernel's copy is the only one, and
@@ -387,10 +390,13 @@ impl SpSocket {
 
     fn flush_transmits(&mut self) -> io::Result<()> {
         let now = self.now();
+        // The first packet alone: the receiver's (slow) wake-up starts while the rest are
+        // checksummed and sent, instead of after a whole batch.
+        let mut max = 1;
         loop {
             self.out.clear();
             self.batch.clear();
-            while self.batch.len() < SEND_BATCH {
+            while self.batch.len() < max {
                 let start = self.out.len();
                 let Some((to, _, r)) = self.endpoint.poll_transmit_ref(now, &mut self.out) else {
                     break;
@@ -401,6 +407,7 @@ impl SpSocket {
                 return Ok(());
             }
             self.send_batch()?;
+            max = SEND_BATCH;
         }
     }
 
