@@ -1,11 +1,16 @@
-//! Any bytes as an SP packet: the checked view, the parser and the checksum never panic, and a
-//! packet that parses re-encodes to exactly the same bytes.
+//! Any bytes as an SP packet: the checked view, the parser and the checksum never panic, a
+//! packet that parses re-encodes to exactly the same bytes, and parsing it received in two
+//! pieces (header, payload: `Repr::parse_split`, the in-place receive path) decides exactly as
+//! parsing it whole.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use viastack_sp::wire::{Packet, Repr};
+use viastack_sp::wire::{Packet, Repr, HEADER_LEN};
 
 fuzz_target!(|data: &[u8]| {
+    let whole = Packet::new_checked(data).and_then(|p| Repr::parse(&p));
+    let (head, payload) = data.split_at(data.len().min(HEADER_LEN));
+    assert_eq!(Repr::parse_split(head, payload), whole, "split parse differs");
     let Ok(p) = Packet::new_checked(data) else {
         return;
     };

@@ -129,8 +129,17 @@ fn bench_sp_reports_every_protocol_and_draws_a_png() {
         for p in ["sp_reliable", "sp_unreliable", "tcp", "udp"] {
             assert!(row[p]["mean_us"].as_f64().unwrap() > 0.0, "{p}: {row}");
             assert!(row[p]["p99_us"].is_number(), "{p}: {row}");
+            assert!(row[p]["p50_us"].as_f64().unwrap() > 0.0, "{p}: {row}");
+            assert!(row[p]["best_p50_us"].as_f64().unwrap() > 0.0, "{p}: {row}");
         }
-        assert!(row["sp_reliable_vs_udp"].is_number() && row["sp_reliable_vs_tcp"].is_number());
+        for r in [
+            "sp_reliable_vs_udp",
+            "sp_reliable_vs_tcp",
+            "sp_reliable_vs_udp_p50",
+            "sp_reliable_vs_tcp_p50",
+        ] {
+            assert!(row[r].as_f64().unwrap() > 0.0, "{r}: {row}");
+        }
     }
     let bytes = std::fs::read(&png).unwrap();
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");

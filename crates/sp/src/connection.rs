@@ -28,7 +28,9 @@
 //!   (ST_RTR: missing blocks are NACKed and resent a bounded number of times), CHECKSUMMED
 //!   (ST_CKS: whole-packet checksum, XOR parity per `k` blocks, see [`fec`]), RELIABLE (both:
 //!   ACK/NACK and retransmission until every block arrives intact). Outside RELIABLE a message
-//!   the receiver gives up is reported as [`Event::Dropped`].
+//!   the receiver gives up is reported as [`Event::Dropped`]. In every mode, when the peer's
+//!   END arrives, this side's own messages still queued or unacknowledged are reported as
+//!   [`Event::Dropped`] too ([`DropReason::NotSent`], [`DropReason::Unacknowledged`]).
 //! - **Flow control**: every packet advertises WINDOW_SIZE (bytes the receiver can still hold);
 //!   the sender keeps the bytes of unacknowledged messages within it (one message may exceed
 //!   it when nothing is in flight) and probes a closed window with CNTRL + REPLY_REQUESTED.
@@ -54,7 +56,8 @@ pub mod send_queue;
 mod sender;
 pub mod timers;
 
-use reassembly::{Block, BlockOutcome, BlockSet, Reassembly};
+pub use reassembly::Slot;
+use reassembly::{Block, BlockBytes, BlockOutcome, BlockSet, Reassembly};
 pub use send_queue::Payload;
 use send_queue::{Queued, SendQueue};
 use timers::{Timer, TimerTable};
@@ -386,6 +389,31 @@ impl Connection {
         }
     }
 
+    /// Reports every message of this side still queued or unacknowledged as
+    /// [`Event::Dropped`] (queued ones with the numbers they would have taken) and forgets
+    /// them: the peer closed, so none of them will be sent or acknowledged.
+    fn abandon_outgoing(&mut self) {
+        for m in std::mem::take(&mut self.inflight) {
+            let reason = if m.fully_sent() {
+                DropReason::Unacknowledged
+            } else {
+                DropReason::NotSent
+            };
+            self.stats.messages_abandoned += 1;
+            self.events.push_back(Event::Dropped { seq: m.seq, reason });
+        }
+        self.in_flight_bytes = 0;
+        while self.queue.pop().is_some() {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.stats.messages_abandoned += 1;
+            self.events.push_back(Event::Dropped {
+                seq,
+                reason: DropReason::NotSent,
+            });
+        }
+    }
+
     fn finish(&mut self, ev: Event) {
         self.state = State::Closed;
         self.timers.stop_all();
@@ -511,6 +539,65 @@ impl Connection {
 
     /// Handles a parsed, checksum-verified packet.
     pub fn handle_repr(&mut self, now: Instant, repr: &Repr, payload: &[u8]) {
+        self.handle_body(now, repr, BlockBytes::Copy(payload));
+    }
+
+    /// Lends the region where the next DATA block from the peer will probably land
+    /// (`block_size` bytes; see [`reassembly`]), for a driver that receives the payload of its
+    /// next datagram straight into it. `None` when no block is expected. Nothing is stored
+    /// until [`handle_in_place`](Self::handle_in_place) says the block is there.
+    pub fn recv_slot(&mut self) -> Option<(Slot, &mut [u8])> {
+        if !matches!(
+            self.state,
+            State::Connected | State::Closing | State::EndRequestLocal
+        ) {
+            return None;
+        }
+        self.recv.slot_mut(self.peer_block_size)
+    }
+
+    /// Whether the peer is in the middle of a message (its last block stored is followed by
+    /// blocks not yet here): the next ones are a few microseconds away.
+    pub fn mid_message(&self) -> bool {
+        self.recv.mid_message()
+    }
+
+    /// The bytes of a region [`recv_slot`](Self::recv_slot) lent: the payload of a datagram
+    /// received there (check its header with
+    /// [`Repr::parse_split`](crate::wire::Repr::parse_split) over them).
+    pub fn slot_bytes(&self, slot: Slot) -> &[u8] {
+        self.recv.slot_bytes(slot, self.peer_block_size)
+    }
+
+    /// Whether the checked header `repr` of a datagram whose payload landed in `slot`
+    /// describes the block `slot` was lent for (then
+    /// [`handle_in_place`](Self::handle_in_place) takes it; otherwise the driver copies the
+    /// datagram out and calls [`handle_packet`](Self::handle_packet) as usual).
+    pub fn fits_slot(&self, repr: &Repr, slot: Slot) -> bool {
+        repr.packet_type == PacketType::Data
+            && repr.src_id == self.peer_id
+            && repr.pblock == slot.pblock
+            && repr.payload_len <= self.peer_block_size
+            && self.recv.expand(repr.mess_seq_no) == slot.seq
+    }
+
+    /// Handles a parsed, checksum-verified DATA packet whose payload (`repr.payload_len`
+    /// bytes) was received into `slot` and for which [`fits_slot`](Self::fits_slot) holds:
+    /// exactly as [`handle_repr`](Self::handle_repr) with the payload, without copying it.
+    pub fn handle_in_place(&mut self, now: Instant, repr: &Repr, slot: Slot) {
+        if !self.fits_slot(repr, slot) {
+            self.stats.bad_packet += 1;
+            return;
+        }
+        let len = repr.payload_len;
+        self.handle_body(now, repr, BlockBytes::InPlace { slot, len });
+    }
+
+    fn handle_body(&mut self, now: Instant, repr: &Repr, body: BlockBytes<'_>) {
+        let payload = match body {
+            BlockBytes::Copy(p) => p,
+            BlockBytes::InPlace { .. } => &[],
+        };
         if self.state == State::Closed || self.state == State::NotInUse {
             return;
         }
@@ -546,7 +633,7 @@ impl Connection {
                     self.finish(Event::Rejected);
                 }
             }
-            PacketType::Data => self.on_data(now, repr, payload),
+            PacketType::Data => self.on_data(now, repr, body),
             PacketType::Ack => self.on_ack(now, repr),
             PacketType::Nack => self.on_nack(now, repr, payload),
             PacketType::Echo => self.on_echo(now, repr, payload),
@@ -645,6 +732,10 @@ impl Connection {
                 // The peer's last message number: everything up to it is now final.
                 let last = self.recv.expand(repr.mess_seq_no);
                 self.settle_until(now, last);
+                // Ours that it did not acknowledge will never reach it: reported, not lost
+                // silently.
+                self.on_cumulative_ack(now, repr.mess_ack_no);
+                self.abandon_outgoing();
                 self.push_ctrl(PacketType::End, Flags::REPLY, 0, 0, Vec::new());
                 self.timers.stop_all();
                 self.state = State::EndRequestRemote;

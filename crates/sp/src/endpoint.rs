@@ -13,6 +13,13 @@
 //!
 //! Bad datagrams (truncated, TOTAL_LEN mismatch, bad type, bad checksum) are counted in
 //! [`EndpointStats`] and dropped.
+//!
+//! **Receiving in place** (for drivers with vectored receives): [`Endpoint::recv_slot`] lends
+//! the region where the next DATA block of the connection that last received one will
+//! probably go; the driver receives the next datagram as header + that region + an overflow
+//! buffer and calls [`Endpoint::handle_received`]. A datagram that is that block is handled
+//! where it lies; any other is copied out whole and handled as by
+//! [`Endpoint::handle_datagram`]. Both paths count and decide alike.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Debug;
@@ -20,8 +27,39 @@ use std::hash::Hash;
 
 use viastack_kernel::Instant;
 
-use crate::connection::{Config, Connection, Event, State, Transmit, MAX_BLOCK_SIZE};
-use crate::wire::{Flags, Packet, PacketType, Repr, WireError};
+use crate::connection::{
+    Config, Connection, Event, PayloadRef, Slot as BlockSlot, State, Transmit, MAX_BLOCK_SIZE,
+};
+use crate::wire::{Flags, Packet, PacketType, Repr, WireError, HEADER_LEN};
+
+/// A region [`Endpoint::recv_slot`] lent: the connection and its [`Slot`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvSlot {
+    /// The connection the block is expected on.
+    pub handle: ConnectionHandle,
+    /// Where in it.
+    pub slot: BlockSlot,
+}
+
+/// Where the data block of a packet from [`Endpoint::poll_transmit_ref`] lies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransmitRef {
+    block: Option<(u16, PayloadRef)>,
+}
+
+/// A datagram received as header + lent region + overflow (see
+/// [`Endpoint::handle_received`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Received<'a> {
+    /// Its length.
+    pub len: usize,
+    /// The buffer its first [`HEADER_LEN`] bytes went to.
+    pub head: &'a [u8],
+    /// The lent region its next bytes went to.
+    pub slot: RecvSlot,
+    /// The buffer the bytes beyond the region went to.
+    pub overflow: &'a [u8],
+}
 
 /// A connection of an endpoint: its local id (SRC_ID of its packets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -57,6 +95,10 @@ pub struct EndpointStats {
     pub rejected: u64,
     /// Connections accepted.
     pub accepted: u64,
+    /// DATA blocks received in place (see [`Endpoint::handle_received`]): not copied.
+    pub in_place: u64,
+    /// Datagrams received around a lent region that were not its block: copied out whole.
+    pub copied_out: u64,
 }
 
 impl EndpointStats {
@@ -84,6 +126,8 @@ pub struct Endpoint<A> {
     accepted: VecDeque<ConnectionHandle>,
     cursor: u16,
     stats: EndpointStats,
+    /// The connection that last received a DATA packet (whose next block is predicted).
+    receiving: Option<u16>,
 }
 
 impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
@@ -100,6 +144,7 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
             accepted: VecDeque::new(),
             cursor: 0,
             stats: EndpointStats::default(),
+            receiving: None,
         }
     }
 
@@ -208,13 +253,81 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
             return;
         }
         match self.conns.get_mut(&repr.dest_id) {
-            Some(slot) if slot.peer == from => slot.conn.handle_repr(now, &repr, payload),
+            Some(slot) if slot.peer == from => {
+                if repr.packet_type == PacketType::Data {
+                    self.receiving = Some(repr.dest_id);
+                }
+                slot.conn.handle_repr(now, &repr, payload)
+            }
             Some(_) => self.stats.wrong_peer += 1,
             None => {
                 self.stats.unknown_connection += 1;
                 self.answer_unknown(from, &repr);
             }
         }
+    }
+
+    /// Lends the region where the next DATA block of the connection that last received one
+    /// will probably land (see [`Connection::recv_slot`]); `None` when nothing is expected.
+    pub fn recv_slot(&mut self) -> Option<(RecvSlot, &mut [u8])> {
+        let id = self.receiving?;
+        let (slot, region) = self.conns.get_mut(&id)?.conn.recv_slot()?;
+        let handle = ConnectionHandle(id);
+        Some((RecvSlot { handle, slot }, region))
+    }
+
+    /// Whether the connection that last received a DATA packet is in the middle of a
+    /// message (see [`Connection::mid_message`]).
+    pub fn mid_message(&self) -> bool {
+        self.receiving
+            .and_then(|id| self.conns.get(&id))
+            .is_some_and(|s| s.conn.mid_message())
+    }
+
+    /// Handles a datagram received as header + the region [`recv_slot`](Self::recv_slot)
+    /// lent + overflow: in place if it is the block the region was lent for, else copied into
+    /// `scratch` and handled as [`handle_datagram`](Self::handle_datagram) would (the region's
+    /// bytes are never taken for a block unless the header, checksum included, says so).
+    pub fn handle_received(
+        &mut self,
+        now: Instant,
+        from: A,
+        r: Received<'_>,
+        scratch: &mut Vec<u8>,
+    ) {
+        let id = r.slot.handle.0;
+        if r.len >= HEADER_LEN && r.head.len() >= HEADER_LEN {
+            let payload_len = r.len - HEADER_LEN;
+            if let Some(s) = self.conns.get_mut(&id) {
+                let region = s.conn.slot_bytes(r.slot.slot);
+                if s.peer == from && payload_len <= region.len() {
+                    let head = &r.head[..HEADER_LEN];
+                    if let Ok(repr) = Repr::parse_split(head, &region[..payload_len]) {
+                        if repr.dest_id == id && s.conn.fits_slot(&repr, r.slot.slot) {
+                            s.conn.handle_in_place(now, &repr, r.slot.slot);
+                            self.stats.in_place += 1;
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        // Not the predicted block: the datagram laid end to end, then the usual path.
+        self.stats.copied_out += 1;
+        scratch.clear();
+        scratch.extend_from_slice(&r.head[..r.len.min(r.head.len())]);
+        let mut rest = r.len.saturating_sub(r.head.len());
+        if rest > 0 {
+            let region = self
+                .conns
+                .get(&id)
+                .map_or(&[][..], |s| s.conn.slot_bytes(r.slot.slot));
+            let k = rest.min(region.len());
+            scratch.extend_from_slice(&region[..k]);
+            rest -= k;
+        }
+        scratch.extend_from_slice(&r.overflow[..rest.min(r.overflow.len())]);
+        self.handle_datagram(now, from, scratch);
     }
 
     fn on_start(&mut self, now: Instant, from: A, repr: &Repr, payload: &[u8]) {
@@ -286,11 +399,25 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
         now: Instant,
         head: &mut Vec<u8>,
     ) -> Option<(A, Transmit, &'a [u8])> {
+        let (to, t, r) = self.poll_transmit_ref(now, head)?;
+        Some((to, t, self.payload(&r)))
+    }
+
+    /// Like [`poll_transmit_parts`](Self::poll_transmit_parts), naming the data block
+    /// instead of borrowing it, so that several packets can be gathered for one batched send
+    /// (`sendmmsg`): each [`TransmitRef`] stays valid through further `poll_transmit_ref`
+    /// calls, until the endpoint next handles a datagram, a timeout or a command.
+    pub fn poll_transmit_ref(
+        &mut self,
+        now: Instant,
+        head: &mut Vec<u8>,
+    ) -> Option<(A, Transmit, TransmitRef)> {
         if let Some((to, repr)) = self.stateless.pop_front() {
             let start = head.len();
             repr.emit_into(&[], head).ok()?;
             let size = head.len() - start;
-            return Some((to, Transmit { size, priority: 0 }, &[]));
+            let r = TransmitRef { block: None };
+            return Some((to, Transmit { size, priority: 0 }, r));
         }
         // Round robin from the cursor, so one busy connection does not starve the others.
         let cursor = self.cursor;
@@ -312,7 +439,19 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
         let (id, t, r) = found?;
         self.cursor = id.wrapping_add(1);
         let slot = self.conns.get(&id)?;
-        Some((slot.peer.clone(), t, slot.conn.payload(&r)))
+        let r = TransmitRef {
+            block: Some((id, r)),
+        };
+        Some((slot.peer.clone(), t, r))
+    }
+
+    /// The data block a [`TransmitRef`] names (empty for a packet that is all header, or if
+    /// it is gone).
+    pub fn payload(&self, r: &TransmitRef) -> &[u8] {
+        match &r.block {
+            Some((id, p)) => self.conns.get(id).map_or(&[], |s| s.conn.payload(p)),
+            None => &[],
+        }
     }
 
     /// The earliest timer of any connection.

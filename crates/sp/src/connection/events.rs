@@ -34,13 +34,21 @@ pub enum CloseReason {
     Peer,
 }
 
-/// Why the receiver gave up a message (non-RELIABLE modes).
+/// Why a message was given up: a received one by the receiver (non-RELIABLE modes), or one of
+/// this side's own when the peer closed first (any mode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DropReason {
-    /// Some blocks never arrived (or arrived damaged), and FEC/NACKs did not repair them.
+    /// Received: some blocks never arrived (or arrived damaged), and FEC/NACKs did not repair
+    /// them.
     Incomplete,
-    /// No block of it ever arrived.
+    /// Received: no block of it ever arrived.
     Lost,
+    /// Ours: the peer's END came before it was sent whole (still queued, or partly sent);
+    /// the peer cannot have delivered it.
+    NotSent,
+    /// Ours: sent whole, but the peer's END did not acknowledge it; it may or may not have
+    /// been delivered.
+    Unacknowledged,
 }
 
 /// What the application learns.
@@ -69,9 +77,10 @@ pub enum Event {
         /// Why.
         reason: FailReason,
     },
-    /// A received message given up (only outside RELIABLE).
+    /// A message given up: a received one (only outside RELIABLE), or one of this side's own
+    /// that the peer's END left unsent or unacknowledged (any mode; see [`DropReason`]).
     Dropped {
-        /// Its number.
+        /// Its number (for a queued message of ours, the one it would have taken).
         seq: u64,
         /// Why.
         reason: DropReason,
@@ -121,6 +130,9 @@ pub struct Stats {
     pub messages_delivered: u64,
     /// Messages given up by the receiver.
     pub messages_dropped: u64,
+    /// Messages of ours given up because the peer closed first (reported as
+    /// [`Event::Dropped`] with [`DropReason::NotSent`] or [`DropReason::Unacknowledged`]).
+    pub messages_abandoned: u64,
     /// Blocks rebuilt from parity.
     pub fec_repairs: u64,
     /// ACKs received (SYNC_NO is this modulo 256).

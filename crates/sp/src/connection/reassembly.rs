@@ -1,10 +1,22 @@
 //! The receiver's half: blocks gathered into whole messages, delivered in MESS_SEQ_NO order
 //! (seed 002 §3.1: PBLOCK/TBLOCK, END_MESSAGE). One buffer per message, allocated when its first
 //! block arrives and handed to the application as is: a block is copied once, from the datagram
-//! into its place.
+//! into its place — or not at all when the driver received it in place.
+//!
+//! **Receiving in place.** [`Reassembly::slot_mut`] predicts where the next block will go (the
+//! block after the last one stored, else block 0 of the next message) and lends that region: of
+//! the message's buffer, or of a spare buffer that becomes the next message's. A driver
+//! receives the datagram's payload straight into it (`recvmsg` with the header in a separate
+//! iovec) and, when the header names that block, hands it over with [`BlockBytes::InPlace`]
+//! instead of a slice: the same checks follow, with no copy. A lent region holds no block yet
+//! (it is not in `have`), so whatever lands there when the prediction is wrong is never read.
+//!
+//! Buffers keep their initialised length when recycled (their old bytes are garbage that
+//! `have` never vouches for), so reusing one costs neither a copy nor a zero-fill.
 //!
 //! Memory bound: at most [`MAX_AHEAD`] messages past the next one to deliver, and the bytes of
-//! incomplete messages count against the advertised receive window.
+//! incomplete messages count against the advertised receive window; besides them, one spare
+//! buffer of at most one message (or one block) and [`POOL_MAX`] recycled ones.
 
 use std::collections::BTreeMap;
 
@@ -54,8 +66,9 @@ pub struct Partial {
     pub tblock: u8,
     /// Block size used by the sender.
     pub block_size: usize,
-    /// Blocks at `pblock × block_size` (filled in order without zeroing; gaps are zeroed
-    /// only when a later block arrives first).
+    /// Blocks at `pblock × block_size`. Its initialised length may run past the blocks
+    /// present (a recycled buffer, a region lent for receiving in place); only `have` says
+    /// which bytes are blocks.
     pub buf: Vec<u8>,
     /// Bytes reserved for it in the receive window.
     pub reserved: usize,
@@ -178,6 +191,48 @@ pub enum BlockOutcome {
     Invalid,
 }
 
+/// A region [`Reassembly::slot_mut`] lent for receiving one block in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// Message number the block is expected to belong to.
+    pub seq: u64,
+    /// Its expected PBLOCK.
+    pub pblock: u8,
+    /// Whether the region is the spare buffer (block 0 of a message not seen yet) rather than
+    /// the message's own buffer.
+    spare: bool,
+    /// Length of the region.
+    len: usize,
+}
+
+/// Where a block's bytes are.
+#[derive(Debug, Clone, Copy)]
+pub enum BlockBytes<'a> {
+    /// In the datagram: copied into place.
+    Copy(&'a [u8]),
+    /// Already in the region `slot` names (its first `len` bytes).
+    InPlace {
+        /// The region, from [`Reassembly::slot_mut`].
+        slot: Slot,
+        /// Payload bytes received.
+        len: usize,
+    },
+}
+
+impl BlockBytes<'_> {
+    /// Payload length.
+    pub fn len(&self) -> usize {
+        match self {
+            BlockBytes::Copy(b) => b.len(),
+            BlockBytes::InPlace { len, .. } => *len,
+        }
+    }
+    /// Whether the payload is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// One block as the connection hands it over.
 #[derive(Debug, Clone, Copy)]
 pub struct Block<'a> {
@@ -192,7 +247,14 @@ pub struct Block<'a> {
     /// Reliability from the packet's flags.
     pub mode: Reliability,
     /// Block bytes.
-    pub payload: &'a [u8],
+    pub payload: BlockBytes<'a>,
+}
+
+/// Where [`Reassembly::on_block`] finds a block's bytes.
+enum Source<'a> {
+    Datagram(&'a [u8]),
+    Spare,
+    InPlace,
 }
 
 /// Messages in reception, by number.
@@ -207,10 +269,24 @@ pub struct Reassembly {
     /// Message buffers the application gave back, reused before allocating (a fresh buffer
     /// costs page faults on every message of tens of KiB).
     pub pool: Vec<Vec<u8>>,
+    /// The buffer lent for block 0 of the next message (see [`slot_mut`](Self::slot_mut)).
+    spare: Vec<u8>,
+    /// (message, PBLOCK, TBLOCK) of the last data block stored: the base of the prediction.
+    last: Option<(u64, u8, u8)>,
+    /// Bytes reserved for the last message that began: the size the spare is given.
+    expect: usize,
 }
 
 /// Most buffers kept for reuse.
 pub const POOL_MAX: usize = 8;
+
+/// Bytes zero-filled past a recycled buffer's initialised length when its last block's
+/// region is lent: messages a little longer than the buffer's last one still land in place.
+const LAST_BLOCK_SLACK: usize = 4096;
+
+/// Shortest region lent for block 0 of a message: smaller messages are copied out of it (a
+/// copy of under 1 KiB costs less than a buffer of its own).
+const MIN_SLOT: usize = 1024;
 
 impl Default for Reassembly {
     fn default() -> Self {
@@ -219,6 +295,9 @@ impl Default for Reassembly {
             partial: BTreeMap::new(),
             buffered: 0,
             pool: Vec::new(),
+            spare: Vec::new(),
+            last: None,
+            expect: 0,
         }
     }
 }
@@ -261,6 +340,14 @@ impl Reassembly {
         block_size: usize,
         fec_k: usize,
     ) -> BlockOutcome {
+        let len = b.payload.len();
+        if let BlockBytes::InPlace { slot, .. } = b.payload {
+            // The driver checked the header against the slot; a mismatch here is a bug in
+            // it, refused rather than trusted.
+            if slot.seq != b.seq || slot.pblock != b.pblock || len > block_size {
+                return BlockOutcome::Invalid;
+            }
+        }
         if b.seq < self.next {
             return BlockOutcome::Duplicate;
         }
@@ -271,31 +358,62 @@ impl Reassembly {
             return BlockOutcome::Invalid;
         };
         let tblock = usize::from(b.tblock);
+        let in_spare = matches!(
+            b.payload,
+            BlockBytes::InPlace {
+                slot: Slot { spare: true, .. },
+                ..
+            }
+        );
+        // Bytes still to copy into place: the datagram's, or the spare's when it cannot
+        // become this message's buffer.
+        let mut copy = match b.payload {
+            BlockBytes::Copy(payload) => Source::Datagram(payload),
+            BlockBytes::InPlace { .. } if in_spare && p.seen => Source::Spare,
+            BlockBytes::InPlace { .. } if !in_spare && !p.seen => return BlockOutcome::Invalid,
+            BlockBytes::InPlace { .. } => Source::InPlace,
+        };
         if !p.seen {
+            let cap = if tblock == 1 {
+                len.min(block_size)
+            } else {
+                tblock * block_size
+            };
+            if in_spare && cap >= self.spare.capacity() / 2 {
+                // The spare holds block 0 already: it becomes the message's buffer (grown if
+                // the message is larger than the one it was sized for).
+                p.buf = std::mem::take(&mut self.spare);
+                p.buf.reserve(cap.saturating_sub(p.buf.len()));
+            } else {
+                p.buf = match self.pool.iter().position(|b| b.capacity() >= cap) {
+                    Some(i) => self.pool.swap_remove(i),
+                    None => Vec::with_capacity(cap),
+                };
+                if in_spare {
+                    // A small message in a large spare: copied out (cheap), the spare kept
+                    // for the next large one.
+                    copy = Source::Spare;
+                }
+            }
             p.seen = true;
             p.mode = b.mode;
             p.priority = b.priority;
             p.tblock = b.tblock;
             p.block_size = block_size;
-            let cap = if tblock == 1 {
-                b.payload.len().min(block_size)
-            } else {
-                tblock * block_size
-            };
-            p.buf = match self.pool.iter().position(|b| b.capacity() >= cap) {
-                Some(i) => self.pool.swap_remove(i),
-                None => Vec::with_capacity(cap),
-            };
             p.reserved = cap;
             self.buffered += cap;
+            self.expect = cap;
         } else if p.tblock != b.tblock {
             return BlockOutcome::Invalid;
         }
         let pb = usize::from(b.pblock);
         if pb >= tblock {
-            // Parity block.
+            // Parity block (never received in place: it is longer than a block).
+            let Source::Datagram(payload) = copy else {
+                return BlockOutcome::Invalid;
+            };
             let g = pb - tblock;
-            if g >= fec::groups(tblock, fec_k) || b.payload.len() > block_size + 2 {
+            if g >= fec::groups(tblock, fec_k) || payload.len() > block_size + 2 {
                 return BlockOutcome::Invalid;
             }
             if p.parity.len() <= g {
@@ -304,32 +422,136 @@ impl Reassembly {
             if p.parity[g].is_some() {
                 return BlockOutcome::Duplicate;
             }
-            p.parity[g] = Some(b.payload.to_vec());
+            p.parity[g] = Some(payload.to_vec());
             p.try_repair(g, fec_k);
             return BlockOutcome::Stored;
         }
         let last = pb + 1 == tblock;
-        if b.payload.len() > block_size || (!last && b.payload.len() != block_size) {
+        if len > block_size || (!last && len != block_size) {
             return BlockOutcome::Invalid;
         }
         if p.have.contains(b.pblock) {
             return BlockOutcome::Duplicate;
         }
-        place(&mut p.buf, pb * block_size, b.payload);
+        match copy {
+            Source::Datagram(payload) => place(&mut p.buf, pb * block_size, payload),
+            Source::Spare => place(
+                &mut p.buf,
+                pb * block_size,
+                self.spare.get(..len).unwrap_or(&[]),
+            ),
+            // Already at pb × block_size of this buffer (the spare's bytes moved with it).
+            Source::InPlace => {}
+        }
         p.have.insert(b.pblock);
         if last {
-            p.last_len = Some(b.payload.len());
+            p.last_len = Some(len);
         }
+        self.last = Some((b.seq, b.pblock, b.tblock));
         if !p.parity.is_empty() {
             p.try_repair(pb / fec_k.max(1), fec_k);
         }
         BlockOutcome::Stored
     }
 
-    /// Takes back a delivered message's buffer for reuse.
-    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+    /// Lends the region where the next data block will probably go: the block after the last
+    /// one stored if its message still lacks it (`block_size` bytes), else block 0 of the next
+    /// message, in the spare buffer, as long as the last message (1 KiB to `block_size`).
+    /// `None` when there is nothing to predict. See the module documentation.
+    pub fn slot_mut(&mut self, block_size: usize) -> Option<(Slot, &mut [u8])> {
+        if block_size == 0 {
+            return None;
+        }
+        if let Some((seq, pb, tb)) = self.last {
+            // Its message gone (delivered, or given up): the next one's block 0, below.
+            if pb + 1 < tb && self.partial.contains_key(&seq) {
+                // Its message still lacks the next block: lend that block's region.
+                let next_pb = pb + 1;
+                let start = usize::from(next_pb) * block_size;
+                let end = start + block_size;
+                let p = self.partial.get_mut(&seq)?;
+                if !p.seen
+                    || p.block_size != block_size
+                    || p.have.contains(next_pb)
+                    || p.buf.capacity() < end
+                {
+                    return None;
+                }
+                let end = if pb + 2 == tb && p.buf.len() > start && p.buf.len() < end {
+                    // The last block, in a recycled buffer: its initialised part plus a
+                    // little (not a whole block of zero-fill for a last block that is usually
+                    // as long as the buffer's last message's); a longer last block spills over
+                    // and is copied out.
+                    (p.buf.len() + LAST_BLOCK_SLACK).min(end)
+                } else {
+                    end
+                };
+                if p.buf.len() < end {
+                    // Initialised up to the region (a recycled buffer mostly is already).
+                    p.buf.resize(end, 0);
+                }
+                let slot = Slot {
+                    seq,
+                    pblock: next_pb,
+                    spare: false,
+                    len: end - start,
+                };
+                return Some((slot, &mut p.buf[start..end]));
+            }
+        }
+        let seq = self.last.map_or(self.next, |(s, ..)| s + 1).max(self.next);
+        if seq - self.next >= MAX_AHEAD || self.partial.get(&seq).is_some_and(|p| p.seen) {
+            return None;
+        }
+        // As long as the last message (or one block, for a multi-block one): a message of the
+        // same size lands whole and the buffer becomes it without waste; a longer one spills
+        // over the region and is copied out.
+        let len = self.expect.clamp(MIN_SLOT.min(block_size), block_size);
+        let want = self.expect.max(len);
+        if self.spare.capacity() < want {
+            let old = match self.pool.iter().position(|b| b.capacity() >= want) {
+                Some(i) => std::mem::replace(&mut self.spare, self.pool.swap_remove(i)),
+                None => std::mem::replace(&mut self.spare, Vec::with_capacity(want)),
+            };
+            self.recycle(old);
+        }
+        if self.spare.len() < len {
+            self.spare.resize(len, 0);
+        }
+        let slot = Slot {
+            seq,
+            pblock: 0,
+            spare: true,
+            len,
+        };
+        Some((slot, &mut self.spare[..len]))
+    }
+
+    /// Whether the message of the last block stored still lacks blocks after it (more are
+    /// on their way: a driver may poll for them briefly instead of sleeping).
+    pub fn mid_message(&self) -> bool {
+        self.last.is_some_and(|(seq, pb, tb)| {
+            pb + 1 < tb && self.partial.get(&seq).is_some_and(|p| !p.is_complete())
+        })
+    }
+
+    /// The bytes of a lent region (to copy a datagram out of it when it did not belong
+    /// there); empty if the region is gone.
+    pub fn slot_bytes(&self, slot: Slot, block_size: usize) -> &[u8] {
+        if slot.spare {
+            return self.spare.get(..slot.len).unwrap_or(&[]);
+        }
+        let start = usize::from(slot.pblock) * block_size;
+        self.partial
+            .get(&slot.seq)
+            .and_then(|p| p.buf.get(start..start + slot.len.min(block_size)))
+            .unwrap_or(&[])
+    }
+
+    /// Takes back a delivered message's buffer for reuse. Its bytes stay (initialised
+    /// garbage: reusing it needs no zero-fill).
+    pub fn recycle(&mut self, buf: Vec<u8>) {
         if self.pool.len() < POOL_MAX && buf.capacity() > 0 {
-            buf.clear();
             self.pool.push(buf);
         }
     }
@@ -356,18 +578,19 @@ impl Reassembly {
     }
 }
 
-/// Writes `data` at `start` in `buf`: appended when it continues the buffer (the usual,
-/// in-order case: no zeroing), else after zero-filling the gap, or over an earlier hole.
+/// Writes `data` at `start` in `buf`: over initialised bytes, or appended when it reaches
+/// past them (no zero-fill but for a gap before `start`).
 fn place(buf: &mut Vec<u8>, start: usize, data: &[u8]) {
     let end = start + data.len();
-    if start == buf.len() {
-        buf.extend_from_slice(data);
+    if end <= buf.len() {
+        buf[start..end].copy_from_slice(data);
         return;
     }
-    if end > buf.len() {
-        buf.resize(end, 0);
+    if start > buf.len() {
+        buf.resize(start, 0);
     }
-    buf[start..end].copy_from_slice(data);
+    buf.truncate(start);
+    buf.extend_from_slice(data);
 }
 
 /// The full number closest to `reference` whose low 16 bits are `wire`.
@@ -406,7 +629,7 @@ mod tests {
             tblock: 3,
             priority: 0,
             mode: Reliability::Reliable,
-            payload,
+            payload: BlockBytes::Copy(payload),
         };
         assert_eq!(r.on_block(now, mk(2, b"xy"), 4, 4), BlockOutcome::Stored);
         assert_eq!(r.on_block(now, mk(0, b"abcd"), 4, 4), BlockOutcome::Stored);

@@ -6,12 +6,12 @@
 use viastack_kernel::Instant;
 
 use super::{
-    reassembly, Block, BlockOutcome, Connection, DropReason, Event, Flags, PacketType, Reliability,
-    Repr, State, Timer,
+    reassembly, Block, BlockBytes, BlockOutcome, Connection, DropReason, Event, Flags, PacketType,
+    Reliability, Repr, State, Timer,
 };
 
 impl Connection {
-    pub(super) fn on_data(&mut self, now: Instant, repr: &Repr, payload: &[u8]) {
+    pub(super) fn on_data(&mut self, now: Instant, repr: &Repr, payload: BlockBytes<'_>) {
         if !matches!(
             self.state,
             State::Connected | State::Closing | State::EndRequestLocal

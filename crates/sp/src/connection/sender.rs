@@ -12,7 +12,9 @@ use super::{
 
 impl Connection {
     /// [`poll_transmit_parts`](Self::poll_transmit_parts) returning where the block lies
-    /// instead of borrowing it (valid until the connection is next changed).
+    /// instead of borrowing it: valid until the connection next handles a packet, a timeout or
+    /// a command (further `poll_transmit_ref` calls only append to what it indexes, so a
+    /// driver may gather several packets for one batched send).
     pub fn poll_transmit_ref(
         &mut self,
         now: Instant,

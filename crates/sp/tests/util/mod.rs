@@ -11,6 +11,7 @@ use std::collections::{BinaryHeap, HashSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use viastack_kernel::{Duration, Instant};
+use viastack_sp::endpoint::Received;
 use viastack_sp::wire::{Packet, PacketType, HEADER_LEN};
 use viastack_sp::{Config, Endpoint, EndpointEvent};
 
@@ -42,9 +43,15 @@ pub struct Net {
     /// (to node, MESS_SEQ_NO) of DATA packets whose payload (not header) was corrupted.
     pub tainted: HashSet<(usize, u16)>,
     pub latency: Duration,
+    /// Uniform extra delay per datagram, 0 to this many µs.
+    pub jitter_us: u64,
     /// Whether nodes drain their events themselves each step (else the test does).
     pub auto_events: bool,
     pub sent_datagrams: u64,
+    /// Deliver as `SpSocket` does: header, the region the endpoint lends, overflow
+    /// (`recv_slot` + `handle_received`), instead of one contiguous datagram.
+    pub in_place: bool,
+    scratch: Vec<u8>,
 }
 
 impl Net {
@@ -64,8 +71,11 @@ impl Net {
             seq: 0,
             tainted: HashSet::new(),
             latency: Duration::from_micros(500),
+            jitter_us: 200,
             auto_events: true,
             sent_datagrams: 0,
+            in_place: false,
+            scratch: Vec::new(),
         }
     }
 
@@ -102,8 +112,8 @@ impl Net {
                         }
                         bytes[pos] ^= 1 << bit;
                     }
-                    let mut delay =
-                        self.latency + Duration::from_micros(self.rng.gen_range(0..200));
+                    let mut delay = self.latency
+                        + Duration::from_micros(self.rng.gen_range(0..=self.jitter_us));
                     if self.rng.gen_bool(f.reorder) {
                         delay += Duration::from_micros(self.rng.gen_range(500..3000));
                     }
@@ -148,7 +158,11 @@ impl Net {
             let Some(Reverse((_, _, from, to, bytes))) = self.queue.pop() else {
                 break;
             };
-            self.nodes[to].handle_datagram(self.now, from, &bytes);
+            if self.in_place {
+                self.deliver_in_place(from, to, &bytes);
+            } else {
+                self.nodes[to].handle_datagram(self.now, from, &bytes);
+            }
         }
         for n in &mut self.nodes {
             if n.poll_timeout().is_some_and(|t| t <= self.now) {
@@ -156,6 +170,29 @@ impl Net {
             }
         }
         true
+    }
+
+    /// Scatters `bytes` as a `recvmsg` with three iovecs would: header, lent region, overflow.
+    fn deliver_in_place(&mut self, from: usize, to: usize, bytes: &[u8]) {
+        let now = self.now;
+        let ep = &mut self.nodes[to];
+        let Some((slot, region)) = ep.recv_slot() else {
+            ep.handle_datagram(now, from, bytes);
+            return;
+        };
+        let mut head = [0u8; HEADER_LEN];
+        let h = bytes.len().min(HEADER_LEN);
+        head[..h].copy_from_slice(&bytes[..h]);
+        let rest = &bytes[h..];
+        let k = rest.len().min(region.len());
+        region[..k].copy_from_slice(&rest[..k]);
+        let received = Received {
+            len: bytes.len(),
+            head: &head,
+            slot,
+            overflow: &rest[k..],
+        };
+        ep.handle_received(now, from, received, &mut self.scratch);
     }
 
     /// Steps until idle or `limit` of virtual time; panics (with `ctx`) past the step cap.
