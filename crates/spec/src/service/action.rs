@@ -881,7 +881,9 @@ fn perform<N: Network + ?Sized>(
 /// Performs a primitive other than `updateNodeInfo` (§4.2.3.1: the instance's ServiceID and
 /// MessageID; data and control messages leave from the local node; a forwarded one loses a
 /// hop); whether it was `terminate`. The interpreted actions and the generated code
-/// ([`codegen`](super::codegen)) both perform through this.
+/// ([`codegen`](super::codegen)) both perform through this; always inlined, so where `prim`
+/// is a constant (generated code) only its own arm remains.
+#[inline(always)]
 pub fn emit<N: Network + ?Sized>(
     prim: Prim,
     msg: &mut Message,
