@@ -186,6 +186,28 @@ fn check_reliable(in_place: bool) {
     }
 }
 
+/// Node 0 sends `messages` on connection `h`; the network runs for a second; the messages
+/// node 1's application holds (all it received since its events were last taken).
+fn send_all(
+    net: &mut Net,
+    h: viastack_sp::ConnectionHandle,
+    messages: &[Vec<u8>],
+    ctx: &str,
+) -> Vec<Vec<u8>> {
+    for m in messages {
+        let c = net.nodes[0].connection_mut(h).unwrap();
+        c.send_message(m.clone(), 0).unwrap();
+    }
+    net.run(Duration::from_secs(1), ctx);
+    net.events[1]
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Message { data, .. } => Some(data.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn in_order_blocks_are_received_without_a_copy() {
     for mode in Reliability::ALL {
@@ -204,18 +226,7 @@ fn in_order_blocks_are_received_without_a_copy() {
                     .collect()
             })
             .collect();
-        for m in &sent {
-            let c = net.nodes[0].connection_mut(h).unwrap();
-            c.send_message(m.clone(), 0).unwrap();
-        }
-        net.run(Duration::from_secs(1), mode.name());
-        let got: Vec<Vec<u8>> = net.events[1]
-            .iter()
-            .filter_map(|e| match &e.event {
-                Event::Message { data, .. } => Some(data.clone()),
-                _ => None,
-            })
-            .collect();
+        let got = send_all(&mut net, h, &sent, mode.name());
         assert_eq!(got, sent, "{}", mode.name());
         // 20 messages of 4, 1, 1 and 3 blocks of 64 bytes: every data block but the very
         // first (nothing is predicted before it) lands in place. Parity blocks (CHECKSUMMED)
@@ -240,18 +251,7 @@ fn in_order_blocks_are_received_without_a_copy() {
             .rev()
             .map(|m| m.iter().map(|b| !b).collect())
             .collect();
-        for m in &again {
-            let c = net.nodes[0].connection_mut(h).unwrap();
-            c.send_message(m.clone(), 0).unwrap();
-        }
-        net.run(Duration::from_secs(1), mode.name());
-        let got: Vec<Vec<u8>> = net.events[1]
-            .iter()
-            .filter_map(|e| match &e.event {
-                Event::Message { data, .. } => Some(data.clone()),
-                _ => None,
-            })
-            .collect();
+        let got = send_all(&mut net, h, &again, mode.name());
         assert_eq!(got, again, "{}: recycled buffers", mode.name());
         let in_place = net.nodes[1].stats().in_place - s.in_place;
         assert!(in_place >= 40, "{}: {in_place} of 45 in place", mode.name());
