@@ -19,8 +19,13 @@
 //!   ([`FailReason`]). The seed's Java port hung when an END was lost (§6.2); here the END timer
 //!   gives up and closes, and the passive side closes after its linger, or — if every END was
 //!   lost — when ECHO finds the peer silent.
-//! - **Messages** are split into blocks of [`Config::block_size`] bytes (PBLOCK/TBLOCK, the last
-//!   carries END_MESSAGE and REPLY_REQUESTED) and delivered whole and in MESS_SEQ_NO order. A
+//! - **Messages** are split into TBLOCK = ⌈len / [`Config::block_size`]⌉ blocks of equal length
+//!   ⌈len / TBLOCK⌉ (the last holds the rest; PBLOCK/TBLOCK, the last carries END_MESSAGE and
+//!   REPLY_REQUESTED) and delivered whole and in MESS_SEQ_NO order. Equal blocks, as a UDP
+//!   application splits a message into datagrams: a 64 KiB message leaves as 2 × 32 KiB, not
+//!   64,000 + 1,536 bytes, so the receiver starts on a smaller first block. The receiver learns
+//!   a message's block length from its blocks ([`reassembly`]), so it needs no agreement on it
+//!   beyond the maximum the peer announced in its START. A
 //!   message takes its number when its first block leaves, so the four priorities
 //!   ([`send_queue`]) reorder whole messages.
 //! - **Reliability** ([`Reliability`], §3.1.6) travels in every DATA packet's flags and changes
@@ -92,6 +97,8 @@ struct OutMessage {
     priority: u8,
     mode: Reliability,
     tblock: u8,
+    /// Length of every block but the last (which may be shorter): ⌈len / TBLOCK⌉.
+    stride: usize,
     /// Next first-time block to send (data blocks, then parity in CHECKSUMMED).
     next_block: u16,
     /// Total first-time packets (data + parity).
@@ -108,10 +115,14 @@ struct OutMessage {
 }
 
 impl OutMessage {
-    fn block(&self, i: usize, bs: usize) -> &[u8] {
-        let start = (i * bs).min(self.data.len());
-        let end = ((i + 1) * bs).min(self.data.len());
-        &self.data[start..end]
+    /// Where data block `i` lies in the message.
+    fn block_range(&self, i: usize) -> std::ops::Range<usize> {
+        let start = (i * self.stride).min(self.data.len());
+        let end = ((i + 1) * self.stride).min(self.data.len());
+        start..end
+    }
+    fn block(&self, i: usize) -> &[u8] {
+        &self.data[self.block_range(i)]
     }
     fn fully_sent(&self) -> bool {
         self.next_block >= self.total_packets
@@ -543,7 +554,7 @@ impl Connection {
     }
 
     /// Lends the region where the next DATA block from the peer will probably land
-    /// (`block_size` bytes; see [`reassembly`]), for a driver that receives the payload of its
+    /// (one block; see [`reassembly`]), for a driver that receives the payload of its
     /// next datagram straight into it. `None` when no block is expected. Nothing is stored
     /// until [`handle_in_place`](Self::handle_in_place) says the block is there.
     pub fn recv_slot(&mut self) -> Option<(Slot, &mut [u8])> {
@@ -566,7 +577,7 @@ impl Connection {
     /// received there (check its header with
     /// [`Repr::parse_split`](crate::wire::Repr::parse_split) over them).
     pub fn slot_bytes(&self, slot: Slot) -> &[u8] {
-        self.recv.slot_bytes(slot, self.peer_block_size)
+        self.recv.slot_bytes(slot)
     }
 
     /// Whether the checked header `repr` of a datagram whose payload landed in `slot`

@@ -258,6 +258,43 @@ fn in_order_blocks_are_received_without_a_copy() {
     }
 }
 
+#[test]
+fn a_message_leaves_in_blocks_of_equal_length() {
+    // As a UDP application cuts a message into datagrams: 64 KiB leaves as 2 × 32 KiB, not
+    // as 64,000 + 1,536 bytes; the receiver learns the length from the blocks themselves.
+    for (len, want) in [
+        (65_536, vec![32_768, 32_768]),
+        (131_072, vec![43_691, 43_691, 43_690]),
+        (64_000, vec![64_000]),
+        (64_001, vec![32_001, 32_000]),
+    ] {
+        for in_place in [false, true] {
+            let mut net = Net::new(
+                1,
+                vec![(Config::default(), false), (Config::default(), true)],
+                Faults::default(),
+            );
+            net.in_place = in_place;
+            // In order, so nothing is NACKed and sent twice.
+            net.jitter_us = 0;
+            let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+            let record = seen.clone();
+            net.filter = Some(Box::new(move |from, bytes| {
+                let p = Packet::new_checked(bytes).unwrap();
+                if from == 0 && p.packet_type() == Ok(PacketType::Data) {
+                    record.borrow_mut().push(bytes.len() - 20);
+                }
+                false
+            }));
+            let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+            let message: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
+            let got = send_all(&mut net, h, std::slice::from_ref(&message), "equal blocks");
+            assert_eq!(*seen.borrow(), want, "{len} bytes");
+            assert!(got == [message], "{len} bytes (in place: {in_place})");
+        }
+    }
+}
+
 fn check_unreliable_mode(mode: Reliability, seed: u64) -> usize {
     // Odd seeds receive in place, as the UDP socket does; even ones from contiguous bytes.
     let o = transfer_via(seed, mode, 20, faults_for(seed), seed % 2 == 1);

@@ -9,33 +9,41 @@
 //! threads of this process, pinned to cores 0 and 1). Transfers are serialised: the next starts
 //! when the previous one arrived and the sender is idle again (SP: acknowledged), so
 //! acknowledgements are outside the measured interval for every protocol alike. Connection
-//! set-up is excluded (one connection per protocol and size), as are 3 warm-up transfers.
+//! set-up is excluded, as are 3 warm-up transfers per connection.
 //! The sending sockets of UDP and SP are connected to their peer (`connect`,
 //! `SpSocket::dedicate`), the receiving ones are not.
-//! A UDP or SP UNRELIABLE message that loses a datagram is counted as lost, not timed. Each
-//! protocol runs `--repeat` times per size, round-robin, and keeps its run with the lowest
-//! mean (noise from other work on the machine only ever adds time).
+//! A UDP or SP UNRELIABLE message that loses a datagram is counted as lost, not timed.
 //!
-//! **Reported:** per size and protocol the mean, p50 and p99 of the kept run, and `best_p50_us`,
-//! the lowest p50 of the `--repeat` runs (the median of 100 transfers is not moved by the few
-//! that meet a wake-up storm or another build's burst, which the mean is). Ratios on both:
-//! `sp_reliable_vs_udp` / `sp_reliable_vs_tcp` on the means, `sp_reliable_vs_udp_p50` /
-//! `sp_reliable_vs_tcp_p50` on `best_p50_us`.
+//! **Interleaved.** The four protocols' connections are open side by side (one receiving
+//! thread each, all on core 1, all but one asleep at any time) and take turns transfer by
+//! transfer, in an order that rotates every round. On a virtual machine the time a sleeping
+//! thread takes to wake moves by tens of percent over seconds; protocols measured one after
+//! the other each met a different phase of it (ratios moved by ±0.2 between runs), while
+//! interleaved ones meet the same. `--repeat` opens the connections that many times per size
+//! (fresh sockets, buffers and pins); the transfers of all are pooled.
+//!
+//! **Reported:** per size and protocol the mean, p50 and p99 of the pooled transfers, and the
+//! ratios `sp_reliable_vs_udp` / `sp_reliable_vs_tcp` on the means and
+//! `sp_reliable_vs_udp_p50` / `sp_reliable_vs_tcp_p50` on the p50s (the median is not moved
+//! by the few transfers that meet a wake-up storm, which the mean is).
 
 #![allow(clippy::disallowed_methods)] // benchmarks read the clock
 
+use std::cell::RefCell;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::mpsc;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Args;
 use serde_json::{json, Map, Value};
 use viastack_sp::socket::{SpError, SpSocket};
-use viastack_sp::{Config, Event, Payload, Reliability};
+use viastack_sp::{Config, ConnectionHandle, Event, Payload, Reliability};
 
 use super::unicast::{percentile, pin, reference::MAX_UDP};
 
@@ -45,11 +53,10 @@ pub struct SpArgs {
     /// Message sizes in bytes, comma-separated (default 1 KiB … 256 KiB, doubling).
     #[arg(long, value_delimiter = ',')]
     size: Vec<usize>,
-    /// Timed transfers per protocol and size.
+    /// Timed transfers per protocol, size and set of connections.
     #[arg(long, default_value_t = 100)]
     transfers: usize,
-    /// Runs per protocol and size, round-robin; the one with the lowest mean is kept (other
-    /// builds share the machine: noise only ever adds time).
+    /// Sets of connections per size (fresh sockets each); their transfers are pooled.
     #[arg(long, default_value_t = 3)]
     repeat: u32,
     /// Only these protocols (for profiling one of them), comma-separated.
@@ -69,6 +76,7 @@ const PROTOCOLS: [&str; 4] = ["sp_reliable", "sp_unreliable", "tcp", "udp"];
 const LOST_AFTER: Duration = Duration::from_millis(500);
 
 /// Transfer times (µs) of one protocol at one size, and how many were lost.
+#[derive(Default)]
 struct Series {
     times_us: Vec<f64>,
     lost: usize,
@@ -77,9 +85,8 @@ struct Series {
 impl Series {
     fn json(&self) -> Value {
         let mut t = self.times_us.clone();
-        let mean = t.iter().sum::<f64>() / t.len().max(1) as f64;
         json!({
-            "mean_us": mean,
+            "mean_us": self.mean(),
             "p50_us": percentile(&mut t, 0.5),
             "p99_us": percentile(&mut t, 0.99),
             "transfers": self.times_us.len(),
@@ -87,42 +94,48 @@ impl Series {
         })
     }
     fn mean(&self) -> f64 {
-        self.times_us.iter().sum::<f64>() / self.times_us.len().max(1) as f64
+        if self.times_us.is_empty() {
+            return f64::NAN;
+        }
+        self.times_us.iter().sum::<f64>() / self.times_us.len() as f64
     }
     fn p50(&self) -> f64 {
         percentile(&mut self.times_us.clone(), 0.5)
     }
 }
 
-/// Runs `n + WARMUP` serialised transfers: `send(i)` hands message `i` over and waits until
-/// the sender is idle; the receiver thread reports each arrival's instant (None if lost).
-fn timed(
-    n: usize,
-    done: &mpsc::Receiver<Option<Instant>>,
-    mut send: impl FnMut() -> anyhow::Result<()>,
-) -> anyhow::Result<Series> {
-    let mut s = Series {
-        times_us: Vec::with_capacity(n),
-        lost: 0,
-    };
-    for i in 0..n + WARMUP {
-        let t0 = Instant::now();
-        send()?;
-        let arrived = done
-            .recv_timeout(LOST_AFTER * 4)
-            .context("receiver stopped")?;
-        if i < WARMUP {
-            continue;
-        }
-        match arrived {
-            Some(t1) => s.times_us.push((t1 - t0).as_secs_f64() * 1e6),
-            None => s.lost += 1,
-        }
-    }
-    Ok(s)
+/// One protocol's open connection: a sender on this thread, a receiving thread that reports
+/// each arrival's instant (None if the message was lost).
+struct Lane {
+    send: Box<dyn FnMut() -> anyhow::Result<()>>,
+    arrivals: mpsc::Receiver<Option<Instant>>,
+    close: Box<dyn FnOnce() -> anyhow::Result<()>>,
+    receiver: JoinHandle<anyhow::Result<()>>,
 }
 
-fn sp(mode: Reliability, size: usize, n: usize) -> anyhow::Result<Series> {
+impl Lane {
+    /// One transfer: hands the message over, waits until the sender is idle and the
+    /// receiver has it; its time (None if lost).
+    fn transfer(&mut self) -> anyhow::Result<Option<f64>> {
+        let t0 = Instant::now();
+        (self.send)()?;
+        let arrived = self
+            .arrivals
+            .recv_timeout(LOST_AFTER * 4)
+            .context("receiver stopped")?;
+        Ok(arrived.map(|t1| (t1 - t0).as_secs_f64() * 1e6))
+    }
+
+    fn finish(self) -> anyhow::Result<()> {
+        (self.close)()?;
+        self.receiver
+            .join()
+            .map_err(|_| anyhow::anyhow!("receiver panicked"))?
+    }
+}
+
+/// Opens SP connections whose receiver expects `total` messages.
+fn sp(mode: Reliability, size: usize, total: usize) -> anyhow::Result<Lane> {
     let config = Config {
         reliability: mode,
         ..Config::default()
@@ -136,7 +149,7 @@ fn sp(mode: Reliability, size: usize, n: usize) -> anyhow::Result<Series> {
         addr_tx.send(sock.local_addr()?)?;
         sock.accept(Some(Duration::from_secs(5)))?;
         let mut got = 0;
-        while got < n + WARMUP {
+        while got < total {
             match sock.recv_message(Some(LOST_AFTER)) {
                 Ok(m) => {
                     done_tx.send(Some(Instant::now()))?;
@@ -157,26 +170,34 @@ fn sp(mode: Reliability, size: usize, n: usize) -> anyhow::Result<Series> {
         sock.run_for(Duration::from_millis(300))?;
         Ok(())
     });
-    pin(0);
     let addr: SocketAddr = addr_rx.recv()?;
-    let mut sock = SpSocket::bind("127.0.0.1:0", config, false)?;
-    // Like the UDP reference's sending socket, connected to its one peer.
-    sock.dedicate(addr)?;
-    let h = sock.connect(addr, Duration::from_secs(5))?;
+    let sock = SpSocket::bind("127.0.0.1:0", config, false)?;
+    let sock = Rc::new(RefCell::new(sock));
+    let h: ConnectionHandle = {
+        let mut s = sock.borrow_mut();
+        // Like the UDP reference's sending socket, connected to its one peer.
+        s.dedicate(addr)?;
+        s.connect(addr, Duration::from_secs(5))?
+    };
     let msg: Arc<[u8]> = vec![0x5a; size].into();
-    let series = timed(n, &done_rx, || {
-        sock.send_message(h, Payload::Shared(msg.clone()), 0)?;
-        sock.flush(h, Duration::from_secs(5))?;
-        Ok(())
-    })?;
-    let _ = sock.close(h, Duration::from_secs(1));
-    receiver
-        .join()
-        .map_err(|_| anyhow::anyhow!("sp receiver panicked"))??;
-    Ok(series)
+    let sender = Rc::clone(&sock);
+    Ok(Lane {
+        send: Box::new(move || {
+            let mut s = sender.borrow_mut();
+            s.send_message(h, Payload::Shared(msg.clone()), 0)?;
+            s.flush(h, Duration::from_secs(5))?;
+            Ok(())
+        }),
+        arrivals: done_rx,
+        close: Box::new(move || {
+            let _ = sock.borrow_mut().close(h, Duration::from_secs(1));
+            Ok(())
+        }),
+        receiver,
+    })
 }
 
-fn tcp(size: usize, n: usize) -> anyhow::Result<Series> {
+fn tcp(size: usize, total: usize) -> anyhow::Result<Lane> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     let (done_tx, done_rx) = mpsc::channel();
@@ -186,26 +207,26 @@ fn tcp(size: usize, n: usize) -> anyhow::Result<Series> {
         s.set_nodelay(true)?;
         let mut buf = vec![0u8; size];
         let mut len = [0u8; 4];
-        for _ in 0..n + WARMUP {
+        for _ in 0..total {
             s.read_exact(&mut len)?;
             s.read_exact(&mut buf)?;
             done_tx.send(Some(Instant::now()))?;
         }
         Ok(())
     });
-    pin(0);
     let mut s = TcpStream::connect(addr)?;
     s.set_nodelay(true)?;
     let mut msg = vec![0x5au8; size + 4];
     msg[..4].copy_from_slice(&(size as u32).to_be_bytes());
-    let series = timed(n, &done_rx, || {
-        s.write_all(&msg)?;
-        Ok(())
-    })?;
-    receiver
-        .join()
-        .map_err(|_| anyhow::anyhow!("tcp receiver panicked"))??;
-    Ok(series)
+    Ok(Lane {
+        send: Box::new(move || {
+            s.write_all(&msg)?;
+            Ok(())
+        }),
+        arrivals: done_rx,
+        close: Box::new(|| Ok(())),
+        receiver,
+    })
 }
 
 fn big_buffers(s: &UdpSocket) {
@@ -214,7 +235,7 @@ fn big_buffers(s: &UdpSocket) {
     let _ = r.set_send_buffer_size(viastack_sp::socket::SOCKET_BUFFER);
 }
 
-fn udp(size: usize, n: usize) -> anyhow::Result<Series> {
+fn udp(size: usize, total: usize) -> anyhow::Result<Lane> {
     let rx = UdpSocket::bind("127.0.0.1:0")?;
     big_buffers(&rx);
     rx.set_read_timeout(Some(LOST_AFTER))?;
@@ -225,7 +246,7 @@ fn udp(size: usize, n: usize) -> anyhow::Result<Series> {
     let receiver = std::thread::spawn(move || -> anyhow::Result<()> {
         pin(1);
         let mut buf = vec![0u8; 65_536];
-        for _ in 0..n + WARMUP {
+        for _ in 0..total {
             let mut bytes = 0;
             let arrived = loop {
                 match rx.recv(&mut buf) {
@@ -242,22 +263,69 @@ fn udp(size: usize, n: usize) -> anyhow::Result<Series> {
         }
         Ok(())
     });
-    pin(0);
     let tx = UdpSocket::bind("127.0.0.1:0")?;
     big_buffers(&tx);
     tx.connect(addr)?;
     let msg = vec![0x5au8; size];
-    let series = timed(n, &done_rx, || {
-        for c in msg.chunks(piece) {
-            // A full buffer drops the datagram: that is raw UDP (counted as lost).
-            let _ = tx.send(c);
+    Ok(Lane {
+        send: Box::new(move || {
+            for c in msg.chunks(piece) {
+                // A full buffer drops the datagram: that is raw UDP (counted as lost).
+                let _ = tx.send(c);
+            }
+            Ok(())
+        }),
+        arrivals: done_rx,
+        close: Box::new(|| Ok(())),
+        receiver,
+    })
+}
+
+/// Opens the connection of protocol `name` for `total` transfers of `size` bytes.
+fn open(name: &str, size: usize, total: usize) -> anyhow::Result<Lane> {
+    match name {
+        "sp_reliable" => sp(Reliability::Reliable, size, total),
+        "sp_unreliable" => sp(Reliability::Unreliable, size, total),
+        "tcp" => tcp(size, total),
+        _ => udp(size, total),
+    }
+}
+
+/// One set of connections for the protocols `on`, interleaved for `n` timed transfers each
+/// (after [`WARMUP`]); times are added to `series`. A protocol that fails is reported and
+/// left out of the rest of the set.
+fn interleaved(on: &[bool; 4], size: usize, n: usize, series: &mut [Series; 4]) {
+    let mut lanes: Vec<(usize, Option<Lane>)> = Vec::new();
+    for (i, name) in PROTOCOLS.iter().enumerate() {
+        if !on[i] {
+            continue;
         }
-        Ok(())
-    })?;
-    receiver
-        .join()
-        .map_err(|_| anyhow::anyhow!("udp receiver panicked"))??;
-    Ok(series)
+        match open(name, size, n + WARMUP) {
+            Ok(l) => lanes.push((i, Some(l))),
+            Err(e) => eprintln!("bench sp: {name} at {size} bytes failed: {e:#}"),
+        }
+    }
+    for round in 0..n + WARMUP {
+        let k = lanes.len().max(1);
+        for j in 0..lanes.len() {
+            let (i, slot) = &mut lanes[(round + j) % k];
+            let Some(lane) = slot else { continue };
+            match lane.transfer() {
+                Ok(_) if round < WARMUP => {}
+                Ok(Some(t)) => series[*i].times_us.push(t),
+                Ok(None) => series[*i].lost += 1,
+                Err(e) => {
+                    eprintln!("bench sp: {} at {size} bytes failed: {e:#}", PROTOCOLS[*i]);
+                    *slot = None;
+                }
+            }
+        }
+    }
+    for (i, lane) in lanes {
+        if let Some(Err(e)) = lane.map(Lane::finish) {
+            eprintln!("bench sp: {} at {size} bytes failed: {e:#}", PROTOCOLS[i]);
+        }
+    }
 }
 
 /// Runs the benchmark and prints the result.
@@ -268,59 +336,36 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
         args.size.clone()
     };
     let n = args.transfers.max(1);
+    let on: [bool; 4] = std::array::from_fn(|i| {
+        args.only.is_empty() || args.only.iter().any(|o| o == PROTOCOLS[i])
+    });
+    pin(0);
     // Warm the allocator, page tables and sockets once, unmeasured.
-    let _ = sp(Reliability::Reliable, 1024, 20);
+    interleaved(&on, 1024, 20, &mut Default::default());
     // One object per size, in size order (a JSON object's keys would sort as strings).
     let mut out: Vec<Value> = Vec::new();
     let mut means: Vec<[f64; 4]> = Vec::new();
     let mut p50s: Vec<[f64; 4]> = Vec::new();
     for &size in &sizes {
-        let mut row = Map::new();
-        let mut best: [Option<Series>; 4] = [None, None, None, None];
-        let mut best_p50 = [f64::NAN; 4];
+        let mut series: [Series; 4] = Default::default();
         for _ in 0..args.repeat.max(1) {
-            for (i, name) in PROTOCOLS.iter().enumerate() {
-                if !args.only.is_empty() && !args.only.iter().any(|o| o == name) {
-                    continue;
-                }
-                let s = match *name {
-                    "sp_reliable" => sp(Reliability::Reliable, size, n),
-                    "sp_unreliable" => sp(Reliability::Unreliable, size, n),
-                    "tcp" => tcp(size, n),
-                    _ => udp(size, n),
-                };
-                if let Ok(s) = &s {
-                    let p = s.p50();
-                    if best_p50[i].is_nan() || p < best_p50[i] {
-                        best_p50[i] = p;
-                    }
-                }
-                match s {
-                    Ok(s) if best[i].as_ref().is_none_or(|b| s.mean() < b.mean()) => {
-                        best[i] = Some(s)
-                    }
-                    Ok(_) => {}
-                    Err(e) => eprintln!("bench sp: {name} at {size} bytes failed: {e:#}"),
-                }
-            }
+            interleaved(&on, size, n, &mut series);
         }
+        let mut row = Map::new();
         let mut m = [f64::NAN; 4];
+        let mut q = [f64::NAN; 4];
         for (i, name) in PROTOCOLS.iter().enumerate() {
-            match &best[i] {
-                Some(s) => {
-                    m[i] = s.mean();
-                    let mut v = s.json();
-                    v["best_p50_us"] = json!(best_p50[i]);
-                    row.insert((*name).into(), v);
-                }
-                None => {
-                    row.insert((*name).into(), Value::Null);
-                }
+            let s = &series[i];
+            if s.times_us.is_empty() {
+                row.insert((*name).into(), Value::Null);
+                continue;
             }
+            m[i] = s.mean();
+            q[i] = s.p50();
+            row.insert((*name).into(), s.json());
         }
         row.insert("sp_reliable_vs_udp".into(), json!(m[0] / m[3]));
         row.insert("sp_reliable_vs_tcp".into(), json!(m[0] / m[2]));
-        let q = best_p50;
         row.insert("sp_reliable_vs_udp_p50".into(), json!(q[0] / q[3]));
         row.insert("sp_reliable_vs_tcp_p50".into(), json!(q[0] / q[2]));
         row.insert("size".into(), json!(size));
@@ -344,7 +389,7 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
     }
     if args.json {
         let doc = json!({
-            "transfer_time": "from the sender handing the message to its transport to the receiving application holding all of it; one monotonic clock; serialised transfers; connection set-up and 3 warm-ups excluded",
+            "transfer_time": "from the sender handing the message to its transport to the receiving application holding all of it; one monotonic clock; serialised transfers, the protocols taking turns; connection set-up and 3 warm-ups per connection excluded",
             "transfers": n,
             "repeat": args.repeat.max(1),
             "sizes": out,
@@ -361,8 +406,9 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     outln!(
-        "transfer time, µs (mean / p50 / p99 of the run with the lowest mean; best p50 of {} runs \
-         in the ratios _p50), {n} transfers, loopback",
+        "transfer time, µs (mean / p50 / p99), {} transfers per protocol and size ({} sets of \
+         {n}, protocols interleaved), loopback",
+        n * args.repeat.max(1) as usize,
         args.repeat.max(1)
     )?;
     outln!(

@@ -11,6 +11,13 @@
 //! instead of a slice: the same checks follow, with no copy. A lent region holds no block yet
 //! (it is not in `have`), so whatever lands there when the prediction is wrong is never read.
 //!
+//! **Block length.** A sender splits a message into blocks of equal length (the last holds the
+//! rest), at most the block size its START announced; the length of a message's blocks is not
+//! on the wire, so each message learns it (`stride`) from its first non-final block to arrive,
+//! or from one rebuilt by FEC. Until then a last block that arrived first has no known offset:
+//! it is held aside (`held_last`) and placed when the stride is known. A receiver that learns
+//! the stride this way also takes messages cut into fixed-size blocks.
+//!
 //! Buffers keep their initialised length when recycled (their old bytes are garbage that
 //! `have` never vouches for), so reusing one costs neither a copy nor a zero-fill.
 //!
@@ -64,9 +71,14 @@ pub struct Partial {
     pub priority: u8,
     /// TBLOCK.
     pub tblock: u8,
-    /// Block size used by the sender.
+    /// Largest block the sender announced (its START).
     pub block_size: usize,
-    /// Blocks at `pblock × block_size`. Its initialised length may run past the blocks
+    /// Length of every block but the last, learned from the first non-final block; 0 while
+    /// unknown (for TBLOCK = 1 it stays 0: block 0 is at offset 0 either way).
+    pub stride: usize,
+    /// The last block, when it arrived before the stride was known (its offset depends on it).
+    pub held_last: Option<Vec<u8>>,
+    /// Blocks at `pblock × stride`. Its initialised length may run past the blocks
     /// present (a recycled buffer, a region lent for receiving in place); only `have` says
     /// which bytes are blocks.
     pub buf: Vec<u8>,
@@ -96,6 +108,8 @@ impl Partial {
             priority: 0,
             tblock: 0,
             block_size: 0,
+            stride: 0,
+            held_last: None,
             buf: Vec::new(),
             reserved: 0,
             have: BlockSet::default(),
@@ -112,6 +126,7 @@ impl Partial {
     pub fn is_complete(&self) -> bool {
         self.seen
             && self.last_len.is_some()
+            && self.held_last.is_none()
             && self.have.count_below(usize::from(self.tblock)) == usize::from(self.tblock)
     }
 
@@ -128,7 +143,7 @@ impl Partial {
     /// The message bytes, once complete.
     pub fn take_data(&mut self) -> Vec<u8> {
         let len = match self.last_len {
-            Some(l) => usize::from(self.tblock).saturating_sub(1) * self.block_size + l,
+            Some(l) => usize::from(self.tblock).saturating_sub(1) * self.stride + l,
             None => 0,
         };
         let mut b = std::mem::take(&mut self.buf);
@@ -137,13 +152,39 @@ impl Partial {
     }
 
     fn block(&self, i: usize) -> &[u8] {
-        let start = i * self.block_size;
-        let len = if i + 1 == usize::from(self.tblock) {
+        let last = i + 1 == usize::from(self.tblock);
+        if let (true, Some(h)) = (last, &self.held_last) {
+            return h;
+        }
+        let start = i * self.stride;
+        let len = if last {
             self.last_len.unwrap_or(0)
         } else {
-            self.block_size
+            self.stride
         };
         self.buf.get(start..start + len).unwrap_or(&[])
+    }
+
+    /// Whether a block's offset is known: the stride is, or there is one block only.
+    fn offsets_known(&self) -> bool {
+        self.tblock <= 1 || self.stride > 0
+    }
+
+    /// Takes `stride` as the message's block length (from a non-final block) and places a
+    /// held last block; one longer than the stride was not the sender's and is forgotten (to
+    /// be asked for again).
+    fn learn_stride(&mut self, stride: usize) {
+        self.stride = stride;
+        let Some(held) = self.held_last.take() else {
+            return;
+        };
+        let last = self.tblock.saturating_sub(1);
+        if held.len() <= stride {
+            place(&mut self.buf, usize::from(last) * stride, &held);
+        } else {
+            self.have.remove(last);
+            self.last_len = None;
+        }
     }
 
     /// Tries to rebuild the one missing block of group `g` from its parity.
@@ -158,19 +199,33 @@ impl Partial {
         let Some(Some(parity)) = self.parity.get(g) else {
             return false;
         };
-        // A missing last block's length comes back from the parity; any other is block_size.
+        // A missing block's length comes back from the parity: a non-final one's is the
+        // stride (learnt here if no other non-final block arrived).
         let others: Vec<&[u8]> = range
             .clone()
             .filter(|&i| i != m)
             .map(|i| self.block(i))
             .collect();
-        let Some(data) = fec::recover(parity.clone(), &others, self.block_size) else {
+        let max = if self.stride > 0 {
+            self.stride
+        } else {
+            self.block_size
+        };
+        let Some(data) = fec::recover(parity.clone(), &others, max) else {
             return false;
         };
-        if m + 1 != tblock && data.len() != self.block_size {
+        if m + 1 != tblock {
+            if data.is_empty() || (self.stride > 0 && data.len() != self.stride) {
+                return false;
+            }
+            if self.stride == 0 {
+                self.learn_stride(data.len());
+            }
+        } else if !self.offsets_known() {
+            // Every other block of the message is missing or the last: nowhere to put it.
             return false;
         }
-        place(&mut self.buf, m * self.block_size, &data);
+        place(&mut self.buf, m * self.stride, &data);
         if m + 1 == tblock {
             self.last_len = Some(data.len());
         }
@@ -358,6 +413,12 @@ impl Reassembly {
             return BlockOutcome::Invalid;
         };
         let tblock = usize::from(b.tblock);
+        let pb = usize::from(b.pblock);
+        let last = pb + 1 == tblock;
+        // A data block is at most the announced size, and only the last may be empty.
+        if pb < tblock && (len > block_size || (!last && len == 0)) {
+            return BlockOutcome::Invalid;
+        }
         let in_spare = matches!(
             b.payload,
             BlockBytes::InPlace {
@@ -376,7 +437,11 @@ impl Reassembly {
         if !p.seen {
             let cap = if tblock == 1 {
                 len.min(block_size)
+            } else if pb + 1 < tblock {
+                // A non-final block: its length is the message's stride.
+                tblock * len
             } else {
+                // The last block or a parity block: at most this.
                 tblock * block_size
             };
             if in_spare && cap >= self.spare.capacity() / 2 {
@@ -406,7 +471,6 @@ impl Reassembly {
         } else if p.tblock != b.tblock {
             return BlockOutcome::Invalid;
         }
-        let pb = usize::from(b.pblock);
         if pb >= tblock {
             // Parity block (never received in place: it is longer than a block).
             let Source::Datagram(payload) = copy else {
@@ -426,22 +490,26 @@ impl Reassembly {
             p.try_repair(g, fec_k);
             return BlockOutcome::Stored;
         }
-        let last = pb + 1 == tblock;
-        if len > block_size || (!last && len != block_size) {
+        if p.stride > 0 && (len > p.stride || (!last && len != p.stride)) {
             return BlockOutcome::Invalid;
         }
         if p.have.contains(b.pblock) {
             return BlockOutcome::Duplicate;
         }
-        match copy {
-            Source::Datagram(payload) => place(&mut p.buf, pb * block_size, payload),
-            Source::Spare => place(
-                &mut p.buf,
-                pb * block_size,
-                self.spare.get(..len).unwrap_or(&[]),
-            ),
-            // Already at pb × block_size of this buffer (the spare's bytes moved with it).
-            Source::InPlace => {}
+        if !last && p.stride == 0 {
+            p.learn_stride(len);
+        }
+        let bytes = match copy {
+            Source::Datagram(payload) => Some(payload),
+            Source::Spare => Some(self.spare.get(..len).unwrap_or(&[])),
+            // Already at pb × stride of this buffer (the spare's bytes moved with it).
+            Source::InPlace if p.offsets_known() => None,
+            Source::InPlace => return BlockOutcome::Invalid,
+        };
+        match bytes {
+            Some(bytes) if !p.offsets_known() => p.held_last = Some(bytes.to_vec()),
+            Some(bytes) => place(&mut p.buf, pb * p.stride, bytes),
+            None => {}
         }
         p.have.insert(b.pblock);
         if last {
@@ -455,7 +523,7 @@ impl Reassembly {
     }
 
     /// Lends the region where the next data block will probably go: the block after the last
-    /// one stored if its message still lacks it (`block_size` bytes), else block 0 of the next
+    /// one stored if its message still lacks it (one stride), else block 0 of the next
     /// message, in the spare buffer, as long as the last message (1 KiB to `block_size`).
     /// `None` when there is nothing to predict. See the module documentation.
     pub fn slot_mut(&mut self, block_size: usize) -> Option<(Slot, &mut [u8])> {
@@ -467,14 +535,10 @@ impl Reassembly {
             if pb + 1 < tb && self.partial.contains_key(&seq) {
                 // Its message still lacks the next block: lend that block's region.
                 let next_pb = pb + 1;
-                let start = usize::from(next_pb) * block_size;
-                let end = start + block_size;
                 let p = self.partial.get_mut(&seq)?;
-                if !p.seen
-                    || p.block_size != block_size
-                    || p.have.contains(next_pb)
-                    || p.buf.capacity() < end
-                {
+                let start = usize::from(next_pb) * p.stride;
+                let end = start + p.stride;
+                if !p.seen || p.stride == 0 || p.have.contains(next_pb) || p.buf.capacity() < end {
                     return None;
                 }
                 let end = if pb + 2 == tb && p.buf.len() > start && p.buf.len() < end {
@@ -537,14 +601,16 @@ impl Reassembly {
 
     /// The bytes of a lent region (to copy a datagram out of it when it did not belong
     /// there); empty if the region is gone.
-    pub fn slot_bytes(&self, slot: Slot, block_size: usize) -> &[u8] {
+    pub fn slot_bytes(&self, slot: Slot) -> &[u8] {
         if slot.spare {
             return self.spare.get(..slot.len).unwrap_or(&[]);
         }
-        let start = usize::from(slot.pblock) * block_size;
         self.partial
             .get(&slot.seq)
-            .and_then(|p| p.buf.get(start..start + slot.len.min(block_size)))
+            .and_then(|p| {
+                let start = usize::from(slot.pblock) * p.stride;
+                p.buf.get(start..start + slot.len.min(p.stride))
+            })
             .unwrap_or(&[])
     }
 
@@ -644,5 +710,93 @@ mod tests {
         assert_eq!(seq, 1);
         assert_eq!(p.take_data(), b"abcdefghxy");
         assert_eq!(r.buffered, 0);
+    }
+
+    fn block(seq: u64, pblock: u8, tblock: u8, payload: &[u8]) -> Block<'_> {
+        Block {
+            seq,
+            pblock,
+            tblock,
+            priority: 0,
+            mode: Reliability::Checksummed,
+            payload: BlockBytes::Copy(payload),
+        }
+    }
+
+    #[test]
+    fn the_stride_is_learnt_from_a_non_final_block_and_a_last_block_waits_for_it() {
+        // 7 bytes in three equal blocks of 3 (the last holds 1), under a 4-byte maximum: the
+        // last block arrives first and has no offset until block 1 says the stride is 3.
+        let mut r = Reassembly::default();
+        let now = Instant::ZERO;
+        assert_eq!(
+            r.on_block(now, block(1, 2, 3, b"g"), 4, 4),
+            BlockOutcome::Stored
+        );
+        assert!(r.partial[&1].held_last.is_some());
+        assert_eq!(
+            r.on_block(now, block(1, 1, 3, b"def"), 4, 4),
+            BlockOutcome::Stored
+        );
+        assert!(
+            r.partial[&1].held_last.is_none(),
+            "placed once the stride is known"
+        );
+        // A non-final block of another length, or a last one longer than the stride, is not
+        // the sender's.
+        assert_eq!(
+            r.on_block(now, block(1, 0, 3, b"abcd"), 4, 4),
+            BlockOutcome::Invalid
+        );
+        assert!(r.pop_complete().is_none());
+        assert_eq!(
+            r.on_block(now, block(1, 0, 3, b"abc"), 4, 4),
+            BlockOutcome::Stored
+        );
+        let (_, mut p) = r.pop_complete().unwrap();
+        assert_eq!(p.take_data(), b"abcdefg");
+        // A held last block longer than the stride learnt later is forgotten, not placed.
+        assert_eq!(
+            r.on_block(now, block(2, 1, 2, b"xyzw"), 4, 4),
+            BlockOutcome::Stored
+        );
+        assert_eq!(
+            r.on_block(now, block(2, 0, 2, b"ab"), 4, 4),
+            BlockOutcome::Stored
+        );
+        assert_eq!(r.partial[&2].missing(), vec![1]);
+        assert_eq!(
+            r.on_block(now, block(2, 1, 2, b"c"), 4, 4),
+            BlockOutcome::Stored
+        );
+        assert_eq!(r.pop_complete().unwrap().1.take_data(), b"abc");
+        // A non-final block may not be empty.
+        assert_eq!(
+            r.on_block(now, block(3, 0, 2, b""), 4, 4),
+            BlockOutcome::Invalid
+        );
+    }
+
+    #[test]
+    fn fec_rebuilds_a_first_block_and_so_learns_the_stride() {
+        // 5 bytes in two blocks of 3 and 2; block 0 lost: the last block is held until the
+        // parity of the group gives block 0 back, whose length is the stride.
+        let mut parity = Vec::new();
+        fec::xor_block(&mut parity, b"abc");
+        fec::xor_block(&mut parity, b"de");
+        let mut r = Reassembly::default();
+        let now = Instant::ZERO;
+        assert_eq!(
+            r.on_block(now, block(1, 1, 2, b"de"), 4, 4),
+            BlockOutcome::Stored
+        );
+        assert_eq!(
+            r.on_block(now, block(1, 2, 2, &parity), 4, 4),
+            BlockOutcome::Stored
+        );
+        let (_, mut p) = r.pop_complete().expect("repaired");
+        assert_eq!(p.repaired, 1);
+        assert_eq!(p.stride, 3);
+        assert_eq!(p.take_data(), b"abcde");
     }
 }

@@ -56,7 +56,6 @@ impl Connection {
                 (idx, i, false)
             }
         };
-        let bs = self.config.block_size;
         let k = usize::from(self.config.fec_group);
         let win = self.our_window();
         let acked = self.recv.acked() as u16;
@@ -96,14 +95,14 @@ impl Connection {
         let priority = m.priority;
         let start = head.len();
         let range = if i < tblock {
-            let range = (i * bs).min(m.data.len())..((i + 1) * bs).min(m.data.len());
+            let range = m.block_range(i);
             repr.emit_header(&m.data[range.clone()], head).ok()?;
             range
         } else {
             let g = i - tblock;
-            let mut parity = Vec::with_capacity(bs + 2);
+            let mut parity = Vec::with_capacity(m.stride + 2);
             for j in fec::group_range(g, tblock, k) {
-                fec::xor_block(&mut parity, m.block(j, bs));
+                fec::xor_block(&mut parity, m.block(j));
             }
             repr.emit_into(&parity, head).ok()?;
             0..0
@@ -192,6 +191,7 @@ impl Connection {
         let Some(q) = self.queue.pop() else { return };
         let bs = self.config.block_size;
         let tblock = q.data.len().div_ceil(bs).max(1);
+        let stride = q.data.len().div_ceil(tblock);
         let total = if q.mode == Reliability::Checksummed {
             tblock + fec::groups(tblock, usize::from(self.config.fec_group))
         } else {
@@ -208,6 +208,7 @@ impl Connection {
             priority: q.priority,
             mode: q.mode,
             tblock: tblock as u8,
+            stride,
             next_block: 0,
             total_packets: total as u16,
             resend: BlockSet::default(),
