@@ -245,11 +245,13 @@ fn udp(size: usize, total: usize) -> anyhow::Result<Lane> {
     let (done_tx, done_rx) = mpsc::channel();
     let receiver = std::thread::spawn(move || -> anyhow::Result<()> {
         pin(1);
-        let mut buf = vec![0u8; 65_536];
+        // The whole message, as the receiving application of every other protocol holds it:
+        // each datagram lands after the previous one (loopback keeps their order).
+        let mut buf = vec![0u8; size + 65_536];
         for _ in 0..total {
             let mut bytes = 0;
             let arrived = loop {
-                match rx.recv(&mut buf) {
+                match rx.recv(&mut buf[bytes..]) {
                     Ok(k) => {
                         bytes += k;
                         if bytes >= size {
