@@ -450,10 +450,11 @@ impl Reassembly {
                 p.buf = std::mem::take(&mut self.spare);
                 p.buf.reserve(cap.saturating_sub(p.buf.len()));
             } else {
-                p.buf = match self.pool.iter().position(|b| b.capacity() >= cap) {
-                    Some(i) => self.pool.swap_remove(i),
-                    None => Vec::with_capacity(cap),
-                };
+                if tblock == 1 || pb + 1 < tblock {
+                    p.buf = take_buffer(&mut self.pool, cap);
+                }
+                // (A last or parity block first: the buffer waits for the stride, and is
+                // then as long as the message, not as the most it could be.)
                 if in_spare {
                     // A small message in a large spare: copied out (cheap), the spare kept
                     // for the next large one.
@@ -497,6 +498,9 @@ impl Reassembly {
             return BlockOutcome::Duplicate;
         }
         if !last && p.stride == 0 {
+            if p.buf.capacity() == 0 {
+                p.buf = take_buffer(&mut self.pool, tblock * len);
+            }
             p.learn_stride(len);
         }
         let bytes = match copy {
@@ -573,10 +577,8 @@ impl Reassembly {
         let len = self.expect.clamp(MIN_SLOT.min(block_size), block_size);
         let want = self.expect.max(len);
         if self.spare.capacity() < want {
-            let old = match self.pool.iter().position(|b| b.capacity() >= want) {
-                Some(i) => std::mem::replace(&mut self.spare, self.pool.swap_remove(i)),
-                None => std::mem::replace(&mut self.spare, Vec::with_capacity(want)),
-            };
+            let new = take_buffer(&mut self.pool, want);
+            let old = std::mem::replace(&mut self.spare, new);
             self.recycle(old);
         }
         if self.spare.len() < len {
@@ -641,6 +643,14 @@ impl Reassembly {
         let seq = self.next;
         self.next += 1;
         Some((seq, p))
+    }
+}
+
+/// A buffer of at least `cap` bytes: a recycled one if the pool has one, else a new one.
+fn take_buffer(pool: &mut Vec<Vec<u8>>, cap: usize) -> Vec<u8> {
+    match pool.iter().position(|b| b.capacity() >= cap) {
+        Some(i) => pool.swap_remove(i),
+        None => Vec::with_capacity(cap),
     }
 }
 
@@ -775,6 +785,40 @@ mod tests {
             r.on_block(now, block(3, 0, 2, b""), 4, 4),
             BlockOutcome::Invalid
         );
+    }
+
+    #[test]
+    fn a_message_whose_last_block_comes_first_reuses_a_buffer_of_its_own_size() {
+        // Its buffer is taken when the stride is known, as long as the message: a recycled
+        // one of 16 bytes fits, where the most the message could be (3 blocks × 8) would not.
+        let mut r = Reassembly::default();
+        let now = Instant::ZERO;
+        r.recycle(Vec::with_capacity(16));
+        assert_eq!(
+            r.on_block(now, block(1, 2, 3, b"g"), 8, 4),
+            BlockOutcome::Stored
+        );
+        assert_eq!(
+            r.partial[&1].buf.capacity(),
+            0,
+            "no buffer before the stride"
+        );
+        assert_eq!(
+            r.on_block(now, block(1, 0, 3, b"abc"), 8, 4),
+            BlockOutcome::Stored
+        );
+        assert_eq!(
+            r.on_block(now, block(1, 1, 3, b"def"), 8, 4),
+            BlockOutcome::Stored
+        );
+        let data = r.pop_complete().unwrap().1.take_data();
+        assert_eq!(data, b"abcdefg");
+        assert_eq!(
+            data.capacity(),
+            16,
+            "the recycled buffer, not 3 × 8 new bytes"
+        );
+        assert!(r.pool.is_empty());
     }
 
     #[test]
