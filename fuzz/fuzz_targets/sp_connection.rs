@@ -1,7 +1,8 @@
 //! Arbitrary datagrams into SP endpoints with an open connection: the first byte of each chunk
-//! picks the receiving side and how far time jumps, the rest is the datagram (its ids patched
-//! to the live connection half the time, so the state machine is reached, not just the
-//! demultiplexer). Nothing panics and nothing loops: every call returns.
+//! picks the receiving side, how far time jumps and whether the datagram is received in place
+//! (into the region the endpoint lends, as `SpSocket` receives it), the rest is the datagram
+//! (its ids patched to the live connection half the time, so the state machine is reached, not
+//! just the demultiplexer). Nothing panics and nothing loops: every call returns.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -14,7 +15,10 @@ fuzz_target!(|data: &[u8]| {
         fec_group: 2,
         ..Config::default()
     };
-    let mut eps = [Endpoint::<u8>::new(config.clone(), false), Endpoint::new(config, true)];
+    let mut eps = [
+        Endpoint::<u8>::new(config.clone(), false),
+        Endpoint::new(config, true),
+    ];
     let mut now = Instant::ZERO;
     let h = eps[0].connect(now, 1).expect("an id");
     let mut buf = Vec::new();
@@ -40,7 +44,11 @@ fuzz_target!(|data: &[u8]| {
         let _ = c.send_message(b"hello, fuzz".to_vec(), 1);
     }
     pump(&mut eps, now);
-    let ids = [eps[0].handles().next().map(|h| h.0), eps[1].handles().next().map(|h| h.0)];
+    let mut scratch = Vec::new();
+    let ids = [
+        eps[0].handles().next().map(|h| h.0),
+        eps[1].handles().next().map(|h| h.0),
+    ];
     for chunk in data.split(|b| *b == 0xfe).take(64) {
         let Some((&ctl, bytes)) = chunk.split_first() else {
             continue;
@@ -58,7 +66,11 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
         }
-        eps[to].handle_datagram(now, (1 - to) as u8, &pkt);
+        if ctl & 4 != 0 {
+            eps[to].handle_split(now, (1 - to) as u8, &pkt, &mut scratch);
+        } else {
+            eps[to].handle_datagram(now, (1 - to) as u8, &pkt);
+        }
         for ep in eps.iter_mut() {
             if ep.poll_timeout().is_some_and(|t| t <= now) {
                 ep.handle_timeout(now);

@@ -284,6 +284,31 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
             .is_some_and(|s| s.conn.mid_message())
     }
 
+    /// Handles a whole datagram the way a driver that receives in place would (as `SpSocket`
+    /// does): its header, then as much as fits into the region [`recv_slot`](Self::recv_slot)
+    /// lends, the rest as overflow, into [`handle_received`](Self::handle_received); a plain
+    /// [`handle_datagram`](Self::handle_datagram) when no region is lent. For simulators and
+    /// fuzz targets, which hold datagrams whole but must drive the in-place path.
+    pub fn handle_split(&mut self, now: Instant, from: A, bytes: &[u8], scratch: &mut Vec<u8>) {
+        let Some((slot, region)) = self.recv_slot() else {
+            self.handle_datagram(now, from, bytes);
+            return;
+        };
+        let mut head = [0u8; HEADER_LEN];
+        let h = bytes.len().min(HEADER_LEN);
+        head[..h].copy_from_slice(&bytes[..h]);
+        let rest = &bytes[h..];
+        let k = rest.len().min(region.len());
+        region[..k].copy_from_slice(&rest[..k]);
+        let received = Received {
+            len: bytes.len(),
+            head: &head,
+            slot,
+            overflow: &rest[k..],
+        };
+        self.handle_received(now, from, received, scratch);
+    }
+
     /// Handles a datagram received as header + the region [`recv_slot`](Self::recv_slot)
     /// lent + overflow: in place if it is the block the region was lent for, else copied into
     /// `scratch` and handled as [`handle_datagram`](Self::handle_datagram) would (the region's

@@ -11,7 +11,6 @@ use std::collections::{BinaryHeap, HashSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use viastack_kernel::{Duration, Instant};
-use viastack_sp::endpoint::Received;
 use viastack_sp::wire::{Packet, PacketType, HEADER_LEN};
 use viastack_sp::{Config, Endpoint, EndpointEvent};
 
@@ -175,24 +174,7 @@ impl Net {
     /// Scatters `bytes` as a `recvmsg` with three iovecs would: header, lent region, overflow.
     fn deliver_in_place(&mut self, from: usize, to: usize, bytes: &[u8]) {
         let now = self.now;
-        let ep = &mut self.nodes[to];
-        let Some((slot, region)) = ep.recv_slot() else {
-            ep.handle_datagram(now, from, bytes);
-            return;
-        };
-        let mut head = [0u8; HEADER_LEN];
-        let h = bytes.len().min(HEADER_LEN);
-        head[..h].copy_from_slice(&bytes[..h]);
-        let rest = &bytes[h..];
-        let k = rest.len().min(region.len());
-        region[..k].copy_from_slice(&rest[..k]);
-        let received = Received {
-            len: bytes.len(),
-            head: &head,
-            slot,
-            overflow: &rest[k..],
-        };
-        ep.handle_received(now, from, received, &mut self.scratch);
+        self.nodes[to].handle_split(now, from, bytes, &mut self.scratch);
     }
 
     /// Steps until idle or `limit` of virtual time; panics (with `ctx`) past the step cap.
