@@ -19,11 +19,13 @@
 //!   ([`FailReason`]). The seed's Java port hung when an END was lost (§6.2); here the END timer
 //!   gives up and closes, and the passive side closes after its linger, or — if every END was
 //!   lost — when ECHO finds the peer silent.
-//! - **Messages** are split into blocks of [`Config::block_size`] bytes (PBLOCK/TBLOCK; the
-//!   last holds the rest and carries END_MESSAGE and REPLY_REQUESTED) and delivered whole and
-//!   in MESS_SEQ_NO order. The receiver learns a message's block length from its blocks
-//!   ([`reassembly`]), so it needs no agreement on it beyond the maximum the peer announced in
-//!   its START, and takes any sender whose blocks but the last have one length. A
+//! - **Messages** are split into TBLOCK = ⌈len / [`Config::block_size`]⌉ blocks of equal length
+//!   ⌈len / TBLOCK⌉ (the last holds the rest; PBLOCK/TBLOCK, the last carries END_MESSAGE and
+//!   REPLY_REQUESTED) and delivered whole and in MESS_SEQ_NO order. Equal blocks, as a UDP
+//!   application splits a message into datagrams: a 64 KiB message leaves as 2 × 32 KiB, not
+//!   64,000 + 1,536 bytes, so the receiver starts on a smaller first block. The receiver learns
+//!   a message's block length from its blocks ([`reassembly`]), so it needs no agreement on it
+//!   beyond the maximum the peer announced in its START. A
 //!   message takes its number when its first block leaves, so the four priorities
 //!   ([`send_queue`]) reorder whole messages.
 //! - **Reliability** ([`Reliability`], §3.1.6) travels in every DATA packet's flags and changes
@@ -95,7 +97,7 @@ struct OutMessage {
     priority: u8,
     mode: Reliability,
     tblock: u8,
-    /// Length of every block but the last (which may be shorter): the block size.
+    /// Length of every block but the last (which may be shorter): ⌈len / TBLOCK⌉.
     stride: usize,
     /// Next first-time block to send (data blocks, then parity in CHECKSUMMED).
     next_block: u16,

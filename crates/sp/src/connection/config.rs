@@ -78,9 +78,10 @@ impl Reliability {
 pub struct Config {
     /// Largest block: 64,000, so a block is one UDP datagram just under the 65,507-byte
     /// limit (the seed's Java port used 32 KB packets, §5.1; larger blocks halve the datagrams
-    /// per message on loopback and jumbo-frame LANs). A 256 KiB message is 5 blocks. A receiver
-    /// takes blocks of any one length up to the size the peer announced. Use ≤ 1,452 on paths
-    /// where IP fragmentation loses datagrams.
+    /// per message on loopback and jumbo-frame LANs). A message is cut into the fewest blocks
+    /// of at most this size, all of one length but the last: a 256 KiB message is 5 blocks of
+    /// 52,429 bytes, a 64 KiB one 2 of 32,768. Use ≤ 1,452 on paths where IP fragmentation
+    /// loses datagrams.
     pub block_size: usize,
     /// Data blocks per XOR parity block in CHECKSUMMED mode (issue 4: "k configurable").
     pub fec_group: u8,

@@ -33,8 +33,9 @@ pub const SP: LayerKind = LayerKind {
             name: "block_size",
             kind: ParamKind::Bytes,
             default: Some("64000"),
-            doc: "bytes per block (one datagram; the last holds the rest); a message has at \
-                  most 255 blocks (PBLOCK and TBLOCK are 8 bits). 64,000 fits a UDP datagram \
+            doc: "largest block (one datagram); a message is cut into the fewest blocks of at \
+                  most this size, all of one length but the last (64 KiB: 2 × 32,768), and has \
+                  at most 255 blocks (PBLOCK and TBLOCK are 8 bits). 64,000 fits a UDP datagram \
                   and a 256 KiB message in 5 blocks; use 1400 where IP must not fragment \
                   (RFC 8085 §3.2)",
         },
