@@ -722,6 +722,17 @@ mod tests {
         assert_eq!(r.buffered, 0);
     }
 
+    /// Stores block `pblock` of `tblock` of message `seq` (CHECKSUMMED, k = 4), the sender
+    /// having announced blocks of at most `max` bytes.
+    fn put(
+        r: &mut Reassembly,
+        (seq, pblock, tblock): (u64, u8, u8),
+        payload: &[u8],
+        max: usize,
+    ) -> BlockOutcome {
+        r.on_block(Instant::ZERO, block(seq, pblock, tblock, payload), max, 4)
+    }
+
     fn block(seq: u64, pblock: u8, tblock: u8, payload: &[u8]) -> Block<'_> {
         Block {
             seq,
@@ -738,53 +749,28 @@ mod tests {
         // 7 bytes in three equal blocks of 3 (the last holds 1), under a 4-byte maximum: the
         // last block arrives first and has no offset until block 1 says the stride is 3.
         let mut r = Reassembly::default();
-        let now = Instant::ZERO;
-        assert_eq!(
-            r.on_block(now, block(1, 2, 3, b"g"), 4, 4),
-            BlockOutcome::Stored
-        );
+        assert_eq!(put(&mut r, (1, 2, 3), b"g", 4), BlockOutcome::Stored);
         assert!(r.partial[&1].held_last.is_some());
-        assert_eq!(
-            r.on_block(now, block(1, 1, 3, b"def"), 4, 4),
-            BlockOutcome::Stored
-        );
+        assert_eq!(put(&mut r, (1, 1, 3), b"def", 4), BlockOutcome::Stored);
         assert!(
             r.partial[&1].held_last.is_none(),
             "placed once the stride is known"
         );
         // A non-final block of another length, or a last one longer than the stride, is not
         // the sender's.
-        assert_eq!(
-            r.on_block(now, block(1, 0, 3, b"abcd"), 4, 4),
-            BlockOutcome::Invalid
-        );
+        assert_eq!(put(&mut r, (1, 0, 3), b"abcd", 4), BlockOutcome::Invalid);
         assert!(r.pop_complete().is_none());
-        assert_eq!(
-            r.on_block(now, block(1, 0, 3, b"abc"), 4, 4),
-            BlockOutcome::Stored
-        );
+        assert_eq!(put(&mut r, (1, 0, 3), b"abc", 4), BlockOutcome::Stored);
         let (_, mut p) = r.pop_complete().unwrap();
         assert_eq!(p.take_data(), b"abcdefg");
         // A held last block longer than the stride learnt later is forgotten, not placed.
-        assert_eq!(
-            r.on_block(now, block(2, 1, 2, b"xyzw"), 4, 4),
-            BlockOutcome::Stored
-        );
-        assert_eq!(
-            r.on_block(now, block(2, 0, 2, b"ab"), 4, 4),
-            BlockOutcome::Stored
-        );
+        assert_eq!(put(&mut r, (2, 1, 2), b"xyzw", 4), BlockOutcome::Stored);
+        assert_eq!(put(&mut r, (2, 0, 2), b"ab", 4), BlockOutcome::Stored);
         assert_eq!(r.partial[&2].missing(), vec![1]);
-        assert_eq!(
-            r.on_block(now, block(2, 1, 2, b"c"), 4, 4),
-            BlockOutcome::Stored
-        );
+        assert_eq!(put(&mut r, (2, 1, 2), b"c", 4), BlockOutcome::Stored);
         assert_eq!(r.pop_complete().unwrap().1.take_data(), b"abc");
         // A non-final block may not be empty.
-        assert_eq!(
-            r.on_block(now, block(3, 0, 2, b""), 4, 4),
-            BlockOutcome::Invalid
-        );
+        assert_eq!(put(&mut r, (3, 0, 2), b"", 4), BlockOutcome::Invalid);
     }
 
     #[test]
@@ -792,25 +778,15 @@ mod tests {
         // Its buffer is taken when the stride is known, as long as the message: a recycled
         // one of 16 bytes fits, where the most the message could be (3 blocks × 8) would not.
         let mut r = Reassembly::default();
-        let now = Instant::ZERO;
         r.recycle(Vec::with_capacity(16));
-        assert_eq!(
-            r.on_block(now, block(1, 2, 3, b"g"), 8, 4),
-            BlockOutcome::Stored
-        );
+        assert_eq!(put(&mut r, (1, 2, 3), b"g", 8), BlockOutcome::Stored);
         assert_eq!(
             r.partial[&1].buf.capacity(),
             0,
             "no buffer before the stride"
         );
-        assert_eq!(
-            r.on_block(now, block(1, 0, 3, b"abc"), 8, 4),
-            BlockOutcome::Stored
-        );
-        assert_eq!(
-            r.on_block(now, block(1, 1, 3, b"def"), 8, 4),
-            BlockOutcome::Stored
-        );
+        assert_eq!(put(&mut r, (1, 0, 3), b"abc", 8), BlockOutcome::Stored);
+        assert_eq!(put(&mut r, (1, 1, 3), b"def", 8), BlockOutcome::Stored);
         let data = r.pop_complete().unwrap().1.take_data();
         assert_eq!(data, b"abcdefg");
         assert_eq!(
@@ -829,15 +805,8 @@ mod tests {
         fec::xor_block(&mut parity, b"abc");
         fec::xor_block(&mut parity, b"de");
         let mut r = Reassembly::default();
-        let now = Instant::ZERO;
-        assert_eq!(
-            r.on_block(now, block(1, 1, 2, b"de"), 4, 4),
-            BlockOutcome::Stored
-        );
-        assert_eq!(
-            r.on_block(now, block(1, 2, 2, &parity), 4, 4),
-            BlockOutcome::Stored
-        );
+        assert_eq!(put(&mut r, (1, 1, 2), b"de", 4), BlockOutcome::Stored);
+        assert_eq!(put(&mut r, (1, 2, 2), &parity, 4), BlockOutcome::Stored);
         let (_, mut p) = r.pop_complete().expect("repaired");
         assert_eq!(p.repaired, 1);
         assert_eq!(p.stride, 3);
