@@ -754,6 +754,10 @@ fn window_flow_control_holds_the_sender_back() {
         .filter(|e| matches!(e.event, Event::Message { .. }))
         .count();
     assert_eq!(n, 50);
+    // A sender that keeps to the window is never refused for going beyond it.
+    let h1 = net.nodes[1].handles().next().unwrap();
+    let rx = net.nodes[1].connection(h1).unwrap().stats().clone();
+    assert_eq!(rx.over_window, 0, "{rx:?}");
 }
 
 #[test]

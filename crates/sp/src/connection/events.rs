@@ -147,6 +147,9 @@ pub struct Stats {
     pub bad_packet: u64,
     /// Blocks received twice.
     pub duplicates: u64,
+    /// Blocks dropped because their message would have gone beyond the advertised receive
+    /// window (a sender that ignores it).
+    pub over_window: u64,
     /// Latest ECHO round trip.
     pub rtt: Option<Duration>,
     /// Smoothed round trip (RFC 6298 weights).

@@ -22,8 +22,15 @@
 //! `have` never vouches for), so reusing one costs neither a copy nor a zero-fill.
 //!
 //! Memory bound: at most [`MAX_AHEAD`] messages past the next one to deliver, and the bytes of
-//! incomplete messages count against the advertised receive window; besides them, one spare
-//! buffer of at most one message (or one block) and [`POOL_MAX`] recycled ones.
+//! incomplete messages count against the advertised receive window — and are held to it: a
+//! block that would start (or, by revealing the block length, grow) a message past the next
+//! one beyond the `limit` [`Reassembly::on_block`] is given is refused
+//! ([`BlockOutcome::OverWindow`]). An honest sender keeps within the window it was told, so
+//! only a peer that ignores it meets this; without it, one block per message with a high
+//! PBLOCK would make the receiver allocate and zero-fill up to 255 blocks for each of 4,096
+//! messages. The next message to deliver is always taken (a sender may send one message
+//! larger than the window when nothing else is in flight). Besides the partial messages, one
+//! spare buffer of at most one message (or one block) and [`POOL_MAX`] recycled ones.
 
 use std::collections::BTreeMap;
 
@@ -84,6 +91,9 @@ pub struct Partial {
     pub buf: Vec<u8>,
     /// Bytes reserved for it in the receive window.
     pub reserved: usize,
+    /// Bytes it is held to against the `limit` (its size as far as known: the exact size, or
+    /// the least a message of its TBLOCK and block length can be).
+    pub committed: usize,
     /// Blocks present.
     pub have: BlockSet,
     /// Length of the last block, once it arrived.
@@ -112,6 +122,7 @@ impl Partial {
             held_last: None,
             buf: Vec::new(),
             reserved: 0,
+            committed: 0,
             have: BlockSet::default(),
             last_len: None,
             parity: Vec::new(),
@@ -244,6 +255,8 @@ pub enum BlockOutcome {
     Duplicate,
     /// Inconsistent with what is known (TBLOCK, length, range): dropped.
     Invalid,
+    /// It would take partial messages past the next one beyond the receive window: dropped.
+    OverWindow,
 }
 
 /// A region [`Reassembly::slot_mut`] lent for receiving one block in place.
@@ -321,6 +334,8 @@ pub struct Reassembly {
     pub partial: BTreeMap<u64, Partial>,
     /// Bytes held in `partial`.
     pub buffered: usize,
+    /// Sum of the partial messages' `committed` bytes.
+    pub committed: usize,
     /// Message buffers the application gave back, reused before allocating (a fresh buffer
     /// costs page faults on every message of tens of KiB).
     pub pool: Vec<Vec<u8>>,
@@ -349,6 +364,7 @@ impl Default for Reassembly {
             next: 1,
             partial: BTreeMap::new(),
             buffered: 0,
+            committed: 0,
             pool: Vec::new(),
             spare: Vec::new(),
             last: None,
@@ -387,13 +403,15 @@ impl Reassembly {
         true
     }
 
-    /// Stores one block.
+    /// Stores one block. `limit`: the bytes partial messages other than the next one may
+    /// commit in all (the receive window less what the application has not taken yet).
     pub fn on_block(
         &mut self,
         now: Instant,
         b: Block<'_>,
         block_size: usize,
         fec_k: usize,
+        limit: usize,
     ) -> BlockOutcome {
         let len = b.payload.len();
         if let BlockBytes::InPlace { slot, .. } = b.payload {
@@ -434,7 +452,20 @@ impl Reassembly {
             BlockBytes::InPlace { .. } if !in_spare && !p.seen => return BlockOutcome::Invalid,
             BlockBytes::InPlace { .. } => Source::InPlace,
         };
+        // Held to the window: the size this block shows the message has at least.
+        let exempt = b.seq == self.next;
+        let fits = |committed: usize, more: usize| exempt || committed + more <= limit;
         if !p.seen {
+            let need = if pb + 1 < tblock {
+                (tblock - 1) * len + 1
+            } else {
+                len
+            };
+            if !fits(self.committed, need) {
+                return BlockOutcome::OverWindow;
+            }
+            p.committed = need;
+            self.committed += need;
             let cap = if tblock == 1 {
                 len.min(block_size)
             } else if pb + 1 < tblock {
@@ -498,6 +529,17 @@ impl Reassembly {
             return BlockOutcome::Duplicate;
         }
         if !last && p.stride == 0 {
+            if p.seen && p.committed > 0 && pb < tblock {
+                // The stride was unknown (the last block or a parity block came first): now
+                // the size is, at least this.
+                let need = (tblock - 1) * len + p.last_len.unwrap_or(1).min(len);
+                let more = need.saturating_sub(p.committed);
+                if more > 0 && !fits(self.committed, more) {
+                    return BlockOutcome::OverWindow;
+                }
+                p.committed += more;
+                self.committed += more;
+            }
             if p.buf.capacity() == 0 {
                 p.buf = take_buffer(&mut self.pool, tblock * len);
             }
@@ -632,6 +674,7 @@ impl Reassembly {
         }
         let (seq, p) = entry.remove_entry();
         self.buffered -= p.reserved;
+        self.committed -= p.committed;
         self.next += 1;
         Some((seq, p))
     }
@@ -640,6 +683,7 @@ impl Reassembly {
     pub fn drop_next(&mut self) -> Option<(u64, Partial)> {
         let p = self.partial.remove(&self.next)?;
         self.buffered -= p.reserved;
+        self.committed -= p.committed;
         let seq = self.next;
         self.next += 1;
         Some((seq, p))
@@ -707,15 +751,27 @@ mod tests {
             mode: Reliability::Reliable,
             payload: BlockBytes::Copy(payload),
         };
-        assert_eq!(r.on_block(now, mk(2, b"xy"), 4, 4), BlockOutcome::Stored);
-        assert_eq!(r.on_block(now, mk(0, b"abcd"), 4, 4), BlockOutcome::Stored);
+        assert_eq!(
+            r.on_block(now, mk(2, b"xy"), 4, 4, usize::MAX),
+            BlockOutcome::Stored
+        );
+        assert_eq!(
+            r.on_block(now, mk(0, b"abcd"), 4, 4, usize::MAX),
+            BlockOutcome::Stored
+        );
         assert!(r.pop_complete().is_none());
         assert_eq!(
-            r.on_block(now, mk(0, b"abcd"), 4, 4),
+            r.on_block(now, mk(0, b"abcd"), 4, 4, usize::MAX),
             BlockOutcome::Duplicate
         );
-        assert_eq!(r.on_block(now, mk(1, b"efg"), 4, 4), BlockOutcome::Invalid);
-        assert_eq!(r.on_block(now, mk(1, b"efgh"), 4, 4), BlockOutcome::Stored);
+        assert_eq!(
+            r.on_block(now, mk(1, b"efg"), 4, 4, usize::MAX),
+            BlockOutcome::Invalid
+        );
+        assert_eq!(
+            r.on_block(now, mk(1, b"efgh"), 4, 4, usize::MAX),
+            BlockOutcome::Stored
+        );
         let (seq, mut p) = r.pop_complete().unwrap();
         assert_eq!(seq, 1);
         assert_eq!(p.take_data(), b"abcdefghxy");
@@ -730,7 +786,13 @@ mod tests {
         payload: &[u8],
         max: usize,
     ) -> BlockOutcome {
-        r.on_block(Instant::ZERO, block(seq, pblock, tblock, payload), max, 4)
+        r.on_block(
+            Instant::ZERO,
+            block(seq, pblock, tblock, payload),
+            max,
+            4,
+            usize::MAX,
+        )
     }
 
     fn block(seq: u64, pblock: u8, tblock: u8, payload: &[u8]) -> Block<'_> {
@@ -795,6 +857,29 @@ mod tests {
             "the recycled buffer, not 3 × 8 new bytes"
         );
         assert!(r.pool.is_empty());
+    }
+
+    #[test]
+    fn partial_messages_past_the_next_are_held_to_the_window() {
+        // Blocks of at most 8 bytes, 20 bytes of window for messages other than the next (1).
+        let mut r = Reassembly::default();
+        let mut on = |seq, pblock, tblock, payload: &[u8]| {
+            r.on_block(Instant::ZERO, block(seq, pblock, tblock, payload), 8, 4, 20)
+        };
+        // Block 5 of 10 shows a message of at least 9 × 8 + 1 bytes: refused, nothing kept.
+        assert_eq!(on(3, 5, 10, &[1; 8]), BlockOutcome::OverWindow);
+        // Two messages of at least 9 bytes fit, a third does not.
+        assert_eq!(on(2, 0, 2, &[2; 8]), BlockOutcome::Stored);
+        assert_eq!(on(4, 0, 2, &[4; 8]), BlockOutcome::Stored);
+        assert_eq!(on(5, 0, 2, &[5; 8]), BlockOutcome::OverWindow);
+        // A last block that comes first counts its own bytes; the block that then reveals the
+        // stride counts the rest (2 × 8 + 1), which no longer fits.
+        assert_eq!(on(6, 2, 3, &[6; 1]), BlockOutcome::Stored);
+        assert_eq!(on(6, 0, 3, &[6; 8]), BlockOutcome::OverWindow);
+        // The next message is always taken, however large.
+        assert_eq!(on(1, 5, 10, &[1; 8]), BlockOutcome::Stored);
+        assert_eq!(r.committed, 9 + 9 + 1 + 73);
+        assert!(!r.partial[&3].seen && !r.partial[&5].seen);
     }
 
     #[test]

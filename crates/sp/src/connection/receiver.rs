@@ -21,6 +21,7 @@ impl Connection {
         let seq = self.recv.expand(repr.mess_seq_no);
         let mode = Reliability::from_flags(repr.flags);
         self.peer_last_sent = self.peer_last_sent.max(seq);
+        let limit = (self.config.recv_window as usize).saturating_sub(self.undelivered_bytes());
         let outcome = self.recv.on_block(
             now,
             Block {
@@ -33,11 +34,13 @@ impl Connection {
             },
             self.peer_block_size,
             usize::from(self.config.fec_group),
+            limit,
         );
         match outcome {
             BlockOutcome::Stored => {}
             BlockOutcome::Duplicate => self.stats.duplicates += 1,
             BlockOutcome::Invalid => self.stats.bad_packet += 1,
+            BlockOutcome::OverWindow => self.stats.over_window += 1,
         }
         self.deliver_ready();
         if repr.flags.contains(Flags::REPLY_REQUESTED) {
