@@ -817,6 +817,42 @@ fn bad_packets_are_counted_and_dropped() {
 }
 
 #[test]
+fn a_peer_that_ignores_the_window_is_refused() {
+    // A connected peer sends, for messages 2–101, one 64,000-byte block each, claiming 255
+    // blocks per message: 16 MB a message if the receiver believed it. The receiver's 8 MiB
+    // window holds none of them (message 1, the next to deliver, would be taken).
+    let mut net = Net::new(
+        0,
+        vec![(Config::default(), false), (Config::default(), true)],
+        Faults::default(),
+    );
+    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    net.run(Duration::from_millis(50), "connect");
+    let h1 = net.nodes[1].handles().next().unwrap();
+    let (src, dest) = (h.0, h1.0);
+    for seq in 2..=101u16 {
+        let mut pkt = Vec::new();
+        viastack_sp::wire::Repr {
+            packet_type: PacketType::Data,
+            dest_id: dest,
+            src_id: src,
+            flags: Flags::ST_CKS | Flags::ST_RTR,
+            pblock: 200,
+            tblock: 255,
+            mess_seq_no: seq,
+            ..Default::default()
+        }
+        .emit_into(&[7; 64_000], &mut pkt)
+        .unwrap();
+        let now = net.now;
+        net.nodes[1].handle_datagram(now, 0, &pkt);
+    }
+    let rx = net.nodes[1].connection(h1).unwrap().stats().clone();
+    assert_eq!(rx.over_window, 100, "{rx:?}");
+    assert_eq!(rx.bad_packet, 0, "{rx:?}");
+}
+
+#[test]
 fn a_peer_that_forgot_the_connection_resets_it() {
     let mut net = Net::new(
         0,
