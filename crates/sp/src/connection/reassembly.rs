@@ -529,17 +529,15 @@ impl Reassembly {
             return BlockOutcome::Duplicate;
         }
         if !last && p.stride == 0 {
-            if p.seen && p.committed > 0 && pb < tblock {
-                // The stride was unknown (the last block or a parity block came first): now
-                // the size is, at least this.
-                let need = (tblock - 1) * len + p.last_len.unwrap_or(1).min(len);
-                let more = need.saturating_sub(p.committed);
-                if more > 0 && !fits(self.committed, more) {
-                    return BlockOutcome::OverWindow;
-                }
-                p.committed += more;
-                self.committed += more;
+            // The stride becomes known: the message is at least this long (more than counted
+            // so far if the last block or a parity block came first).
+            let need = (tblock - 1) * len + p.last_len.unwrap_or(1).min(len);
+            let more = need.saturating_sub(p.committed);
+            if more > 0 && !fits(self.committed, more) {
+                return BlockOutcome::OverWindow;
             }
+            p.committed += more;
+            self.committed += more;
             if p.buf.capacity() == 0 {
                 p.buf = take_buffer(&mut self.pool, tblock * len);
             }
