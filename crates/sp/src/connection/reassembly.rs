@@ -28,7 +28,8 @@
 //! ([`BlockOutcome::OverWindow`]). An honest sender keeps within the window it was told, so
 //! only a peer that ignores it meets this; without it, one block per message with a high
 //! PBLOCK would make the receiver allocate and zero-fill up to 255 blocks for each of 4,096
-//! messages. The next message to deliver is always taken (a sender may send one message
+//! messages. Parity blocks are held to the same limit, on their own count. The next message
+//! to deliver is always taken (a sender may send one message
 //! larger than the window when nothing else is in flight). Besides the partial messages, one
 //! spare buffer of at most one message (or one block) and [`POOL_MAX`] recycled ones.
 
@@ -100,6 +101,8 @@ pub struct Partial {
     pub last_len: Option<usize>,
     /// Parity payloads by group (CHECKSUMMED).
     pub parity: Vec<Option<Vec<u8>>>,
+    /// Bytes of `parity`.
+    pub parity_bytes: usize,
     /// When it became known.
     pub known_at: Instant,
     /// NACKs sent for it.
@@ -126,6 +129,7 @@ impl Partial {
             have: BlockSet::default(),
             last_len: None,
             parity: Vec::new(),
+            parity_bytes: 0,
             known_at: now,
             nacks: 0,
             last_nack: None,
@@ -336,6 +340,9 @@ pub struct Reassembly {
     pub buffered: usize,
     /// Sum of the partial messages' `committed` bytes.
     pub committed: usize,
+    /// Sum of the partial messages' `parity_bytes`, held to the same limit (parity blocks are
+    /// outside the sender's window accounting, so apart from the data).
+    pub parity_held: usize,
     /// Message buffers the application gave back, reused before allocating (a fresh buffer
     /// costs page faults on every message of tens of KiB).
     pub pool: Vec<Vec<u8>>,
@@ -365,6 +372,7 @@ impl Default for Reassembly {
             partial: BTreeMap::new(),
             buffered: 0,
             committed: 0,
+            parity_held: 0,
             pool: Vec::new(),
             spare: Vec::new(),
             last: None,
@@ -456,7 +464,9 @@ impl Reassembly {
         let exempt = b.seq == self.next;
         let fits = |committed: usize, more: usize| exempt || committed + more <= limit;
         if !p.seen {
-            let need = if pb + 1 < tblock {
+            let need = if pb >= tblock {
+                0 // a parity block: counted below, as parity
+            } else if pb + 1 < tblock {
                 (tblock - 1) * len + 1
             } else {
                 len
@@ -518,6 +528,11 @@ impl Reassembly {
             if p.parity[g].is_some() {
                 return BlockOutcome::Duplicate;
             }
+            if !fits(self.parity_held, payload.len()) {
+                return BlockOutcome::OverWindow;
+            }
+            p.parity_bytes += payload.len();
+            self.parity_held += payload.len();
             p.parity[g] = Some(payload.to_vec());
             p.try_repair(g, fec_k);
             return BlockOutcome::Stored;
@@ -673,6 +688,7 @@ impl Reassembly {
         let (seq, p) = entry.remove_entry();
         self.buffered -= p.reserved;
         self.committed -= p.committed;
+        self.parity_held -= p.parity_bytes;
         self.next += 1;
         Some((seq, p))
     }
@@ -682,6 +698,7 @@ impl Reassembly {
         let p = self.partial.remove(&self.next)?;
         self.buffered -= p.reserved;
         self.committed -= p.committed;
+        self.parity_held -= p.parity_bytes;
         let seq = self.next;
         self.next += 1;
         Some((seq, p))
@@ -878,6 +895,22 @@ mod tests {
         assert_eq!(on(1, 5, 10, &[1; 8]), BlockOutcome::Stored);
         assert_eq!(r.committed, 9 + 9 + 1 + 73);
         assert!(!r.partial[&3].seen && !r.partial[&5].seen);
+    }
+
+    #[test]
+    fn parity_blocks_past_the_next_message_are_held_to_the_window_too() {
+        // Parity of 10 bytes (8-byte blocks + 2), 20 bytes of window: two fit, a third not.
+        let mut r = Reassembly::default();
+        let mut parity = |seq| r.on_block(Instant::ZERO, block(seq, 2, 2, &[9; 10]), 8, 4, 20);
+        assert_eq!(parity(2), BlockOutcome::Stored);
+        assert_eq!(parity(3), BlockOutcome::Stored);
+        assert_eq!(parity(4), BlockOutcome::OverWindow);
+        assert_eq!(
+            parity(1),
+            BlockOutcome::Stored,
+            "the next message is always taken"
+        );
+        assert_eq!((r.parity_held, r.committed), (30, 0));
     }
 
     #[test]
