@@ -757,36 +757,14 @@ mod tests {
     #[test]
     fn blocks_out_of_order_make_one_message() {
         let mut r = Reassembly::default();
-        let now = Instant::ZERO;
-        let mk = |pblock, payload| Block {
-            seq: 1,
-            pblock,
-            tblock: 3,
-            priority: 0,
-            mode: Reliability::Reliable,
-            payload: BlockBytes::Copy(payload),
-        };
-        assert_eq!(
-            r.on_block(now, mk(2, b"xy"), 4, 4, usize::MAX),
-            BlockOutcome::Stored
-        );
-        assert_eq!(
-            r.on_block(now, mk(0, b"abcd"), 4, 4, usize::MAX),
-            BlockOutcome::Stored
-        );
+        let mut on = |pblock, payload: &[u8]| put(&mut r, (1, pblock, 3), payload, 4);
+        assert_eq!(on(2, b"xy"), BlockOutcome::Stored);
+        assert_eq!(on(0, b"abcd"), BlockOutcome::Stored);
         assert!(r.pop_complete().is_none());
-        assert_eq!(
-            r.on_block(now, mk(0, b"abcd"), 4, 4, usize::MAX),
-            BlockOutcome::Duplicate
-        );
-        assert_eq!(
-            r.on_block(now, mk(1, b"efg"), 4, 4, usize::MAX),
-            BlockOutcome::Invalid
-        );
-        assert_eq!(
-            r.on_block(now, mk(1, b"efgh"), 4, 4, usize::MAX),
-            BlockOutcome::Stored
-        );
+        let mut on = |pblock, payload: &[u8]| put(&mut r, (1, pblock, 3), payload, 4);
+        assert_eq!(on(0, b"abcd"), BlockOutcome::Duplicate);
+        assert_eq!(on(1, b"efg"), BlockOutcome::Invalid);
+        assert_eq!(on(1, b"efgh"), BlockOutcome::Stored);
         let (seq, mut p) = r.pop_complete().unwrap();
         assert_eq!(seq, 1);
         assert_eq!(p.take_data(), b"abcdefghxy");
