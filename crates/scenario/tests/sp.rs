@@ -76,6 +76,7 @@ groups = [[0], [1, 2]]
 fn reliable_sp_delivers_every_message_exactly_once_in_order() {
     let mut bad = 0;
     let mut connections_lost = 0;
+    let mut counted = std::collections::BTreeMap::<&str, u64>::new();
     for seed in 0..1_000u64 {
         let loss = [0.0, 0.1, 0.2, 0.3][(seed % 4) as usize];
         let r = run_src(&scenario("reliable", loss, "reliable-fifo", true), seed);
@@ -98,9 +99,17 @@ fn reliable_sp_delivers_every_message_exactly_once_in_order() {
             "seed {seed}: {r}"
         );
         bad += r.counters.get("crc.bad").copied().unwrap_or(0);
+        // An honest peer never sends beyond the window it was given.
+        assert_eq!(r.counters.get("sp.over_window"), None, "seed {seed}: {r}");
+        for name in ["retransmit", "duplicate", "nack_sent"] {
+            let n = r.counters.get(&format!("sp.{name}")).copied().unwrap_or(0);
+            *counted.entry(name).or_default() += n;
+        }
     }
-    // The faults were real: corrupted datagrams were caught and repaired.
+    // The faults were real: corrupted datagrams were caught and repaired, and SP's own
+    // counters show the repair work (blocks sent again, duplicates the links made, NACKs).
     assert!(bad > 0);
+    assert!(counted.values().all(|&n| n > 1_000), "{counted:?}");
     // A lost connection stays the rare event it should be.
     assert!(
         connections_lost <= 1,
@@ -128,6 +137,7 @@ fn sp_checksum_alone_catches_corruption() {
 
 #[test]
 fn checksummed_sp_never_delivers_damage_or_duplicates() {
+    let mut repaired = 0;
     for seed in 0..300u64 {
         let r = run_src(&scenario("checksummed", 0.1, "fifo", true), seed);
         assert_eq!(
@@ -136,5 +146,8 @@ fn checksummed_sp_never_delivers_damage_or_duplicates() {
             "seed {seed}: {r}"
         );
         assert!(r.delivered <= r.sent, "seed {seed}: {r}");
+        repaired += r.counters.get("sp.fec_repair").copied().unwrap_or(0);
     }
+    // Forward error correction rebuilt lost blocks (and the layer counted it).
+    assert!(repaired > 0);
 }

@@ -28,7 +28,8 @@ use std::hash::Hash;
 use viastack_kernel::Instant;
 
 use crate::connection::{
-    Config, Connection, Event, PayloadRef, Slot as BlockSlot, State, Transmit, MAX_BLOCK_SIZE,
+    Config, Connection, Event, PayloadRef, Slot as BlockSlot, State, Stats, Transmit,
+    MAX_BLOCK_SIZE,
 };
 use crate::wire::{Flags, Packet, PacketType, Repr, WireError, HEADER_LEN};
 
@@ -108,6 +109,36 @@ impl EndpointStats {
     }
 }
 
+/// Drop and repair counters summed over every connection an endpoint has had, reaped ones
+/// included (see [`Endpoint::connection_totals`]): what the `sp` layer reports as stack
+/// counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectionTotals {
+    /// Data blocks sent again ([`Stats::retransmits`]).
+    pub retransmits: u64,
+    /// Blocks received twice ([`Stats::duplicates`]).
+    pub duplicates: u64,
+    /// Blocks refused beyond the advertised window ([`Stats::over_window`]).
+    pub over_window: u64,
+    /// Packets dropped as inconsistent ([`Stats::bad_packet`]).
+    pub inconsistent: u64,
+    /// Blocks rebuilt from parity ([`Stats::fec_repairs`]).
+    pub fec_repairs: u64,
+    /// NACKs sent ([`Stats::nacks_sent`]).
+    pub nacks_sent: u64,
+}
+
+impl ConnectionTotals {
+    fn add(&mut self, s: &Stats) {
+        self.retransmits += s.retransmits;
+        self.duplicates += s.duplicates;
+        self.over_window += s.over_window;
+        self.inconsistent += s.bad_packet;
+        self.fec_repairs += s.fec_repairs;
+        self.nacks_sent += s.nacks_sent;
+    }
+}
+
 struct Slot<A> {
     peer: A,
     conn: Connection,
@@ -126,6 +157,8 @@ pub struct Endpoint<A> {
     accepted: VecDeque<ConnectionHandle>,
     cursor: u16,
     stats: EndpointStats,
+    /// Counters of the connections [`reap`](Self::reap) removed.
+    retired: ConnectionTotals,
     /// The connection that last received a DATA packet (whose next block is predicted).
     receiving: Option<u16>,
 }
@@ -144,6 +177,7 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
             accepted: VecDeque::new(),
             cursor: 0,
             stats: EndpointStats::default(),
+            retired: ConnectionTotals::default(),
             receiving: None,
         }
     }
@@ -156,6 +190,15 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
     /// Counters of dropped and self-answered datagrams.
     pub fn stats(&self) -> &EndpointStats {
         &self.stats
+    }
+
+    /// Drop and repair counters of every connection, live or reaped: O(connections).
+    pub fn connection_totals(&self) -> ConnectionTotals {
+        let mut t = self.retired;
+        for s in self.conns.values() {
+            t.add(s.conn.stats());
+        }
+        t
     }
 
     /// The configuration new connections get.
@@ -517,10 +560,7 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
         }
         if found.is_none() {
             if let Some(id) = dead {
-                if let Some(slot) = self.conns.remove(&id) {
-                    let peer_id = slot.conn.peer_id();
-                    self.by_peer.remove(&(slot.peer, peer_id));
-                }
+                self.retire(id);
                 return self.poll_event();
             }
         }
@@ -552,10 +592,16 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
             if self.conns.get(&id).is_some_and(|s| s.conn.has_events()) {
                 continue;
             }
-            if let Some(slot) = self.conns.remove(&id) {
-                let peer_id = slot.conn.peer_id();
-                self.by_peer.remove(&(slot.peer, peer_id));
-            }
+            self.retire(id);
+        }
+    }
+
+    /// Forgets connection `id`, keeping its counters in the totals.
+    fn retire(&mut self, id: u16) {
+        if let Some(slot) = self.conns.remove(&id) {
+            self.retired.add(slot.conn.stats());
+            let peer_id = slot.conn.peer_id();
+            self.by_peer.remove(&(slot.peer, peer_id));
         }
     }
 }

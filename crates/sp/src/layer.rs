@@ -15,10 +15,18 @@
 //! `sp.unreachable` (with its reason: `sp.failed_connect`, `sp.failed_ack`,
 //! `sp.failed_retransmit`, `sp.failed_echo`, `sp.failed_end`, `sp.failed_cntrl`, `sp.reset`,
 //! `sp.rejected`), `sp.dropped` (messages a non-RELIABLE receiver gave up), `sp.bad_packet`
-//! (datagrams the endpoint refused: truncated, bad TOTAL_LEN, type or checksum).
+//! (datagrams the endpoint refused: truncated, bad TOTAL_LEN, type or checksum),
+//! `sp.unknown_connection` (DEST_ID names no connection: answered with a reset),
+//! `sp.wrong_peer` (DEST_ID's connection has another peer), and the connections' own:
+//! `sp.inconsistent` (packets contradicting their connection: block length, TBLOCK, sequence
+//! range, source id), `sp.duplicate` (blocks received twice), `sp.over_window` (blocks of a
+//! peer that ignores the advertised window, refused), `sp.retransmit` (blocks sent again),
+//! `sp.nack_sent`, `sp.fec_repair` (blocks rebuilt from parity). An abusive or broken peer
+//! shows in these (DESIGN.md §4.9).
 //!
 //! Memory: one endpoint per channel, one connection per peer and direction; each bounded by
-//! [`Config`] (send buffer, receive window).
+//! [`Config`] (send buffer, receive window). A closed connection is forgotten once its events
+//! are out; its counters stay in the totals.
 
 use std::collections::HashMap;
 
@@ -29,7 +37,7 @@ use viastack_kernel::{
 use viastack_protocols::events::{notice, PEER_UNREACHABLE, SEND_REFUSED};
 
 use crate::connection::{Config, Event as SpEvent, FailReason};
-use crate::endpoint::{ConnectionHandle, Endpoint};
+use crate::endpoint::{ConnectionHandle, ConnectionTotals, Endpoint, EndpointStats};
 
 /// The `sp` layer.
 #[derive(Debug, Clone)]
@@ -74,6 +82,38 @@ struct ChannelState {
     endpoint: Endpoint<NodeId>,
     outgoing: HashMap<NodeId, ConnectionHandle>,
     timer: Option<(viastack_kernel::TimerId, Instant)>,
+    /// What the counters were last reported at.
+    reported: (EndpointStats, ConnectionTotals),
+}
+
+impl ChannelState {
+    /// Counts what the endpoint and its connections dropped, refused or repaired since the
+    /// last report.
+    fn report_counters(&mut self, ctx: &mut Context<'_>) {
+        let e = self.endpoint.stats().clone();
+        let c = self.endpoint.connection_totals();
+        let (pe, pc) = &self.reported;
+        for (name, now, before) in [
+            ("bad_packet", e.bad_packets(), pe.bad_packets()),
+            (
+                "unknown_connection",
+                e.unknown_connection,
+                pe.unknown_connection,
+            ),
+            ("wrong_peer", e.wrong_peer, pe.wrong_peer),
+            ("inconsistent", c.inconsistent, pc.inconsistent),
+            ("duplicate", c.duplicates, pc.duplicates),
+            ("over_window", c.over_window, pc.over_window),
+            ("retransmit", c.retransmits, pc.retransmits),
+            ("nack_sent", c.nacks_sent, pc.nacks_sent),
+            ("fec_repair", c.fec_repairs, pc.fec_repairs),
+        ] {
+            if now > before {
+                ctx.count_n(name, now - before);
+            }
+        }
+        self.reported = (e, c);
+    }
 }
 
 /// Session of [`SpLayer`].
@@ -95,6 +135,7 @@ impl SpSession {
                 endpoint: Endpoint::new(config, true),
                 outgoing: HashMap::new(),
                 timer: None,
+                reported: Default::default(),
             })
     }
 
@@ -142,14 +183,9 @@ impl SpSession {
             return;
         };
         let now = ctx.now();
-        let st = self.state(channel);
-        let before = st.endpoint.stats().bad_packets();
-        st.endpoint
+        self.state(channel)
+            .endpoint
             .handle_datagram(now, s.source, s.message.as_slice());
-        let bad = st.endpoint.stats().bad_packets() - before;
-        if bad > 0 {
-            ctx.count_n("bad_packet", bad);
-        }
         self.pump(channel, ctx);
     }
 
@@ -227,6 +263,7 @@ impl SpSession {
                 ),
             ));
         }
+        st.report_counters(ctx);
         let next = st.endpoint.poll_timeout();
         if st.timer.map(|(_, at)| at) != next {
             if let Some((id, _)) = st.timer.take() {

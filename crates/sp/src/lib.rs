@@ -22,4 +22,4 @@ pub use connection::{
     CloseReason, Config, Connection, DropReason, Event, FailReason, Payload, PayloadRef,
     Reliability, SendError, State, Stats, Transmit,
 };
-pub use endpoint::{ConnectionHandle, Endpoint, EndpointEvent};
+pub use endpoint::{ConnectionHandle, ConnectionTotals, Endpoint, EndpointEvent, EndpointStats};

@@ -850,6 +850,15 @@ fn a_peer_that_ignores_the_window_is_refused() {
     let rx = net.nodes[1].connection(h1).unwrap().stats().clone();
     assert_eq!(rx.over_window, 100, "{rx:?}");
     assert_eq!(rx.bad_packet, 0, "{rx:?}");
+    // The endpoint's totals (what the `sp` layer counts) keep them after the connection is
+    // closed and forgotten.
+    assert_eq!(net.nodes[1].connection_totals().over_window, 100);
+    let now = net.now;
+    net.nodes[0].connection_mut(h).unwrap().close(now);
+    net.run(Duration::from_secs(5), "close");
+    net.nodes[1].reap();
+    assert!(net.nodes[1].connection(h1).is_none(), "not reaped");
+    assert_eq!(net.nodes[1].connection_totals().over_window, 100);
 }
 
 #[test]
