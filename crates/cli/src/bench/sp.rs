@@ -26,6 +26,11 @@
 //! ratios `sp_reliable_vs_udp` / `sp_reliable_vs_tcp` on the means and
 //! `sp_reliable_vs_udp_p50` / `sp_reliable_vs_tcp_p50` on the p50s (the median is not moved
 //! by the few transfers that meet a wake-up storm, which the mean is).
+//!
+//! **Uncertainty.** Each p50 ratio comes with a 95 % confidence interval
+//! (`…_p50_ci95`) from a paired bootstrap over rounds: a round's transfers were made side by
+//! side, so resampling whole rounds keeps what they shared. The targets block says whether a
+//! miss is clear (the whole interval beyond the target) or within the noise.
 
 #![allow(clippy::disallowed_methods)] // benchmarks read the clock
 
@@ -293,10 +298,20 @@ fn open(name: &str, size: usize, total: usize) -> anyhow::Result<Lane> {
     }
 }
 
+/// The transfer times (µs) of one round, one per protocol in [`PROTOCOLS`] order (None: not
+/// measured, lost or failed).
+type Round = [Option<f64>; 4];
+
 /// One set of connections for the protocols `on`, interleaved for `n` timed transfers each
-/// (after [`WARMUP`]); times are added to `series`. A protocol that fails is reported and
-/// left out of the rest of the set.
-fn interleaved(on: &[bool; 4], size: usize, n: usize, series: &mut [Series; 4]) {
+/// (after [`WARMUP`]); times are added to `series`, and each timed round to `rounds`. A
+/// protocol that fails is reported and left out of the rest of the set.
+fn interleaved(
+    on: &[bool; 4],
+    size: usize,
+    n: usize,
+    series: &mut [Series; 4],
+    rounds: &mut Vec<Round>,
+) {
     let mut lanes: Vec<(usize, Option<Lane>)> = Vec::new();
     for (i, name) in PROTOCOLS.iter().enumerate() {
         if !on[i] {
@@ -309,18 +324,25 @@ fn interleaved(on: &[bool; 4], size: usize, n: usize, series: &mut [Series; 4]) 
     }
     for round in 0..n + WARMUP {
         let k = lanes.len().max(1);
+        let mut row: Round = [None; 4];
         for j in 0..lanes.len() {
             let (i, slot) = &mut lanes[(round + j) % k];
             let Some(lane) = slot else { continue };
             match lane.transfer() {
                 Ok(_) if round < WARMUP => {}
-                Ok(Some(t)) => series[*i].times_us.push(t),
+                Ok(Some(t)) => {
+                    series[*i].times_us.push(t);
+                    row[*i] = Some(t);
+                }
                 Ok(None) => series[*i].lost += 1,
                 Err(e) => {
                     eprintln!("bench sp: {} at {size} bytes failed: {e:#}", PROTOCOLS[*i]);
                     *slot = None;
                 }
             }
+        }
+        if round >= WARMUP {
+            rounds.push(row);
         }
     }
     for (i, lane) in lanes {
@@ -343,15 +365,17 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
     });
     pin(0);
     // Warm the allocator, page tables and sockets once, unmeasured.
-    interleaved(&on, 1024, 20, &mut Default::default());
+    interleaved(&on, 1024, 20, &mut Default::default(), &mut Vec::new());
     // One object per size, in size order (a JSON object's keys would sort as strings).
     let mut out: Vec<Value> = Vec::new();
     let mut means: Vec<[f64; 4]> = Vec::new();
     let mut p50s: Vec<[f64; 4]> = Vec::new();
+    let mut cis: Vec<([f64; 2], [f64; 2])> = Vec::new();
     for &size in &sizes {
         let mut series: [Series; 4] = Default::default();
+        let mut rounds = Vec::new();
         for _ in 0..args.repeat.max(1) {
-            interleaved(&on, size, n, &mut series);
+            interleaved(&on, size, n, &mut series, &mut rounds);
         }
         let mut row = Map::new();
         let mut m = [f64::NAN; 4];
@@ -370,6 +394,11 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
         row.insert("sp_reliable_vs_tcp".into(), json!(m[0] / m[2]));
         row.insert("sp_reliable_vs_udp_p50".into(), json!(q[0] / q[3]));
         row.insert("sp_reliable_vs_tcp_p50".into(), json!(q[0] / q[2]));
+        let ci_udp = p50_ratio_ci95(&rounds, 0, 3);
+        let ci_tcp = p50_ratio_ci95(&rounds, 0, 2);
+        row.insert("sp_reliable_vs_udp_p50_ci95".into(), json!(ci_udp));
+        row.insert("sp_reliable_vs_tcp_p50_ci95".into(), json!(ci_tcp));
+        cis.push((ci_udp, ci_tcp));
         row.insert("size".into(), json!(size));
         means.push(m);
         p50s.push(q);
@@ -386,6 +415,12 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
     };
     let (meets_udp, meets_tcp) = meets(&means);
     let (meets_udp_p50, meets_tcp_p50) = meets(&p50s);
+    // A miss is clear when the whole interval lies beyond the target.
+    let clear_miss_udp_p50 = cis.iter().any(|(u, _)| u[0] > 1.2);
+    let clear_miss_tcp_p50 = sizes
+        .iter()
+        .zip(&cis)
+        .any(|(s, (_, t))| *s >= 16 * 1024 && t[0] > 1.0);
     if let Some(path) = &args.plot {
         plot(path, &sizes, &means).with_context(|| format!("{}: cannot plot", path.display()))?;
     }
@@ -402,6 +437,8 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
                 "meets_tcp": meets_tcp,
                 "meets_udp_p50": meets_udp_p50,
                 "meets_tcp_p50": meets_tcp_p50,
+                "clear_miss_udp_p50": clear_miss_udp_p50,
+                "clear_miss_tcp_p50": clear_miss_tcp_p50,
             },
         });
         outln!("{}", serde_json::to_string_pretty(&doc)?)?;
@@ -414,7 +451,7 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
         args.repeat.max(1)
     )?;
     outln!(
-        "{:>8} {:>21} {:>21} {:>21} {:>21} {:>7} {:>7} {:>7} {:>7}",
+        "{:>8} {:>21} {:>21} {:>21} {:>21} {:>7} {:>7} {:>7} {:>11} {:>7} {:>11}",
         "bytes",
         "sp_reliable",
         "sp_unreliable",
@@ -423,7 +460,9 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
         "vs_udp",
         "vs_tcp",
         "udp_p50",
-        "tcp_p50"
+        "95% CI",
+        "tcp_p50",
+        "95% CI"
     )?;
     for (&size, row) in sizes.iter().zip(&out) {
         let cell = |name: &str| {
@@ -440,8 +479,12 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
                 })
         };
         let ratio = |k: &str| row[k].as_f64().unwrap_or(f64::NAN);
+        let ci = |k: &str| {
+            let b = |i: usize| row[k][i].as_f64().unwrap_or(f64::NAN);
+            format!("{:.3}–{:.3}", b(0), b(1))
+        };
         outln!(
-            "{:>8} {:>21} {:>21} {:>21} {:>21} {:>7.3} {:>7.3} {:>7.3} {:>7.3}",
+            "{:>8} {:>21} {:>21} {:>21} {:>21} {:>7.3} {:>7.3} {:>7.3} {:>11} {:>7.3} {:>11}",
             size,
             cell("sp_reliable"),
             cell("sp_unreliable"),
@@ -450,7 +493,9 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
             ratio("sp_reliable_vs_udp"),
             ratio("sp_reliable_vs_tcp"),
             ratio("sp_reliable_vs_udp_p50"),
-            ratio("sp_reliable_vs_tcp_p50")
+            ci("sp_reliable_vs_udp_p50_ci95"),
+            ratio("sp_reliable_vs_tcp_p50"),
+            ci("sp_reliable_vs_tcp_p50_ci95")
         )?;
     }
     let met = |b: bool| if b { "met" } else { "NOT met" };
@@ -460,13 +505,48 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
         met(meets_udp),
         met(meets_tcp)
     )?;
+    let clear = |missed: bool, clear: bool| match (missed, clear) {
+        (false, _) => "",
+        (true, true) => " (clearly: beyond the 95% interval)",
+        (true, false) => " (within the 95% interval)",
+    };
     outln!(
-        "targets on p50:   sp_reliable <= 1.2x udp at every size: {}; no slower than tcp from \
-         16 KiB: {}",
+        "targets on p50:   sp_reliable <= 1.2x udp at every size: {}{}; no slower than tcp \
+         from 16 KiB: {}{}",
         met(meets_udp_p50),
-        met(meets_tcp_p50)
+        clear(!meets_udp_p50, clear_miss_udp_p50),
+        met(meets_tcp_p50),
+        clear(!meets_tcp_p50, clear_miss_tcp_p50)
     )?;
     Ok(())
+}
+
+/// Resamples of the bootstrap.
+const BOOTSTRAP: usize = 1_000;
+
+/// A 95 % confidence interval of p50(protocol `a`) / p50(protocol `b`) over the rounds where
+/// both were measured: a paired percentile bootstrap, resampling whole rounds with a fixed
+/// seed (the same rounds give the same interval). NaN bounds with fewer than two such rounds.
+fn p50_ratio_ci95(rounds: &[Round], a: usize, b: usize) -> [f64; 2] {
+    use rand::{Rng, SeedableRng};
+    let pairs: Vec<(f64, f64)> = rounds.iter().filter_map(|r| Some((r[a]?, r[b]?))).collect();
+    if pairs.len() < 2 {
+        return [f64::NAN; 2];
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    let (mut xs, mut ys) = (vec![0.0; pairs.len()], vec![0.0; pairs.len()]);
+    let mut ratios: Vec<f64> = (0..BOOTSTRAP)
+        .map(|_| {
+            for (x, y) in xs.iter_mut().zip(ys.iter_mut()) {
+                (*x, *y) = pairs[rng.gen_range(0..pairs.len())];
+            }
+            percentile(&mut xs, 0.5) / percentile(&mut ys, 0.5)
+        })
+        .collect();
+    [
+        percentile(&mut ratios, 0.025),
+        percentile(&mut ratios, 0.975),
+    ]
 }
 
 /// Colours of the chart's lines, in [`PROTOCOLS`] order (the chart has no text: it needs no
@@ -524,4 +604,50 @@ fn plot(path: &std::path::Path, sizes: &[usize], means: &[[f64; 4]]) -> anyhow::
     }
     root.present()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_interval_of_an_exact_ratio_is_that_ratio() {
+        let rounds: Vec<Round> = (1..=50)
+            .map(|i| [Some(2.0 * f64::from(i)), None, None, Some(f64::from(i))])
+            .collect();
+        assert_eq!(p50_ratio_ci95(&rounds, 0, 3), [2.0, 2.0]);
+    }
+
+    #[test]
+    fn the_interval_holds_the_ratio_and_narrows_with_more_rounds() {
+        // a = 1.1 × b, each with its own noise of ±10 %, around a level that drifts between
+        // rounds (the phases the pairing is meant to cancel).
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut rounds = |n: usize| -> Vec<Round> {
+            (0..n)
+                .map(|i| {
+                    let level = 50.0 + 30.0 * ((i / 20) % 3) as f64;
+                    let a = 1.1 * level * rng.gen_range(0.9..1.1);
+                    let b = level * rng.gen_range(0.9..1.1);
+                    [Some(a), None, Some(b), None]
+                })
+                .collect()
+        };
+        let wide = p50_ratio_ci95(&rounds(60), 0, 2);
+        let narrow = p50_ratio_ci95(&rounds(1200), 0, 2);
+        for ci in [wide, narrow] {
+            assert!(ci[0] < 1.1 && 1.1 < ci[1], "{ci:?}");
+        }
+        assert!(
+            narrow[1] - narrow[0] < wide[1] - wide[0],
+            "{wide:?} {narrow:?}"
+        );
+    }
+
+    #[test]
+    fn rounds_missing_either_protocol_are_left_out() {
+        let rounds: Vec<Round> = vec![[Some(1.0), None, None, None]; 10];
+        assert!(p50_ratio_ci95(&rounds, 0, 3).iter().all(|b| b.is_nan()));
+    }
 }
