@@ -67,9 +67,9 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         if ctl & 4 != 0 {
-            eps[to].handle_split(now, (1 - to) as u8, &pkt, &mut scratch);
+            eps[to].handle_split(now, (1 - to) as u8, &pkt, ctl & 8 != 0, &mut scratch);
         } else {
-            eps[to].handle_datagram(now, (1 - to) as u8, &pkt);
+            eps[to].handle_datagram_ecn(now, (1 - to) as u8, &pkt, ctl & 8 != 0);
         }
         for ep in eps.iter_mut() {
             if ep.poll_timeout().is_some_and(|t| t <= now) {

@@ -39,20 +39,35 @@
 //! - **Flow control**: every packet advertises WINDOW_SIZE (bytes the receiver can still hold);
 //!   the sender keeps the bytes of unacknowledged messages within it (one message may exceed
 //!   it when nothing is in flight) and probes a closed window with CNTRL + REPLY_REQUESTED.
+//! - **Congestion control**: the sender also keeps a congestion window ([`congestion`]),
+//!   halved on NACKs and CB = 3 echoes, dropped on timeouts; data goes out with CB = 1 and a
+//!   receiver echoes CB = 2 / IP CE marks with CB = 3. NACKs wait for a reordering window once
+//!   the path has shown it reorders ([`Stats::reordered`]).
 //! - **ECHO** measures RTT every [`Config::echo_interval`] ([`Stats::rtt`]).
 //!
 //! # Limits
 //! A message has at most 255 blocks (PBLOCK/TBLOCK are 8 bits; CHECKSUMMED also needs a PBLOCK
-//! for each parity block), so at most `255 × block_size` bytes: 8,355,840 bytes with the
-//! default 32 KiB blocks. Larger messages are refused with [`SendError::TooLarge`].
+//! for each parity block), so at most `255 × block_size` bytes: 16,320,000 bytes with the
+//! default 64,000-byte blocks. Larger messages are refused with [`SendError::TooLarge`].
 
 use std::collections::VecDeque;
 
-use viastack_kernel::Instant;
+use viastack_kernel::{Duration, Instant};
 
 use crate::wire::{Flags, Packet, PacketType, Repr, MAX_WINDOW};
 
+/// Most NACK rounds waiting for the reordering window at once; beyond, NACKs leave at once.
+const NACKS_WAITING: usize = 64;
+
+/// CB = 1: the sender can take congestion marks (issue 4's CB values).
+pub const CB_CAPABLE: u8 = 1;
+/// CB = 2: congestion experienced on the way.
+pub const CB_CONGESTION_EXPERIENCED: u8 = 2;
+/// CB = 3: the receiver echoes a congestion mark back to the sender.
+pub const CB_ECHO: u8 = 3;
+
 mod config;
+pub mod congestion;
 mod events;
 pub mod fec;
 pub mod reassembly;
@@ -160,6 +175,16 @@ pub struct Connection {
     heard_since_echo: bool,
     window_was_low: bool,
     close_requested: bool,
+    /// The sender's congestion window.
+    cwnd: congestion::Window,
+    /// A data packet arrived marked "congestion experienced" since the last ACK or NACK.
+    ce_pending: bool,
+    /// How long blocks missing at a message's last block are waited for before they are
+    /// NACKed: zero until a NACKed block turns up late by itself (reordering, not loss).
+    reorder_window: Duration,
+    /// NACK rounds waiting for the reordering window: (when, up to which message), in time
+    /// order; at most [`NACKS_WAITING`].
+    nacks_due: VecDeque<(Instant, u64)>,
     stats: Stats,
 }
 
@@ -189,11 +214,20 @@ impl Connection {
         config.fec_group = config.fec_group.max(1);
         config.attempts = config.attempts.max(1);
         config.recv_window = config.recv_window.min(MAX_WINDOW);
+        let cwnd = congestion::Window::new(
+            usize::from(config.initial_window_blocks).saturating_mul(config.block_size),
+            2 * config.block_size,
+        );
         Connection {
             stats: Stats {
                 peer_window: MAX_WINDOW,
+                congestion_window: cwnd.get() as u64,
                 ..Stats::default()
             },
+            cwnd,
+            ce_pending: false,
+            reorder_window: Duration::ZERO,
+            nacks_due: VecDeque::new(),
             config,
             state: State::NotInUse,
             local_id,
@@ -499,6 +533,37 @@ impl Connection {
         r.sync_no = self.stats.acks_received as u8;
         r.window_size = self.our_window();
         r.flags = r.flags | Flags::WINDOW_VALID;
+        if self.ce_pending && matches!(r.packet_type, PacketType::Ack | PacketType::Nack) {
+            // RFC 3168 §6.1.3, in SP's CB field: the mark goes back to the data's sender.
+            r.cb = CB_ECHO;
+            self.ce_pending = false;
+        }
+    }
+
+    /// The data packet being handled arrived with an IP "congestion experienced" mark (the
+    /// driver read it from the IP header): it counts as CB = 2. Call before handing the packet
+    /// over.
+    pub fn note_congestion_experienced(&mut self) {
+        self.stats.ce_received += 1;
+        self.ce_pending = true;
+    }
+
+    /// A congestion signal about message `seq` (a NACK or an echo): halves the congestion
+    /// window once per window of messages.
+    fn on_congestion_signal(&mut self, seq: u64) {
+        if self.config.congestion_control && self.cwnd.on_congestion(seq, self.next_seq) {
+            self.stats.congestion_reductions += 1;
+            self.stats.congestion_window = self.cwnd.get() as u64;
+        }
+    }
+
+    /// A timeout: the congestion window drops to its minimum.
+    fn on_congestion_timeout(&mut self) {
+        if self.config.congestion_control {
+            self.cwnd.on_timeout(self.next_seq);
+            self.stats.congestion_reductions += 1;
+            self.stats.congestion_window = self.cwnd.get() as u64;
+        }
     }
 
     /// Appends the next packet to `buf` (which the caller clears and reuses: no allocation
@@ -620,6 +685,20 @@ impl Connection {
         }
         self.stats.packets_received += 1;
         self.heard_since_echo = true;
+        match repr.cb {
+            CB_CONGESTION_EXPERIENCED if repr.packet_type == PacketType::Data => {
+                self.note_congestion_experienced();
+            }
+            CB_ECHO if matches!(repr.packet_type, PacketType::Ack | PacketType::Nack) => {
+                self.stats.ecn_echoes += 1;
+                if let Some(front) = self.inflight.front() {
+                    // The echo is about data after the last message received in order.
+                    let acked = reassembly::expand(front.seq, repr.mess_ack_no);
+                    self.on_congestion_signal(acked + 1);
+                }
+            }
+            _ => {}
+        }
         if repr.flags.contains(Flags::WINDOW_VALID) {
             let was_closed = self.stats.peer_window == 0;
             self.stats.peer_window = repr.window_size;
@@ -860,11 +939,13 @@ impl Connection {
                     return;
                 }
                 // Probe: "what do you have up to my last message?"
+                self.on_congestion_timeout();
                 self.push_ctrl(PacketType::Ack, Flags::REPLY_REQUESTED, 0, 0, Vec::new());
                 let t = self.ack_timeout();
                 self.timers.set(Timer::Ack, now + t);
             }
             Timer::Retrans => self.on_retrans_timer(now),
+            Timer::Nack => self.on_nack_timer(now),
             Timer::Echo => {
                 if self.state != State::Connected && self.state != State::Closing {
                     return;

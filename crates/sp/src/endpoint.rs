@@ -60,6 +60,8 @@ pub struct Received<'a> {
     pub slot: RecvSlot,
     /// The buffer the bytes beyond the region went to.
     pub overflow: &'a [u8],
+    /// The IP header said "congestion experienced" (ECN CE).
+    pub ce: bool,
 }
 
 /// A connection of an endpoint: its local id (SRC_ID of its packets).
@@ -270,6 +272,12 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
 
     /// Handles one datagram from `from`.
     pub fn handle_datagram(&mut self, now: Instant, from: A, bytes: &[u8]) {
+        self.handle_datagram_ecn(now, from, bytes, false);
+    }
+
+    /// [`handle_datagram`](Self::handle_datagram) for a datagram whose IP header carried the
+    /// ECN mark "congestion experienced" when `ce` (a data packet then counts as CB = 2).
+    pub fn handle_datagram_ecn(&mut self, now: Instant, from: A, bytes: &[u8], ce: bool) {
         let packet = match Packet::new_checked(bytes) {
             Ok(p) => p,
             Err(e) => {
@@ -299,6 +307,9 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
             Some(slot) if slot.peer == from => {
                 if repr.packet_type == PacketType::Data {
                     self.receiving = Some(repr.dest_id);
+                    if ce {
+                        slot.conn.note_congestion_experienced();
+                    }
                 }
                 slot.conn.handle_repr(now, &repr, payload)
             }
@@ -332,9 +343,16 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
     /// lends, the rest as overflow, into [`handle_received`](Self::handle_received); a plain
     /// [`handle_datagram`](Self::handle_datagram) when no region is lent. For simulators and
     /// fuzz targets, which hold datagrams whole but must drive the in-place path.
-    pub fn handle_split(&mut self, now: Instant, from: A, bytes: &[u8], scratch: &mut Vec<u8>) {
+    pub fn handle_split(
+        &mut self,
+        now: Instant,
+        from: A,
+        bytes: &[u8],
+        ce: bool,
+        scratch: &mut Vec<u8>,
+    ) {
         let Some((slot, region)) = self.recv_slot() else {
-            self.handle_datagram(now, from, bytes);
+            self.handle_datagram_ecn(now, from, bytes, ce);
             return;
         };
         let mut head = [0u8; HEADER_LEN];
@@ -348,6 +366,7 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
             head: &head,
             slot,
             overflow: &rest[k..],
+            ce,
         };
         self.handle_received(now, from, received, scratch);
     }
@@ -372,6 +391,9 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
                     let head = &r.head[..HEADER_LEN];
                     if let Ok(repr) = Repr::parse_split(head, &region[..payload_len]) {
                         if repr.dest_id == id && s.conn.fits_slot(&repr, r.slot.slot) {
+                            if r.ce {
+                                s.conn.note_congestion_experienced();
+                            }
                             s.conn.handle_in_place(now, &repr, r.slot.slot);
                             self.stats.in_place += 1;
                             return;
@@ -395,7 +417,7 @@ impl<A: Clone + Eq + Hash + Debug> Endpoint<A> {
             rest -= k;
         }
         scratch.extend_from_slice(&r.overflow[..rest.min(r.overflow.len())]);
-        self.handle_datagram(now, from, scratch);
+        self.handle_datagram_ecn(now, from, scratch, r.ce);
     }
 
     fn on_start(&mut self, now: Instant, from: A, repr: &Repr, payload: &[u8]) {

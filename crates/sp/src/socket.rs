@@ -17,6 +17,11 @@
 //! guess — the usual case, blocks arriving in order — the kernel's copy is the only one, and
 //! the checksum is computed over the block where it lies. Any other datagram (control
 //! packets, a block out of order) is copied out whole and handled as before.
+//!
+//! **ECN.** With [`Config::ecn`] (the default) the socket marks its datagrams ECT(0) in the IP
+//! header and asks for the TOS byte of each datagram it receives: one the path marked CE
+//! ("congestion experienced", RFC 3168 §5) is handed to the endpoint as such, which echoes it
+//! to the sender (CB = 3) and so halves the sender's congestion window.
 
 #![allow(clippy::disallowed_methods)] // the driver reads the real clock
 
@@ -27,7 +32,7 @@ use std::os::fd::AsRawFd;
 
 use nix::errno::Errno;
 use nix::sys::socket::{
-    recvmsg, sendmmsg, ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage,
+    recvmsg, sendmmsg, ControlMessage, ControlMessageOwned, MsgFlags, MultiHeaders, SockaddrStorage,
 };
 use std::time::{Duration as StdDuration, Instant as Monotonic};
 
@@ -102,6 +107,30 @@ pub struct SpSocket {
     busy_poll: StdDuration,
     /// The peer the OS socket is connected to ([`SpSocket::dedicate`]).
     dedicated: Option<SocketAddr>,
+    /// Room for the TOS / traffic class control message of a received datagram (ECN).
+    cmsg: Option<Vec<u8>>,
+}
+
+/// ECT(0) in the IP header's ECN field (RFC 3168 §5).
+const ECT0: i32 = 0b10;
+/// CE: the path experienced congestion.
+const CE: u8 = 0b11;
+
+/// Marks the socket's datagrams ECT(0) and asks for each received datagram's TOS byte (traffic
+/// class for IPv6). False if the system refused.
+fn enable_ecn(socket: &UdpSocket) -> bool {
+    use nix::sys::socket::{setsockopt, sockopt};
+    match socket.local_addr() {
+        Ok(SocketAddr::V4(_)) => {
+            setsockopt(socket, sockopt::Ipv4Tos, &ECT0).is_ok()
+                && setsockopt(socket, sockopt::IpRecvTos, &true).is_ok()
+        }
+        Ok(SocketAddr::V6(_)) => {
+            setsockopt(socket, sockopt::Ipv6TClass, &ECT0).is_ok()
+                && setsockopt(socket, sockopt::Ipv6RecvTClass, &true).is_ok()
+        }
+        Err(_) => false,
+    }
 }
 
 /// Socket buffer size asked for (4 MiB).
@@ -125,6 +154,7 @@ impl SpSocket {
         let s2 = socket2::SockRef::from(&socket);
         let _ = s2.set_recv_buffer_size(SOCKET_BUFFER);
         let _ = s2.set_send_buffer_size(SOCKET_BUFFER);
+        let cmsg = (config.ecn && enable_ecn(&socket)).then(|| nix::cmsg_space!(i32));
         Ok(SpSocket {
             socket,
             endpoint: Endpoint::new(config, accepting),
@@ -139,6 +169,7 @@ impl SpSocket {
             read_timeout: None,
             busy_poll: StdDuration::ZERO,
             dedicated: None,
+            cmsg,
         })
     }
 
@@ -551,14 +582,16 @@ impl SpSocket {
     /// no usable source.
     fn receive(&mut self, flags: MsgFlags) -> io::Result<bool> {
         let fd = self.socket.as_raw_fd();
+        let cmsg = self.cmsg.as_mut();
         let Some((slot, region)) = self.endpoint.recv_slot() else {
-            let (len, from) = recv(fd, &mut [IoSliceMut::new(&mut self.inbuf)], flags)?;
+            let (len, from, ce) = recv(fd, &mut [IoSliceMut::new(&mut self.inbuf)], cmsg, flags)?;
             let Some(from) = from else {
                 return Ok(false);
             };
             let now = self.now();
             let n = len.min(self.inbuf.len());
-            self.endpoint.handle_datagram(now, from, &self.inbuf[..n]);
+            self.endpoint
+                .handle_datagram_ecn(now, from, &self.inbuf[..n], ce);
             return Ok(true);
         };
         let mut iov = [
@@ -566,7 +599,7 @@ impl SpSocket {
             IoSliceMut::new(region),
             IoSliceMut::new(&mut self.inbuf),
         ];
-        let (len, from) = recv(fd, &mut iov, flags)?;
+        let (len, from, ce) = recv(fd, &mut iov, cmsg, flags)?;
         let Some(from) = from else {
             return Ok(false);
         };
@@ -576,6 +609,7 @@ impl SpSocket {
             head: &self.head,
             slot,
             overflow: &self.inbuf,
+            ce,
         };
         self.endpoint
             .handle_received(now, from, received, &mut self.scratch);
@@ -628,16 +662,29 @@ fn to_socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
     a.as_sockaddr_in6().map(|v6| SocketAddr::V6((*v6).into()))
 }
 
-/// One `recvmsg` into `iov`: (bytes, source). A timeout or an empty non-blocking socket is
-/// [`io::ErrorKind::WouldBlock`].
+/// One `recvmsg` into `iov`: (bytes, source, whether the IP header was marked CE — read
+/// from the control message when `cmsg` gives it room). A timeout or an empty non-blocking
+/// socket is [`io::ErrorKind::WouldBlock`].
 fn recv(
     fd: std::os::fd::RawFd,
     iov: &mut [IoSliceMut<'_>],
+    cmsg: Option<&mut Vec<u8>>,
     flags: MsgFlags,
-) -> io::Result<(usize, Option<SocketAddr>)> {
-    let msg = recvmsg::<SockaddrStorage>(fd, iov, None, flags).map_err(|e| match e {
+) -> io::Result<(usize, Option<SocketAddr>, bool)> {
+    let cmsg = cmsg.map(|c| c.as_mut_slice());
+    let msg = recvmsg::<SockaddrStorage>(fd, iov, cmsg, flags).map_err(|e| match e {
         Errno::EAGAIN => io::Error::from(io::ErrorKind::WouldBlock),
         e => io::Error::from(e),
     })?;
-    Ok((msg.bytes, msg.address.as_ref().and_then(to_socket_addr)))
+    let mut ce = false;
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            match c {
+                ControlMessageOwned::Ipv4Tos(tos) => ce |= tos & CE == CE,
+                ControlMessageOwned::Ipv6TClass(tc) => ce |= (tc as u8) & CE == CE,
+                _ => {}
+            }
+        }
+    }
+    Ok((msg.bytes, msg.address.as_ref().and_then(to_socket_addr), ce))
 }

@@ -10,7 +10,7 @@ use rand::Rng;
 use util::{Faults, Net};
 use viastack_kernel::{Duration, Instant};
 use viastack_sp::wire::{Flags, Packet, PacketType};
-use viastack_sp::{CloseReason, Config, DropReason, Event, FailReason, Reliability};
+use viastack_sp::{CloseReason, Config, DropReason, Event, FailReason, Reliability, Stats};
 
 fn seeds(n: u64) -> Vec<u64> {
     match std::env::var("SP_SEED") {
@@ -30,14 +30,15 @@ fn lossy_config(mode: Reliability) -> Config {
     }
 }
 
-/// Loss 0 %, 10 %, 20 % or 30 % by seed (or `SP_LOSS`), plus duplication, reordering and
-/// corruption.
+/// Loss 0 %, 10 %, 20 % or 30 % by seed (or `SP_LOSS`), plus duplication, reordering,
+/// corruption and congestion marks.
 fn faults_for(seed: u64) -> Faults {
     Faults {
         loss: std::env::var("SP_LOSS").map_or(0.1 * (seed % 4) as f64, |v| v.parse().unwrap()),
         duplicate: 0.05,
         reorder: 0.10,
         corrupt: 0.05,
+        ce_mark: 0.05,
     }
 }
 
@@ -139,18 +140,33 @@ fn reliable_in_place_delivers_every_message_exactly_once_in_order() {
 fn check_reliable(in_place: bool) {
     let mut retransmits = 0;
     let (mut hits, mut misses) = (0, 0);
+    let mut handshakes_failed = Vec::new();
     for seed in seeds(1000) {
         let o = transfer_via(seed, Reliability::Reliable, 20, faults_for(seed), in_place);
         hits += o.net.nodes[1].stats().in_place;
         misses += o.net.nodes[1].stats().copied_out;
         retransmits += o.net.sent_datagrams;
-        assert_eq!(
-            o.sender_end,
+        assert_both_closed(&o, seed);
+        // At 30 % loss each way a START or END exchange fails all 12 tries now and then
+        // (0.51^12 ≈ 3·10⁻⁴ a try series; about one seed in 2,000 here). That is reported,
+        // never silent: a failed START delivers nothing, a failed END comes after everything
+        // was delivered.
+        match o.sender_end {
             Some(Event::Closed {
-                reason: CloseReason::Local
-            }),
-            "seed {seed}"
-        );
+                reason: CloseReason::Local,
+            }) => {}
+            Some(Event::Failed {
+                reason: FailReason::ConnectTimeout,
+            }) => {
+                assert!(o.delivered.is_empty(), "seed {seed}");
+                handshakes_failed.push(seed);
+                continue;
+            }
+            Some(Event::Failed {
+                reason: FailReason::EndTimeout,
+            }) => handshakes_failed.push(seed),
+            ref other => panic!("seed {seed}: sender ended with {other:?}"),
+        }
         let got: Vec<&Vec<u8>> = o.delivered.iter().map(|(_, d)| d).collect();
         let want: Vec<&Vec<u8>> = o.sent.iter().collect();
         assert!(
@@ -167,8 +183,12 @@ fn check_reliable(in_place: bool) {
             "seed {seed}: RELIABLE dropped {:?}",
             o.dropped
         );
-        assert_both_closed(&o, seed);
     }
+    // Failed handshakes stay the rare event they should be.
+    assert!(
+        handshakes_failed.len() <= 3,
+        "handshakes failed on seeds {handshakes_failed:?}"
+    );
     // The faults were real: far more datagrams than a clean run's ~70.
     assert!(
         retransmits > 100 * seeds(1000).len() as u64,
@@ -758,6 +778,110 @@ fn window_flow_control_holds_the_sender_back() {
     let h1 = net.nodes[1].handles().next().unwrap();
     let rx = net.nodes[1].connection(h1).unwrap().stats().clone();
     assert_eq!(rx.over_window, 0, "{rx:?}");
+}
+
+/// 60 messages of 2,000 bytes in 1,000-byte blocks, all queued at once over `faults`: the
+/// sender's and receiver's stats and the messages delivered.
+fn congested_transfer(
+    seed: u64,
+    congestion_control: bool,
+    faults: Faults,
+    jitter_us: u64,
+) -> (Stats, Stats, usize) {
+    let config = Config {
+        block_size: 1_000,
+        initial_window_blocks: 4,
+        congestion_control,
+        attempts: 20,
+        ..Config::default()
+    };
+    let mut net = Net::new(seed, vec![(config.clone(), false), (config, true)], faults);
+    net.jitter_us = jitter_us;
+    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    net.run(Duration::from_millis(50), "connect");
+    for i in 0..60u8 {
+        let c = net.nodes[0].connection_mut(h).unwrap();
+        c.send_message(vec![i; 2_000], 0).unwrap();
+    }
+    net.run(Duration::from_secs(30), "congested");
+    let tx = net.nodes[0].connection(h).unwrap().stats().clone();
+    let h1 = net.nodes[1].handles().next().unwrap();
+    let rx = net.nodes[1].connection(h1).unwrap().stats().clone();
+    let delivered = net.events[1]
+        .iter()
+        .filter(|e| matches!(e.event, Event::Message { .. }))
+        .count();
+    (tx, rx, delivered)
+}
+
+#[test]
+fn congestion_marks_hold_the_sender_to_its_congestion_window() {
+    let marked = Faults {
+        ce_mark: 1.0,
+        ..Faults::default()
+    };
+    // Every datagram marked: the receiver echoes, the sender halves its window (4,000 bytes)
+    // once per window of messages and never has more than a few blocks in flight.
+    let (tx, rx, delivered) = congested_transfer(0, true, marked, 200);
+    assert_eq!(delivered, 60);
+    assert!(rx.ce_received >= 120, "{rx:?}");
+    assert!(tx.ecn_echoes > 0 && tx.congestion_reductions > 0, "{tx:?}");
+    assert!(tx.max_in_flight <= 4_000, "{tx:?}");
+    assert!(tx.congestion_window <= 4_000, "{tx:?}");
+    // Unmarked (and not reordered), the window grows from 4,000 bytes as acknowledgements
+    // come back.
+    let (tx, _, delivered) = congested_transfer(0, true, Faults::default(), 0);
+    assert_eq!(delivered, 60);
+    assert_eq!((tx.ecn_echoes, tx.congestion_reductions), (0, 0), "{tx:?}");
+    assert!(tx.congestion_window > 4_000, "{tx:?}");
+    // Without congestion control only the receive window (8 MiB) bounds it: all at once.
+    let (tx, _, delivered) = congested_transfer(0, false, marked, 200);
+    assert_eq!(delivered, 60);
+    assert_eq!(tx.max_in_flight, 120_000, "{tx:?}");
+}
+
+#[test]
+fn a_reordering_path_is_learned_and_not_taken_for_loss() {
+    // Jitter of 0–1.5 ms on a 0.5 ms link reorders blocks; nothing is lost. Once a NACKed
+    // block turns up by itself, NACKs wait for the reordering window: few blocks are sent
+    // twice and the congestion window is rarely halved for nothing.
+    let (mut reordered, mut resent, mut reductions) = (0, 0, 0);
+    for seed in seeds(20) {
+        let (tx, rx, n) = congested_transfer(seed, true, Faults::default(), 1_500);
+        assert_eq!(n, 60, "seed {seed}");
+        reordered += rx.reordered;
+        resent += tx.retransmits;
+        reductions += tx.congestion_reductions;
+    }
+    let runs = seeds(20).len() as u64;
+    assert!(reordered >= runs, "{reordered}");
+    // 120 blocks a run.
+    assert!(
+        resent <= 12 * runs,
+        "{resent} blocks sent again in {runs} runs"
+    );
+    assert!(
+        reductions <= 3 * runs,
+        "{reductions} reductions in {runs} runs"
+    );
+}
+
+#[test]
+fn losses_shrink_the_congestion_window() {
+    let lossy = Faults {
+        loss: 0.1,
+        ..Faults::default()
+    };
+    let (mut reductions, mut delivered) = (0, 0);
+    for seed in seeds(20) {
+        let (tx, _, n) = congested_transfer(seed, true, lossy, 200);
+        assert_eq!(n, 60, "seed {seed}: {tx:?}");
+        reductions += tx.congestion_reductions;
+        delivered += n;
+    }
+    // NACKs and timeouts reduced the window; every message still arrived.
+    assert!(reductions >= 20, "{reductions}");
+    assert_eq!(delivered, 60 * seeds(20).len());
 }
 
 #[test]

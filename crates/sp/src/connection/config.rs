@@ -108,6 +108,16 @@ pub struct Config {
     pub send_buffer: usize,
     /// Reliability of a new connection.
     pub reliability: Reliability,
+    /// Whether the sender keeps a congestion window besides the peer's receive window (see
+    /// [`congestion`](super::congestion)). On by default: SP must not flood a shared path.
+    pub congestion_control: bool,
+    /// The congestion window at the start, in blocks of `block_size`. RFC 6928's initial
+    /// window of 10 segments; 640,000 bytes with the default blocks.
+    pub initial_window_blocks: u16,
+    /// Whether DATA packets announce ECN capability (CB = 1) and the socket marks its
+    /// datagrams ECT(0), so that a congested path can mark them instead of dropping them
+    /// (RFC 3168). The receiver always echoes a mark (CB = 3).
+    pub ecn: bool,
 }
 
 impl Default for Config {
@@ -125,6 +135,9 @@ impl Default for Config {
             recv_window: 8 << 20,
             send_buffer: 64 << 20,
             reliability: Reliability::Reliable,
+            congestion_control: true,
+            initial_window_blocks: 10,
+            ecn: true,
         }
     }
 }

@@ -160,4 +160,15 @@ pub struct Stats {
     pub max_in_flight: u64,
     /// The peer's last advertised window.
     pub peer_window: u32,
+    /// The congestion window in bytes (see [`congestion`](super::congestion)).
+    pub congestion_window: u64,
+    /// Times the congestion window was halved (NACK or echo) or dropped (timeout).
+    pub congestion_reductions: u64,
+    /// NACKed blocks that then arrived without being sent again (the path reorders; NACKs
+    /// wait for a reordering window from then on).
+    pub reordered: u64,
+    /// Data packets that arrived marked "congestion experienced" (CB = 2 or IP CE).
+    pub ce_received: u64,
+    /// Packets that arrived carrying the peer's congestion echo (CB = 3).
+    pub ecn_echoes: u64,
 }

@@ -3,11 +3,11 @@
 //! message is reported as dropped after the reassembly timeout (after `attempts` NACK rounds
 //! with ST_RTR), never in RELIABLE.
 
-use viastack_kernel::Instant;
+use viastack_kernel::{Duration, Instant};
 
 use super::{
     reassembly, Block, BlockBytes, BlockOutcome, Connection, DropReason, Event, Flags, PacketType,
-    Reliability, Repr, State, Timer,
+    Reliability, Repr, State, Timer, NACKS_WAITING,
 };
 
 impl Connection {
@@ -22,6 +22,12 @@ impl Connection {
         let mode = Reliability::from_flags(repr.flags);
         self.peer_last_sent = self.peer_last_sent.max(seq);
         let limit = (self.config.recv_window as usize).saturating_sub(self.undelivered_bytes());
+        // A block NACKed as missing that now arrives as an original (not ST_RETRANS) was
+        // reordered, not lost: how late it came sets the reordering window.
+        let nacked_at = self.recv.partial.get(&seq).and_then(|p| {
+            let missing = !p.have.contains(repr.pblock) && repr.pblock < p.tblock;
+            p.last_nack.filter(|_| missing)
+        });
         let outcome = self.recv.on_block(
             now,
             Block {
@@ -37,19 +43,64 @@ impl Connection {
             limit,
         );
         match outcome {
-            BlockOutcome::Stored => {}
+            BlockOutcome::Stored => {
+                if let Some(t) = nacked_at.filter(|_| !repr.flags.contains(Flags::ST_RETRANS)) {
+                    self.on_reordered(now.saturating_duration_since(t));
+                }
+            }
             BlockOutcome::Duplicate => self.stats.duplicates += 1,
             BlockOutcome::Invalid => self.stats.bad_packet += 1,
             BlockOutcome::OverWindow => self.stats.over_window += 1,
         }
+        let delivered = self.stats.messages_delivered;
         self.deliver_ready();
+        if self.stats.messages_delivered > delivered && !repr.flags.contains(Flags::REPLY_REQUESTED)
+        {
+            // A late or repaired block completed messages after their last block asked for
+            // an ACK: acknowledge now, or the sender waits for its ACK timer.
+            self.push_ack(false);
+        }
         if repr.flags.contains(Flags::REPLY_REQUESTED) {
             // The sender's last block of a message: acknowledge, and NACK what is missing up
-            // to it in the modes that resend.
+            // to it in the modes that resend — at once, or once the reordering window has
+            // passed on a path that reorders.
             self.push_ack(false);
-            self.push_nacks(now, seq, false);
+            if self.reorder_window.is_zero() || self.nacks_due.len() >= NACKS_WAITING {
+                self.push_nacks(now, seq, false);
+            } else {
+                let due = now + self.reorder_window;
+                self.nacks_due.push_back((due, seq));
+                self.timers.set_if_idle(Timer::Nack, due);
+            }
         }
         self.arm_reassembly(now);
+    }
+
+    /// A NACKed block arrived `late` after its NACK without being sent again: the path
+    /// reorders by at least `late` + the window the NACK waited. NACKs wait 1.5 × that from
+    /// now on (RFC 8985 §6.2 widens its window on spurious retransmissions likewise), at most
+    /// a quarter of the reassembly timeout.
+    fn on_reordered(&mut self, late: Duration) {
+        self.stats.reordered += 1;
+        let extent = late + self.reorder_window;
+        let cap = self.config.reassembly_timeout / 4;
+        self.reorder_window = self.reorder_window.max(extent + extent / 2).min(cap);
+    }
+
+    /// NACKs what is still missing of the messages whose reordering window has passed.
+    pub(super) fn on_nack_timer(&mut self, now: Instant) {
+        let mut upto = None;
+        while let Some(&(due, seq)) = self.nacks_due.front() {
+            if due > now {
+                self.timers.set(Timer::Nack, due);
+                break;
+            }
+            self.nacks_due.pop_front();
+            upto = upto.max(Some(seq));
+        }
+        if let Some(upto) = upto {
+            self.push_nacks(now, upto, false);
+        }
     }
 
     pub(super) fn deliver_ready(&mut self) {

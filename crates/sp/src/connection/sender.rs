@@ -7,7 +7,7 @@ use viastack_kernel::{Duration, Instant};
 
 use super::{
     fec, reassembly, BlockSet, Connection, FailReason, Flags, OutMessage, PacketType, PayloadRef,
-    Reliability, Repr, State, Timer, Transmit,
+    Reliability, Repr, State, Timer, Transmit, CB_CAPABLE,
 };
 
 impl Connection {
@@ -82,7 +82,7 @@ impl Connection {
             src_id: local,
             packet_type: PacketType::Data,
             priority: m.priority,
-            cb: 0,
+            cb: if self.config.ecn { CB_CAPABLE } else { 0 },
             flags,
             pblock: i as u8,
             tblock: m.tblock,
@@ -176,7 +176,10 @@ impl Connection {
         let Some(next) = self.queue.peek() else {
             return;
         };
-        let window = self.stats.peer_window as usize;
+        let mut window = self.stats.peer_window as usize;
+        if self.config.congestion_control {
+            window = window.min(self.cwnd.get());
+        }
         if !self.inflight.is_empty()
             && (self.in_flight_bytes + next.data.len() > window || self.inflight.len() >= 1024)
         {
@@ -228,6 +231,7 @@ impl Connection {
             return;
         }
         let mut progressed = false;
+        let mut bytes = 0;
         while self
             .inflight
             .front()
@@ -235,10 +239,13 @@ impl Connection {
         {
             if let Some(m) = self.inflight.pop_front() {
                 self.in_flight_bytes -= m.data.len();
+                bytes += m.data.len();
                 progressed = true;
             }
         }
         if progressed {
+            self.cwnd.on_acked(bytes, self.config.block_size);
+            self.stats.congestion_window = self.cwnd.get() as u64;
             self.timers.stop(Timer::Ack);
             self.timers.stop(Timer::Retrans);
             if self.inflight.iter().any(|m| m.sent_at.is_some()) {
@@ -279,6 +286,11 @@ impl Connection {
         if !m.mode.resends() {
             return;
         }
+        let seq = m.seq;
+        self.on_congestion_signal(seq);
+        let Some(m) = self.inflight.iter_mut().find(|m| m.seq == seq) else {
+            return;
+        };
         if payload.is_empty() {
             for i in 0..m.tblock {
                 m.resend.insert(i);
@@ -335,6 +347,7 @@ impl Connection {
             return;
         }
         if any {
+            self.on_congestion_timeout();
             // Ask again what is missing.
             self.push_ctrl(PacketType::Ack, Flags::REPLY_REQUESTED, 0, 0, Vec::new());
         }

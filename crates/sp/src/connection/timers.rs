@@ -22,11 +22,14 @@ pub enum Timer {
     Reassembly = 5,
     /// A CQOS or CNTRL request waits for its REPLY.
     Cntrl = 6,
+    /// Blocks missing at a message's last block are NACKed when the reordering window has
+    /// passed (see [`Connection`](super::Connection)'s reordering tolerance).
+    Nack = 7,
 }
 
 impl Timer {
     /// Every timer, in table order.
-    pub const ALL: [Timer; 7] = [
+    pub const ALL: [Timer; 8] = [
         Timer::Conn,
         Timer::End,
         Timer::Ack,
@@ -34,14 +37,15 @@ impl Timer {
         Timer::Echo,
         Timer::Reassembly,
         Timer::Cntrl,
+        Timer::Nack,
     ];
 }
 
 /// Deadlines and attempt counters, one slot per [`Timer`].
 #[derive(Debug, Clone, Default)]
 pub struct TimerTable {
-    deadline: [Option<Instant>; 7],
-    attempts: [u8; 7],
+    deadline: [Option<Instant>; 8],
+    attempts: [u8; 8],
 }
 
 impl TimerTable {

@@ -21,13 +21,17 @@ pub struct Faults {
     pub duplicate: f64,
     pub reorder: f64,
     pub corrupt: f64,
+    /// Marks a datagram "congestion experienced" (IP ECN CE) instead of dropping it, as a
+    /// congested ECN router would (drawn only when non-zero, so other tests' random streams
+    /// stay as they were).
+    pub ce_mark: f64,
 }
 
 /// What the test wants to drop on purpose: a predicate over (from node, packet bytes).
 pub type Filter = Box<dyn FnMut(usize, &[u8]) -> bool>;
 
-/// A datagram in flight: (arrival, tie-break sequence, from, to, bytes).
-type InFlight = Reverse<(Instant, u64, usize, usize, Vec<u8>)>;
+/// A datagram in flight: (arrival, tie-break sequence, from, to, bytes, CE mark).
+type InFlight = Reverse<(Instant, u64, usize, usize, Vec<u8>, bool)>;
 
 pub struct Net {
     pub rng: ChaCha8Rng,
@@ -96,6 +100,7 @@ impl Net {
                 if self.rng.gen_bool(f.loss) {
                     continue;
                 }
+                let ce = f.ce_mark > 0.0 && self.rng.gen_bool(f.ce_mark);
                 let copies = if self.rng.gen_bool(f.duplicate) { 2 } else { 1 };
                 for _ in 0..copies {
                     let mut bytes = buf.clone();
@@ -118,7 +123,7 @@ impl Net {
                     }
                     self.seq += 1;
                     self.queue
-                        .push(Reverse((self.now + delay, self.seq, from, to, bytes)));
+                        .push(Reverse((self.now + delay, self.seq, from, to, bytes, ce)));
                 }
             }
         }
@@ -154,13 +159,13 @@ impl Net {
             if *t > self.now {
                 break;
             }
-            let Some(Reverse((_, _, from, to, bytes))) = self.queue.pop() else {
+            let Some(Reverse((_, _, from, to, bytes, ce))) = self.queue.pop() else {
                 break;
             };
             if self.in_place {
-                self.deliver_in_place(from, to, &bytes);
+                self.deliver_in_place(from, to, &bytes, ce);
             } else {
-                self.nodes[to].handle_datagram(self.now, from, &bytes);
+                self.nodes[to].handle_datagram_ecn(self.now, from, &bytes, ce);
             }
         }
         for n in &mut self.nodes {
@@ -172,9 +177,9 @@ impl Net {
     }
 
     /// Scatters `bytes` as a `recvmsg` with three iovecs would: header, lent region, overflow.
-    fn deliver_in_place(&mut self, from: usize, to: usize, bytes: &[u8]) {
+    fn deliver_in_place(&mut self, from: usize, to: usize, bytes: &[u8], ce: bool) {
         let now = self.now;
-        self.nodes[to].handle_split(now, from, bytes, &mut self.scratch);
+        self.nodes[to].handle_split(now, from, bytes, ce, &mut self.scratch);
     }
 
     /// Steps until idle or `limit` of virtual time; panics (with `ctx`) past the step cap.

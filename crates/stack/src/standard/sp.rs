@@ -94,6 +94,27 @@ pub const SP: LayerKind = LayerKind {
             default: Some("\"8MiB\""),
             doc: "receive window advertised in WINDOW_SIZE (24 bits: below 16 MiB)",
         },
+        ParamSpec {
+            name: "congestion_control",
+            kind: ParamKind::Bool,
+            default: Some("true"),
+            doc: "keep a congestion window besides the receive window: grows with ACKs, halves \
+                  on a NACK or congestion echo, drops to 2 blocks on a timeout (RFC 5681 \
+                  AIMD, one reduction per window of messages)",
+        },
+        ParamSpec {
+            name: "initial_window_blocks",
+            kind: ParamKind::Int { min: 2, max: 255 },
+            default: Some("10"),
+            doc: "congestion window at the start, in blocks (RFC 6928: 10 segments)",
+        },
+        ParamSpec {
+            name: "ecn",
+            kind: ParamKind::Bool,
+            default: Some("true"),
+            doc: "announce ECN capability (CB = 1; ECT(0) in the IP header on sockets) so a \
+                  congested path can mark instead of drop; marks are always echoed (CB = 3)",
+        },
     ],
     device: false,
     build: build_sp,
@@ -125,6 +146,10 @@ fn build_sp(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, St
         echo_interval: params.get_duration("echo_interval").map_err(e)?,
         reassembly_timeout: params.get_duration("reassembly_timeout").map_err(e)?,
         recv_window: window as u32,
+        congestion_control: params.get_bool("congestion_control").map_err(e)?,
+        initial_window_blocks: u16::try_from(params.get_int("initial_window_blocks").map_err(e)?)
+            .unwrap_or(10),
+        ecn: params.get_bool("ecn").map_err(e)?,
         ..Config::default()
     };
     Ok(Arc::new(SpLayer::new(name, config)))
