@@ -101,13 +101,20 @@ fn reliable_sp_delivers_every_message_exactly_once_in_order() {
         bad += r.counters.get("crc.bad").copied().unwrap_or(0);
         // An honest peer never sends beyond the window it was given.
         assert_eq!(r.counters.get("sp.over_window"), None, "seed {seed}: {r}");
-        for name in ["retransmit", "duplicate", "nack_sent"] {
+        for name in [
+            "retransmit",
+            "duplicate",
+            "nack_sent",
+            "congestion_reduction",
+            "reordered",
+        ] {
             let n = r.counters.get(&format!("sp.{name}")).copied().unwrap_or(0);
             *counted.entry(name).or_default() += n;
         }
     }
     // The faults were real: corrupted datagrams were caught and repaired, and SP's own
-    // counters show the repair work (blocks sent again, duplicates the links made, NACKs).
+    // counters show the repair work (blocks sent again, duplicates the links made, NACKs),
+    // the congestion response to losses, and the reordering the jitter made.
     assert!(bad > 0);
     assert!(counted.values().all(|&n| n > 1_000), "{counted:?}");
     // A lost connection stays the rare event it should be.

@@ -128,6 +128,12 @@ pub struct ConnectionTotals {
     pub fec_repairs: u64,
     /// NACKs sent ([`Stats::nacks_sent`]).
     pub nacks_sent: u64,
+    /// Congestion window reductions ([`Stats::congestion_reductions`]).
+    pub congestion_reductions: u64,
+    /// Data packets marked "congestion experienced" ([`Stats::ce_received`]).
+    pub ce_received: u64,
+    /// NACKed blocks that turned up by themselves ([`Stats::reordered`]).
+    pub reordered: u64,
 }
 
 impl ConnectionTotals {
@@ -138,6 +144,9 @@ impl ConnectionTotals {
         self.inconsistent += s.bad_packet;
         self.fec_repairs += s.fec_repairs;
         self.nacks_sent += s.nacks_sent;
+        self.congestion_reductions += s.congestion_reductions;
+        self.ce_received += s.ce_received;
+        self.reordered += s.reordered;
     }
 }
 

@@ -21,8 +21,10 @@
 //! `sp.inconsistent` (packets contradicting their connection: block length, TBLOCK, sequence
 //! range, source id), `sp.duplicate` (blocks received twice), `sp.over_window` (blocks of a
 //! peer that ignores the advertised window, refused), `sp.retransmit` (blocks sent again),
-//! `sp.nack_sent`, `sp.fec_repair` (blocks rebuilt from parity). An abusive or broken peer
-//! shows in these (DESIGN.md §4.9).
+//! `sp.nack_sent`, `sp.fec_repair` (blocks rebuilt from parity), `sp.congestion_reduction`
+//! (congestion window halved or dropped), `sp.ce_received` (data marked congestion
+//! experienced), `sp.reordered` (NACKed blocks that turned up by themselves). An abusive or
+//! broken peer shows in these (DESIGN.md §4.9).
 //!
 //! Memory: one endpoint per channel, one connection per peer and direction; each bounded by
 //! [`Config`] (send buffer, receive window). A closed connection is forgotten once its events
@@ -107,6 +109,13 @@ impl ChannelState {
             ("retransmit", c.retransmits, pc.retransmits),
             ("nack_sent", c.nacks_sent, pc.nacks_sent),
             ("fec_repair", c.fec_repairs, pc.fec_repairs),
+            (
+                "congestion_reduction",
+                c.congestion_reductions,
+                pc.congestion_reductions,
+            ),
+            ("ce_received", c.ce_received, pc.ce_received),
+            ("reordered", c.reordered, pc.reordered),
         ] {
             if now > before {
                 ctx.count_n(name, now - before);
