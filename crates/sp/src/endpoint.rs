@@ -33,7 +33,7 @@ use crate::connection::{
 };
 use crate::wire::{Flags, Packet, PacketType, Repr, WireError, HEADER_LEN};
 
-/// A region [`Endpoint::recv_slot`] lent: the connection and its [`Slot`].
+/// A region [`Endpoint::recv_slot`] lent: the connection and its [`Slot`](crate::connection::Slot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecvSlot {
     /// The connection the block is expected on.
