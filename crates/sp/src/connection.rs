@@ -59,6 +59,10 @@ use crate::wire::{Flags, Packet, PacketType, Repr, MAX_WINDOW};
 /// Most NACK rounds waiting for the reordering window at once; beyond, NACKs leave at once.
 const NACKS_WAITING: usize = 64;
 
+/// Timer-driven NACK rounds without reordering after which the reordering window halves
+/// (RFC 8985 §6.2.4 resets its multiplier after 16 recoveries).
+const REORDER_DECAY_ROUNDS: u8 = 16;
+
 /// CB = 1: the sender can take congestion marks (issue 4's CB values).
 pub const CB_CAPABLE: u8 = 1;
 /// CB = 2: congestion experienced on the way.
@@ -185,6 +189,11 @@ pub struct Connection {
     /// NACK rounds waiting for the reordering window: (when, up to which message), in time
     /// order; at most [`NACKS_WAITING`].
     nacks_due: VecDeque<(Instant, u64)>,
+    /// Timer-driven NACK rounds since reordering was last seen: after
+    /// [`REORDER_DECAY_ROUNDS`] the reordering window halves.
+    rounds_since_reorder: u8,
+    /// When our START left (its answer gives the first RTT sample, unless it was resent).
+    start_sent_at: Option<Instant>,
     stats: Stats,
 }
 
@@ -228,6 +237,8 @@ impl Connection {
             ce_pending: false,
             reorder_window: Duration::ZERO,
             nacks_due: VecDeque::new(),
+            rounds_since_reorder: 0,
+            start_sent_at: None,
             config,
             state: State::NotInUse,
             local_id,
@@ -258,6 +269,7 @@ impl Connection {
         }
         self.state = State::ConnRequested;
         self.send_start(false);
+        self.start_sent_at = Some(now);
         self.timers.set(Timer::Conn, now + self.config.conn_timeout);
     }
 
@@ -557,10 +569,13 @@ impl Connection {
         }
     }
 
-    /// A timeout: the congestion window drops to its minimum.
+    /// A timeout: the congestion window drops to its minimum, once for the messages in
+    /// flight.
     fn on_congestion_timeout(&mut self) {
-        if self.config.congestion_control {
-            self.cwnd.on_timeout(self.next_seq);
+        let Some(oldest) = self.inflight.front().map(|m| m.seq) else {
+            return;
+        };
+        if self.config.congestion_control && self.cwnd.on_timeout(oldest, self.next_seq) {
             self.stats.congestion_reductions += 1;
             self.stats.congestion_window = self.cwnd.get() as u64;
         }
@@ -692,9 +707,11 @@ impl Connection {
             CB_ECHO if matches!(repr.packet_type, PacketType::Ack | PacketType::Nack) => {
                 self.stats.ecn_echoes += 1;
                 if let Some(front) = self.inflight.front() {
-                    // The echo is about data after the last message received in order.
+                    // The mark was on data up to what this packet acknowledges (or, when it
+                    // acknowledges nothing in flight, on the oldest message in flight):
+                    // RFC 3168 responds once that is past the last reduction.
                     let acked = reassembly::expand(front.seq, repr.mess_ack_no);
-                    self.on_congestion_signal(acked + 1);
+                    self.on_congestion_signal(acked.max(front.seq));
                 }
             }
             _ => {}
@@ -750,6 +767,13 @@ impl Connection {
                 }
                 self.peer_id = repr.src_id;
                 self.peer_block_size = bs;
+                // The first RTT sample, so that the ACK timer fits the path from the first
+                // message on (Karn: not from a START that was sent again).
+                if let Some(sent) = self.start_sent_at.take() {
+                    if self.timers.attempts(Timer::Conn) == 0 {
+                        self.note_rtt(now.saturating_duration_since(sent));
+                    }
+                }
                 self.enter_connected(now);
                 if let Some(mode) = self.pending_cqos {
                     // Asked before the connection opened: ask again now.
@@ -799,13 +823,18 @@ impl Connection {
         }
         self.echo_outstanding = false;
         let rtt = now.saturating_duration_since(sent);
+        self.note_rtt(rtt);
+        self.events.push_back(Event::RttSample(rtt));
+    }
+
+    /// Takes one round-trip sample into the RTT statistics (RFC 6298 weights).
+    fn note_rtt(&mut self, rtt: Duration) {
         self.stats.rtt = Some(rtt);
         self.stats.min_rtt = Some(self.stats.min_rtt.map_or(rtt, |m| m.min(rtt)));
         self.stats.srtt = Some(match self.stats.srtt {
             None => rtt,
             Some(s) => (s * 7 + rtt) / 8,
         });
-        self.events.push_back(Event::RttSample(rtt));
     }
 
     fn on_end(&mut self, now: Instant, repr: &Repr) {
@@ -938,8 +967,11 @@ impl Connection {
                     self.fail(FailReason::AckTimeout);
                     return;
                 }
-                // Probe: "what do you have up to my last message?"
-                self.on_congestion_timeout();
+                // Probe: "what do you have up to my last message?" A second silent ACK timer
+                // in a row means loss rather than a timer shorter than the path's RTT.
+                if self.timers.attempts(Timer::Ack) >= 2 {
+                    self.on_congestion_timeout();
+                }
                 self.push_ctrl(PacketType::Ack, Flags::REPLY_REQUESTED, 0, 0, Vec::new());
                 let t = self.ack_timeout();
                 self.timers.set(Timer::Ack, now + t);

@@ -19,9 +19,11 @@
 //! packets, a block out of order) is copied out whole and handled as before.
 //!
 //! **ECN.** With [`Config::ecn`] (the default) the socket marks its datagrams ECT(0) in the IP
-//! header and asks for the TOS byte of each datagram it receives: one the path marked CE
-//! ("congestion experienced", RFC 3168 §5) is handed to the endpoint as such, which echoes it
-//! to the sender (CB = 3) and so halves the sender's congestion window.
+//! header. Whatever it sends, it asks for the TOS byte of each datagram it receives: one the
+//! path marked CE ("congestion experienced", RFC 3168 §5) is handed to the endpoint as such,
+//! which echoes it to the sender (CB = 3) and so halves the sender's congestion window. ECN is
+//! not negotiated (the wire format has no field for it): a peer that does not echo hides the
+//! marks its path makes.
 
 #![allow(clippy::disallowed_methods)] // the driver reads the real clock
 
@@ -116,19 +118,23 @@ const ECT0: i32 = 0b10;
 /// CE: the path experienced congestion.
 const CE: u8 = 0b11;
 
-/// Marks the socket's datagrams ECT(0) and asks for each received datagram's TOS byte (traffic
-/// class for IPv6). False if the system refused.
-fn enable_ecn(socket: &UdpSocket) -> bool {
+/// Marks the socket's datagrams ECT(0) (IPv4 TOS or IPv6 traffic class).
+fn mark_ect0(socket: &UdpSocket) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let _ = match socket.local_addr() {
+        Ok(SocketAddr::V4(_)) => setsockopt(socket, sockopt::Ipv4Tos, &ECT0),
+        Ok(SocketAddr::V6(_)) => setsockopt(socket, sockopt::Ipv6TClass, &ECT0),
+        Err(_) => Ok(()),
+    };
+}
+
+/// Asks for each received datagram's TOS byte (traffic class for IPv6), so that CE marks
+/// are seen and echoed whatever this side sends. False if the system refused.
+fn read_tos(socket: &UdpSocket) -> bool {
     use nix::sys::socket::{setsockopt, sockopt};
     match socket.local_addr() {
-        Ok(SocketAddr::V4(_)) => {
-            setsockopt(socket, sockopt::Ipv4Tos, &ECT0).is_ok()
-                && setsockopt(socket, sockopt::IpRecvTos, &true).is_ok()
-        }
-        Ok(SocketAddr::V6(_)) => {
-            setsockopt(socket, sockopt::Ipv6TClass, &ECT0).is_ok()
-                && setsockopt(socket, sockopt::Ipv6RecvTClass, &true).is_ok()
-        }
+        Ok(SocketAddr::V4(_)) => setsockopt(socket, sockopt::IpRecvTos, &true).is_ok(),
+        Ok(SocketAddr::V6(_)) => setsockopt(socket, sockopt::Ipv6RecvTClass, &true).is_ok(),
         Err(_) => false,
     }
 }
@@ -154,7 +160,10 @@ impl SpSocket {
         let s2 = socket2::SockRef::from(&socket);
         let _ = s2.set_recv_buffer_size(SOCKET_BUFFER);
         let _ = s2.set_send_buffer_size(SOCKET_BUFFER);
-        let cmsg = (config.ecn && enable_ecn(&socket)).then(|| nix::cmsg_space!(i32));
+        if config.ecn {
+            mark_ect0(&socket);
+        }
+        let cmsg = read_tos(&socket).then(|| nix::cmsg_space!(i32));
         Ok(SpSocket {
             socket,
             endpoint: Endpoint::new(config, accepting),

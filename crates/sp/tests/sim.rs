@@ -794,6 +794,18 @@ fn congested_transfer(
     faults: Faults,
     jitter_us: u64,
 ) -> (Stats, Stats, usize) {
+    congested_transfer_over(seed, congestion_control, faults, jitter_us, None)
+}
+
+/// [`congested_transfer`] over a link of one-way `latency` (default 0.5 ms), and with a filter
+/// dropping chosen datagrams.
+fn congested_transfer_over(
+    seed: u64,
+    congestion_control: bool,
+    faults: Faults,
+    jitter_us: u64,
+    latency: Option<Duration>,
+) -> (Stats, Stats, usize) {
     let config = Config {
         block_size: 1_000,
         initial_window_blocks: 4,
@@ -803,6 +815,9 @@ fn congested_transfer(
     };
     let mut net = Net::new(seed, vec![(config.clone(), false), (config, true)], faults);
     net.jitter_us = jitter_us;
+    if let Some(l) = latency {
+        net.latency = l;
+    }
     let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
     net.run(Duration::from_millis(50), "connect");
     for i in 0..60u8 {
@@ -870,6 +885,77 @@ fn a_reordering_path_is_learned_and_not_taken_for_loss() {
         reductions <= 3 * runs,
         "{reductions} reductions in {runs} runs"
     );
+}
+
+#[test]
+fn a_long_round_trip_is_not_taken_for_congestion() {
+    // 40 ms each way: the ACK timer's 50 ms floor is shorter than the round trip. The START
+    // exchange gave the first RTT sample, and one silent ACK timer is not a loss: nothing
+    // reduces the window, which grows.
+    let (tx, _, n) = congested_transfer_over(
+        0,
+        true,
+        Faults::default(),
+        0,
+        Some(Duration::from_millis(40)),
+    );
+    assert_eq!(n, 60);
+    assert_eq!(tx.congestion_reductions, 0, "{tx:?}");
+    assert!(tx.congestion_window > 4_000, "{tx:?}");
+    assert!(
+        tx.srtt.is_some_and(|s| s >= Duration::from_millis(80)),
+        "{tx:?}"
+    );
+}
+
+#[test]
+fn a_nack_halves_the_congestion_window_once() {
+    // One data block lost, nothing else, and an ACK timer that never fires: the only signal
+    // is the receiver's NACK.
+    let config = Config {
+        block_size: 1_000,
+        initial_window_blocks: 8,
+        ack_timeout: Duration::from_secs(30),
+        retrans_timeout: Duration::from_secs(30),
+        ..Config::default()
+    };
+    let mut net = Net::new(
+        0,
+        vec![(config.clone(), false), (config, true)],
+        Faults::default(),
+    );
+    net.jitter_us = 0;
+    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    net.run(Duration::from_millis(50), "connect");
+    let mut dropped = false;
+    net.filter = Some(Box::new(move |from, bytes| {
+        let Ok(p) = Packet::new_checked(bytes) else {
+            return false;
+        };
+        let hit = from == 0
+            && !dropped
+            && p.packet_type() == Ok(PacketType::Data)
+            && p.mess_seq_no() == 3
+            && p.pblock() == 0;
+        dropped |= hit;
+        hit
+    }));
+    for i in 0..4u8 {
+        let c = net.nodes[0].connection_mut(h).unwrap();
+        c.send_message(vec![i; 2_000], 0).unwrap();
+    }
+    net.run(Duration::from_secs(5), "nack");
+    let tx = net.nodes[0].connection(h).unwrap().stats().clone();
+    let n = net.events[1]
+        .iter()
+        .filter(|e| matches!(e.event, Event::Message { .. }))
+        .count();
+    assert_eq!(n, 4);
+    assert_eq!(tx.nacks_received, 1, "{tx:?}");
+    assert_eq!(tx.congestion_reductions, 1, "{tx:?}");
+    // Halved from 8,000 to 4,000; the messages acknowledged since grew it by less than
+    // that (one block per window above the threshold).
+    assert!((4_000..8_000).contains(&tx.congestion_window), "{tx:?}");
 }
 
 #[test]

@@ -116,7 +116,8 @@ pub struct Config {
     pub initial_window_blocks: u16,
     /// Whether DATA packets announce ECN capability (CB = 1) and the socket marks its
     /// datagrams ECT(0), so that a congested path can mark them instead of dropping them
-    /// (RFC 3168). The receiver always echoes a mark (CB = 3).
+    /// (RFC 3168). Either way, a receiver echoes the marks it sees (CB = 3): CB = 2, and IP CE
+    /// where its driver reads the TOS byte (`SpSocket` does).
     pub ecn: bool,
 }
 

@@ -9,9 +9,13 @@
 //! - **Signals**: a NACK (a block went missing), a congestion echo (CB = 3 on an ACK or NACK:
 //!   the receiver saw CB = 2, or an IP CE mark), and a timeout (the ACK probe or a failed
 //!   retransmission round).
-//! - **One reduction per window of data** (RFC 3168 §6.1.2): a NACK or echo about a message
-//!   sent before the last reduction does not halve again. A timeout drops the window to its
-//!   minimum.
+//! - **One reduction per window of data** (RFC 3168 §6.1.2): a NACK, echo or timeout about a
+//!   message sent before the last reduction does not reduce again. A timeout drops the window
+//!   to its minimum; the ACK timer counts as one from its second silent expiry on (the first
+//!   may just be shorter than the path's round trip).
+//! - **Growth only when used** (RFC 7661): acknowledgements grow the window only while at
+//!   least half of it was in flight, so an idle or application-limited sender does not build
+//!   up a window it never tested.
 //!
 //! The window admits whole messages, as the receive window does: a message is started when
 //! its bytes fit in the smaller of the two windows, or when nothing is in flight (so a message
@@ -71,12 +75,17 @@ impl Window {
         true
     }
 
-    /// A timeout: the window drops to its minimum (RFC 5681 §3.1, the loss window) and the
-    /// threshold to half of what it was.
-    pub fn on_timeout(&mut self, next_seq: u64) {
+    /// A timeout with message `oldest` the oldest unacknowledged: the window drops to its
+    /// minimum (RFC 5681 §3.1, the loss window) and the threshold to half of what it was,
+    /// unless the window was reduced since `oldest` was sent; true when it did.
+    pub fn on_timeout(&mut self, oldest: u64, next_seq: u64) -> bool {
+        if oldest <= self.recover {
+            return false;
+        }
         self.ssthresh = (self.cwnd / 2).max(self.min);
         self.cwnd = self.min;
         self.recover = next_seq.saturating_sub(1);
+        true
     }
 }
 
@@ -116,7 +125,7 @@ mod tests {
             w.on_congestion(seq * 10, seq * 10 + 1);
         }
         assert_eq!(w.get(), 2_000);
-        w.on_timeout(2_000);
+        assert!(w.on_timeout(2_000, 2_001));
         assert_eq!(w.get(), 2_000);
         for _ in 0..100 {
             w.on_acked(usize::MAX / 2, 64_000);
@@ -128,8 +137,10 @@ mod tests {
     #[test]
     fn a_timeout_drops_to_the_minimum_and_slow_starts_to_half() {
         let mut w = Window::new(64_000, 2_000);
-        w.on_timeout(5);
+        assert!(w.on_timeout(1, 5));
         assert_eq!(w.get(), 2_000);
+        // The same flight timing out again is the same event.
+        assert!(!w.on_timeout(4, 5));
         w.on_acked(40_000, 1_000);
         // Slow start up to the threshold (32,000), then congestion avoidance.
         assert_eq!(w.get(), 42_000);

@@ -7,7 +7,7 @@ use viastack_kernel::{Duration, Instant};
 
 use super::{
     reassembly, Block, BlockBytes, BlockOutcome, Connection, DropReason, Event, Flags, PacketType,
-    Reliability, Repr, State, Timer, NACKS_WAITING,
+    Reliability, Repr, State, Timer, NACKS_WAITING, REORDER_DECAY_ROUNDS,
 };
 
 impl Connection {
@@ -79,12 +79,14 @@ impl Connection {
     /// A NACKed block arrived `late` after its NACK without being sent again: the path
     /// reorders by at least `late` + the window the NACK waited. NACKs wait 1.5 × that from
     /// now on (RFC 8985 §6.2 widens its window on spurious retransmissions likewise), at most
-    /// a quarter of the reassembly timeout.
+    /// a quarter of the reassembly timeout, until [`REORDER_DECAY_ROUNDS`] NACK rounds pass
+    /// without reordering.
     fn on_reordered(&mut self, late: Duration) {
         self.stats.reordered += 1;
         let extent = late + self.reorder_window;
         let cap = self.config.reassembly_timeout / 4;
         self.reorder_window = self.reorder_window.max(extent + extent / 2).min(cap);
+        self.rounds_since_reorder = 0;
     }
 
     /// NACKs what is still missing of the messages whose reordering window has passed.
@@ -99,7 +101,17 @@ impl Connection {
             upto = upto.max(Some(seq));
         }
         if let Some(upto) = upto {
+            let sent = self.stats.nacks_sent;
             self.push_nacks(now, upto, false);
+            if self.stats.nacks_sent > sent {
+                // A round that found real gaps. Many in a row without reordering: the path
+                // may have stopped reordering, so the window halves (RFC 8985 §6.2.4).
+                self.rounds_since_reorder += 1;
+                if self.rounds_since_reorder >= REORDER_DECAY_ROUNDS {
+                    self.rounds_since_reorder = 0;
+                    self.reorder_window /= 2;
+                }
+            }
         }
     }
 

@@ -244,8 +244,11 @@ impl Connection {
             }
         }
         if progressed {
-            self.cwnd.on_acked(bytes, self.config.block_size);
-            self.stats.congestion_window = self.cwnd.get() as u64;
+            // RFC 7661: grow only a window that was used (half of it in flight at least).
+            if (self.in_flight_bytes + bytes) * 2 >= self.cwnd.get() {
+                self.cwnd.on_acked(bytes, self.config.block_size);
+                self.stats.congestion_window = self.cwnd.get() as u64;
+            }
             self.timers.stop(Timer::Ack);
             self.timers.stop(Timer::Retrans);
             if self.inflight.iter().any(|m| m.sent_at.is_some()) {

@@ -113,7 +113,7 @@ pub const SP: LayerKind = LayerKind {
             kind: ParamKind::Bool,
             default: Some("true"),
             doc: "announce ECN capability (CB = 1; ECT(0) in the IP header on sockets) so a \
-                  congested path can mark instead of drop; marks are always echoed (CB = 3)",
+                  congested path can mark instead of drop; marks seen are echoed (CB = 3) either way",
         },
     ],
     device: false,
