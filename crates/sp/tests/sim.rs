@@ -959,6 +959,55 @@ fn a_nack_halves_the_congestion_window_once() {
 }
 
 #[test]
+fn after_reordering_a_real_loss_is_nacked_when_the_reordering_window_passes() {
+    let config = Config {
+        block_size: 1_000,
+        ..Config::default()
+    };
+    let mut net = Net::new(
+        1,
+        vec![(config.clone(), false), (config, true)],
+        Faults::default(),
+    );
+    net.jitter_us = 1_500;
+    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    net.run(Duration::from_millis(50), "connect");
+    let send = |net: &mut Net, range: std::ops::Range<u8>| {
+        for i in range {
+            let c = net.nodes[0].connection_mut(h).unwrap();
+            c.send_message(vec![i; 2_000], 0).unwrap();
+        }
+    };
+    // Jitter reorders blocks: the receiver learns a reordering window.
+    send(&mut net, 0..40);
+    net.run(Duration::from_secs(2), "learn");
+    let h1 = net.nodes[1].handles().next().unwrap();
+    assert!(net.nodes[1].connection(h1).unwrap().stats().reordered > 0);
+    // Then block 0 of message 45 is lost once. Its NACK leaves when the reordering window
+    // (a few ms) has passed, well before the ACK (50 ms) or reassembly (100 ms) timers.
+    let mut dropped = false;
+    net.filter = Some(Box::new(move |from, bytes| {
+        let Ok(p) = Packet::new_checked(bytes) else {
+            return false;
+        };
+        let hit = from == 0
+            && !dropped
+            && p.packet_type() == Ok(PacketType::Data)
+            && p.mess_seq_no() == 45
+            && p.pblock() == 0;
+        dropped |= hit;
+        hit
+    }));
+    send(&mut net, 40..50);
+    net.run(Duration::from_millis(30), "repair");
+    let n = net.events[1]
+        .iter()
+        .filter(|e| matches!(e.event, Event::Message { .. }))
+        .count();
+    assert_eq!(n, 50, "{:?}", net.nodes[1].connection(h1).unwrap().stats());
+}
+
+#[test]
 fn losses_shrink_the_congestion_window() {
     let lossy = Faults {
         loss: 0.1,
