@@ -183,6 +183,8 @@ pub struct Connection {
     cwnd: congestion::Window,
     /// A data packet arrived marked "congestion experienced" since the last ACK or NACK.
     ce_pending: bool,
+    /// The packet about to be handled arrived with an IP CE mark (set by the driver).
+    ip_ce: bool,
     /// How long blocks missing at a message's last block are waited for before they are
     /// NACKed: zero until a NACKed block turns up late by itself (reordering, not loss).
     reorder_window: Duration,
@@ -235,6 +237,7 @@ impl Connection {
             },
             cwnd,
             ce_pending: false,
+            ip_ce: false,
             reorder_window: Duration::ZERO,
             nacks_due: VecDeque::new(),
             rounds_since_reorder: 0,
@@ -552,12 +555,11 @@ impl Connection {
         }
     }
 
-    /// The data packet being handled arrived with an IP "congestion experienced" mark (the
-    /// driver read it from the IP header): it counts as CB = 2. Call before handing the packet
-    /// over.
+    /// The packet handed over next arrived with an IP "congestion experienced" mark (the
+    /// driver read it from the IP header): if it is a valid data packet of this connection,
+    /// it counts as CB = 2. Call just before handing the packet over.
     pub fn note_congestion_experienced(&mut self) {
-        self.stats.ce_received += 1;
-        self.ce_pending = true;
+        self.ip_ce = true;
     }
 
     /// A congestion signal about message `seq` (a NACK or an echo): halves the congestion
@@ -678,6 +680,7 @@ impl Connection {
     pub fn handle_in_place(&mut self, now: Instant, repr: &Repr, slot: Slot) {
         if !self.fits_slot(repr, slot) {
             self.stats.bad_packet += 1;
+            self.ip_ce = false;
             return;
         }
         let len = repr.payload_len;
@@ -689,6 +692,7 @@ impl Connection {
             BlockBytes::Copy(p) => p,
             BlockBytes::InPlace { .. } => &[],
         };
+        let ip_ce = std::mem::take(&mut self.ip_ce);
         if self.state == State::Closed || self.state == State::NotInUse {
             return;
         }
@@ -701,8 +705,12 @@ impl Connection {
         self.stats.packets_received += 1;
         self.heard_since_echo = true;
         match repr.cb {
-            CB_CONGESTION_EXPERIENCED if repr.packet_type == PacketType::Data => {
-                self.note_congestion_experienced();
+            _ if repr.packet_type == PacketType::Data => {
+                // A mark in the SP header or in the IP header: one mark either way.
+                if ip_ce || repr.cb == CB_CONGESTION_EXPERIENCED {
+                    self.stats.ce_received += 1;
+                    self.ce_pending = true;
+                }
             }
             CB_ECHO if matches!(repr.packet_type, PacketType::Ack | PacketType::Nack) => {
                 self.stats.ecn_echoes += 1;

@@ -1127,6 +1127,44 @@ fn a_peer_that_ignores_the_window_is_refused() {
 }
 
 #[test]
+fn a_congestion_mark_counts_once_and_only_on_a_valid_data_packet() {
+    let mut net = Net::new(
+        0,
+        vec![(Config::default(), false), (Config::default(), true)],
+        Faults::default(),
+    );
+    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    net.run(Duration::from_millis(50), "connect");
+    let h1 = net.nodes[1].handles().next().unwrap();
+    let data = |src: u16, cb: u8| {
+        let mut pkt = Vec::new();
+        viastack_sp::wire::Repr {
+            packet_type: PacketType::Data,
+            dest_id: h1.0,
+            src_id: src,
+            cb,
+            flags: Flags::ST_CKS | Flags::ST_RTR,
+            tblock: 1,
+            mess_seq_no: 1,
+            ..Default::default()
+        }
+        .emit_into(b"hi", &mut pkt)
+        .unwrap();
+        pkt
+    };
+    let now = net.now;
+    // Marked in both headers: one mark.
+    net.nodes[1].handle_datagram_ecn(now, 0, &data(h.0, 2), true);
+    // From a stranger's connection id: dropped, its IP mark with it (not carried over to
+    // the next packet either).
+    net.nodes[1].handle_datagram_ecn(now, 0, &data(h.0 ^ 0x55, 0), true);
+    net.nodes[1].handle_datagram_ecn(now, 0, &data(h.0, 0), false);
+    let rx = net.nodes[1].connection(h1).unwrap().stats().clone();
+    assert_eq!(rx.ce_received, 1, "{rx:?}");
+    assert_eq!(rx.bad_packet, 1, "{rx:?}");
+}
+
+#[test]
 fn a_peer_that_forgot_the_connection_resets_it() {
     let mut net = Net::new(
         0,
