@@ -705,12 +705,12 @@ impl Connection {
         self.stats.packets_received += 1;
         self.heard_since_echo = true;
         match repr.cb {
-            _ if repr.packet_type == PacketType::Data => {
-                // A mark in the SP header or in the IP header: one mark either way.
-                if ip_ce || repr.cb == CB_CONGESTION_EXPERIENCED {
-                    self.stats.ce_received += 1;
-                    self.ce_pending = true;
-                }
+            // A mark in the SP header or in the IP header: one mark either way.
+            cb if repr.packet_type == PacketType::Data
+                && (ip_ce || cb == CB_CONGESTION_EXPERIENCED) =>
+            {
+                self.stats.ce_received += 1;
+                self.ce_pending = true;
             }
             CB_ECHO if matches!(repr.packet_type, PacketType::Ack | PacketType::Nack) => {
                 self.stats.ecn_echoes += 1;
