@@ -61,8 +61,9 @@ pub struct SpArgs {
     /// Timed transfers per protocol, size and set of connections.
     #[arg(long, default_value_t = 100)]
     transfers: usize,
-    /// Sets of connections per size (fresh sockets each); their transfers are pooled.
-    #[arg(long, default_value_t = 3)]
+    /// Sets of connections per size (fresh sockets each, the protocols opened in a rotated
+    /// order: 4 puts each protocol in each place once); their transfers are pooled.
+    #[arg(long, default_value_t = 4)]
     repeat: u32,
     /// Only these protocols (for profiling one of them), comma-separated.
     #[arg(long, value_delimiter = ',', hide = true)]
