@@ -305,9 +305,9 @@ type Round = [Option<f64>; 4];
 
 /// One set of connections for the protocols `on`, interleaved for `n` timed transfers each
 /// (after [`WARMUP`]); times are added to `series`, and each timed round to `rounds`. Set
-/// number `set` opens the protocols in an order rotated by `set`: on this VM the second and
-/// third lanes opened ran slow in phases (a third of their transfers at ~3× the others'),
-/// so each protocol takes each place in turn. A protocol that fails is reported and left out
+/// number `set` opens the protocols in an order rotated by `set`, so that each protocol takes
+/// each place in turn: with a fixed order, the second and third lanes opened ran slow in
+/// phases on this VM (a third of their transfers at ~3× the others'; see bench/README.md). A protocol that fails is reported and left out
 /// of the rest of the set.
 fn interleaved(
     on: &[bool; 4],
