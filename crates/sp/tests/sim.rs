@@ -887,6 +887,23 @@ fn a_reordering_path_is_learned_and_not_taken_for_loss() {
     );
 }
 
+/// A filter dropping the first transmission of block `pblock` of message `seq` from node 0.
+fn drop_once(seq: u16, pblock: u8) -> util::Filter {
+    let mut dropped = false;
+    Box::new(move |from, bytes| {
+        let Ok(p) = Packet::new_checked(bytes) else {
+            return false;
+        };
+        let hit = from == 0
+            && !dropped
+            && p.packet_type() == Ok(PacketType::Data)
+            && p.mess_seq_no() == seq
+            && p.pblock() == pblock;
+        dropped |= hit;
+        hit
+    })
+}
+
 #[test]
 fn a_long_round_trip_is_not_taken_for_congestion() {
     // 40 ms each way: the ACK timer's 50 ms floor is shorter than the round trip. The START
@@ -927,19 +944,7 @@ fn a_nack_halves_the_congestion_window_once() {
     net.jitter_us = 0;
     let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
     net.run(Duration::from_millis(50), "connect");
-    let mut dropped = false;
-    net.filter = Some(Box::new(move |from, bytes| {
-        let Ok(p) = Packet::new_checked(bytes) else {
-            return false;
-        };
-        let hit = from == 0
-            && !dropped
-            && p.packet_type() == Ok(PacketType::Data)
-            && p.mess_seq_no() == 3
-            && p.pblock() == 0;
-        dropped |= hit;
-        hit
-    }));
+    net.filter = Some(drop_once(3, 0));
     for i in 0..4u8 {
         let c = net.nodes[0].connection_mut(h).unwrap();
         c.send_message(vec![i; 2_000], 0).unwrap();
@@ -985,19 +990,7 @@ fn after_reordering_a_real_loss_is_nacked_when_the_reordering_window_passes() {
     assert!(net.nodes[1].connection(h1).unwrap().stats().reordered > 0);
     // Then block 0 of message 45 is lost once. Its NACK leaves when the reordering window
     // (a few ms) has passed, well before the ACK (50 ms) or reassembly (100 ms) timers.
-    let mut dropped = false;
-    net.filter = Some(Box::new(move |from, bytes| {
-        let Ok(p) = Packet::new_checked(bytes) else {
-            return false;
-        };
-        let hit = from == 0
-            && !dropped
-            && p.packet_type() == Ok(PacketType::Data)
-            && p.mess_seq_no() == 45
-            && p.pblock() == 0;
-        dropped |= hit;
-        hit
-    }));
+    net.filter = Some(drop_once(45, 0));
     send(&mut net, 40..50);
     net.run(Duration::from_millis(30), "repair");
     let n = net.events[1]

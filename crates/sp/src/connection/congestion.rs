@@ -66,24 +66,24 @@ impl Window {
     /// the sender will use. Halves the window unless `seq` was sent before the last reduction;
     /// true when it did.
     pub fn on_congestion(&mut self, seq: u64, next_seq: u64) -> bool {
-        if seq <= self.recover {
-            return false;
-        }
-        self.ssthresh = (self.cwnd / 2).max(self.min);
-        self.cwnd = self.ssthresh;
-        self.recover = next_seq.saturating_sub(1);
-        true
+        self.reduce(seq, next_seq, false)
     }
 
     /// A timeout with message `oldest` the oldest unacknowledged: the window drops to its
     /// minimum (RFC 5681 §3.1, the loss window) and the threshold to half of what it was,
     /// unless the window was reduced since `oldest` was sent; true when it did.
     pub fn on_timeout(&mut self, oldest: u64, next_seq: u64) -> bool {
-        if oldest <= self.recover {
+        self.reduce(oldest, next_seq, true)
+    }
+
+    /// Halves the threshold and sets the window to it (or, on a `timeout`, to the minimum),
+    /// unless message `seq` was sent before the last reduction.
+    fn reduce(&mut self, seq: u64, next_seq: u64, timeout: bool) -> bool {
+        if seq <= self.recover {
             return false;
         }
         self.ssthresh = (self.cwnd / 2).max(self.min);
-        self.cwnd = self.min;
+        self.cwnd = if timeout { self.min } else { self.ssthresh };
         self.recover = next_seq.saturating_sub(1);
         true
     }
