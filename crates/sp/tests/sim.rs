@@ -1074,11 +1074,13 @@ fn bad_packets_are_counted_and_dropped() {
     assert_eq!(ep.handles().count(), 0);
 }
 
-#[test]
-fn a_peer_that_ignores_the_window_is_refused() {
-    // A connected peer sends, for messages 2–101, one 64,000-byte block each, claiming 255
-    // blocks per message: 16 MB a message if the receiver believed it. The receiver's 8 MiB
-    // window holds none of them (message 1, the next to deliver, would be taken).
+/// Two default endpoints on a clean link, node 0 connected to node 1: the net and the
+/// connection's handle on each side.
+fn connected_pair() -> (
+    Net,
+    viastack_sp::ConnectionHandle,
+    viastack_sp::ConnectionHandle,
+) {
     let mut net = Net::new(
         0,
         vec![(Config::default(), false), (Config::default(), true)],
@@ -1087,6 +1089,15 @@ fn a_peer_that_ignores_the_window_is_refused() {
     let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
     net.run(Duration::from_millis(50), "connect");
     let h1 = net.nodes[1].handles().next().unwrap();
+    (net, h, h1)
+}
+
+#[test]
+fn a_peer_that_ignores_the_window_is_refused() {
+    // A connected peer sends, for messages 2–101, one 64,000-byte block each, claiming 255
+    // blocks per message: 16 MB a message if the receiver believed it. The receiver's 8 MiB
+    // window holds none of them (message 1, the next to deliver, would be taken).
+    let (mut net, h, h1) = connected_pair();
     let (src, dest) = (h.0, h1.0);
     for seq in 2..=101u16 {
         let mut pkt = Vec::new();
@@ -1121,14 +1132,7 @@ fn a_peer_that_ignores_the_window_is_refused() {
 
 #[test]
 fn a_congestion_mark_counts_once_and_only_on_a_valid_data_packet() {
-    let mut net = Net::new(
-        0,
-        vec![(Config::default(), false), (Config::default(), true)],
-        Faults::default(),
-    );
-    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
-    net.run(Duration::from_millis(50), "connect");
-    let h1 = net.nodes[1].handles().next().unwrap();
+    let (mut net, h, h1) = connected_pair();
     let data = |src: u16, cb: u8| {
         let mut pkt = Vec::new();
         viastack_sp::wire::Repr {
