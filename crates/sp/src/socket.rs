@@ -96,6 +96,9 @@ pub struct SpSocket {
     /// The clock's last reading ([`SpSocket::now`]): a round reads it once after its
     /// receive and uses it for the datagram, the timers and the answers.
     last: Monotonic,
+    /// A round returned early to hand over a message, before sending its answers (ACK): the
+    /// next round sends them first.
+    answers_due: bool,
     out: Vec<u8>,
     /// A whole datagram when no block is expected; the overflow beyond the lent region
     /// otherwise.
@@ -172,6 +175,7 @@ impl SpSocket {
             endpoint: Endpoint::new(config, accepting),
             epoch: Monotonic::now(),
             last: Monotonic::now(),
+            answers_due: false,
             out: Vec::with_capacity(70_000),
             inbuf: vec![0; 65_536],
             head: [0; HEADER_LEN],
@@ -447,6 +451,7 @@ impl SpSocket {
 
     /// [`flush_transmits`](Self::flush_transmits) with the clock already read.
     fn flush_transmits_at(&mut self, now: Instant) -> io::Result<()> {
+        self.answers_due = false;
         // The first packet alone: the receiver's (slow) wake-up starts while the rest are
         // checksummed and sent, instead of after a whole batch.
         let mut max = 1;
@@ -553,11 +558,16 @@ impl SpSocket {
     /// One round: wait for one datagram (or the next timer, or `deadline`), handle it, run
     /// due timers, and send what all that produced. A caller sends what its own command
     /// produced before its first round ([`flush_transmits`](Self::flush_transmits)); every
-    /// round ends by sending, so none begins with anything unsent. The clock is read once
+    /// round ends by sending — but one that completes a message returns at once, so that the
+    /// application gets it before its ACK leaves, and the next round (or the application's
+    /// next call) sends that ACK first. The clock is read once
     /// before the wait and once after the receive (the reading the datagram, the timers and
     /// the answers share): a 256 KiB message is five rounds, and each reading costs
     /// 30–60 ns on a VM.
     fn step(&mut self, deadline: Option<Monotonic>) -> io::Result<()> {
+        if self.answers_due {
+            self.flush_transmits()?;
+        }
         let now = self.now();
         let mut wait = POLL_QUANTUM;
         if let Some(t) = self.endpoint.poll_timeout() {
@@ -581,6 +591,7 @@ impl SpSocket {
                 if !self.messages.is_empty() {
                     // The application gets its message first; the answers (ACK) leave at the
                     // start of its next call, which a receiving loop makes at once.
+                    self.answers_due = true;
                     return Ok(());
                 }
                 // The reading `receive` took for the datagram.
