@@ -136,10 +136,14 @@ fn bench_sp_reports_every_protocol_and_draws_a_png() {
             "sp_reliable_vs_tcp",
             "sp_reliable_vs_udp_p50",
             "sp_reliable_vs_tcp_p50",
+            "sp_unreliable_vs_udp_p50",
+            "sp_unreliable_vs_tcp_p50",
         ] {
             assert!(row[r].as_f64().unwrap() > 0.0, "{r}: {row}");
         }
     }
+    let ci = &sizes[1]["sp_unreliable_vs_tcp_p50_ci95"];
+    assert!(ci[0].as_f64().unwrap() <= ci[1].as_f64().unwrap(), "{ci}");
     let bytes = std::fs::read(&png).unwrap();
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
 }

@@ -27,6 +27,10 @@
 //! `sp_reliable_vs_udp_p50` / `sp_reliable_vs_tcp_p50` on the p50s (the median is not moved
 //! by the few transfers that meet a wake-up storm, which the mean is).
 //!
+//! `sp_unreliable_vs_udp_p50` / `sp_unreliable_vs_tcp_p50` (with the latter's interval) show
+//! the same for SP UNRELIABLE, which sums only its 20-byte header: SP's framing alone, so that
+//! the distance between the two SP lines is mostly the cost of the payload sum.
+//!
 //! **Uncertainty.** Each p50 ratio comes with a 95 % confidence interval
 //! (`…_p50_ci95`) from a paired bootstrap over rounds: a round's transfers were made side by
 //! side, so resampling whole rounds keeps what they shared. The targets block says whether a
@@ -405,6 +409,14 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
         row.insert("sp_reliable_vs_udp_p50_ci95".into(), json!(ci_udp));
         row.insert("sp_reliable_vs_tcp_p50_ci95".into(), json!(ci_tcp));
         cis.push((ci_udp, ci_tcp));
+        // SP without the payload sum: how much of SP RELIABLE's distance to the references
+        // is the framing and how much the sum (bench/README.md).
+        row.insert("sp_unreliable_vs_udp_p50".into(), json!(q[1] / q[3]));
+        row.insert("sp_unreliable_vs_tcp_p50".into(), json!(q[1] / q[2]));
+        row.insert(
+            "sp_unreliable_vs_tcp_p50_ci95".into(),
+            json!(p50_ratio_ci95(&rounds, 1, 2)),
+        );
         row.insert("size".into(), json!(size));
         means.push(m);
         p50s.push(q);
