@@ -813,13 +813,12 @@ fn congested_transfer_over(
         attempts: 20,
         ..Config::default()
     };
-    let mut net = Net::new(seed, vec![(config.clone(), false), (config, true)], faults);
-    net.jitter_us = jitter_us;
-    if let Some(l) = latency {
-        net.latency = l;
-    }
-    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
-    net.run(Duration::from_millis(50), "connect");
+    let (mut net, h) = connect_pair(seed, config, faults, |net| {
+        net.jitter_us = jitter_us;
+        if let Some(l) = latency {
+            net.latency = l;
+        }
+    });
     for i in 0..60u8 {
         let c = net.nodes[0].connection_mut(h).unwrap();
         c.send_message(vec![i; 2_000], 0).unwrap();
@@ -936,14 +935,7 @@ fn a_nack_halves_the_congestion_window_once() {
         retrans_timeout: Duration::from_secs(30),
         ..Config::default()
     };
-    let mut net = Net::new(
-        0,
-        vec![(config.clone(), false), (config, true)],
-        Faults::default(),
-    );
-    net.jitter_us = 0;
-    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
-    net.run(Duration::from_millis(50), "connect");
+    let (mut net, h) = connect_pair(0, config, Faults::default(), |net| net.jitter_us = 0);
     net.filter = Some(drop_once(3, 0));
     for i in 0..4u8 {
         let c = net.nodes[0].connection_mut(h).unwrap();
@@ -969,14 +961,7 @@ fn after_reordering_a_real_loss_is_nacked_when_the_reordering_window_passes() {
         block_size: 1_000,
         ..Config::default()
     };
-    let mut net = Net::new(
-        1,
-        vec![(config.clone(), false), (config, true)],
-        Faults::default(),
-    );
-    net.jitter_us = 1_500;
-    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
-    net.run(Duration::from_millis(50), "connect");
+    let (mut net, h) = connect_pair(1, config, Faults::default(), |net| net.jitter_us = 1_500);
     let send = |net: &mut Net, range: std::ops::Range<u8>| {
         for i in range {
             let c = net.nodes[0].connection_mut(h).unwrap();
@@ -1074,6 +1059,21 @@ fn bad_packets_are_counted_and_dropped() {
     assert_eq!(ep.handles().count(), 0);
 }
 
+/// Two endpoints with `config` on a link with `faults` (and whatever `tune` sets before they
+/// meet), node 0 connected to node 1: the net and node 0's handle.
+fn connect_pair(
+    seed: u64,
+    config: Config,
+    faults: Faults,
+    tune: impl FnOnce(&mut Net),
+) -> (Net, viastack_sp::ConnectionHandle) {
+    let mut net = Net::new(seed, vec![(config.clone(), false), (config, true)], faults);
+    tune(&mut net);
+    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    net.run(Duration::from_millis(50), "connect");
+    (net, h)
+}
+
 /// Two default endpoints on a clean link, node 0 connected to node 1: the net and the
 /// connection's handle on each side.
 fn connected_pair() -> (
@@ -1081,13 +1081,7 @@ fn connected_pair() -> (
     viastack_sp::ConnectionHandle,
     viastack_sp::ConnectionHandle,
 ) {
-    let mut net = Net::new(
-        0,
-        vec![(Config::default(), false), (Config::default(), true)],
-        Faults::default(),
-    );
-    let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
-    net.run(Duration::from_millis(50), "connect");
+    let (net, h) = connect_pair(0, Config::default(), Faults::default(), |_| {});
     let h1 = net.nodes[1].handles().next().unwrap();
     (net, h, h1)
 }
