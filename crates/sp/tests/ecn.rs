@@ -4,9 +4,10 @@
 //!
 //! The marking path is a private network namespace whose loopback has an nftables rule
 //! setting CE on a fifth of the datagrams to the receiver's port, as a congested ECN router
-//! would. It needs root (to create the namespace) and the `ip` and `nft` tools (`.ci/run`
-//! installs iproute2 and nftables); without the right to create a namespace the test says so
-//! and passes, unless `VIASTACK_REQUIRE_NETNS` is set (as `.ci/run` does when it runs as root).
+//! would. It needs root (to create the namespace) and the `ip` and `nft` tools
+//! (`scripts/setup.sh`, run by the test command, installs iproute2 and nftables); without
+//! them, or without the right to create a namespace, the test says so and passes, unless
+//! `VIASTACK_REQUIRE_NETNS` is set (as `.ci/run` does when it runs as root).
 #![allow(clippy::unwrap_used)]
 
 use std::net::UdpSocket;
@@ -60,6 +61,25 @@ fn datagrams_leave_marked_ect0_unless_ecn_is_off() {
     }
 }
 
+/// Whether `tool` can be started (`ip -V`, `nft -v` print their versions).
+fn tool_runs(tool: &str) -> bool {
+    let flag = if tool == "ip" { "-V" } else { "-v" };
+    Command::new(tool)
+        .arg(flag)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Says why the test cannot run here and returns, unless CI demands it runs
+/// (`VIASTACK_REQUIRE_NETNS`, set by `.ci/run` as root): then the missing environment fails it.
+fn skip(reason: &str) {
+    assert!(
+        std::env::var_os("VIASTACK_REQUIRE_NETNS").is_none(),
+        "cannot run the ECN test: {reason}"
+    );
+    eprintln!("skipped: {reason}");
+}
+
 /// Runs `cmd` in the current network namespace; panics with its output if it fails.
 fn run(cmd: &str, args: &[&str]) {
     let out = Command::new(cmd)
@@ -78,13 +98,14 @@ fn a_path_that_marks_congestion_halves_the_senders_window() {
     // Namespaces belong to threads: this one gets its own network, and the threads it starts
     // inherit it.
     let t = std::thread::spawn(|| {
+        if let Some(tool) = ["ip", "nft"].into_iter().find(|t| !tool_runs(t)) {
+            skip(&format!(
+                "`{tool}` is not installed (scripts/setup.sh installs iproute2 and nftables as root)"
+            ));
+            return;
+        }
         if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
-            // CI runs as root and sets VIASTACK_REQUIRE_NETNS, so there it cannot be skipped.
-            assert!(
-                std::env::var_os("VIASTACK_REQUIRE_NETNS").is_none(),
-                "cannot create a network namespace: {e}"
-            );
-            eprintln!("skipped: cannot create a network namespace ({e}); needs root");
+            skip(&format!("cannot create a network namespace ({e}); needs root"));
             return;
         }
         run("ip", &["link", "set", "lo", "up"]);
