@@ -259,6 +259,19 @@ impl ChannelId {
     pub const NONE: ChannelId = ChannelId(u32::MAX);
 }
 
+/// An application's name for a message it sends. Every event a stack makes of that message on
+/// the sending node (its fragments, its retransmissions) carries the tag; it never travels on
+/// the wire. A layer that gives up on messages names them by their tags in the notice it sends
+/// up (`SendFailure` in the protocol library), so the application learns the fate of each
+/// message it sent, not only that "something" to a peer failed (DESIGN.md §4.7).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Tag(pub u64);
+
+impl Tag {
+    /// No tag: control traffic a layer makes itself (ACKs, heartbeats), and everything received.
+    pub const NONE: Tag = Tag(0);
+}
+
 /// Data of network events: who sent it, where it goes, and the bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sendable {
@@ -268,16 +281,26 @@ pub struct Sendable {
     pub dest: Dest,
     /// Headers and payload.
     pub message: Message,
+    /// The sending application's name for the message ([`Tag::NONE`] when it gave none, and on
+    /// every message received).
+    pub tag: Tag,
 }
 
 impl Sendable {
-    /// A sendable from `source` to `dest`.
+    /// A sendable from `source` to `dest`, untagged.
     pub fn new(source: NodeId, dest: Dest, message: Message) -> Self {
         Sendable {
             source,
             dest,
             message,
+            tag: Tag::NONE,
         }
+    }
+
+    /// This sendable with `tag`.
+    pub fn with_tag(mut self, tag: Tag) -> Self {
+        self.tag = tag;
+        self
     }
 }
 

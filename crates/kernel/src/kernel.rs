@@ -36,7 +36,7 @@ use crate::event::{
     Body, ChannelId, Direction, Event, Sendable, TimerFired, TimerId, CHANNEL_CLOSE, CHANNEL_INIT,
     DATAGRAM, PERIODIC_TIMER, TIMER,
 };
-use crate::layer::{LayerRef, Session, SessionId};
+use crate::layer::{Delivery, LayerRef, Session, SessionId};
 use crate::message::Message;
 use crate::qos::Qos;
 use crate::time::{Duration, Instant};
@@ -508,6 +508,19 @@ impl Context<'_> {
             .map(|c| c.name.as_str())
     }
 
+    /// What the layers below this session promise on the current channel (the event's):
+    /// [`Delivery::NONE`] when the session is not bound to it.
+    pub fn delivery_below(&self) -> Delivery {
+        self.core
+            .channels
+            .get(self.channel.0 as usize)
+            .and_then(|c| {
+                let slot = c.slot_of(self.session)?;
+                Some(c.qos.delivery_below(usize::from(slot)))
+            })
+            .unwrap_or(Delivery::NONE)
+    }
+
     /// A channel's QoS (to learn its layers: channel-aware sessions, seed 001 §3.2).
     pub fn channel_qos(&self, channel: ChannelId) -> Option<&Arc<Qos>> {
         self.core.channels.get(channel.0 as usize).map(|c| &c.qos)
@@ -734,6 +747,17 @@ impl Kernel {
             .iter()
             .position(|c| c.name == name)
             .map(|i| ChannelId(i as u32))
+    }
+
+    /// A channel's QoS.
+    pub fn channel_qos(&self, channel: ChannelId) -> Option<&Arc<Qos>> {
+        self.core.channels.get(channel.0 as usize).map(|c| &c.qos)
+    }
+
+    /// What a channel promises its application ([`Qos::delivery_below`] its top).
+    pub fn channel_delivery(&self, channel: ChannelId) -> Option<Delivery> {
+        self.channel_qos(channel)
+            .map(|q| q.delivery_below(q.layers().len()))
     }
 
     /// The sessions bound to a channel's slots, bottom first.

@@ -31,8 +31,65 @@ pub trait Layer: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// What the layers above this one may count on, given what the layers below it promise
+    /// (`below`): the QoS folds this from the bottom up at composition time, and a session
+    /// reads the promise it stands on with [`Context::delivery_below`]. A layer that loses,
+    /// duplicates or reorders nothing passes `below` on; a layer that repairs loss and order
+    /// (a reliable FIFO protocol) strengthens it; one that may drop or reorder weakens it.
+    ///
+    /// The default promises nothing: a layer that has not said what it does is not trusted
+    /// to keep its neighbours' promises.
+    ///
+    /// [`Context::delivery_below`]: crate::Context::delivery_below
+    fn delivery(&self, _below: Delivery) -> Delivery {
+        Delivery::NONE
+    }
+
     /// A new session of this layer.
     fn create_session(&self) -> Box<dyn Session>;
+}
+
+/// What a stack below some layer promises about the sendables it hands up: the delivery
+/// properties of seed 001 §1 (a QoS is the set of properties its layers compose), as far as the
+/// layers above need them to decide what they may discard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Delivery {
+    /// Every message sent down to a peer is handed up there exactly once, or its sender's
+    /// application is told it was not (or may not have been): nothing is lost silently. A layer
+    /// above a reliable one must not discard by time what will still arrive.
+    pub reliable: bool,
+    /// Messages from one source on one channel are handed up in the order they were sent.
+    pub fifo: bool,
+}
+
+impl Delivery {
+    /// No promise: datagrams may be lost, duplicated, reordered (a device's).
+    pub const NONE: Delivery = Delivery {
+        reliable: false,
+        fifo: false,
+    };
+    /// Exactly once (or reported) and in order per source: what `reliable-fifo` gives.
+    pub const RELIABLE_FIFO: Delivery = Delivery {
+        reliable: true,
+        fifo: true,
+    };
+
+    /// Whether both promises hold: at most one message per source is ever incomplete above,
+    /// and nothing that is incomplete will be abandoned without its sender being told.
+    pub fn is_reliable_fifo(self) -> bool {
+        self.reliable && self.fifo
+    }
+}
+
+impl std::fmt::Display for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match (self.reliable, self.fifo) {
+            (true, true) => "reliable fifo",
+            (true, false) => "reliable",
+            (false, true) => "fifo",
+            (false, false) => "best effort",
+        })
+    }
 }
 
 /// The dynamic side: one instance's state.

@@ -26,13 +26,13 @@ mod timer;
 pub use addr::{Dest, NodeId};
 pub use channel::{AutoBind, BindError, ChannelState};
 pub use event::{
-    Body, ChannelId, Direction, Event, EventType, EventTypeDef, Sendable, TimerFired, TimerId,
+    Body, ChannelId, Direction, Event, EventType, EventTypeDef, Sendable, Tag, TimerFired, TimerId,
 };
 pub use kernel::{
     ChannelCursor, ChannelError, Context, InjectError, Injector, Kernel, KernelConfig, Output,
     Transmit,
 };
-pub use layer::{Layer, LayerRef, Session, SessionId};
+pub use layer::{Delivery, Layer, LayerRef, Session, SessionId};
 pub use message::{Message, Truncated};
 pub use qos::{Qos, QosError};
 pub use time::{Duration, Instant};

@@ -7,11 +7,16 @@
 //! every event type registered so far, the ascending list of layer positions whose Φ contains the
 //! type or one of its ancestors: the route. Channels map routes to sessions; dispatch then only
 //! walks a precomputed array, so a layer that does not accept an event costs nothing.
+//!
+//! The QoS also folds, from the bottom up, what each layer promises the layers above it
+//! ([`Layer::delivery`](crate::Layer::delivery)): [`Qos::delivery_below`] tells a layer
+//! whether it stands on a reliable, ordered path, so it knows whether what is still missing
+//! will come.
 
 use std::sync::Arc;
 
-use crate::event::{ensure_builtins, kernel_provided, EventType};
-use crate::layer::LayerRef;
+use crate::event::{ensure_builtins, kernel_provided, EventType, SENDABLE};
+use crate::layer::{Delivery, LayerRef};
 
 /// Why a QoS was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,6 +60,8 @@ pub struct Qos {
     layers: Vec<LayerRef>,
     accepts: Vec<Vec<EventType>>,
     provided: Vec<EventType>,
+    /// `delivery[i]`: what the layers below position `i` promise (one more entry: the top).
+    delivery: Vec<Delivery>,
     routes: Vec<Box<[u16]>>,
 }
 
@@ -97,11 +104,26 @@ impl Qos {
             }
         }
         let accepts: Vec<Vec<EventType>> = layers.iter().map(|l| l.accepts()).collect();
+        let mut delivery = Vec::with_capacity(layers.len() + 1);
+        delivery.push(Delivery::NONE);
+        for (l, acc) in layers.iter().zip(&accepts) {
+            let below = delivery[delivery.len() - 1];
+            // A layer that is never handed a sendable cannot lose, copy or reorder one.
+            let sees_sendables = acc
+                .iter()
+                .any(|a| SENDABLE.id().is_a(*a) || a.is_a(SENDABLE.id()));
+            delivery.push(if sees_sendables {
+                l.delivery(below)
+            } else {
+                below
+            });
+        }
         let mut qos = Qos {
             name,
             layers,
             accepts,
             provided,
+            delivery,
             routes: Vec::new(),
         };
         qos.routes = EventType::all()
@@ -119,6 +141,12 @@ impl Qos {
     /// The layers, bottom first.
     pub fn layers(&self) -> &[LayerRef] {
         &self.layers
+    }
+
+    /// What the layers below position `pos` (bottom = 0) promise about the sendables they hand
+    /// up; `pos` = the number of layers gives what the application gets.
+    pub fn delivery_below(&self, pos: usize) -> Delivery {
+        self.delivery.get(pos).copied().unwrap_or_default()
     }
 
     /// Γ of the whole QoS, kernel-provided types included.

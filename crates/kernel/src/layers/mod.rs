@@ -11,7 +11,7 @@ pub use device::{Device, DeviceSession};
 
 use crate::event::{Event, EventType, EVENT};
 use crate::kernel::Context;
-use crate::layer::{Layer, Session};
+use crate::layer::{Delivery, Layer, Session};
 
 /// A layer that accepts nothing.
 #[derive(Debug, Clone)]
@@ -67,6 +67,10 @@ impl Layer for Ghost {
     }
     fn accepts(&self) -> Vec<EventType> {
         vec![EVENT.id()]
+    }
+    /// It forwards everything untouched.
+    fn delivery(&self, below: Delivery) -> Delivery {
+        below
     }
     fn create_session(&self) -> Box<dyn Session> {
         Box::new(GhostSession::default())
