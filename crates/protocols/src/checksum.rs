@@ -21,7 +21,7 @@
 //! Memory: none per peer; the session is stateless.
 
 use viastack_kernel::event::SENDABLE;
-use viastack_kernel::{Context, Direction, Event, EventType, Layer, Session};
+use viastack_kernel::{Context, Delivery, Direction, Event, EventType, Layer, Session};
 
 /// Bytes of the header.
 pub const HEADER_LEN: usize = 4;
@@ -54,6 +54,10 @@ impl Layer for Checksum {
     /// Meaningless without a layer below that generates sendables (a device).
     fn requires(&self) -> Vec<EventType> {
         vec![SENDABLE.id()]
+    }
+    /// Drops only what arrives damaged: what the layers below promise holds above it.
+    fn delivery(&self, below: Delivery) -> Delivery {
+        below
     }
     fn create_session(&self) -> Box<dyn Session> {
         Box::new(ChecksumSession)

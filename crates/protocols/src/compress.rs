@@ -36,7 +36,7 @@ use lz4_flex::block::{compress_into, decompress_into, get_maximum_output_size};
 
 use viastack_kernel::event::SENDABLE;
 use viastack_kernel::message::DEFAULT_HEADROOM;
-use viastack_kernel::{Context, Direction, Event, EventType, Layer, Message, Session};
+use viastack_kernel::{Context, Delivery, Direction, Event, EventType, Layer, Message, Session};
 
 /// Flag of a message sent as it is.
 pub const RAW: u8 = 0;
@@ -95,6 +95,10 @@ impl Layer for Compress {
     /// Meaningless without a layer below that generates sendables (a device).
     fn requires(&self) -> Vec<EventType> {
         vec![SENDABLE.id()]
+    }
+    /// Drops only what arrives damaged: what the layers below promise holds above it.
+    fn delivery(&self, below: Delivery) -> Delivery {
+        below
     }
     fn create_session(&self) -> Box<dyn Session> {
         Box::new(CompressSession {

@@ -41,7 +41,7 @@ use std::collections::HashMap;
 
 use viastack_kernel::event::{CHANNEL_CLOSE, SENDABLE};
 use viastack_kernel::{
-    ChannelId, Context, Dest, Direction, Event, EventType, Layer, NodeId, Session,
+    ChannelId, Context, Delivery, Dest, Direction, Event, EventType, Layer, NodeId, Session,
 };
 
 use crate::peers::{draw_epoch, LruMap, Seen, SeqWindow};
@@ -99,6 +99,14 @@ impl Layer for Dedup {
     /// Meaningless without a layer below that generates sendables (a device).
     fn requires(&self) -> Vec<EventType> {
         vec![SENDABLE.id()]
+    }
+    /// Over a FIFO path no copy and no late message comes, so nothing is dropped; over one
+    /// that reorders, a message later than the window is dropped (`too_old`).
+    fn delivery(&self, below: Delivery) -> Delivery {
+        Delivery {
+            reliable: below.reliable && below.fifo,
+            fifo: below.fifo,
+        }
     }
     fn create_session(&self) -> Box<dyn Session> {
         Box::new(DedupSession::new(self.config))

@@ -62,7 +62,7 @@ use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
 
 use viastack_kernel::event::{CHANNEL_CLOSE, SENDABLE};
 use viastack_kernel::{
-    ChannelId, Context, Direction, Event, EventType, Layer, Message, NodeId, Session,
+    ChannelId, Context, Delivery, Direction, Event, EventType, Layer, Message, NodeId, Session,
 };
 
 use crate::peers::{draw_epoch, LruMap, Seen, SeqWindow};
@@ -269,6 +269,14 @@ impl Layer for Encrypt {
     /// Meaningless without a layer below that generates sendables (a device).
     fn requires(&self) -> Vec<EventType> {
         vec![SENDABLE.id()]
+    }
+    /// Over a FIFO path counters only grow, so nothing falls behind the replay window; over
+    /// one that reorders, a packet older than the window is dropped (`too_old`).
+    fn delivery(&self, below: Delivery) -> Delivery {
+        Delivery {
+            reliable: below.reliable && below.fifo,
+            fifo: below.fifo,
+        }
     }
     fn create_session(&self) -> Box<dyn Session> {
         Box::new(EncryptSession {

@@ -29,7 +29,7 @@ use rand::RngCore;
 
 use viastack_kernel::event::{CHANNEL_CLOSE, SENDABLE};
 use viastack_kernel::{
-    ChannelId, Context, Dest, Direction, Event, EventType, Layer, NodeId, Session,
+    ChannelId, Context, Delivery, Dest, Direction, Event, EventType, Layer, NodeId, Session,
 };
 
 /// The `fifo` layer.
@@ -55,6 +55,14 @@ impl Layer for Fifo {
     /// Meaningless without a layer below that generates sendables (a device).
     fn requires(&self) -> Vec<EventType> {
         vec![SENDABLE.id()]
+    }
+    /// In order per source; over a path that reorders, a late message is dropped, so only a
+    /// FIFO path keeps its reliability through this layer.
+    fn delivery(&self, below: Delivery) -> Delivery {
+        Delivery {
+            reliable: below.reliable && below.fifo,
+            fifo: true,
+        }
     }
     fn create_session(&self) -> Box<dyn Session> {
         Box::new(FifoSession::default())

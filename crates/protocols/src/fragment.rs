@@ -1,25 +1,35 @@
 //! `fragment`: splits messages larger than `mtu` bytes into fragments and reassembles them at
-//! the receiver, with a reassembly timeout and a per-session memory bound.
+//! the receiver, within a per-session memory bound; what it cannot reassemble it reports.
 //!
-//! Wire format (network byte order), pushed in front of each fragment's bytes:
+//! # Wire format (network byte order)
 //!
-//! | bytes | field |
-//! | --- | --- |
-//! | 4 | message id: per (channel, destination), from a random start, wrapping |
-//! | 2 | fragment index, from 0 |
-//! | 2 | fragment count, ≥ 1 (1: the message was not split) |
-//! | 4 | offset of this fragment's bytes in the message |
-//! | 4 | total length of the message |
+//! Every fragment starts with a type byte: version (high nibble, 1) and kind (low nibble).
+//!
+//! FRAGMENT (`0x11`), 17 bytes, followed by the fragment's bytes:
+//!
+//! | offset | bytes | field |
+//! | --- | --- | --- |
+//! | 0 | 1 | type `0x11` |
+//! | 1 | 4 | message id: per (channel, destination), from a random start, wrapping |
+//! | 5 | 2 | fragment index, from 0 |
+//! | 7 | 2 | fragment count, ≥ 1 (1: the message was not split) |
+//! | 9 | 4 | offset of this fragment's bytes in the message |
+//! | 13 | 4 | total length of the message |
+//!
+//! REFUSED (`0x12`), 5 bytes, nothing after: the receiver will not reassemble message `id`
+//! (bytes 1–4) of the channel from this node; it goes back to the sender, whose session
+//! reports the message's tag up in a `SendRefused` notice.
 //!
 //! Every message carries the header, split or not, so a receiver never has to guess. The
 //! sender cuts the message into `count = ceil(len / mtu)` pieces of `mtu` bytes (the last one
 //! shorter); an empty message is one fragment of 0 bytes.
 //!
-//! Receiving, a fragment is checked before any memory is committed to it, and dropped and
-//! counted if it contradicts itself or what is known of its message:
-//! `fragment.truncated` (shorter than the header), `fragment.malformed` (count 0, index ≥
-//! count, a single fragment whose bytes are not the whole message, or bytes reaching past the
-//! total), `fragment.too_large` (a total above `max_reassembly_bytes`: it could never fit),
+//! # Receiving
+//!
+//! A fragment is checked before any memory is committed to it, and dropped and counted if it
+//! contradicts itself or what is known of its message: `fragment.truncated` (shorter than its
+//! header), `fragment.unknown_type`, `fragment.malformed` (count 0, index ≥ count, a single
+//! fragment whose bytes are not the whole message, or bytes reaching past the total),
 //! `fragment.inconsistent` (a count or total other than the first fragment of that id said),
 //! `fragment.duplicate` (that index was already received). A message of one fragment is
 //! forwarded at once without a copy (and without duplicate suppression, which is
@@ -29,15 +39,33 @@
 //! first fragment, and copies each fragment's bytes straight to their offset: every payload
 //! byte is copied once. Memory is accounted as the message's total plus a fixed overhead
 //! ([`ENTRY_OVERHEAD`]) plus its index bitmap, and never exceeds `max_reassembly_bytes` per
-//! session under any input: to admit a new message the oldest incomplete ones are evicted
-//! (`fragment.evicted`). An incomplete message older than `reassembly_timeout` is dropped
-//! (`fragment.timeout`); the sweep runs on one timer armed for the oldest message's deadline.
-//! Dropped messages are counted by message, not by fragment. A completed message counts
-//! `fragment.reassembled`.
+//! session under any input. A completed message counts `fragment.reassembled`. What happens to
+//! a message that cannot be completed depends on what the layers below promise
+//! ([`Context::delivery_below`]):
+//!
+//! - **Over a best-effort path** (a device, a fault injector) a missing fragment may never
+//!   come: an incomplete message older than `reassembly_timeout` is dropped
+//!   (`fragment.timeout`; one timer armed for the oldest message's deadline), and to admit a
+//!   new message the oldest incomplete ones are evicted (`fragment.evicted`). Dropped messages
+//!   are counted by message, not by fragment.
+//! - **Over a reliable FIFO path** (`reliable-fifo`, `sp`) every fragment will come unless its
+//!   sender is told it will not, and the fragments of one message arrive together and in
+//!   order. Nothing is dropped by time (a partition may last longer than any timer here while
+//!   the reliable layer below still repairs it); at most one message per (channel, source) is
+//!   incomplete, and a fragment of the next message means its sender abandoned the previous
+//!   one (its reliable layer gave up on it and reported it: `fragment.abandoned`). When a new
+//!   message does not fit the bound (after evicting best-effort partials), it is refused: its
+//!   fragments are dropped (`fragment.refused`) and a REFUSED segment tells the sender, whose
+//!   application gets the message's tag back in a `SendRefused` notice. Nothing the sender was
+//!   not told of is lost.
+//!
+//! The sender remembers the tags of its last [`REMEMBERED_TAGS`] split messages per (channel,
+//! destination) to name a refused one; a REFUSED for a message it no longer remembers is still
+//! reported, without a tag (`fragment.refused_unknown`).
 //!
 //! Splitting copies each byte once (into its fragment's own buffer, behind fresh headroom for
 //! the lower layers' headers); the first fragment reuses the original buffer, so it is not
-//! copied at all.
+//! copied at all. Every fragment carries the message's [`Tag`].
 
 use std::collections::VecDeque;
 
@@ -45,28 +73,45 @@ use fnv::FnvHashMap;
 use viastack_kernel::event::{CHANNEL_CLOSE, SENDABLE, TIMER};
 use viastack_kernel::message::DEFAULT_HEADROOM;
 use viastack_kernel::{
-    Body, ChannelId, Context, Dest, Direction, Duration, Event, EventType, Instant, Layer, Message,
-    NodeId, Sendable, Session, TimerId,
+    Body, ChannelId, Context, Delivery, Dest, Direction, Duration, Event, EventType, Instant,
+    Layer, Message, NodeId, Sendable, Session, Tag, TimerId,
 };
 
+use crate::events::{failure, SEND_REFUSED};
 use crate::peers::draw_epoch;
 
-/// Bytes of the header.
-pub const HEADER_LEN: usize = 16;
+/// Version of the format (the high nibble of the type byte).
+pub const VERSION: u8 = 1;
+/// Type byte of a FRAGMENT.
+pub const TYPE_FRAGMENT: u8 = VERSION << 4 | 1;
+/// Type byte of a REFUSED.
+pub const TYPE_REFUSED: u8 = VERSION << 4 | 2;
+
+/// Bytes of a FRAGMENT header.
+pub const HEADER_LEN: usize = 17;
+
+/// Bytes of a REFUSED segment.
+pub const REFUSED_LEN: usize = 5;
 
 /// Bytes accounted per message under reassembly besides its payload and bitmap (the map entry,
 /// the order queue entry and the allocation's bookkeeping, rounded up).
 pub const ENTRY_OVERHEAD: usize = 128;
 
+/// Split messages per (channel, destination) whose tags a sender remembers, to name one its
+/// receiver refuses. A receiver over a reliable FIFO path refuses a message when its first
+/// fragment arrives, so the sender is at most its reliable layer's send buffer ahead (1,024
+/// segments by default, so at most 512 split messages): four times that.
+pub const REMEMBERED_TAGS: usize = 4096;
+
 /// Parameters of [`Fragment`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
-    /// Largest fragment payload, bytes. Default 1400: with this layer's 16 bytes, the
-    /// reliable-fifo (21), checksum (4) and device (2) headers and IPv6 + UDP (48) a datagram
+    /// Largest fragment payload, bytes. Default 1400: with this layer's 17 bytes, the
+    /// reliable-fifo (25), checksum (4) and device (2) headers and IPv6 + UDP (48) a datagram
     /// stays under Ethernet's 1500-byte MTU (RFC 894), so IP never fragments (RFC 8085 §3.2).
     pub mtu: usize,
-    /// How long an incomplete message is kept. Default 2 s: two of RFC 6298's 1 s initial
-    /// retransmission timeouts of a reliable layer below, and well under IPv4's 15 s initial
+    /// How long an incomplete message is kept over a best-effort path (over a reliable one,
+    /// messages are never dropped by time). Default 2 s: well under IPv4's 15 s initial
     /// reassembly timer (RFC 791 §3.2), which is meant for a whole internet path.
     pub reassembly_timeout: Duration,
     /// Bytes of reassembly state per session. Default 4 MiB: 64 messages of 64 KiB.
@@ -112,6 +157,15 @@ impl Layer for Fragment {
     fn requires(&self) -> Vec<EventType> {
         vec![SENDABLE.id()]
     }
+    /// REFUSED segments, and the notice naming a refused message.
+    fn provides(&self) -> Vec<EventType> {
+        vec![SENDABLE.id(), SEND_REFUSED.id()]
+    }
+    /// Over a best-effort path it may drop incomplete messages (which were not promised);
+    /// over a reliable one it drops nothing it does not report.
+    fn delivery(&self, below: Delivery) -> Delivery {
+        below
+    }
     fn create_session(&self) -> Box<dyn Session> {
         Box::new(FragmentSession::new(self.config))
     }
@@ -132,30 +186,93 @@ pub struct Header {
     pub total: u32,
 }
 
+/// A parsed segment of this layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Segment {
+    /// A fragment; its bytes stay in the message.
+    Fragment(Header),
+    /// The receiver refused message `id`.
+    Refused(u32),
+}
+
+/// Why a segment was refused by the decoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// Shorter than its header.
+    #[error("truncated")]
+    Truncated,
+    /// A type byte of another version or an unknown kind.
+    #[error("unknown type byte {0:#04x}")]
+    UnknownType(u8),
+    /// A REFUSED with bytes after its id.
+    #[error("trailing bytes after a REFUSED")]
+    Trailing,
+}
+
+impl Error {
+    /// The counter a drop for this reason is counted under.
+    pub fn counter(&self) -> &'static str {
+        match self {
+            Error::Truncated => "truncated",
+            Error::UnknownType(_) => "unknown_type",
+            Error::Trailing => "malformed",
+        }
+    }
+}
+
+impl From<viastack_kernel::Truncated> for Error {
+    fn from(_: viastack_kernel::Truncated) -> Self {
+        Error::Truncated
+    }
+}
+
 impl Header {
-    /// Pushes the header in front of `m`.
+    /// Pushes the header (with its type byte) in front of `m`.
     pub fn emit(&self, m: &mut Message) {
         m.push_u32(self.total);
         m.push_u32(self.offset);
         m.push_u16(self.count);
         m.push_u16(self.index);
         m.push_u32(self.id);
+        m.push_u8(TYPE_FRAGMENT);
     }
+}
 
-    /// Pops a header from `m`.
+impl Segment {
+    /// Pops a segment's header from `m` (a fragment's bytes stay in `m`).
     ///
     /// # Errors
-    /// [`viastack_kernel::Truncated`] when `m` is shorter than [`HEADER_LEN`] (then `m` may
-    /// have lost some bytes: the caller drops it).
-    pub fn parse(m: &mut Message) -> Result<Header, viastack_kernel::Truncated> {
-        m.peek(HEADER_LEN)?;
-        Ok(Header {
-            id: m.pop_u32()?,
-            index: m.pop_u16()?,
-            count: m.pop_u16()?,
-            offset: m.pop_u32()?,
-            total: m.pop_u32()?,
-        })
+    /// [`Error`] when `m` holds no valid header (then `m` may have lost some bytes: the caller
+    /// drops it).
+    pub fn parse(m: &mut Message) -> Result<Segment, Error> {
+        match m.pop_u8()? {
+            TYPE_FRAGMENT => {
+                m.peek(HEADER_LEN - 1)?;
+                Ok(Segment::Fragment(Header {
+                    id: m.pop_u32()?,
+                    index: m.pop_u16()?,
+                    count: m.pop_u16()?,
+                    offset: m.pop_u32()?,
+                    total: m.pop_u32()?,
+                }))
+            }
+            TYPE_REFUSED => {
+                let id = m.pop_u32()?;
+                if !m.is_empty() {
+                    return Err(Error::Trailing);
+                }
+                Ok(Segment::Refused(id))
+            }
+            other => Err(Error::UnknownType(other)),
+        }
+    }
+
+    /// A REFUSED segment for message `id`, with headroom for the lower layers.
+    pub fn refused(id: u32) -> Message {
+        let mut m = Message::new();
+        m.push_u32(id);
+        m.push_u8(TYPE_REFUSED);
+        m
     }
 }
 
@@ -165,7 +282,8 @@ type Key = (ChannelId, NodeId, u32);
 #[derive(Debug)]
 struct Partial {
     gen: u64,
-    deadline: Instant,
+    /// When it is dropped (over a best-effort path); None over a reliable one.
+    deadline: Option<Instant>,
     count: u16,
     buf: Vec<u8>,
     have: Vec<u64>,
@@ -178,9 +296,16 @@ struct Partial {
 pub struct FragmentSession {
     config: Config,
     next_id: FnvHashMap<(ChannelId, Dest), u32>,
+    /// The tags of the last split messages per (channel, destination), to name a refused one.
+    sent: FnvHashMap<(ChannelId, Dest), VecDeque<(u32, Tag)>>,
     partial: FnvHashMap<Key, Partial>,
-    /// Messages by arrival of their first fragment (oldest first); entries whose generation no
-    /// longer matches are stale and skipped.
+    /// Over a reliable FIFO path: the one message under reassembly per (channel, source).
+    current: FnvHashMap<(ChannelId, NodeId), u32>,
+    /// Over a reliable FIFO path: the message refused last per (channel, source), whose later
+    /// fragments are dropped.
+    refused: FnvHashMap<(ChannelId, NodeId), u32>,
+    /// Best-effort messages by arrival of their first fragment (oldest first); entries whose
+    /// generation no longer matches are stale and skipped.
     order: VecDeque<(Key, u64)>,
     gen: u64,
     /// Bytes accounted to `partial`.
@@ -194,7 +319,10 @@ impl FragmentSession {
         FragmentSession {
             config,
             next_id: FnvHashMap::default(),
+            sent: FnvHashMap::default(),
             partial: FnvHashMap::default(),
+            current: FnvHashMap::default(),
+            refused: FnvHashMap::default(),
             order: VecDeque::new(),
             gen: 0,
             bytes: 0,
@@ -223,6 +351,9 @@ impl FragmentSession {
         let (Ok(total), Ok(count)) = (u32::try_from(len), u16::try_from(len.div_ceil(mtu).max(1)))
         else {
             ctx.count("too_large_to_send");
+            if let Some(notice) = refusal(channel, s.dest, s.tag) {
+                ctx.go(notice);
+            }
             return;
         };
         // A random first id (seeded generator mixed with the time): a restarted sender does
@@ -240,10 +371,17 @@ impl FragmentSession {
             offset: 0,
             total,
         };
+        let (source, dest, tag) = (s.source, s.dest, s.tag);
         if count > 1 {
             ctx.count_n("fragments", u64::from(count));
+            if tag != Tag::NONE {
+                let sent = self.sent.entry((channel, dest)).or_default();
+                if sent.len() == REMEMBERED_TAGS {
+                    sent.pop_front();
+                }
+                sent.push_back((id, tag));
+            }
         }
-        let (source, dest) = (s.source, s.dest);
         // Fragments 1.. are copied out; the first keeps the original buffer (truncated, its
         // headroom intact), so a message just over the MTU copies only its tail.
         let mut rest = Vec::with_capacity(usize::from(count) - 1);
@@ -266,7 +404,7 @@ impl FragmentSession {
                 ty,
                 Direction::Down,
                 channel,
-                Sendable::new(source, dest, m),
+                Sendable::new(source, dest, m).with_tag(tag),
             ));
         }
     }
@@ -276,9 +414,17 @@ impl FragmentSession {
         let Some(s) = event.sendable_mut() else {
             return;
         };
-        let Ok(h) = Header::parse(&mut s.message) else {
-            ctx.count("truncated");
-            return;
+        let h = match Segment::parse(&mut s.message) {
+            Ok(Segment::Fragment(h)) => h,
+            Ok(Segment::Refused(id)) => {
+                let source = s.source;
+                self.on_refused(channel, source, id, ctx);
+                return;
+            }
+            Err(e) => {
+                ctx.count(e.counter());
+                return;
+            }
         };
         let len = s.message.len();
         let total = h.total as usize;
@@ -291,53 +437,23 @@ impl FragmentSession {
             ctx.count("malformed");
             return;
         }
+        let source = s.source;
+        let reliable = ctx.delivery_below().is_reliable_fifo();
         if h.count == 1 {
+            if reliable {
+                self.abandon_current(channel, source, ctx);
+            }
             ctx.go(event);
             return;
         }
-        let key = (channel, s.source, h.id);
-        let now = ctx.now();
+        let key = (channel, source, h.id);
         if let Some(p) = self.partial.get(&key) {
             if p.count != h.count || p.buf.len() != total {
                 ctx.count("inconsistent");
                 return;
             }
-        } else {
-            let cost = total + (usize::from(h.count)).div_ceil(64) * 8 + ENTRY_OVERHEAD;
-            if cost > self.config.max_reassembly_bytes {
-                ctx.count("too_large");
-                return;
-            }
-            while self.bytes + cost > self.config.max_reassembly_bytes {
-                if !self.evict_oldest() {
-                    break;
-                }
-                ctx.count("evicted");
-            }
-            self.gen += 1;
-            let deadline = now + self.config.reassembly_timeout;
-            self.partial.insert(
-                key,
-                Partial {
-                    gen: self.gen,
-                    deadline,
-                    count: h.count,
-                    buf: vec![0; total],
-                    have: vec![0; usize::from(h.count).div_ceil(64)],
-                    received: 0,
-                    cost,
-                },
-            );
-            self.bytes += cost;
-            self.order.push_back((key, self.gen));
-            self.compact_order();
-            // The oldest message's deadline (the timer may have been lost with a closed channel).
-            let first = self
-                .order
-                .front()
-                .and_then(|(k, _)| self.partial.get(k))
-                .map_or(deadline, |p| p.deadline);
-            self.arm(first, ctx);
+        } else if !self.admit(key, h, reliable, ctx) {
+            return;
         }
         let Some(p) = self.partial.get_mut(&key) else {
             return;
@@ -358,23 +474,132 @@ impl FragmentSession {
         if p.received < p.count {
             return;
         }
-        let Some(p) = self.partial.remove(&key) else {
+        let Some(p) = self.remove(&key) else {
             return;
         };
-        self.bytes -= p.cost;
         self.compact_order();
         ctx.count("reassembled");
         s.message = Message::from_wire(p.buf);
         ctx.go(event);
     }
 
-    /// Drops the oldest incomplete message; false if there is none.
+    /// Starts reassembling message `key`, whose first fragment (header `h`) just arrived, or
+    /// refuses it (false).
+    fn admit(&mut self, key: Key, h: Header, reliable: bool, ctx: &mut Context<'_>) -> bool {
+        let (channel, source, id) = key;
+        let cost = h.total as usize + usize::from(h.count).div_ceil(64) * 8 + ENTRY_OVERHEAD;
+        let max = self.config.max_reassembly_bytes;
+        let deadline = if reliable {
+            if self.refused.get(&(channel, source)) == Some(&id) {
+                return false; // a later fragment of a message refused (and counted) already
+            }
+            self.abandon_current(channel, source, ctx);
+            None
+        } else {
+            if cost > max {
+                ctx.count("too_large");
+                return false;
+            }
+            Some(ctx.now() + self.config.reassembly_timeout)
+        };
+        // Best-effort messages make room; reliable ones are never evicted (they will complete).
+        while self.bytes + cost > max && self.evict_oldest() {
+            ctx.count("evicted");
+        }
+        if self.bytes + cost > max {
+            if reliable {
+                ctx.count("refused");
+                self.refused.insert((channel, source), id);
+                ctx.go(Event::sendable(
+                    SENDABLE.id(),
+                    Direction::Down,
+                    channel,
+                    Sendable::new(ctx.node(), Dest::Node(source), Segment::refused(id)),
+                ));
+            } else {
+                ctx.count("no_room"); // reliable messages of other channels fill the bound
+            }
+            return false;
+        }
+        self.gen += 1;
+        self.partial.insert(
+            key,
+            Partial {
+                gen: self.gen,
+                deadline,
+                count: h.count,
+                buf: vec![0; h.total as usize],
+                have: vec![0; usize::from(h.count).div_ceil(64)],
+                received: 0,
+                cost,
+            },
+        );
+        self.bytes += cost;
+        match deadline {
+            None => {
+                self.current.insert((channel, source), id);
+                self.refused.remove(&(channel, source));
+            }
+            Some(deadline) => {
+                self.order.push_back((key, self.gen));
+                self.compact_order();
+                // The oldest message's deadline (the timer may have been lost with a closed
+                // channel).
+                let first = self
+                    .order
+                    .front()
+                    .and_then(|(k, _)| self.partial.get(k))
+                    .and_then(|p| p.deadline)
+                    .unwrap_or(deadline);
+                self.arm(first, ctx);
+            }
+        }
+        true
+    }
+
+    /// Message `id` of `channel`, sent by this node to `peer`, was refused there: its tag goes
+    /// up in a `SendRefused` notice.
+    fn on_refused(&mut self, channel: ChannelId, peer: NodeId, id: u32, ctx: &mut Context<'_>) {
+        let tag = [Dest::Node(peer), Dest::Broadcast].iter().find_map(|d| {
+            self.sent
+                .get(&(channel, *d))
+                .and_then(|q| q.iter().rev().find(|(i, _)| *i == id))
+                .map(|(_, t)| *t)
+        });
+        ctx.count("refused_by_peer");
+        if tag.is_none() {
+            ctx.count("refused_unknown");
+        }
+        ctx.go(failure(&SEND_REFUSED, channel, peer, tag));
+    }
+
+    /// Over a reliable FIFO path, a message from `source` arrived: the one under reassembly
+    /// before it will never complete (its sender abandoned it, and was told so by its reliable
+    /// layer).
+    fn abandon_current(&mut self, channel: ChannelId, source: NodeId, ctx: &mut Context<'_>) {
+        if let Some(old) = self.current.remove(&(channel, source)) {
+            if self.remove(&(channel, source, old)).is_some() {
+                ctx.count("abandoned");
+            }
+        }
+    }
+
+    /// Forgets message `key`'s reassembly state, returning it.
+    fn remove(&mut self, key: &Key) -> Option<Partial> {
+        let p = self.partial.remove(key)?;
+        self.bytes -= p.cost;
+        let (channel, source, id) = *key;
+        if self.current.get(&(channel, source)) == Some(&id) {
+            self.current.remove(&(channel, source));
+        }
+        Some(p)
+    }
+
+    /// Drops the oldest incomplete best-effort message; false if there is none.
     fn evict_oldest(&mut self) -> bool {
         while let Some((key, gen)) = self.order.pop_front() {
             if self.partial.get(&key).is_some_and(|p| p.gen == gen) {
-                if let Some(p) = self.partial.remove(&key) {
-                    self.bytes -= p.cost;
-                }
+                self.remove(&key);
                 return true;
             }
         }
@@ -415,21 +640,32 @@ impl FragmentSession {
         }
         let now = ctx.now();
         while let Some((key, gen)) = self.order.front().copied() {
-            let Some(p) = self.partial.get(&key).filter(|p| p.gen == gen) else {
+            let Some(deadline) = self
+                .partial
+                .get(&key)
+                .filter(|p| p.gen == gen)
+                .and_then(|p| p.deadline)
+            else {
                 self.order.pop_front();
                 continue;
             };
-            if p.deadline > now {
-                let at = p.deadline;
-                self.arm(at, ctx);
+            if deadline > now {
+                self.arm(deadline, ctx);
                 break;
             }
             self.order.pop_front();
-            if let Some(p) = self.partial.remove(&key) {
-                self.bytes -= p.cost;
-            }
+            self.remove(&key);
             ctx.count("timeout");
         }
+    }
+}
+
+/// A `SendRefused` notice for a message this layer cannot send (more than 65,535 fragments or
+/// 4 GiB): to a node its tag comes back; a broadcast is only counted.
+fn refusal(channel: ChannelId, dest: Dest, tag: Tag) -> Option<Event> {
+    match dest {
+        Dest::Node(peer) => Some(failure(&SEND_REFUSED, channel, peer, [tag])),
+        Dest::Broadcast => None,
     }
 }
 
@@ -444,6 +680,9 @@ impl Session for FragmentSession {
         if event.ty() == CHANNEL_CLOSE.id() {
             let channel = event.channel();
             self.next_id.retain(|(c, _), _| *c != channel);
+            self.sent.retain(|(c, _), _| *c != channel);
+            self.current.retain(|(c, _), _| *c != channel);
+            self.refused.retain(|(c, _), _| *c != channel);
             let before = self.partial.len();
             self.partial.retain(|(c, _, _), _| *c != channel);
             self.bytes = self.partial.values().map(|p| p.cost).sum();
@@ -473,7 +712,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn header_roundtrip() {
+    fn segments_roundtrip() {
         let h = Header {
             id: 0x0102_0304,
             index: 5,
@@ -485,11 +724,17 @@ mod tests {
         h.emit(&mut m);
         assert_eq!(
             m.as_slice()[..HEADER_LEN],
-            [1, 2, 3, 4, 0, 5, 0, 9, 0, 0, 0x1b, 0x58, 0, 0, 0x30, 0x39]
+            [0x11, 1, 2, 3, 4, 0, 5, 0, 9, 0, 0, 0x1b, 0x58, 0, 0, 0x30, 0x39]
         );
-        assert_eq!(Header::parse(&mut m), Ok(h));
+        assert_eq!(Segment::parse(&mut m), Ok(Segment::Fragment(h)));
         assert_eq!(m.as_slice(), b"xy");
-        let mut short = Message::from_wire(vec![0; HEADER_LEN - 1]);
-        assert!(Header::parse(&mut short).is_err());
+        let mut r = Segment::refused(0x0a0b_0c0d);
+        assert_eq!(r.as_slice(), [0x12, 0x0a, 0x0b, 0x0c, 0x0d]);
+        assert_eq!(Segment::parse(&mut r), Ok(Segment::Refused(0x0a0b_0c0d)));
+        let parse = |b: &[u8]| Segment::parse(&mut Message::from_wire(b.to_vec()));
+        assert_eq!(parse(&[0x11; HEADER_LEN - 1]), Err(Error::Truncated));
+        assert_eq!(parse(&[0x12, 0, 0, 0, 1, 0]), Err(Error::Trailing));
+        assert_eq!(parse(&[0x21, 0, 0, 0, 1]), Err(Error::UnknownType(0x21)));
+        assert_eq!(parse(&[]), Err(Error::Truncated));
     }
 }

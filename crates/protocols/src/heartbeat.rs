@@ -84,8 +84,8 @@ use rand::RngCore;
 
 use viastack_kernel::event::{EventTypeDef, CHANNEL_CLOSE, CHANNEL_INIT, PERIODIC_TIMER, SENDABLE};
 use viastack_kernel::{
-    Body, ChannelId, Context, Dest, Direction, Duration, Event, EventType, Instant, Layer, Message,
-    NodeId, Sendable, Session, TimerId, Truncated,
+    Body, ChannelId, Context, Delivery, Dest, Direction, Duration, Event, EventType, Instant,
+    Layer, Message, NodeId, Sendable, Session, TimerId, Truncated,
 };
 
 use crate::events::{self, ALIVE, SUSPECT};
@@ -188,6 +188,10 @@ impl Layer for Heartbeat {
     }
     fn provides(&self) -> Vec<EventType> {
         vec![HEARTBEAT.id(), SUSPECT.id(), ALIVE.id()]
+    }
+    /// Data passes through untouched (heartbeats are its own): the promise below holds.
+    fn delivery(&self, below: Delivery) -> Delivery {
+        below
     }
     fn create_session(&self) -> Box<dyn Session> {
         Box::new(HeartbeatSession::new(self.node, self.nodes, self.config))

@@ -70,8 +70,8 @@ use rand::RngCore;
 
 use viastack_kernel::event::{CHANNEL_CLOSE, SENDABLE, TIMER};
 use viastack_kernel::{
-    Body, ChannelId, Context, Direction, Duration, Event, EventType, Instant, Layer, NodeId,
-    Session, TimerId,
+    Body, ChannelId, Context, Delivery, Direction, Duration, Event, EventType, Instant, Layer,
+    NodeId, Session, TimerId,
 };
 
 /// Bytes of the header.
@@ -131,6 +131,14 @@ impl Layer for Sync {
     /// Meaningless without a layer below that generates sendables (a device).
     fn requires(&self) -> Vec<EventType> {
         vec![SENDABLE.id()]
+    }
+    /// A playout deadline: a message later than `max_skew` is dropped (`too_late`), by design
+    /// of a media stream. Per source, messages leave in send order.
+    fn delivery(&self, below: Delivery) -> Delivery {
+        Delivery {
+            reliable: false,
+            fifo: below.fifo,
+        }
     }
     fn create_session(&self) -> Box<dyn Session> {
         Box::new(SyncSession::new(self.config))

@@ -21,7 +21,7 @@
 //! No per-peer state: memory is constant.
 
 use viastack_kernel::event::SENDABLE;
-use viastack_kernel::{Context, Direction, Event, EventType, Layer, Message, Session};
+use viastack_kernel::{Context, Delivery, Direction, Event, EventType, Layer, Message, Session};
 
 /// The default hop limit: 64, the IP default TTL (RFC 1700 "IP Parameters", RFC 1122
 /// §3.2.1.7 asks for at least that much).
@@ -54,6 +54,10 @@ impl Layer for Ttl {
     /// Meaningless without a layer below that generates sendables (a device).
     fn requires(&self) -> Vec<EventType> {
         vec![SENDABLE.id()]
+    }
+    /// One hop per traversal and a budget of at least one: nothing it passes expires.
+    fn delivery(&self, below: Delivery) -> Delivery {
+        below
     }
     fn create_session(&self) -> Box<dyn Session> {
         Box::new(TtlSession { ttl: self.ttl })

@@ -75,11 +75,11 @@ fn shared_vectors_decode_encode_or_are_counted() {
             let ch = v["channel"].as_u64().unwrap() as usize;
             let sent = s.send(ch, Dest::Node(NodeId(7)), &payload);
             let wire: Vec<Vec<u8>> = sent.transmits.into_iter().map(|t| t.1).collect();
-            // The message id (bytes 2..6, after the channel tag) starts at random: the
-            // fragments share one id, and the rest is the vector's bytes.
-            let ids: Vec<&[u8]> = wire.iter().map(|d| &d[2..6]).collect();
+            // The message id (bytes 3..7, after the channel tag and the type byte) starts at
+            // random: the fragments share one id, and the rest is the vector's bytes.
+            let ids: Vec<&[u8]> = wire.iter().map(|d| &d[3..7]).collect();
             assert!(ids.windows(2).all(|w| w[0] == w[1]), "{name}: one id");
-            let masked = |d: &Vec<u8>| [&d[..2], &d[6..]].concat();
+            let masked = |d: &Vec<u8>| [&d[..3], &d[7..]].concat();
             assert_eq!(
                 wire.iter().map(masked).collect::<Vec<_>>(),
                 datagrams.iter().map(masked).collect::<Vec<_>>(),
@@ -173,7 +173,7 @@ fn memory_stays_under_the_bound_under_a_flood_of_first_fragments() {
         // several sources and channels.
         let total = (x % (bound as u64 - 200)) as u32 + 2;
         let count = ((x >> 20) % 60) as u16 + 2;
-        let mut d = vec![0, (id % 2) as u8];
+        let mut d = vec![0, (id % 2) as u8, 0x11];
         d.extend_from_slice(&id.to_be_bytes());
         d.extend_from_slice(&0u16.to_be_bytes());
         d.extend_from_slice(&count.to_be_bytes());

@@ -474,7 +474,11 @@ impl Connection {
         }
     }
 
+    /// Closes the connection with `ev`, after reporting each message of this side it will not
+    /// deliver ([`Event::Dropped`]: queued ones as not sent, sent ones as unacknowledged), so
+    /// the application learns every message's fate, also when the connection fails.
     fn finish(&mut self, ev: Event) {
+        self.abandon_outgoing();
         self.state = State::Closed;
         self.timers.stop_all();
         self.queue.clear();
@@ -491,6 +495,13 @@ impl Connection {
     /// an allocation and its page faults per message).
     pub fn recycle(&mut self, buf: Vec<u8>) {
         self.recv.recycle(buf);
+    }
+
+    /// The number of this side's oldest message the peer has not acknowledged yet (the next
+    /// number a message will take when none is in flight): every message numbered below it was
+    /// delivered.
+    pub fn first_unacknowledged(&self) -> u64 {
+        self.inflight.front().map_or(self.next_seq, |m| m.seq)
     }
 
     /// Whether events wait for [`poll_event`](Self::poll_event).

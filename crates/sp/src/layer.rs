@@ -7,9 +7,13 @@
 //! the first thing above the device's own header (documented in `docs/WIRE.md`).
 //!
 //! Notices: a connection that fails (CONN/ACK/RETRANS/ECHO timers exhausted, refused, reset)
-//! raises `PeerUnreachable` for its peer (`events::PEER_UNREACHABLE`), so the scenario counts
-//! its lost messages as reported; a refused message (too large, queue full) raises
-//! `SendRefused`.
+//! or that the peer closes with messages of ours unacknowledged raises `PeerUnreachable` for
+//! its peer (`events::PEER_UNREACHABLE`), naming by their tags the messages the connection
+//! reported dropped (never sent, or sent and not acknowledged: these may or may not have been
+//! delivered); a refused message (too large, queue full) raises `SendRefused` with its tag.
+//! The layer keeps each outgoing connection's tags from its oldest unacknowledged message on.
+//! In RELIABLE mode (the default) the layer promises reliable FIFO delivery to the layers
+//! above ([`Layer::delivery`]).
 //!
 //! Counters: `sp.broadcast` (a broadcast: SP is point to point, dropped), `sp.refused`,
 //! `sp.unreachable` (with its reason: `sp.failed_connect`, `sp.failed_ack`,
@@ -30,15 +34,16 @@
 //! [`Config`] (send buffer, receive window). A closed connection is forgotten once its events
 //! are out; its counters stay in the totals.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use viastack_kernel::event::{Body, Sendable, CHANNEL_CLOSE, SENDABLE, TIMER};
 use viastack_kernel::{
-    ChannelId, Context, Dest, Direction, Event, EventType, Instant, Layer, Message, NodeId, Session,
+    ChannelId, Context, Delivery, Dest, Direction, Event, EventType, Instant, Layer, Message,
+    NodeId, Session, Tag,
 };
-use viastack_protocols::events::{notice, PEER_UNREACHABLE, SEND_REFUSED};
+use viastack_protocols::events::{failure, PEER_UNREACHABLE, SEND_REFUSED};
 
-use crate::connection::{Config, Event as SpEvent, FailReason};
+use crate::connection::{Config, DropReason, Event as SpEvent, FailReason, Reliability};
 use crate::endpoint::{ConnectionHandle, ConnectionTotals, Endpoint, EndpointStats};
 
 /// The `sp` layer.
@@ -71,6 +76,15 @@ impl Layer for SpLayer {
     fn provides(&self) -> Vec<EventType> {
         vec![SENDABLE.id(), PEER_UNREACHABLE.id(), SEND_REFUSED.id()]
     }
+    /// RELIABLE connections deliver every message once and in order, or report it; the other
+    /// modes may give messages up (seed 002 §3.2).
+    fn delivery(&self, _below: Delivery) -> Delivery {
+        if self.config.reliability == Reliability::Reliable {
+            Delivery::RELIABLE_FIFO
+        } else {
+            Delivery::NONE
+        }
+    }
     fn create_session(&self) -> Box<dyn Session> {
         Box::new(SpSession {
             config: self.config.clone(),
@@ -80,9 +94,34 @@ impl Layer for SpLayer {
     }
 }
 
+/// The tags of one outgoing connection's messages not yet acknowledged, in send order (the
+/// layer sends every message at priority 0, so messages take their numbers in send order).
+#[derive(Debug, Default)]
+struct Unacknowledged {
+    /// The number of the first message in `tags`.
+    first: u64,
+    tags: VecDeque<Tag>,
+}
+
+impl Unacknowledged {
+    /// Forgets the messages numbered below `first`: acknowledged.
+    fn acknowledged_below(&mut self, first: u64) {
+        while self.first < first && self.tags.pop_front().is_some() {
+            self.first += 1;
+        }
+    }
+
+    /// The tag of message `seq`, if held.
+    fn tag(&self, seq: u64) -> Option<Tag> {
+        let i = seq.checked_sub(self.first)?;
+        self.tags.get(usize::try_from(i).ok()?).copied()
+    }
+}
+
 struct ChannelState {
     endpoint: Endpoint<NodeId>,
     outgoing: HashMap<NodeId, ConnectionHandle>,
+    unacknowledged: HashMap<ConnectionHandle, Unacknowledged>,
     timer: Option<(viastack_kernel::TimerId, Instant)>,
     /// What the counters were last reported at.
     reported: (EndpointStats, ConnectionTotals),
@@ -143,6 +182,7 @@ impl SpSession {
             .or_insert_with(|| ChannelState {
                 endpoint: Endpoint::new(config, true),
                 outgoing: HashMap::new(),
+                unacknowledged: HashMap::new(),
                 timer: None,
                 reported: Default::default(),
             })
@@ -157,6 +197,7 @@ impl SpSession {
             ctx.count("broadcast");
             return;
         };
+        let tag = s.tag;
         let data = std::mem::take(&mut s.message).into_vec();
         let now = ctx.now();
         let st = self.state(channel);
@@ -169,19 +210,32 @@ impl SpSession {
                 }
                 None => {
                     ctx.count("refused");
-                    ctx.go(notice(&SEND_REFUSED, channel, peer));
+                    ctx.go(failure(&SEND_REFUSED, channel, peer, [tag]));
                     return;
                 }
             },
         };
-        let refused = st
-            .endpoint
-            .connection_mut(h)
-            .map(|c| c.send_message(data, 0).is_err())
-            .unwrap_or(true);
-        if refused {
-            ctx.count("refused");
-            ctx.go(notice(&SEND_REFUSED, channel, peer));
+        let sent = st.endpoint.connection_mut(h).and_then(|c| {
+            // A connection's first message finds none in flight or queued: it takes the
+            // number `first_unacknowledged` gives, and the later ones follow in send order.
+            let seq = c.first_unacknowledged();
+            c.send_message(data, 0).ok().map(|()| seq)
+        });
+        match sent {
+            Some(seq) => {
+                let u = st
+                    .unacknowledged
+                    .entry(h)
+                    .or_insert_with(|| Unacknowledged {
+                        first: seq,
+                        tags: VecDeque::new(),
+                    });
+                u.tags.push_back(tag);
+            }
+            None => {
+                ctx.count("refused");
+                ctx.go(failure(&SEND_REFUSED, channel, peer, [tag]));
+            }
         }
         self.pump(channel, ctx);
     }
@@ -220,6 +274,7 @@ impl SpSession {
                 ),
             ));
         }
+        let mut failed: Vec<Tag> = Vec::new();
         while let Some(ev) = st.endpoint.poll_event() {
             match ev.event {
                 SpEvent::Message { data, .. } => ctx.go(Event::sendable(
@@ -245,13 +300,37 @@ impl SpSession {
                     if st.outgoing.get(&ev.peer) == Some(&ev.handle) {
                         st.outgoing.remove(&ev.peer);
                     }
-                    ctx.go(notice(&PEER_UNREACHABLE, channel, ev.peer));
+                    st.unacknowledged.remove(&ev.handle);
+                    let tags = std::mem::take(&mut failed);
+                    ctx.go(failure(&PEER_UNREACHABLE, channel, ev.peer, tags));
                 }
-                SpEvent::Closed { .. } if st.outgoing.get(&ev.peer) == Some(&ev.handle) => {
-                    st.outgoing.remove(&ev.peer);
+                SpEvent::Closed { .. } => {
+                    if st.outgoing.get(&ev.peer) == Some(&ev.handle) {
+                        st.outgoing.remove(&ev.peer);
+                    }
+                    st.unacknowledged.remove(&ev.handle);
+                    if !failed.is_empty() {
+                        // The peer closed with messages of ours it had not acknowledged.
+                        let tags = std::mem::take(&mut failed);
+                        ctx.go(failure(&PEER_UNREACHABLE, channel, ev.peer, tags));
+                    }
+                }
+                SpEvent::Dropped {
+                    seq,
+                    reason: DropReason::NotSent | DropReason::Unacknowledged,
+                } => {
+                    // One of ours, reported just before the connection's end.
+                    if let Some(t) = st.unacknowledged.get(&ev.handle).and_then(|u| u.tag(seq)) {
+                        failed.push(t);
+                    }
                 }
                 SpEvent::Dropped { .. } => ctx.count("dropped"),
                 _ => {}
+            }
+        }
+        for (h, u) in &mut st.unacknowledged {
+            if let Some(c) = st.endpoint.connection(*h) {
+                u.acknowledged_below(c.first_unacknowledged());
             }
         }
         while st.endpoint.accept().is_some() {}

@@ -105,7 +105,9 @@ fn a_path_that_marks_congestion_halves_the_senders_window() {
             return;
         }
         if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
-            skip(&format!("cannot create a network namespace ({e}); needs root"));
+            skip(&format!(
+                "cannot create a network namespace ({e}); needs root"
+            ));
             return;
         }
         run("ip", &["link", "set", "lo", "up"]);

@@ -109,13 +109,13 @@ use rand::RngCore;
 use fnv::FnvHashMap;
 use viastack_kernel::event::{CHANNEL_CLOSE, SENDABLE, TIMER};
 use viastack_kernel::{
-    Body, ChannelId, Context, Dest, Direction, Duration, Event, EventType, Instant, Layer, NodeId,
-    Session, TimerId,
+    Body, ChannelId, Context, Delivery, Dest, Direction, Duration, Event, EventType, Instant,
+    Layer, NodeId, Session, TimerId,
 };
 
-use crate::events::{notice, PEER_UNREACHABLE, SEND_REFUSED};
+use crate::events::{failure, PEER_RESTARTED, PEER_UNREACHABLE, SEND_REFUSED};
 use receiver::{Receiver, Reply};
-use sender::Sender;
+use sender::{AckOutcome, Sender};
 use wire::Packet;
 
 /// Parameters of [`ReliableFifo`] (the defaults cite their sources).
@@ -206,7 +206,17 @@ impl Layer for ReliableFifo {
     }
     /// ACKs and NACKs (sendables), and the notices.
     fn provides(&self) -> Vec<EventType> {
-        vec![SENDABLE.id(), PEER_UNREACHABLE.id(), SEND_REFUSED.id()]
+        vec![
+            SENDABLE.id(),
+            PEER_UNREACHABLE.id(),
+            SEND_REFUSED.id(),
+            PEER_RESTARTED.id(),
+        ]
+    }
+    /// Whatever the path below loses, duplicates or reorders: exactly once, in order, or
+    /// reported.
+    fn delivery(&self, _below: Delivery) -> Delivery {
+        Delivery::RELIABLE_FIFO
     }
     fn create_session(&self) -> Box<dyn Session> {
         Box::new(ReliableSession::new(self.config))
@@ -335,12 +345,13 @@ impl ReliableSession {
         peers: &'a mut FnvHashMap<(ChannelId, NodeId), Peer>,
         cfg: &Config,
         link: Link,
+        ctx: &mut Context<'_>,
     ) -> &'a mut Peer {
         peers
             .entry((link.channel, link.peer))
             .or_insert_with(|| Peer {
-                tx: Sender::new(0, cfg),
-                rx: Receiver::default(),
+                tx: Sender::new(0, 0, cfg),
+                rx: Receiver::new(draw_epoch(0, ctx)),
                 rto_timer: None,
                 ack_timer: None,
             })
@@ -358,16 +369,16 @@ impl ReliableSession {
         };
         let link = Link { channel, peer };
         let cfg = self.config;
-        let p = Self::peer(&mut self.peers, &cfg, link);
+        let p = Self::peer(&mut self.peers, &cfg, link, ctx);
         if p.tx.len() >= cfg.send_buffer {
             ctx.count("refused");
-            ctx.go(notice(&SEND_REFUSED, channel, peer));
+            ctx.go(failure(&SEND_REFUSED, channel, peer, [s.tag]));
             return;
         }
         if p.tx.epoch == 0 {
             p.tx.epoch = draw_epoch(0, ctx);
         }
-        p.tx.push(ty, std::mem::take(&mut s.message));
+        p.tx.push(ty, s.tag, std::mem::take(&mut s.message));
         p.tx.pump(&cfg, link, &mut p.rx, ctx);
         Self::arm_rto(p, link, ctx);
     }
@@ -400,19 +411,46 @@ impl ReliableSession {
             peer: s.source,
         };
         let cfg = self.config;
-        let p = Self::peer(&mut self.peers, &cfg, link);
-        match packet {
-            Packet::Data(d) => Self::on_data(p, d, event, &cfg, link, ctx),
-            Packet::Ack(ack) => {
-                p.tx.on_ack(&ack, &cfg, link, &mut p.rx, ctx);
-                Self::arm_rto(p, link, ctx);
+        let p = Self::peer(&mut self.peers, &cfg, link, ctx);
+        let (ack, data) = match packet {
+            Packet::Data(d) => (None, Some(d)),
+            Packet::Ack(ack) => (Some(ack), None),
+            Packet::AckData(ack, d) => (Some(ack), Some(d)),
+        };
+        if let Some(ack) = ack {
+            if let AckOutcome::PeerRestarted { incarnation } =
+                p.tx.on_ack(&ack, &cfg, link, &mut p.rx, ctx)
+            {
+                Self::restart_stream(p, incarnation, &cfg, link, ctx);
             }
-            Packet::AckData(ack, d) => {
-                p.tx.on_ack(&ack, &cfg, link, &mut p.rx, ctx);
-                Self::arm_rto(p, link, ctx);
-                Self::on_data(p, d, event, &cfg, link, ctx);
-            }
+            Self::arm_rto(p, link, ctx);
         }
+        if let Some(d) = data {
+            Self::on_data(p, d, event, &cfg, link, ctx);
+        }
+    }
+
+    /// The peer answered as a new incarnation: what was transmitted to the previous one is
+    /// reported (it may or may not have been delivered) and not sent again; what never left
+    /// goes out on a new stream, addressed to the new incarnation.
+    fn restart_stream(
+        p: &mut Peer,
+        incarnation: u32,
+        cfg: &Config,
+        link: Link,
+        ctx: &mut Context<'_>,
+    ) {
+        let epoch = draw_epoch(p.tx.epoch, ctx);
+        let old = std::mem::replace(&mut p.tx, Sender::new(epoch, incarnation, cfg));
+        let (failed, next) = old.restart(epoch, incarnation, cfg);
+        p.tx = next;
+        ctx.count("peer_restarts");
+        ctx.count_n("dropped_restarted", failed.len() as u64);
+        if let Some((id, _)) = p.rto_timer.take() {
+            ctx.cancel_timer(id);
+        }
+        ctx.go(failure(&PEER_RESTARTED, link.channel, link.peer, failed));
+        p.tx.pump(cfg, link, &mut p.rx, ctx);
     }
 
     fn on_data(
@@ -424,6 +462,7 @@ impl ReliableSession {
         ctx: &mut Context<'_>,
     ) {
         match p.rx.on_data(d, event, cfg, ctx) {
+            Reply::Introduce { epoch, cum } => p.rx.introduce(epoch, cum, cfg, link, ctx),
             Reply::Later => {
                 if let Some(d) = p.rx.ack_deadline {
                     arm(&mut p.ack_timer, d, Timer::Ack(link.peer).encode(), ctx);
@@ -484,12 +523,14 @@ impl ReliableSession {
         };
         ctx.count("unreachable");
         ctx.count_n("dropped_unreachable", p.tx.len() as u64);
+        let tags: Vec<_> = p.tx.tags().collect();
         let epoch = draw_epoch(p.tx.epoch, ctx);
-        p.tx = Sender::new(epoch, &cfg);
+        // The receiver's incarnation is kept: if it restarted meanwhile, it will say so.
+        p.tx = Sender::new(epoch, p.tx.peer_incarnation(), &cfg);
         if let Some((id, _)) = p.rto_timer.take() {
             ctx.cancel_timer(id);
         }
-        ctx.go(notice(&PEER_UNREACHABLE, link.channel, link.peer));
+        ctx.go(failure(&PEER_UNREACHABLE, link.channel, link.peer, tags));
     }
 }
 

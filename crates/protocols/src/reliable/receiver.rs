@@ -43,11 +43,23 @@ pub(crate) enum Reply {
     Ack,
     /// A NACK now.
     Nack,
+    /// The segment was not addressed to this incarnation: tell its sender who answers, with an
+    /// ACK of its stream that acknowledges nothing (`cum` is the segment's `first`).
+    Introduce {
+        /// The segment's stream.
+        epoch: u32,
+        /// Its `first`.
+        cum: u64,
+    },
 }
 
 /// The receiving state for one (channel, peer).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Receiver {
+    /// Who this receiving state is (random, never 0): a sender's segments are delivered only
+    /// when addressed to it, so a receiver that lost its state (a restart) never delivers what
+    /// its previous incarnation may already have delivered.
+    incarnation: u32,
     epoch: u32,
     retired: [u32; RETIRED_EPOCHS],
     expected: u64,
@@ -62,6 +74,22 @@ pub(crate) struct Receiver {
 }
 
 impl Receiver {
+    /// A receiving state with no stream yet, known to senders as `incarnation` (non-zero).
+    pub fn new(incarnation: u32) -> Self {
+        Receiver {
+            incarnation,
+            epoch: 0,
+            retired: [0; RETIRED_EPOCHS],
+            expected: 0,
+            highest: 0,
+            ring: VecDeque::new(),
+            ring_bytes: 0,
+            unacked: 0,
+            unacked_bytes: 0,
+            ack_deadline: None,
+        }
+    }
+
     /// Bytes buffered out of order.
     pub fn buffered_bytes(&self) -> usize {
         self.ring_bytes
@@ -81,6 +109,34 @@ impl Receiver {
 
     /// Handles a DATA segment whose header was popped from `event`.
     pub fn on_data(&mut self, d: Data, event: Event, cfg: &Config, ctx: &mut Context<'_>) -> Reply {
+        if d.to != self.incarnation {
+            // A sender that does not know us yet (0), or that addresses a previous incarnation
+            // of this receiving state: whatever it holds may have been delivered by that one.
+            ctx.count(if d.to == 0 {
+                "unintroduced"
+            } else {
+                "other_incarnation"
+            });
+            if d.epoch == self.epoch {
+                return Reply::Ack; // a late copy of a stream we know: its state answers
+            }
+            return Reply::Introduce {
+                epoch: d.epoch,
+                cum: d.first,
+            };
+        }
+        let expected = if d.epoch == self.epoch {
+            self.expected
+        } else {
+            0
+        };
+        if d.first > expected {
+            // The sender claims we acknowledged what we never received (every stream starts
+            // at 0, and only this incarnation acknowledges what is addressed to it): the peer
+            // is broken or hostile. Nothing changes, above all no stream is reset.
+            ctx.count("inconsistent");
+            return Reply::Later;
+        }
         if d.epoch != self.epoch {
             if self.retired.contains(&d.epoch) {
                 ctx.count("stale_epoch");
@@ -94,25 +150,11 @@ impl Receiver {
                 self.retired[0] = self.epoch;
             }
             self.epoch = d.epoch;
-            self.expected = d.first;
-            self.highest = d.first;
+            self.expected = 0;
+            self.highest = 0;
             self.unacked = 0;
             self.unacked_bytes = 0;
             self.ack_deadline = None;
-        }
-        if d.first > self.expected {
-            // The sender let go of [expected, first): acknowledged by an earlier incarnation of
-            // this node (we restarted and joined mid-stream). Skip them.
-            let skip = d.first - self.expected;
-            ctx.count_n("skipped", skip);
-            for _ in 0..skip.min(self.ring.len() as u64) {
-                if let Some(Some(e)) = self.ring.pop_front() {
-                    self.ring_bytes -= len_of(&e);
-                }
-            }
-            self.expected = d.first;
-            self.highest = self.highest.max(d.first);
-            self.deliver_ready(ctx);
         }
         if d.seq < self.expected {
             ctx.count("duplicate");
@@ -203,9 +245,28 @@ impl Receiver {
         ));
     }
 
+    /// Tells the sender of a segment not addressed to this incarnation who answers: an ACK of
+    /// its stream `epoch` with this incarnation, acknowledging nothing (`cum`: its `first`).
+    pub fn introduce(&self, epoch: u32, cum: u64, cfg: &Config, link: Link, ctx: &mut Context<'_>) {
+        ctx.count("introductions");
+        let ack = Ack::new(false, epoch, self.incarnation, cum, cfg.receive_window);
+        ctx.go(Event::sendable(
+            viastack_kernel::event::SENDABLE.id(),
+            Direction::Down,
+            link.channel,
+            Sendable::new(ctx.node(), Dest::Node(link.peer), ack.to_message()),
+        ));
+    }
+
     /// The ACK or NACK of the current state; nothing is due after it.
     fn build(&mut self, nack: bool, cfg: &Config) -> Ack {
-        let mut ack = Ack::new(nack, self.epoch, self.expected, cfg.receive_window);
+        let mut ack = Ack::new(
+            nack,
+            self.epoch,
+            self.incarnation,
+            self.expected,
+            cfg.receive_window,
+        );
         let mut run: Option<u64> = None;
         let mut n = 0;
         for (i, slot) in self.ring.iter().enumerate() {

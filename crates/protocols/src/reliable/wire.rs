@@ -7,8 +7,10 @@
 
 use viastack_kernel::Message;
 
-/// Version of this format (the high nibble of the first byte).
-pub const VERSION: u8 = 1;
+/// Version of this format (the high nibble of the first byte). Version 2 added the receiver's
+/// incarnation to every segment (version 1 could not tell a restarted receiver from the one
+/// that had already delivered what it had not yet acknowledged).
+pub const VERSION: u8 = 2;
 /// First byte of a DATA segment.
 pub const TYPE_DATA: u8 = VERSION << 4 | 1;
 /// First byte of an ACK.
@@ -18,9 +20,9 @@ pub const TYPE_NACK: u8 = VERSION << 4 | 3;
 /// First byte of an ACK bundled in front of a DATA segment (a piggybacked ACK).
 pub const TYPE_ACK_DATA: u8 = VERSION << 4 | 4;
 /// Bytes of a DATA header.
-pub const DATA_LEN: usize = 21;
+pub const DATA_LEN: usize = 25;
 /// Bytes of an ACK/NACK without ranges.
-pub const ACK_LEN: usize = 18;
+pub const ACK_LEN: usize = 22;
 /// Most ranges one ACK or NACK carries (a decoder refuses more).
 pub const MAX_RANGES: usize = 8;
 
@@ -29,6 +31,9 @@ pub const MAX_RANGES: usize = 8;
 pub struct Data {
     /// The sender's stream incarnation for this (channel, destination); never 0.
     pub epoch: u32,
+    /// The receiver incarnation the sender addresses (learnt from its ACKs); 0 while it knows
+    /// none. A receiver delivers only segments addressed to itself.
+    pub to: u32,
     /// Sequence number.
     pub seq: u64,
     /// The sender's oldest unacknowledged sequence number when it sent this (≤ `seq`).
@@ -51,6 +56,9 @@ pub struct Ack {
     pub nack: bool,
     /// The epoch of the data stream acknowledged (echoed from its DATA segments).
     pub epoch: u32,
+    /// The acknowledging receiver's incarnation: drawn when it creates its receiving state
+    /// for the stream's (channel, sender), never 0.
+    pub incarnation: u32,
     /// Every sequence number below this was received.
     pub cum: u64,
     /// Segments from `cum` on the receiver accepts (flow control).
@@ -61,10 +69,11 @@ pub struct Ack {
 
 impl Ack {
     /// An ACK or NACK with no ranges.
-    pub fn new(nack: bool, epoch: u32, cum: u64, window: u32) -> Self {
+    pub fn new(nack: bool, epoch: u32, incarnation: u32, cum: u64, window: u32) -> Self {
         Ack {
             nack,
             epoch,
+            incarnation,
             cum,
             window,
             n: 0,
@@ -147,6 +156,7 @@ impl Data {
     pub fn emit(&self, m: &mut Message) {
         m.push_u64(self.first);
         m.push_u64(self.seq);
+        m.push_u32(self.to);
         m.push_u32(self.epoch);
         m.push_u8(TYPE_DATA);
     }
@@ -171,6 +181,7 @@ impl Ack {
         m.push_u8(self.n);
         m.push_u32(self.window);
         m.push_u64(self.cum);
+        m.push_u32(self.incarnation);
         m.push_u32(self.epoch);
         m.push_u8(match (bundled, self.nack) {
             (true, _) => TYPE_ACK_DATA,
@@ -183,6 +194,7 @@ impl Ack {
 fn parse_data(m: &mut Message) -> Result<Data, Error> {
     m.peek(DATA_LEN - 1)?;
     let epoch = m.pop_u32()?;
+    let to = m.pop_u32()?;
     let seq = m.pop_u64()?;
     let first = m.pop_u64()?;
     if epoch == 0 {
@@ -191,16 +203,25 @@ fn parse_data(m: &mut Message) -> Result<Data, Error> {
     if first > seq {
         return Err(Error::Malformed("first above seq"));
     }
-    Ok(Data { epoch, seq, first })
+    Ok(Data {
+        epoch,
+        to,
+        seq,
+        first,
+    })
 }
 
 /// The fields of an ACK/NACK after its type byte; `alone`: nothing may follow its ranges.
 fn parse_ack(m: &mut Message, nack: bool, alone: bool) -> Result<Ack, Error> {
     m.peek(ACK_LEN - 1)?;
     let epoch = m.pop_u32()?;
+    let incarnation = m.pop_u32()?;
     let cum = m.pop_u64()?;
     let window = m.pop_u32()?;
     let n = m.pop_u8()?;
+    if incarnation == 0 {
+        return Err(Error::Malformed("incarnation 0"));
+    }
     if usize::from(n) > MAX_RANGES {
         return Err(Error::Malformed("too many ranges"));
     }
@@ -210,7 +231,7 @@ fn parse_ack(m: &mut Message, nack: bool, alone: bool) -> Result<Ack, Error> {
     if alone && m.len() != 8 * usize::from(n) {
         return Err(Error::Malformed("trailing bytes"));
     }
-    let mut ack = Ack::new(nack, epoch, cum, window);
+    let mut ack = Ack::new(nack, epoch, incarnation, cum, window);
     // An ACK's blocks start above `cum` (cum itself is missing); a NACK's first hole may
     // start at `cum`.
     let mut floor = if nack { cum } else { cum.saturating_add(1) };
@@ -266,6 +287,7 @@ mod tests {
     fn data_roundtrip() {
         let d = Data {
             epoch: 0xabcd,
+            to: 0x1234,
             seq: 7,
             first: 5,
         };
@@ -278,7 +300,7 @@ mod tests {
 
     #[test]
     fn ack_roundtrip_with_ranges() {
-        let mut a = Ack::new(false, 9, 100, 64);
+        let mut a = Ack::new(false, 9, 3, 100, 64);
         assert!(a.push_range(Range {
             start: 102,
             end: 104
@@ -290,7 +312,7 @@ mod tests {
         let mut m = a.to_message();
         assert_eq!(m.len(), a.len());
         assert_eq!(Packet::parse(&mut m), Ok(Packet::Ack(a)));
-        let mut n = Ack::new(true, 9, 100, 64);
+        let mut n = Ack::new(true, 9, 3, 100, 64);
         n.push_range(Range {
             start: 100,
             end: 102,
@@ -303,19 +325,25 @@ mod tests {
     fn contradictions_are_refused() {
         let parse = |bytes: &[u8]| Packet::parse(&mut Message::from_wire(bytes.to_vec()));
         assert_eq!(parse(&[]), Err(Error::Truncated));
-        assert_eq!(parse(&[0x21]), Err(Error::UnknownType(0x21)));
+        // Version 1's DATA type byte is another version's now.
+        assert_eq!(parse(&[0x11]), Err(Error::UnknownType(0x11)));
         assert_eq!(parse(&[TYPE_DATA, 0, 0]), Err(Error::Truncated));
         let mut d = vec![TYPE_DATA, 0, 0, 0, 0];
-        d.extend_from_slice(&[0; 16]);
+        d.extend_from_slice(&[0; 20]);
         assert!(matches!(parse(&d), Err(Error::Malformed(_))), "epoch 0");
         // An ACK range starting at cum (offset 0) is refused; a NACK's is fine.
-        let mut a = vec![TYPE_ACK, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 8, 1];
+        let mut a = vec![TYPE_ACK, 0, 0, 0, 1, 0, 0, 0, 2];
+        a.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 8, 1]);
         a.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 1]);
         assert!(matches!(parse(&a), Err(Error::Malformed(_))));
         a[0] = TYPE_NACK;
         assert!(parse(&a).is_ok());
+        // An ACK from incarnation 0 (none is ever drawn).
+        let mut z = a.clone();
+        z[8] = 0;
+        assert!(matches!(parse(&z), Err(Error::Malformed(_))));
         // Overflowing range.
-        let mut o = vec![TYPE_ACK, 0, 0, 0, 1];
+        let mut o = vec![TYPE_ACK, 0, 0, 0, 1, 0, 0, 0, 2];
         o.extend_from_slice(&u64::MAX.to_be_bytes());
         o.extend_from_slice(&[0, 0, 0, 8, 1, 0, 0, 0, 1, 0, 0, 0, 1]);
         assert!(matches!(parse(&o), Err(Error::Malformed(_))));

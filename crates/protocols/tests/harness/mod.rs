@@ -13,8 +13,9 @@ use viastack_kernel::event::{CHANNEL_INIT, SENDABLE};
 use viastack_kernel::layers::Device;
 use viastack_kernel::{
     ChannelId, Dest, Direction, Event, Instant, Kernel, KernelConfig, LayerRef, Message, NodeId,
-    Output, Qos, Sendable, SessionId,
+    Output, Qos, Sendable, SessionId, Tag,
 };
+use viastack_protocols::events::send_failure;
 
 pub struct Node {
     pub kernel: Kernel,
@@ -31,6 +32,8 @@ pub struct Node {
 pub struct Out {
     pub delivered: Vec<(ChannelId, NodeId, Vec<u8>)>,
     pub notices: Vec<String>,
+    /// `SendFailed` notices: type name, peer, tags.
+    pub failures: Vec<(String, NodeId, Vec<Tag>)>,
     pub transmits: Vec<(Dest, Vec<u8>)>,
 }
 
@@ -78,6 +81,10 @@ impl Node {
                         out.delivered
                             .push((e.channel(), s.source, s.message.as_slice().to_vec()));
                     } else if e.ty() != CHANNEL_INIT.id() {
+                        if let Some(f) = send_failure(&e) {
+                            out.failures
+                                .push((e.ty().name().to_string(), f.peer, f.tags.clone()));
+                        }
                         out.notices.push(e.ty().name().to_string());
                     }
                 }
@@ -98,6 +105,11 @@ impl Node {
     }
 
     pub fn send(&mut self, channel: usize, dest: Dest, payload: &[u8]) -> Out {
+        self.send_tagged(channel, dest, payload, Tag::NONE)
+    }
+
+    /// [`Node::send`] with the application's tag for the message.
+    pub fn send_tagged(&mut self, channel: usize, dest: Dest, payload: &[u8], tag: Tag) -> Out {
         let ch = self.channels[channel];
         self.kernel
             .inject(
@@ -106,7 +118,7 @@ impl Node {
                     SENDABLE.id(),
                     Direction::Down,
                     ch,
-                    Sendable::new(self.id, dest, Message::from_payload(payload)),
+                    Sendable::new(self.id, dest, Message::from_payload(payload)).with_tag(tag),
                 ),
             )
             .unwrap();
