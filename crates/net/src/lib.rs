@@ -231,6 +231,9 @@ pub fn run_threads(
     let observed = Observed {
         recorder: &recorder,
         crashed: BTreeSet::new(),
+        // No crashes on real sockets.
+        down_at_end: BTreeSet::new(),
+        reliable_workloads: BTreeSet::new(),
         network,
         counters,
         steps: 0,

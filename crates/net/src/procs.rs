@@ -259,6 +259,9 @@ pub fn run_processes(
     let observed = Observed {
         recorder: &recorder,
         crashed: std::collections::BTreeSet::new(),
+        // No crashes on real sockets.
+        down_at_end: std::collections::BTreeSet::new(),
+        reliable_workloads: std::collections::BTreeSet::new(),
         network,
         counters,
         steps: 0,

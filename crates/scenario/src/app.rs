@@ -11,9 +11,9 @@ use std::rc::Rc;
 
 use viastack_kernel::event::{CHANNEL_CLOSE, CHANNEL_INIT, SENDABLE};
 use viastack_kernel::{
-    ChannelId, Dest, Direction, Event, Instant, Kernel, Message, NodeId, Sendable,
+    ChannelId, Dest, Direction, Event, Instant, Kernel, Message, NodeId, Sendable, Tag,
 };
-use viastack_protocols::events::{notice_peer, PEER_UNREACHABLE};
+use viastack_protocols::events::{notice_peer, send_failure};
 use viastack_stack::model::{Pattern, Workload};
 
 use crate::payload::{self, Stamp};
@@ -51,6 +51,7 @@ impl Application {
         recorder: Rc<RefCell<Recorder>>,
         now: Instant,
     ) -> Self {
+        recorder.borrow_mut().boot(id);
         let mut senders = Vec::new();
         for (i, w) in workloads.iter().enumerate() {
             let sends = w.senders.as_ref().is_none_or(|s| s.contains(&id.0));
@@ -130,7 +131,8 @@ impl Application {
                     SENDABLE.id(),
                     Direction::Down,
                     channel,
-                    Sendable::new(self.id, Dest::Node(dst), Message::from_payload(&bytes)),
+                    Sendable::new(self.id, Dest::Node(dst), Message::from_payload(&bytes))
+                        .with_tag(tag_of(index, seq)),
                 );
                 if let Err(e) = kernel.inject(now, ev) {
                     tracing::debug!(node = %self.id, error = %e, "workload message refused");
@@ -164,9 +166,41 @@ impl Application {
             rec.delivered(self.id, stamp, now);
         } else if ev.ty() != CHANNEL_INIT.id() && ev.ty() != CHANNEL_CLOSE.id() {
             let peer = notice_peer(ev);
-            let gave_up = (ev.ty() == PEER_UNREACHABLE.id()).then_some(peer).flatten();
-            rec.notice(self.id, ev.ty().name(), gave_up);
+            if let Some(f) = send_failure(ev) {
+                for &tag in &f.tags {
+                    if let Some((workload, seq)) = untag(tag) {
+                        rec.reported(workload, self.id, f.peer, seq);
+                    }
+                }
+            }
+            rec.notice(ev.ty().name());
             rec.log_notice(self.id, now, channel, ev.ty().name(), peer);
         }
+    }
+}
+
+/// The tag of message `seq` of workload `workload` (the stream's source and destination are
+/// the notice's node and peer): never [`Tag::NONE`].
+fn tag_of(workload: u16, seq: u64) -> Tag {
+    Tag((u64::from(workload) + 1) << 48 | (seq & ((1 << 48) - 1)))
+}
+
+/// The (workload, sequence number) a tag of [`tag_of`] names.
+fn untag(tag: Tag) -> Option<(u16, u64)> {
+    let workload = u16::try_from((tag.0 >> 48).checked_sub(1)?).ok()?;
+    Some((workload, tag.0 & ((1 << 48) - 1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_name_their_message() {
+        for (w, seq) in [(0u16, 0u64), (3, 77), (u16::MAX - 1, (1 << 48) - 1)] {
+            assert_ne!(tag_of(w, seq), Tag::NONE);
+            assert_eq!(untag(tag_of(w, seq)), Some((w, seq)));
+        }
+        assert_eq!(untag(Tag::NONE), None);
     }
 }

@@ -71,6 +71,44 @@ fn kernel_seed(seed: u64, node: NodeId) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The workloads whose channel promises reliable delivery ([`viastack_kernel::Delivery`]):
+/// their messages must be delivered or reported, whatever crashes.
+fn reliable_workloads(
+    node: &BuiltNode,
+    workloads: &[viastack_stack::model::Workload],
+) -> BTreeSet<u16> {
+    (0u16..)
+        .zip(workloads)
+        .filter(|(_, w)| {
+            node.channels
+                .iter()
+                .find(|(name, _)| *name == w.channel)
+                .and_then(|(_, ch)| node.kernel.channel_delivery(*ch))
+                .is_some_and(|d| d.reliable)
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Nodes down when a run of `duration` ends: their last crash came with no restart, or with
+/// one after the end.
+fn down_at_end(
+    crashes: &[viastack_stack::model::CrashSpec],
+    duration: Duration,
+) -> BTreeSet<NodeId> {
+    let mut last: std::collections::BTreeMap<u32, &viastack_stack::model::CrashSpec> =
+        std::collections::BTreeMap::new();
+    for c in crashes {
+        if c.at <= duration && last.get(&c.node).is_none_or(|l| l.at <= c.at) {
+            last.insert(c.node, c);
+        }
+    }
+    last.into_values()
+        .filter(|c| c.restart.is_none_or(|r| r > duration))
+        .map(|c| NodeId(c.node))
+        .collect()
+}
+
 /// Runs the scenario of `file`, calling `progress` with the fraction of virtual time done
 /// (1/100 steps).
 ///
@@ -111,7 +149,9 @@ pub fn run_recorded(
         nodes,
         seed,
     };
-    build_node(file, catalog, &env0, KernelConfig::default()).map_err(RunError::Build)?;
+    let node0 =
+        build_node(file, catalog, &env0, KernelConfig::default()).map_err(RunError::Build)?;
+    let reliable_workloads = reliable_workloads(&node0, &scenario.workloads);
 
     let recorder = Rc::new(RefCell::new(Recorder::default()));
     let factory = {
@@ -157,6 +197,7 @@ pub fn run_recorded(
     }
 
     let crashed: BTreeSet<NodeId> = scenario.crashes.iter().map(|c| NodeId(c.node)).collect();
+    let down_at_end = down_at_end(&scenario.crashes, duration);
     let mut counters = std::collections::BTreeMap::new();
     for n in 0..nodes {
         if let Some(node) = sim.node(NodeId(n)) {
@@ -183,6 +224,8 @@ pub fn run_recorded(
     let observed = report::Observed {
         recorder: &recorder,
         crashed,
+        down_at_end,
+        reliable_workloads,
         network,
         counters,
         steps,

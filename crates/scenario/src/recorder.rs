@@ -28,6 +28,12 @@ pub struct Stream {
     /// Smallest and largest latency of a first delivery, ns of virtual time (to measure the
     /// skew between streams, e.g. audio and video of one sender).
     pub latency_range: Option<(u64, u64)>,
+    /// Sequence numbers the sender's stack reported it will not deliver, or may not have
+    /// (their tags came back in a `SendFailed` notice).
+    pub reported: BTreeSet<u64>,
+    /// Messages numbered below this were sent by an incarnation of the sender that crashed
+    /// afterwards: its stack's state, and any notice it would have raised, died with it.
+    pub sender_crashed_below: u64,
 }
 
 /// One notice as a node's application saw it: a non-sendable event leaving the top of a
@@ -63,8 +69,6 @@ pub struct Recorder {
     pub misdelivered: u64,
     /// Latency of first deliveries, in ns of virtual time.
     pub latency: Histogram<u64>,
-    /// (reporter, peer) pairs for which a reliable layer told the application it gave up.
-    pub unreachable: BTreeSet<(NodeId, NodeId)>,
     /// Notices (non-sendable events) that reached applications, by event type name.
     pub notices: BTreeMap<String, u64>,
     /// Every notice each node's application received, in order (across restarts).
@@ -73,6 +77,8 @@ pub struct Recorder {
     pub channel_deliveries: BTreeMap<(NodeId, String), u64>,
     /// Events (sendables and notices) each node's application received.
     pub app_events: BTreeMap<NodeId, u64>,
+    /// Nodes whose application has started at least once.
+    pub booted: BTreeSet<NodeId>,
 }
 
 impl Default for Recorder {
@@ -85,11 +91,11 @@ impl Default for Recorder {
             // Three significant digits up to an hour: ample for simulated latencies.
             latency: Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
                 .unwrap_or_else(|_| unreachable!("these bounds are valid")),
-            unreachable: BTreeSet::new(),
             notices: BTreeMap::new(),
             notice_log: BTreeMap::new(),
             channel_deliveries: BTreeMap::new(),
             app_events: BTreeMap::new(),
+            booted: BTreeSet::new(),
         }
     }
 }
@@ -126,6 +132,8 @@ impl Recorder {
             }
             s.out_of_order += o.out_of_order;
             s.highest = s.highest.max(o.highest);
+            s.reported.extend(o.reported);
+            s.sender_crashed_below = s.sender_crashed_below.max(o.sender_crashed_below);
             s.latency_range = match (s.latency_range, o.latency_range) {
                 (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
                 (x, y) => x.or(y),
@@ -140,24 +148,51 @@ impl Recorder {
         for (node, n) in other.app_events {
             *self.app_events.entry(node).or_insert(0) += n;
         }
+        self.booted.extend(other.booted);
         for (key, n) in other.progress {
             *self.progress.entry(key).or_insert(0) += n;
         }
         self.corrupted += other.corrupted;
         self.misdelivered += other.misdelivered;
         let _ = self.latency.add(&other.latency);
-        self.unreachable.extend(other.unreachable);
         for (k, n) in other.notices {
             *self.notices.entry(k).or_insert(0) += n;
         }
     }
 
-    /// Records a notice (a non-sendable event leaving the top of a channel) at node `node`;
-    /// `unreachable_peer` is set when it says a reliable layer gave up on that peer.
-    pub fn notice(&mut self, node: NodeId, name: &str, unreachable_peer: Option<NodeId>) {
+    /// Counts a notice (a non-sendable event leaving the top of a channel) by its type name.
+    pub fn notice(&mut self, name: &str) {
         *self.notices.entry(name.to_string()).or_insert(0) += 1;
-        if let Some(peer) = unreachable_peer {
-            self.unreachable.insert((node, peer));
+    }
+
+    /// Records that node `src`'s stack reported message `seq` of workload `workload` to `dst`
+    /// as not delivered, or possibly not (a `SendFailed` notice named it).
+    pub fn reported(&mut self, workload: u16, src: NodeId, dst: NodeId, seq: u64) {
+        if seq < MAX_TRACKED_SEQ {
+            self.streams
+                .entry((workload, src, dst))
+                .or_default()
+                .reported
+                .insert(seq);
+        }
+    }
+
+    /// Node `node`'s application starts; a second start is a restart after a crash, which
+    /// lost the stack's state ([`Recorder::sender_crashed`]).
+    pub fn boot(&mut self, node: NodeId) {
+        if !self.booted.insert(node) {
+            self.sender_crashed(node);
+        }
+    }
+
+    /// Node `node` lost its state (it crashed; it restarts now, or stays down): what it has
+    /// sent so far and not delivered is lost with its stack, and is not held against
+    /// reliability.
+    pub fn sender_crashed(&mut self, node: NodeId) {
+        for ((_, src, _), s) in &mut self.streams {
+            if *src == node {
+                s.sender_crashed_below = s.sent;
+            }
         }
     }
 
@@ -254,7 +289,6 @@ pub struct RecorderSnapshot {
     misdelivered: u64,
     /// (value in ns, count) pairs of the latency histogram.
     latency: Vec<(u64, u64)>,
-    unreachable: Vec<(u32, u32)>,
     notices: BTreeMap<String, u64>,
 }
 
@@ -268,6 +302,8 @@ struct StreamSnapshot {
     highest: Option<u64>,
     out_of_order: u64,
     latency_range: Option<(u64, u64)>,
+    reported: Vec<u64>,
+    sender_crashed_below: u64,
 }
 
 impl Recorder {
@@ -286,6 +322,8 @@ impl Recorder {
                     highest: s.highest,
                     out_of_order: s.out_of_order,
                     latency_range: s.latency_range,
+                    reported: s.reported.iter().copied().collect(),
+                    sender_crashed_below: s.sender_crashed_below,
                 })
                 .collect(),
             progress: self
@@ -300,7 +338,6 @@ impl Recorder {
                 .iter_recorded()
                 .map(|v| (v.value_iterated_to(), v.count_at_value()))
                 .collect(),
-            unreachable: self.unreachable.iter().map(|(a, b)| (a.0, b.0)).collect(),
             notices: self.notices.clone(),
         }
     }
@@ -320,6 +357,12 @@ impl Recorder {
                     highest: s.highest,
                     out_of_order: s.out_of_order,
                     latency_range: s.latency_range,
+                    reported: s
+                        .reported
+                        .into_iter()
+                        .filter(|&q| q < MAX_TRACKED_SEQ)
+                        .collect(),
+                    sender_crashed_below: s.sender_crashed_below.min(MAX_TRACKED_SEQ),
                 },
             );
         }
@@ -331,11 +374,6 @@ impl Recorder {
         for (value, count) in snap.latency {
             let _ = r.latency.record_n(value.clamp(1, r.latency.high()), count);
         }
-        r.unreachable = snap
-            .unreachable
-            .into_iter()
-            .map(|(a, b)| (NodeId(a), NodeId(b)))
-            .collect();
         r.notices = snap.notices;
         r
     }
@@ -370,7 +408,8 @@ mod tests {
             shared.delivered(NodeId(1), stamp(0, 1, seq), Instant::from_millis(3));
             receiver.delivered(NodeId(1), stamp(0, 1, seq), Instant::from_millis(3));
         }
-        receiver.notice(NodeId(1), "Suspect", None);
+        receiver.notice("Suspect");
+        sender.reported(0, NodeId(0), NodeId(1), 4);
         let mut merged = Recorder::default();
         merged.merge(Recorder::from_snapshot(sender.snapshot()));
         merged.merge(Recorder::from_snapshot(receiver.snapshot()));
@@ -385,5 +424,10 @@ mod tests {
         assert_eq!(merged.progress, shared.progress);
         assert_eq!(merged.latency.len(), shared.latency.len());
         assert_eq!(merged.notices.get("Suspect"), Some(&1));
+        assert_eq!(
+            merged.streams[&key].reported,
+            BTreeSet::from([4]),
+            "reports survive the snapshot"
+        );
     }
 }

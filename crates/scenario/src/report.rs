@@ -84,13 +84,15 @@ pub struct Report {
     pub sent: u64,
     /// Distinct messages delivered intact to their addressee.
     pub delivered: u64,
-    /// Messages never delivered (in streams between nodes that never crashed).
+    /// Messages never delivered, and never reported to their sender: lost silently.
     pub lost: u64,
-    /// Messages never delivered in streams to or from a node that crashed (not held against
-    /// reliability: a crashed node loses its state).
+    /// Messages never delivered that a crash excuses: sent by an incarnation of a node that
+    /// crashed afterwards (its stack's state died with it, nobody is left to tell), or, on a
+    /// channel that does not promise reliable delivery, addressed to a node that crashed.
     pub lost_crashed: u64,
-    /// Messages never delivered in streams whose sender was told the addressee is unreachable
-    /// (a reported failure, not a silent loss).
+    /// Messages never delivered whose sender was told so, by their tags, in a `SendFailed`
+    /// notice (`PeerUnreachable`, `SendRefused`, `PeerRestarted`): a reported failure, not a
+    /// silent loss.
     pub lost_reported: u64,
     /// Extra deliveries of a message already delivered.
     pub duplicated: u64,
@@ -128,7 +130,7 @@ struct Tally {
     latency: Latency,
 }
 
-fn tally(rec: &Recorder, crashed: &BTreeSet<NodeId>) -> Tally {
+fn tally(rec: &Recorder, o: &Observed<'_>) -> Tally {
     let mut t = Tally {
         sent: 0,
         delivered: 0,
@@ -150,15 +152,15 @@ fn tally(rec: &Recorder, crashed: &BTreeSet<NodeId>) -> Tally {
             max_us: 0.0,
         };
     }
-    for ((_, src, dst), s) in &rec.streams {
+    for ((workload, src, dst), s) in &rec.streams {
         t.sent += s.sent;
         t.out_of_order += s.out_of_order;
-        let exempt = crashed.contains(src) || crashed.contains(dst);
-        let reported = rec.unreachable.contains(&(*src, *dst));
-        for &n in s.deliveries.iter().take(s.sent as usize) {
+        let best_effort = !o.reliable_workloads.contains(workload);
+        let down = o.down_at_end.contains(src) || (best_effort && o.crashed.contains(dst));
+        for (seq, &n) in (0u64..).zip(s.deliveries.iter().take(s.sent as usize)) {
             match n {
-                0 if exempt => t.lost_crashed += 1,
-                0 if reported => t.lost_reported += 1,
+                0 if s.reported.contains(&seq) => t.lost_reported += 1,
+                0 if down || seq < s.sender_crashed_below => t.lost_crashed += 1,
                 0 => t.lost += 1,
                 n => {
                     t.delivered += 1;
@@ -174,8 +176,16 @@ fn tally(rec: &Recorder, crashed: &BTreeSet<NodeId>) -> Tally {
 pub struct Observed<'a> {
     /// Sends, deliveries and notices of every node (merged).
     pub recorder: &'a Recorder,
-    /// Nodes that crashed at some point (their streams are exempt from the loss count).
+    /// Nodes that crashed at some point: on a channel that promises no reliability, what was
+    /// sent to them is not held against the run.
     pub crashed: BTreeSet<NodeId>,
+    /// Nodes down at the end of the run (crashed, not restarted): what they sent and was not
+    /// delivered died with them. (A node that restarted is known to the recorder: what its
+    /// earlier incarnations sent is [`crate::recorder::Stream::sender_crashed_below`].)
+    pub down_at_end: BTreeSet<NodeId>,
+    /// Workloads whose channel promises reliable delivery: every message is delivered or
+    /// reported to its sender, whatever crashes.
+    pub reliable_workloads: BTreeSet<u16>,
     /// The network's counts.
     pub network: Network,
     /// Layer counters summed over the nodes.
@@ -204,7 +214,7 @@ pub struct RunInfo<'a> {
 
 /// The report of a run.
 pub fn build(info: &RunInfo<'_>, observed: Observed<'_>) -> Report {
-    let t = tally(observed.recorder, &observed.crashed);
+    let t = tally(observed.recorder, &observed);
     let rec = observed.recorder;
     let mut report = Report {
         file: info.file.to_string(),
@@ -303,7 +313,7 @@ impl fmt::Display for Report {
         {
             writeln!(
                 f,
-                "             lost at crashed nodes {}   lost but reported {}   corrupted {}   misdelivered {}",
+                "             lost with a crashed sender {}   lost but reported {}   corrupted {}   misdelivered {}",
                 self.lost_crashed, self.lost_reported, self.corrupted, self.misdelivered
             )?;
         }
