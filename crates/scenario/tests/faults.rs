@@ -4,18 +4,10 @@
 //! assertion names its seed.
 #![allow(clippy::unwrap_used)]
 
-use viastack_scenario::{run, Report, RunOptions};
+mod common;
 
-fn run_src(src: &str, seed: u64) -> Report {
-    let catalog = viastack_stack::standard_catalog();
-    let file = viastack_stack::parse("faults.toml", src, &catalog)
-        .unwrap_or_else(|d| panic!("the test's stack file is invalid:\n{d}"));
-    let options = RunOptions {
-        seed: Some(seed),
-        duration: None,
-    };
-    run(&file, &catalog, &options, |_| {}).unwrap_or_else(|e| panic!("seed {seed}: {e}"))
-}
+use common::run_src;
+use viastack_scenario::Report;
 
 fn c(r: &Report, name: &str) -> u64 {
     r.counters.get(name).copied().unwrap_or(0)

@@ -7,24 +7,16 @@
 //! is one datagram: below it, losing one fragment of a message would cost the whole message's
 //! retransmission, and at 30% loss a message of 47 fragments (64 KiB at 1400 bytes) would
 //! arrive whole with probability 0.7^47 ≈ 5·10⁻⁸ per attempt. Above it, fragments arrive once
-//! and in order, so reassembly never times out while the peer is reachable.
+//! and in order, and `fragment` keeps a partial message without a timer: reliable-fifo below
+//! delivers the rest or reports the peer.
 //!
 //! Every assertion prints the seed; rerun one with `viastack run FILE --seed N` on the same
 //! text to see its report.
 #![allow(clippy::unwrap_used)]
 
-use viastack_scenario::{run, Report, RunOptions};
+mod common;
 
-fn run_src(src: &str, seed: u64) -> Report {
-    let catalog = viastack_stack::standard_catalog();
-    let file = viastack_stack::parse("reliable.toml", src, &catalog)
-        .unwrap_or_else(|d| panic!("the test's stack file is invalid:\n{d}"));
-    let options = RunOptions {
-        seed: Some(seed),
-        duration: None,
-    };
-    run(&file, &catalog, &options, |_| {}).unwrap_or_else(|e| panic!("seed {seed}: {e}"))
-}
+use common::run_src;
 
 /// The stack, with reliable-fifo tuned for a 1 ms network (RTO floor 20 ms) and `retries`
 /// timeouts before giving up; fragments of 200 bytes so that 700-byte messages are split.
@@ -48,9 +40,6 @@ receive_window = 32
 [layers.frag]
 kind = "fragment"
 mtu = 200
-# Above reliable-fifo a message is only incomplete while the layer below repairs a loss:
-# outlast its retries instead of dropping what is still coming.
-reassembly_timeout = "30s"
 [qos.q]
 layers = ["dev", "sum", "rel", "frag"]
 [channels.data]

@@ -3,19 +3,14 @@
 //! corruption without a checksum, and the `fifo` layer's guarantee over many seeds.
 #![allow(clippy::unwrap_used)]
 
-use viastack_scenario::{run, Report, RunOptions};
+mod common;
+
+use viastack_scenario::Report;
 
 /// Parses `src` (panicking with every diagnostic if it is invalid) and runs its scenario,
 /// optionally with another seed.
 fn run_src(src: &str, seed: Option<u64>) -> Report {
-    let catalog = viastack_stack::standard_catalog();
-    let file = viastack_stack::parse("test.toml", src, &catalog)
-        .unwrap_or_else(|d| panic!("the test's stack file is invalid:\n{d}"));
-    let options = RunOptions {
-        seed,
-        duration: None,
-    };
-    run(&file, &catalog, &options, |_| {}).unwrap_or_else(|e| panic!("seed {seed:?}: {e}"))
+    common::run_with(src, seed)
 }
 
 /// A stack of a device and, if `fifo`, a fifo layer on top, with one channel `data`.

@@ -4,18 +4,9 @@
 //! `crates/sp/tests/sim.rs`). Every assertion prints the seed.
 #![allow(clippy::unwrap_used)]
 
-use viastack_scenario::{run, Report, RunOptions};
+mod common;
 
-fn run_src(src: &str, seed: u64) -> Report {
-    let catalog = viastack_stack::standard_catalog();
-    let file = viastack_stack::parse("sp.toml", src, &catalog)
-        .unwrap_or_else(|d| panic!("the test's stack file is invalid:\n{d}"));
-    let options = RunOptions {
-        seed: Some(seed),
-        duration: None,
-    };
-    run(&file, &catalog, &options, |_| {}).unwrap_or_else(|e| panic!("seed {seed}: {e}"))
-}
+use common::run_src;
 
 /// `crc` puts `checksum` (CRC32C) under `sp`: SP's RFC 1071 sum catches every one-bit error
 /// but not every two- or three-bit one (two flips of one bit position in different words
