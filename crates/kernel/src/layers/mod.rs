@@ -52,12 +52,26 @@ impl Session for TransparentSession {
 #[derive(Debug, Clone)]
 pub struct Ghost {
     name: String,
+    /// The delivery it claims to provide, instead of passing on the one below.
+    promise: Option<Delivery>,
 }
 
 impl Ghost {
     /// A ghost layer named `name`.
     pub fn new(name: impl Into<String>) -> Self {
-        Ghost { name: name.into() }
+        Ghost {
+            name: name.into(),
+            promise: None,
+        }
+    }
+
+    /// A ghost that claims `delivery` to the layers above: it stands in for a transport in
+    /// tests and fuzz targets that drive an upper layer's behaviour over such a path.
+    pub fn promising(name: impl Into<String>, delivery: Delivery) -> Self {
+        Ghost {
+            name: name.into(),
+            promise: Some(delivery),
+        }
     }
 }
 
@@ -68,9 +82,9 @@ impl Layer for Ghost {
     fn accepts(&self) -> Vec<EventType> {
         vec![EVENT.id()]
     }
-    /// It forwards everything untouched.
+    /// It forwards everything untouched: the delivery below, unless it promises another.
     fn delivery(&self, below: Delivery) -> Delivery {
-        below
+        self.promise.unwrap_or(below)
     }
     fn create_session(&self) -> Box<dyn Session> {
         Box::new(GhostSession::default())

@@ -38,53 +38,68 @@
 //!   or in flight is refused: dropped, counted (`refused`) and reported with a
 //!   [`SEND_REFUSED`] notice for that peer. `PeerUnreachable` is not reused: the peer may be
 //!   perfectly alive, only slower than the application.
-//! - **Peer restarts.** A DATA segment with a new epoch (not one of the last 4 retired) resets
-//!   the receive side for that peer (`peer_restarted`; buffered segments dropped and counted
-//!   `reset_dropped`), and the stream restarts at the segment's `first`. The send side needs no
-//!   reset: a restarted receiver learns where to start from the `first` field every DATA
-//!   segment carries (the sender's oldest unacknowledged message: everything below it was
-//!   acknowledged, so delivered, by the receiver's previous incarnation), and skips to it
-//!   (`skipped`). So neither side needs a handshake.
+//! - **Incarnations: restarts on either side.** Each receiving state (per channel and peer)
+//!   draws a random non-zero **incarnation**, carried by its ACKs; a DATA segment names the
+//!   incarnation it is addressed to (`to`, 0 while the sender knows none). A receiver delivers
+//!   only segments addressed to itself; any other is answered with an *introduction* (an ACK
+//!   of that stream acknowledging nothing, counted `unintroduced` / `other_incarnation`) and
+//!   never delivered, because what it carries may already have been delivered by a previous
+//!   incarnation. A sender that knows no incarnation keeps at most [`sender::PROBES`] segments
+//!   in flight; the introduction makes it resend them addressed (`introduced`). A sender that
+//!   hears a *different* incarnation knows the peer restarted (`peer_restarts`): the messages
+//!   it had transmitted may or may not have been delivered by the old incarnation, so, as a
+//!   TCP reset does, it reports them to the application with a [`PEER_RESTARTED`] notice
+//!   (`dropped_restarted`) instead of resending them blindly, and moves the untransmitted
+//!   ones to a new epoch addressed to the new incarnation. A restarted *sender* starts a new
+//!   epoch from 0: the receiver retires the old one (`peer_restarted`, buffered segments
+//!   counted `reset_dropped`; DATA of the last 4 retired epochs is `stale_epoch`). A DATA
+//!   segment claiming a stream start (`first`) its receiver never acknowledged is
+//!   `inconsistent` and changes nothing. Notices carry the [`Tag`](viastack_kernel::Tag)s of the messages they
+//!   concern. No handshake is needed: the first exchange introduces the peers.
 //! - `Dest::Broadcast` is out of scope: counted (`broadcast`) and dropped.
 //!
 //! # Wire format (network byte order)
 //!
-//! Every segment starts with a type byte: version (high nibble, 1) and kind (low nibble).
+//! Every segment starts with a type byte: version (high nibble, 2) and kind (low nibble).
 //!
-//! DATA (`0x11`), 21 bytes, followed by the message:
+//! DATA (`0x21`), 25 bytes, followed by the message:
 //!
 //! | offset | bytes | field |
 //! | --- | --- | --- |
-//! | 0 | 1 | type `0x11` |
+//! | 0 | 1 | type `0x21` |
 //! | 1 | 4 | epoch: the sender's stream incarnation for (channel, destination), non-zero |
-//! | 5 | 8 | seq: sequence number, from 0 in each epoch |
-//! | 13 | 8 | first: the sender's oldest unacknowledged sequence number, ≤ seq |
+//! | 5 | 4 | to: the receiver incarnation addressed, 0 while the sender knows none |
+//! | 9 | 8 | seq: sequence number, from 0 in each epoch |
+//! | 17 | 8 | first: the sender's oldest unacknowledged sequence number, ≤ seq |
 //!
-//! ACK (`0x12`) and NACK (`0x13`), 18 + 8·n bytes, nothing after; ACK+DATA (`0x14`): an ACK
-//! whose type byte is `0x14`, followed by a whole DATA segment (the ACK is for the stream the
+//! ACK (`0x22`) and NACK (`0x23`), 22 + 8·n bytes, nothing after; ACK+DATA (`0x24`): an ACK
+//! whose type byte is `0x24`, followed by a whole DATA segment (the ACK is for the stream the
 //! receiver of this datagram sends; the DATA belongs to the sender's stream):
 //!
 //! | offset | bytes | field |
 //! | --- | --- | --- |
-//! | 0 | 1 | type `0x12` (ACK) or `0x13` (NACK) |
+//! | 0 | 1 | type `0x22` (ACK) or `0x23` (NACK) |
 //! | 1 | 4 | epoch of the acknowledged stream (echoed) |
-//! | 5 | 8 | cum: every sequence number below it was received |
-//! | 13 | 4 | window: segments from cum on the receiver accepts |
-//! | 17 | 1 | n: ranges that follow, ≤ 8 (a sender writes ≤ 4) |
-//! | 18 + 8i | 4 | range i: offset of its first sequence number from cum |
-//! | 22 + 8i | 4 | range i: length (≥ 1) |
+//! | 5 | 4 | incarnation of the acknowledging receiver, non-zero |
+//! | 9 | 8 | cum: every sequence number below it was received |
+//! | 17 | 4 | window: segments from cum on the receiver accepts |
+//! | 21 | 1 | n: ranges that follow, ≤ 8 (a sender writes ≤ 4) |
+//! | 22 + 8i | 4 | range i: offset of its first sequence number from cum |
+//! | 26 + 8i | 4 | range i: length (≥ 1) |
 //!
 //! An ACK's ranges are runs received above cum (SACK blocks: offset ≥ 1); a NACK's are runs
 //! missing from cum on. Ranges are ascending and separated by at least one sequence number.
 //!
 //! Receiving, these are dropped and counted: `truncated` (short header), `unknown_type`,
-//! `malformed` (epoch 0, first > seq, more than 8 ranges, an empty, overflowing, unordered or
+//! `malformed` (epoch 0, first > seq, an ACK's incarnation 0, more than 8 ranges, an empty, overflowing, unordered or
 //! overlapping range, trailing bytes after an ACK), `stale_epoch` (DATA from a retired epoch),
 //! `duplicate`, `beyond_window`, `reorder_full` (reorder ring out of bytes), `stale_ack` (for
 //! another epoch), `bad_ack` (acknowledges what was never sent), `old_ack` (overtaken).
 //! Other counters: `retransmits` (timeouts), `fast_retransmits` (NACK/SACK repairs),
 //! `acks_sent`, `nacks_sent`, `acks_piggybacked`, `unreachable`, `refused`, `broadcast`,
-//! `closed_pending`.
+//! `closed_pending`, and for incarnations `unintroduced`, `other_incarnation`, `introductions`,
+//! `introduced`, `inconsistent`, `peer_restarts`, `dropped_restarted`, `peer_restarted`,
+//! `reset_dropped`.
 //!
 //! # Memory
 //!

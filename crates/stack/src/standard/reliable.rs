@@ -27,11 +27,13 @@ fn build_checksum(name: &str, _params: &Params, _env: &BuildEnv) -> Result<Layer
 /// `fragment`: splits messages above an MTU, reassembles them within a timeout and a bound.
 pub const FRAGMENT: LayerKind = LayerKind {
     name: "fragment",
-    doc: "Splits messages larger than `mtu` into fragments (16-byte header) and reassembles \
-          them, copying each byte once. Incomplete messages are dropped after \
-          `reassembly_timeout` (`timeout`) or to keep reassembly memory under \
-          `max_reassembly_bytes` (`evicted`). Above `reliable-fifo`, it gets every fragment once \
-          and in order.",
+    doc: "Splits messages larger than `mtu` into fragments (17-byte header) and reassembles \
+          them, copying each byte once. Over a best-effort path, incomplete messages are \
+          dropped after `reassembly_timeout` (`timeout`) or to keep reassembly memory under \
+          `max_reassembly_bytes` (`evicted`). Over a reliable FIFO path (`reliable-fifo`, \
+          reliable `sp`) nothing is dropped by time: a partial message waits for the layer \
+          below to complete it or report its sender, and a message that would pass \
+          `max_reassembly_bytes` is refused (`refused`) and its sender told (`SendRefused`).",
     params: &[
         ParamSpec {
             name: "mtu",
@@ -45,8 +47,8 @@ pub const FRAGMENT: LayerKind = LayerKind {
             name: "reassembly_timeout",
             kind: ParamKind::Duration,
             default: Some("\"2s\""),
-            doc: "how long an incomplete message is kept: two initial RTOs of RFC 6298 §2.1, \
-                  under IPv4's 15 s reassembly timer (RFC 791 §3.2)",
+            doc: "how long an incomplete message is kept over a best-effort path: two initial \
+                  RTOs of RFC 6298 §2.1, under IPv4's 15 s reassembly timer (RFC 791 §3.2)",
         },
         ParamSpec {
             name: "max_reassembly_bytes",
@@ -88,7 +90,10 @@ pub const RELIABLE_FIFO: LayerKind = LayerKind {
           sliding window with the receiver's advertised window, duplicate suppression. After \
           `max_retries` timeouts without progress the sender gets a `PeerUnreachable` notice \
           and the peer's pending messages are dropped (counted); a full send buffer refuses \
-          with a `SendRefused` notice. Unicast only: broadcasts are counted and dropped.",
+          with a `SendRefused` notice. Each receiving state is an incarnation: a peer that \
+          restarted is detected, never handed a message twice, and the sender gets \
+          `PeerRestarted` for the messages its old incarnation may have missed. Notices name \
+          the messages' tags. Unicast only: broadcasts are counted and dropped.",
     params: &[
         ParamSpec {
             name: "send_buffer",
