@@ -23,7 +23,7 @@
 //! authentication. A sender's nonces are unique as long as its sessions draw distinct salts: a
 //! restarted session draws a new one (from the kernel's generator and the time), with a 2⁻³²
 //! chance of repeating one earlier incarnation's. A counter never wraps: at 2⁶⁴ − 1 the session
-//! refuses to send (`encrypt.exhausted`). Stack files hold the key in clear: fine for tests and
+//! refuses to send (`encrypt.exhausted`, and a `SendRefused` notice). Stack files hold the key in clear: fine for tests and
 //! simulations, wrong for a real deployment, which must provision keys out of band (a key file
 //! or a key exchange — later work).
 //!
@@ -62,9 +62,11 @@ use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
 
 use viastack_kernel::event::{CHANNEL_CLOSE, SENDABLE};
 use viastack_kernel::{
-    ChannelId, Context, Delivery, Direction, Event, EventType, Layer, Message, NodeId, Session,
+    ChannelId, Context, Delivery, Dest, Direction, Event, EventType, Layer, Message, NodeId,
+    Sendable, Session,
 };
 
+use crate::events::{failure, SEND_REFUSED};
 use crate::peers::{draw_epoch, LruMap, Seen, SeqWindow};
 
 /// Bytes in front of the ciphertext (salt and counter: the nonce).
@@ -270,6 +272,10 @@ impl Layer for Encrypt {
     fn requires(&self) -> Vec<EventType> {
         vec![SENDABLE.id()]
     }
+    /// A sender whose nonces run out refuses (in theory: after 2^64 messages).
+    fn provides(&self) -> Vec<EventType> {
+        vec![SEND_REFUSED.id()]
+    }
     /// Over a FIFO path counters only grow, so nothing falls behind the replay window; over
     /// one that reorders, a packet older than the window is dropped (`too_old`).
     fn delivery(&self, below: Delivery) -> Delivery {
@@ -324,7 +330,16 @@ impl EncryptSession {
             self.own = Some(cipher(&self.config.key, ctx.node()));
         }
         if self.counter == u64::MAX {
+            // No nonce is left: refuse, and tell the sender (nothing is dropped silently).
             ctx.count("exhausted");
+            if let Some(&Sendable {
+                dest: Dest::Node(peer),
+                tag,
+                ..
+            }) = event.sendable_ref()
+            {
+                ctx.go(failure(&SEND_REFUSED, event.channel(), peer, [tag]));
+            }
             return false;
         }
         let channel = event.channel();
