@@ -1,6 +1,7 @@
 //! The fragment layer over a device, driven through the kernel: the shared hex vectors,
 //! splitting and reassembly in any order, the reassembly timeout and the memory bound under a
-//! flood of first fragments.
+//! flood of first fragments; over a path that promises reliable FIFO delivery (a ghost layer
+//! standing in for `reliable-fifo`), no timer, and a bound that refuses and tells the sender.
 #![allow(clippy::unwrap_used)]
 
 mod harness;
@@ -8,12 +9,20 @@ mod harness;
 use std::sync::Arc;
 
 use harness::{hex, node, Node};
-use viastack_kernel::{Dest, Duration, Instant, LayerRef, NodeId};
+use viastack_kernel::layers::Ghost;
+use viastack_kernel::{Delivery, Dest, Duration, Instant, LayerRef, NodeId, Tag};
 use viastack_protocols::fragment::{Config, Fragment, FragmentSession, HEADER_LEN};
 
 fn fragmenting(id: u32, config: Config) -> Node {
     let layer: LayerRef = Arc::new(Fragment::new("fragment", config));
     node(id, vec![layer], 2)
+}
+
+/// A node whose fragment layer sits over a path promising reliable FIFO delivery.
+fn reliably_fragmenting(id: u32, config: Config) -> Node {
+    let path: LayerRef = Arc::new(Ghost::promising("reliable", Delivery::RELIABLE_FIFO));
+    let layer: LayerRef = Arc::new(Fragment::new("fragment", config));
+    node(id, vec![path, layer], 2)
 }
 
 fn with_mtu(mtu: usize) -> Config {
@@ -24,9 +33,8 @@ fn with_mtu(mtu: usize) -> Config {
 }
 
 fn session(n: &Node) -> &FragmentSession {
-    n.kernel
-        .session::<FragmentSession>(n.sessions[0][0])
-        .unwrap()
+    let top = *n.sessions[0].last().unwrap();
+    n.kernel.session::<FragmentSession>(top).unwrap()
 }
 
 #[test]
@@ -217,4 +225,92 @@ fn a_restarted_sender_does_not_complete_its_previous_incarnations_partials() {
     }
     assert_eq!(delivered.len(), 1);
     assert_eq!(delivered[0].2, new, "never a mix of the two incarnations");
+}
+
+#[test]
+fn over_a_reliable_path_a_partial_message_waits_for_the_layer_below_whatever_the_timer() {
+    let cfg = Config {
+        mtu: 10,
+        reassembly_timeout: Duration::from_secs(2),
+        ..Config::default()
+    };
+    let mut a = reliably_fragmenting(1, cfg);
+    let mut b = reliably_fragmenting(2, cfg);
+    let payload: Vec<u8> = (0..30).collect();
+    let frags = a.send(0, Dest::Node(NodeId(2)), &payload).transmits;
+    assert_eq!(frags.len(), 3);
+    b.receive(1, frags[0].1.clone());
+    // A partition far longer than the timeout: the reliable layer below is still repairing.
+    b.advance(Instant::from_millis(600_000));
+    assert_eq!(session(&b).incomplete(), 1);
+    assert_eq!(b.counter("fragment.timeout"), 0);
+    let mut got = b.receive(1, frags[1].1.clone()).delivered;
+    got.extend(b.receive(1, frags[2].1.clone()).delivered);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].2, payload);
+    assert_eq!(session(&b).reassembly_bytes(), 0);
+}
+
+#[test]
+fn over_a_reliable_path_a_new_message_abandons_the_unfinished_one() {
+    let mut a = reliably_fragmenting(1, with_mtu(10));
+    let mut b = reliably_fragmenting(2, with_mtu(10));
+    let first = a.send(0, Dest::Node(NodeId(2)), &[1u8; 25]).transmits;
+    let second = a.send(0, Dest::Node(NodeId(2)), &[2u8; 25]).transmits;
+    // Only the first fragment of the first message arrives: the layer below gave up on the
+    // rest (and told the sender); the next message starts in order.
+    b.receive(1, first[0].1.clone());
+    let mut got = Vec::new();
+    for f in second {
+        got.extend(b.receive(1, f.1).delivered);
+    }
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].2, vec![2u8; 25]);
+    assert_eq!(b.counter("fragment.abandoned"), 1);
+    assert_eq!(session(&b).incomplete(), 0);
+}
+
+#[test]
+fn over_a_reliable_path_the_memory_bound_refuses_and_the_sender_is_told_which_message() {
+    let cfg = Config {
+        mtu: 100,
+        max_reassembly_bytes: 1_000,
+        ..Config::default()
+    };
+    let mut a = reliably_fragmenting(1, cfg);
+    let mut b = reliably_fragmenting(2, cfg);
+    let small = a.send_tagged(0, Dest::Node(NodeId(2)), &[7u8; 300], Tag(11));
+    let big = a.send_tagged(0, Dest::Node(NodeId(2)), &[9u8; 5_000], Tag(12));
+    let mut got = Vec::new();
+    let mut back = Vec::new();
+    for f in small.transmits.into_iter().chain(big.transmits) {
+        let out = b.receive(1, f.1);
+        got.extend(out.delivered);
+        back.extend(out.transmits);
+    }
+    assert_eq!(
+        got.len(),
+        1,
+        "the small message arrives, the big one is refused"
+    );
+    assert_eq!(got[0].2, vec![7u8; 300]);
+    assert_eq!(b.counter("fragment.refused"), 1);
+    assert!(session(&b).reassembly_bytes() <= 1_000);
+    assert_eq!(back.len(), 1, "one REFUSED for the whole message: {back:?}");
+    let out = a.receive(2, back[0].1.clone());
+    assert_eq!(
+        out.failures,
+        vec![("SendRefused".to_string(), NodeId(2), vec![Tag(12)])]
+    );
+    assert_eq!(a.counter("fragment.refused_by_peer"), 1);
+    // A refusal of an id this sender never used names no message (and is counted).
+    let mut unknown = back[0].1.clone();
+    let last = unknown.len() - 1;
+    unknown[last] ^= 0xff;
+    let out = a.receive(2, unknown);
+    assert_eq!(
+        out.failures,
+        vec![("SendRefused".to_string(), NodeId(2), vec![])]
+    );
+    assert_eq!(a.counter("fragment.refused_unknown"), 1);
 }
