@@ -1,14 +1,15 @@
-//! `viastack check FILE`: validates a stack file and prints each QoS's route table (event type
-//! → the layers it visits, bottom first), the channels and their shared sessions. Errors are
+//! `viastack check FILE`: validates a stack file and prints, for each QoS, what the application
+//! on top may count on, who provides each event a layer requires, and the route table (event
+//! type → the layers it visits, bottom first); then the channels and their shared sessions. Errors are
 //! printed as `file:line: message`, one per line, and the exit status is non-zero.
 
 use std::fmt::Write as _;
 
-use viastack_stack::{build::route_tables, Catalog, StackFile};
+use viastack_stack::{qos_tables, Catalog, StackFile};
 
 /// Renders the check report of a valid file.
 pub fn render(file: &StackFile, catalog: &Catalog) -> Result<String, viastack_stack::Diagnostics> {
-    let tables = route_tables(file, catalog)?;
+    let tables = qos_tables(file, catalog)?;
     let mut out = String::new();
     let _ = writeln!(out, "{}: ok", file.path);
     let _ = writeln!(out, "layers:");
@@ -16,14 +17,21 @@ pub fn render(file: &StackFile, catalog: &Catalog) -> Result<String, viastack_st
         let params: Vec<String> = l.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(out, "  {:<16} {:<14} {}", l.name, l.kind, params.join(" "));
     }
-    for (qos, rows) in &tables {
+    for table in &tables {
         let layers = file
             .qos
-            .get(qos)
+            .get(&table.name)
             .map(|q| q.layers.join(" < "))
             .unwrap_or_default();
-        let _ = writeln!(out, "qos {qos} (bottom first: {layers})");
-        for (event, visits) in rows {
+        let _ = writeln!(out, "qos {} (bottom first: {layers})", table.name);
+        let _ = writeln!(out, "  delivers            {}", table.delivery);
+        for (layer, event, provider) in &table.requires {
+            let _ = writeln!(
+                out,
+                "  requires            {layer} needs {event} from {provider}"
+            );
+        }
+        for (event, visits) in &table.routes {
             let path = if visits.is_empty() {
                 "(no layer accepts it)".to_string()
             } else {

@@ -318,9 +318,70 @@ fn check_refuses_a_qos_whose_requirements_nobody_provides() {
         "[layers.order]\nkind = \"fifo\"\n\n[qos.lonely]\nlayers = [\"order\"]\n",
         &[(
             "[qos.lonely]",
-            &["QoS `lonely`", "layer `order`", "requires", "Sendable"],
+            &[
+                "QoS `lonely`",
+                "layer `order`",
+                "requires",
+                "Inbound",
+                "hint: ",
+                "kind `device`",
+            ],
         )],
     );
+}
+
+/// Issue 13 §2: a QoS with no transport passed `check` (a heartbeat layer "provided" the
+/// `Sendable` everything required) and then lost every message.
+#[test]
+fn check_refuses_a_qos_without_a_transport_at_the_bottom() {
+    check_fails(
+        "no-device",
+        "[layers.fd]\nkind = \"heartbeat\"\n[layers.order]\nkind = \"fifo\"\n\n[qos.q]\nlayers = [\"fd\", \"order\"]\n",
+        &[(
+            "[qos.q]",
+            &[
+                "QoS `q`",
+                "layer `fd` requires event `Inbound`",
+                "hint: ",
+                "transport at its bottom",
+            ],
+        )],
+    );
+}
+
+/// Issue 13 §2: a device above another layer passed `check` and the run did nothing.
+#[test]
+fn check_refuses_a_device_that_is_not_the_bottom_layer() {
+    check_fails(
+        "device-on-top",
+        "[layers.dev]\nkind = \"device\"\n[layers.order]\nkind = \"fifo\"\n\n[qos.q]\nlayers = [\"order\", \"dev\"]\n",
+        &[(
+            "[qos.q]",
+            &[
+                "QoS `q`",
+                "layer `dev` is a transport",
+                "must be the bottom layer",
+                "hint: ",
+                "layers = [\"dev\", \"order\"]",
+            ],
+        )],
+    );
+}
+
+#[test]
+fn check_prints_who_provides_each_required_event() {
+    let o = viastack(["check", "stacks/reliable.toml"]);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    for layer in ["sum", "rel", "frag"] {
+        assert!(
+            out.contains(&format!(
+                "requires            {layer} needs Inbound from dev"
+            )),
+            "{out}"
+        );
+    }
+    assert!(out.contains("delivers            reliable fifo"), "{out}");
 }
 
 #[test]
@@ -429,7 +490,7 @@ layers = ["order"]
             ("[[scenario.crash]]", &["node 7 does not exist"]),
             ("port", &["70000"]),
             ("ghots", &["did you mean `ghost`"]),
-            ("[qos.lonely]", &["requires", "Sendable"]),
+            ("[qos.lonely]", &["requires", "Inbound"]),
         ],
     );
 }

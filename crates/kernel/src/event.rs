@@ -199,6 +199,12 @@ pub static DEBUG: EventTypeDef = EventTypeDef::new("Debug", Some(&CHANNEL_EVENT)
 pub static SENDABLE: EventTypeDef = EventTypeDef::new("Sendable", Some(&EVENT));
 /// A datagram handed by a driver to a device session; the device turns it into a `Sendable`.
 pub static DATAGRAM: EventTypeDef = EventTypeDef::new("Datagram", Some(&SENDABLE));
+/// A sendable that arrived from the network: a transport (a device, the bottom of a stack that
+/// reaches a network) launches every received message up as one. A layer that needs a path to
+/// the network *requires* it, and only a transport *provides* it, so the Ψ ⊆ Γ check refuses a
+/// QoS without one: a layer that merely generates sendables of its own (heartbeats, ACKs)
+/// does not connect anything to a network (issue 13 §2).
+pub static INBOUND: EventTypeDef = EventTypeDef::new("Inbound", Some(&SENDABLE));
 
 /// Registers the kernel's own types so they exist (and appear in route tables) before any use.
 pub fn ensure_builtins() {
@@ -213,6 +219,7 @@ pub fn ensure_builtins() {
         &DEBUG,
         &SENDABLE,
         &DATAGRAM,
+        &INBOUND,
     ] {
         def.id();
     }

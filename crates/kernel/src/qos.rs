@@ -8,6 +8,12 @@
 //! type or one of its ancestors: the route. Channels map routes to sessions; dispatch then only
 //! walks a precomputed array, so a layer that does not accept an event costs nothing.
 //!
+//! A transport (a layer that provides [`INBOUND`](crate::event::INBOUND): messages received from
+//! the network, like a device) must be the bottom layer: above the bottom it would hand datagrams
+//! to the network that the layers below it never see, and the layers below it would have no way
+//! out. Together with the layers' requirement of `Inbound`, this refuses the stacks that cannot
+//! work (issue 13 §2): no transport at all, or one that is not at the bottom.
+//!
 //! The QoS also folds, from the bottom up, what each layer promises the layers above it
 //! ([`Layer::delivery`](crate::Layer::delivery)): [`Qos::delivery_below`] tells a layer
 //! whether it stands on a reliable, ordered path, so it knows whether what is still missing
@@ -15,7 +21,7 @@
 
 use std::sync::Arc;
 
-use crate::event::{ensure_builtins, kernel_provided, EventType, SENDABLE};
+use crate::event::{ensure_builtins, kernel_provided, EventType, INBOUND, SENDABLE};
 use crate::layer::{Delivery, LayerRef};
 
 /// Why a QoS was refused.
@@ -36,6 +42,20 @@ pub enum QosError {
         layers: usize,
         /// The limit.
         max: usize,
+    },
+    /// A transport (a layer providing `Inbound`, such as a device) that is not the bottom layer.
+    #[error(
+        "QoS `{qos}`: layer `{layer}` is a transport (it provides `Inbound`, messages from the \
+         network) but sits at position {position} from the bottom; a transport must be the \
+         bottom layer"
+    )]
+    TransportNotAtBottom {
+        /// The QoS.
+        qos: String,
+        /// The transport layer.
+        layer: String,
+        /// Its position, bottom = 0.
+        position: usize,
     },
     /// Ψ ⊄ Γ: a layer requires an event type that no layer provides.
     #[error(
@@ -82,6 +102,18 @@ impl Qos {
                 qos: name,
                 layers: layers.len(),
                 max: MAX_LAYERS,
+            });
+        }
+        if let Some((position, l)) = layers
+            .iter()
+            .enumerate()
+            .skip(1)
+            .find(|(_, l)| l.provides().contains(&INBOUND.id()))
+        {
+            return Err(QosError::TransportNotAtBottom {
+                qos: name,
+                layer: l.name().to_string(),
+                position,
             });
         }
         let mut provided = kernel_provided();
@@ -154,6 +186,32 @@ impl Qos {
         &self.provided
     }
 
+    /// For every event type a layer requires (Ψ), who provides it: `(layer, required type,
+    /// provider)` in layer order, bottom first; the provider is the lowest layer whose Γ holds
+    /// the type or a subtype, or `"kernel"` for the channel's own events.
+    pub fn providers(&self) -> Vec<(String, EventType, String)> {
+        let kernel = kernel_provided();
+        let mut out = Vec::new();
+        for l in &self.layers {
+            for req in l.requires() {
+                let provider = self
+                    .layers
+                    .iter()
+                    .find(|p| p.provides().iter().any(|t| t.is_a(req)))
+                    .map(|p| p.name().to_string())
+                    .or_else(|| {
+                        kernel
+                            .iter()
+                            .any(|t| t.is_a(req))
+                            .then(|| "kernel".to_string())
+                    })
+                    .unwrap_or_default();
+                out.push((l.name().to_string(), req, provider));
+            }
+        }
+        out
+    }
+
     /// Positions (bottom = 0) of the layers that accept `ty`, ascending.
     pub fn route(&self, ty: EventType) -> Box<[u16]> {
         match self.routes.get(ty.index()) {
@@ -172,10 +230,15 @@ impl Qos {
             .collect()
     }
 
-    /// The route table for display: every type the QoS provides (Γ plus the kernel's) and the
+    /// The route table for display: every type the QoS provides (Γ plus the kernel's, and the
+    /// application's `Sendable`) and the
     /// names of the layers it visits, bottom first.
     pub fn route_table(&self) -> Vec<(EventType, Vec<String>)> {
         let mut types = self.provided.clone();
+        // The application at the top launches sendables down: their route is shown too.
+        if !types.contains(&SENDABLE.id()) {
+            types.push(SENDABLE.id());
+        }
         types.sort_by_key(|t| t.name());
         types
             .into_iter()

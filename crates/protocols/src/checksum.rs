@@ -20,7 +20,7 @@
 //!
 //! Memory: none per peer; the session is stateless.
 
-use viastack_kernel::event::SENDABLE;
+use viastack_kernel::event::{INBOUND, SENDABLE};
 use viastack_kernel::{Context, Delivery, Direction, Event, EventType, Layer, Session};
 
 /// Bytes of the header.
@@ -52,8 +52,9 @@ impl Layer for Checksum {
         vec![SENDABLE.id()]
     }
     /// Meaningless without a layer below that generates sendables (a device).
+    /// A path to the network: a transport below.
     fn requires(&self) -> Vec<EventType> {
-        vec![SENDABLE.id()]
+        vec![INBOUND.id()]
     }
     /// Drops only what arrives damaged: what the layers below promise holds above it.
     fn delivery(&self, below: Delivery) -> Delivery {

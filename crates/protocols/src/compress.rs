@@ -34,7 +34,7 @@
 
 use lz4_flex::block::{compress_into, decompress_into, get_maximum_output_size};
 
-use viastack_kernel::event::SENDABLE;
+use viastack_kernel::event::{INBOUND, SENDABLE};
 use viastack_kernel::message::DEFAULT_HEADROOM;
 use viastack_kernel::{Context, Delivery, Direction, Event, EventType, Layer, Message, Session};
 
@@ -93,8 +93,9 @@ impl Layer for Compress {
         vec![SENDABLE.id()]
     }
     /// Meaningless without a layer below that generates sendables (a device).
+    /// A path to the network: a transport below.
     fn requires(&self) -> Vec<EventType> {
-        vec![SENDABLE.id()]
+        vec![INBOUND.id()]
     }
     /// Drops only what arrives damaged: what the layers below promise holds above it.
     fn delivery(&self, below: Delivery) -> Delivery {

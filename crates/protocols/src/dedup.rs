@@ -39,7 +39,7 @@
 
 use std::collections::HashMap;
 
-use viastack_kernel::event::{CHANNEL_CLOSE, SENDABLE};
+use viastack_kernel::event::{CHANNEL_CLOSE, INBOUND, SENDABLE};
 use viastack_kernel::{
     ChannelId, Context, Delivery, Dest, Direction, Event, EventType, Layer, NodeId, Session,
 };
@@ -97,8 +97,9 @@ impl Layer for Dedup {
         vec![SENDABLE.id(), CHANNEL_CLOSE.id()]
     }
     /// Meaningless without a layer below that generates sendables (a device).
+    /// A path to the network: a transport below.
     fn requires(&self) -> Vec<EventType> {
-        vec![SENDABLE.id()]
+        vec![INBOUND.id()]
     }
     /// Over a FIFO path no copy and no late message comes, so nothing is dropped; over one
     /// that reorders, a message later than the window is dropped (`too_old`).

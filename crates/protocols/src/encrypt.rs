@@ -60,7 +60,7 @@
 use chacha20::cipher::generic_array::GenericArray;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
 
-use viastack_kernel::event::{CHANNEL_CLOSE, SENDABLE};
+use viastack_kernel::event::{CHANNEL_CLOSE, INBOUND, SENDABLE};
 use viastack_kernel::{
     ChannelId, Context, Delivery, Dest, Direction, Event, EventType, Layer, Message, NodeId,
     Sendable, Session,
@@ -269,8 +269,9 @@ impl Layer for Encrypt {
         vec![SENDABLE.id(), CHANNEL_CLOSE.id()]
     }
     /// Meaningless without a layer below that generates sendables (a device).
+    /// A path to the network: a transport below.
     fn requires(&self) -> Vec<EventType> {
-        vec![SENDABLE.id()]
+        vec![INBOUND.id()]
     }
     /// A sender whose nonces run out refuses (in theory: after 2^64 messages).
     fn provides(&self) -> Vec<EventType> {

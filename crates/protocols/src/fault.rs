@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 
 use rand::Rng;
 
-use viastack_kernel::event::{CHANNEL_CLOSE, SENDABLE};
+use viastack_kernel::event::{CHANNEL_CLOSE, INBOUND, SENDABLE};
 use viastack_kernel::{
     Body, Context, Direction, Duration, Event, EventType, Instant, Layer, Session,
 };
@@ -135,8 +135,9 @@ impl Layer for FaultLayer {
     }
     /// Meaningless without a layer below that generates sendables (a device). Copies made by
     /// `duplicate` are of sendables it was handed, so it declares no Γ of its own.
+    /// A path to the network: a transport below.
     fn requires(&self) -> Vec<EventType> {
-        vec![SENDABLE.id()]
+        vec![INBOUND.id()]
     }
     fn create_session(&self) -> Box<dyn Session> {
         Box::new(FaultSession {

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 
 use rand::RngCore;
 
-use viastack_kernel::event::{CHANNEL_CLOSE, SENDABLE};
+use viastack_kernel::event::{CHANNEL_CLOSE, INBOUND, SENDABLE};
 use viastack_kernel::{
     ChannelId, Context, Delivery, Dest, Direction, Event, EventType, Layer, NodeId, Session,
 };
@@ -53,8 +53,9 @@ impl Layer for Fifo {
         vec![SENDABLE.id(), CHANNEL_CLOSE.id()]
     }
     /// Meaningless without a layer below that generates sendables (a device).
+    /// A path to the network: a transport below.
     fn requires(&self) -> Vec<EventType> {
-        vec![SENDABLE.id()]
+        vec![INBOUND.id()]
     }
     /// In order per source; over a path that reorders, a late message is dropped, so only a
     /// FIFO path keeps its reliability through this layer.

@@ -70,7 +70,7 @@
 use std::collections::VecDeque;
 
 use fnv::FnvHashMap;
-use viastack_kernel::event::{CHANNEL_CLOSE, SENDABLE, TIMER};
+use viastack_kernel::event::{CHANNEL_CLOSE, INBOUND, SENDABLE, TIMER};
 use viastack_kernel::message::DEFAULT_HEADROOM;
 use viastack_kernel::{
     Body, ChannelId, Context, Delivery, Dest, Direction, Duration, Event, EventType, Instant,
@@ -154,8 +154,9 @@ impl Layer for Fragment {
         vec![SENDABLE.id(), CHANNEL_CLOSE.id()]
     }
     /// Meaningless without a layer below that generates sendables (a device).
+    /// A path to the network: a transport below.
     fn requires(&self) -> Vec<EventType> {
-        vec![SENDABLE.id()]
+        vec![INBOUND.id()]
     }
     /// REFUSED segments, and the notice naming a refused message.
     fn provides(&self) -> Vec<EventType> {

@@ -82,7 +82,9 @@
 
 use rand::RngCore;
 
-use viastack_kernel::event::{EventTypeDef, CHANNEL_CLOSE, CHANNEL_INIT, PERIODIC_TIMER, SENDABLE};
+use viastack_kernel::event::{
+    EventTypeDef, CHANNEL_CLOSE, CHANNEL_INIT, INBOUND, PERIODIC_TIMER, SENDABLE,
+};
 use viastack_kernel::{
     Body, ChannelId, Context, Delivery, Dest, Direction, Duration, Event, EventType, Instant,
     Layer, Message, NodeId, Sendable, Session, TimerId, Truncated,
@@ -183,8 +185,9 @@ impl Layer for Heartbeat {
         vec![SENDABLE.id(), CHANNEL_INIT.id(), CHANNEL_CLOSE.id()]
     }
     /// Heartbeats need a layer below that transmits sendables (a device).
+    /// A path to the network: a transport below.
     fn requires(&self) -> Vec<EventType> {
-        vec![SENDABLE.id()]
+        vec![INBOUND.id()]
     }
     fn provides(&self) -> Vec<EventType> {
         vec![HEARTBEAT.id(), SUSPECT.id(), ALIVE.id()]

@@ -68,7 +68,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use rand::RngCore;
 
-use viastack_kernel::event::{CHANNEL_CLOSE, SENDABLE, TIMER};
+use viastack_kernel::event::{CHANNEL_CLOSE, INBOUND, SENDABLE, TIMER};
 use viastack_kernel::{
     Body, ChannelId, Context, Delivery, Direction, Duration, Event, EventType, Instant, Layer,
     NodeId, Session, TimerId,
@@ -129,8 +129,9 @@ impl Layer for Sync {
         vec![SENDABLE.id(), CHANNEL_CLOSE.id()]
     }
     /// Meaningless without a layer below that generates sendables (a device).
+    /// A path to the network: a transport below.
     fn requires(&self) -> Vec<EventType> {
-        vec![SENDABLE.id()]
+        vec![INBOUND.id()]
     }
     /// A playout deadline: a message later than `max_skew` is dropped (`too_late`), by design
     /// of a media stream. Per source, messages leave in send order.

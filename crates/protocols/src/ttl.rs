@@ -20,7 +20,7 @@
 //!
 //! No per-peer state: memory is constant.
 
-use viastack_kernel::event::SENDABLE;
+use viastack_kernel::event::{INBOUND, SENDABLE};
 use viastack_kernel::{Context, Delivery, Direction, Event, EventType, Layer, Message, Session};
 
 /// The default hop limit: 64, the IP default TTL (RFC 1700 "IP Parameters", RFC 1122
@@ -52,8 +52,9 @@ impl Layer for Ttl {
         vec![SENDABLE.id()]
     }
     /// Meaningless without a layer below that generates sendables (a device).
+    /// A path to the network: a transport below.
     fn requires(&self) -> Vec<EventType> {
-        vec![SENDABLE.id()]
+        vec![INBOUND.id()]
     }
     /// One hop per traversal and a budget of at least one: nothing it passes expires.
     fn delivery(&self, below: Delivery) -> Delivery {

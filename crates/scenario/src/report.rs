@@ -114,6 +114,10 @@ pub struct Report {
     pub steps: u64,
     /// FNV-1a hash of the full event trace: equal hashes mean bit-identical runs.
     pub trace_hash: String,
+    /// What looks wrong with the stack itself, whatever the property: events that fell off
+    /// the bottom of a stack (no layer below took them to a network), payloads the
+    /// application could not read.
+    pub warnings: Vec<String>,
     /// The declared property and whether it held.
     pub verdict: Verdict,
 }
@@ -237,19 +241,54 @@ pub fn build(info: &RunInfo<'_>, observed: Observed<'_>) -> Report {
         counters: observed.counters,
         steps: observed.steps,
         trace_hash: observed.trace_hash,
+        warnings: Vec::new(),
         verdict: Verdict {
             expect: String::new(),
             holds: true,
             violations: Vec::new(),
         },
     };
+    report.warnings = warnings(&report);
     report.verdict = judge(info.expect, &report);
     report
 }
 
-/// Judges the declared property against the report's counts.
+/// What the counts say about the stack itself (issue 13 §2: a stack that loses everything
+/// must say so, whatever property it declared).
+fn warnings(r: &Report) -> Vec<String> {
+    let mut w = Vec::new();
+    let fell = r
+        .counters
+        .get("kernel.fell_off_bottom")
+        .copied()
+        .unwrap_or(0);
+    if fell > 0 {
+        w.push(format!(
+            "{fell} events fell off the bottom of the stack: no layer below them took them to a \
+             network (is the transport missing, or not the bottom layer?)"
+        ));
+    }
+    if r.corrupted > 0 {
+        w.push(format!(
+            "{} payloads reached the application that it could not read (corrupted, or protocol \
+             messages that fell off the top of the stack: is a layer missing above?)",
+            r.corrupted
+        ));
+    }
+    w
+}
+
+/// Judges the declared property against the report's counts. A property of deliveries over a
+/// run that delivered nothing is vacuous: it fails, since it shows nothing.
 fn judge(expect: Expect, r: &Report) -> Verdict {
     let mut v = Vec::new();
+    if expect != Expect::None && r.delivered == 0 {
+        v.push(format!(
+            "vacuous: no message was delivered ({} sent), so the run shows nothing about {}",
+            r.sent,
+            expect.name()
+        ));
+    }
     let ordered = matches!(expect, Expect::Fifo | Expect::ReliableFifo);
     let reliable = matches!(expect, Expect::Reliable | Expect::ReliableFifo);
     if expect != Expect::None {
@@ -362,6 +401,9 @@ impl fmt::Display for Report {
         if simulated {
             writeln!(f, "  trace      {} ({} steps)", self.trace_hash, self.steps)?;
         }
+        for w in &self.warnings {
+            writeln!(f, "  warning    {w}")?;
+        }
         if self.verdict.holds {
             write!(f, "  property   {}: holds", self.verdict.expect)
         } else {
@@ -372,5 +414,73 @@ impl fmt::Display for Report {
                 self.verdict.violations.join("; ")
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(sent: u64, delivered: u64, counters: &[(&str, u64)]) -> Report {
+        Report {
+            file: "t.toml".into(),
+            driver: "simulator".into(),
+            seed: 1,
+            nodes: 2,
+            duration_s: 1.0,
+            sent,
+            delivered,
+            lost: sent - delivered,
+            lost_crashed: 0,
+            lost_reported: 0,
+            duplicated: 0,
+            out_of_order: 0,
+            corrupted: 0,
+            misdelivered: 0,
+            latency: Latency {
+                p50_us: 0.0,
+                p99_us: 0.0,
+                max_us: 0.0,
+            },
+            network: Network::from(&NetStats::default()),
+            notices: BTreeMap::new(),
+            counters: counters.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            steps: 0,
+            trace_hash: String::new(),
+            warnings: Vec::new(),
+            verdict: Verdict {
+                expect: String::new(),
+                holds: true,
+                violations: Vec::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_delivery_property_over_a_run_that_delivered_nothing_is_vacuous_and_fails() {
+        // The issue's case: fifo "held" over 20 sent, 0 delivered.
+        let r = report(20, 0, &[("kernel.fell_off_bottom", 42)]);
+        for expect in [Expect::Fifo, Expect::Reliable, Expect::ReliableFifo] {
+            let v = judge(expect, &r);
+            assert!(!v.holds, "{expect:?}");
+            assert!(v.violations[0].starts_with("vacuous"), "{:?}", v.violations);
+        }
+        // Nothing declared, nothing claimed.
+        assert!(judge(Expect::None, &r).holds);
+        // One delivery is enough to make a lossy fifo run meaningful.
+        assert!(judge(Expect::Fifo, &report(20, 1, &[])).holds);
+    }
+
+    #[test]
+    fn events_falling_off_the_bottom_are_reported_and_shown() {
+        let mut r = report(20, 0, &[("kernel.fell_off_bottom", 42)]);
+        r.warnings = warnings(&r);
+        assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+        assert!(r.warnings[0].starts_with("42 events fell off the bottom"));
+        assert!(r
+            .to_string()
+            .contains("  warning    42 events fell off the bottom"));
+        let clean = report(20, 20, &[("kernel.fell_off_bottom", 0)]);
+        assert!(warnings(&clean).is_empty());
     }
 }

@@ -36,7 +36,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use viastack_kernel::event::{Body, Sendable, CHANNEL_CLOSE, SENDABLE, TIMER};
+use viastack_kernel::event::{Body, Sendable, CHANNEL_CLOSE, INBOUND, SENDABLE, TIMER};
 use viastack_kernel::{
     ChannelId, Context, Delivery, Dest, Direction, Event, EventType, Instant, Layer, Message,
     NodeId, Session, Tag,
@@ -70,8 +70,9 @@ impl Layer for SpLayer {
     fn accepts(&self) -> Vec<EventType> {
         vec![SENDABLE.id(), CHANNEL_CLOSE.id()]
     }
+    /// A path to the network: a transport below.
     fn requires(&self) -> Vec<EventType> {
-        vec![SENDABLE.id()]
+        vec![INBOUND.id()]
     }
     fn provides(&self) -> Vec<EventType> {
         vec![SENDABLE.id(), PEER_UNREACHABLE.id(), SEND_REFUSED.id()]

@@ -16,7 +16,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use viastack_kernel::{ChannelId, Kernel, KernelConfig, LayerRef, NodeId, Qos, SessionId};
+use viastack_kernel::event::INBOUND;
+use viastack_kernel::{
+    ChannelId, Kernel, KernelConfig, LayerRef, NodeId, Qos, QosError, SessionId,
+};
 
 use crate::catalog::{BuildEnv, Catalog};
 use crate::diag::{Diagnostic, Diagnostics};
@@ -105,7 +108,7 @@ fn build_all(file: &StackFile, catalog: &Catalog, env: &BuildEnv) -> Result<Buil
             Ok(built) => {
                 qos.insert(q.name.clone(), built);
             }
-            Err(e) => diags.push(diag(q.line, e.to_string())),
+            Err(e) => diags.push(diag(q.line, refusal_with_hint(&e, &q.layers))),
         }
     }
     if diags.is_empty() {
@@ -115,6 +118,35 @@ fn build_all(file: &StackFile, catalog: &Catalog, env: &BuildEnv) -> Result<Buil
         d.sort();
         Err(d)
     }
+}
+
+/// The kernel's reason for refusing a QoS, with what to do about it (issue 13 §2).
+pub(crate) fn refusal_with_hint(e: &QosError, layers: &[String]) -> String {
+    let hint = match e {
+        QosError::MissingEvent { event, .. } if event == INBOUND.id().name() => {
+            "; hint: a stack reaches the network only through a transport at its bottom: declare a \
+             layer of kind `device` and list it first (`sp` and every other layer run above one)"
+                .to_string()
+        }
+        QosError::MissingEvent { event, .. } => {
+            format!("; hint: add a layer that generates `{event}` to the QoS")
+        }
+        QosError::TransportNotAtBottom { layer, .. } => {
+            let mut order = vec![format!("\"{layer}\"")];
+            order.extend(
+                layers
+                    .iter()
+                    .filter(|l| *l != layer)
+                    .map(|l| format!("\"{l}\"")),
+            );
+            format!(
+                "; hint: layers are listed bottom first, so put it first: layers = [{}]",
+                order.join(", ")
+            )
+        }
+        QosError::Empty { .. } | QosError::TooManyLayers { .. } => String::new(),
+    };
+    format!("{e}{hint}")
 }
 
 /// Builds node `env.node`: a kernel (from `kernel_config`) with every channel of the file
@@ -265,16 +297,25 @@ pub fn build_node(
     })
 }
 
-/// The route table of every QoS (by name): each event type the QoS provides and the layers it
-/// visits, bottom first. Layers are built for node 0.
+/// What `viastack check` shows of one QoS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QosTable {
+    /// The QoS's name.
+    pub name: String,
+    /// Event type → the layers it visits, bottom first.
+    pub routes: Vec<(String, Vec<String>)>,
+    /// Every requirement (Ψ) and who meets it: `(layer, event type, provider)`; the provider
+    /// is a layer of the QoS or `kernel`.
+    pub requires: Vec<(String, String, String)>,
+    /// What the application on top of the QoS may count on (e.g. `reliable fifo`).
+    pub delivery: String,
+}
+
+/// Every QoS of the file, built and described for `viastack check`.
 ///
 /// # Errors
-/// [`Diagnostics`] when a layer cannot be built or a QoS is refused.
-#[allow(clippy::type_complexity)]
-pub fn route_tables(
-    file: &StackFile,
-    catalog: &Catalog,
-) -> Result<Vec<(String, Vec<(String, Vec<String>)>)>, Diagnostics> {
+/// The same [`Diagnostics`] as building a node.
+pub fn qos_tables(file: &StackFile, catalog: &Catalog) -> Result<Vec<QosTable>, Diagnostics> {
     let env = BuildEnv {
         node: NodeId(0),
         nodes: file.scenario.as_ref().map_or(1, |s| s.nodes),
@@ -284,13 +325,34 @@ pub fn route_tables(
     Ok(built
         .qos
         .iter()
-        .map(|(name, q)| {
-            let rows = q
+        .map(|(name, q)| QosTable {
+            name: name.clone(),
+            routes: q
                 .route_table()
                 .into_iter()
                 .map(|(ty, layers)| (ty.name().to_string(), layers))
-                .collect();
-            (name.clone(), rows)
+                .collect(),
+            requires: q
+                .providers()
+                .into_iter()
+                .map(|(layer, ty, provider)| (layer, ty.name().to_string(), provider))
+                .collect(),
+            delivery: q.delivery_below(q.layers().len()).to_string(),
         })
+        .collect())
+}
+
+/// The route tables of every QoS: (QoS, [(event type, layers bottom first)]).
+///
+/// # Errors
+/// The same [`Diagnostics`] as building a node.
+#[allow(clippy::type_complexity)]
+pub fn route_tables(
+    file: &StackFile,
+    catalog: &Catalog,
+) -> Result<Vec<(String, Vec<(String, Vec<String>)>)>, Diagnostics> {
+    Ok(qos_tables(file, catalog)?
+        .into_iter()
+        .map(|t| (t.name, t.routes))
         .collect())
 }

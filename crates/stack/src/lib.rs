@@ -23,7 +23,7 @@ pub mod standard;
 mod tree;
 pub mod units;
 
-pub use build::{build_node, route_tables, BuiltNode};
+pub use build::{build_node, qos_tables, route_tables, BuiltNode, QosTable};
 pub use catalog::{
     BuildEnv, BuildFn, Catalog, CatalogError, LayerKind, ParamError, ParamKind, ParamSpec,
     ParamValue, Params,

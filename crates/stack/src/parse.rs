@@ -915,7 +915,7 @@ impl<'a> Cx<'a> {
                 .collect();
             let Some(layers) = layers else { continue };
             if let Err(e) = Qos::new(q.name.clone(), layers) {
-                self.err(q.line, e.to_string());
+                self.err(q.line, crate::build::refusal_with_hint(&e, &q.layers));
             }
         }
     }

@@ -12,7 +12,9 @@
 //! Datagrams too short for the tag, or naming a channel this session is not bound to, are
 //! dropped and counted (`device.truncated`, `device.unknown_channel`).
 
-use crate::event::{Body, ChannelId, Direction, Event, EventType, Sendable, DATAGRAM, SENDABLE};
+use crate::event::{
+    Body, ChannelId, Direction, Event, EventType, Sendable, DATAGRAM, INBOUND, SENDABLE,
+};
 use crate::kernel::Context;
 use crate::layer::{Layer, Session};
 
@@ -40,8 +42,10 @@ impl Layer for Device {
     fn accepts(&self) -> Vec<EventType> {
         vec![SENDABLE.id()]
     }
+    /// Every message received from the network goes up as an `Inbound`: a device is a
+    /// transport, and must be its QoS's bottom layer.
     fn provides(&self) -> Vec<EventType> {
-        vec![SENDABLE.id()]
+        vec![INBOUND.id()]
     }
     fn create_session(&self) -> Box<dyn Session> {
         Box::new(DeviceSession {
@@ -79,7 +83,7 @@ impl Session for DeviceSession {
             }
             self.received += 1;
             ctx.go(Event::new(
-                SENDABLE.id(),
+                INBOUND.id(),
                 Direction::Up,
                 channel,
                 Body::Sendable(s),

@@ -122,7 +122,7 @@ pub mod wire;
 use rand::RngCore;
 
 use fnv::FnvHashMap;
-use viastack_kernel::event::{CHANNEL_CLOSE, SENDABLE, TIMER};
+use viastack_kernel::event::{CHANNEL_CLOSE, INBOUND, SENDABLE, TIMER};
 use viastack_kernel::{
     Body, ChannelId, Context, Delivery, Dest, Direction, Duration, Event, EventType, Instant,
     Layer, NodeId, Session, TimerId,
@@ -216,8 +216,9 @@ impl Layer for ReliableFifo {
         vec![SENDABLE.id(), CHANNEL_CLOSE.id()]
     }
     /// Meaningless without a layer below that generates sendables (a device).
+    /// A path to the network: a transport below.
     fn requires(&self) -> Vec<EventType> {
-        vec![SENDABLE.id()]
+        vec![INBOUND.id()]
     }
     /// ACKs and NACKs (sendables), and the notices.
     fn provides(&self) -> Vec<EventType> {
