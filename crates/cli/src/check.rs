@@ -1,11 +1,12 @@
 //! `viastack check FILE`: validates a stack file and prints, for each QoS, what the application
 //! on top may count on, who provides each event a layer requires, and the route table (event
-//! type → the layers it visits, bottom first); then the channels and their shared sessions. Errors are
+//! type → the layers it visits, bottom first); then every channel of node 0 with each slot's
+//! session and how it was bound (explicitly, automatically by a bound session, or by default). Errors are
 //! printed as `file:line: message`, one per line, and the exit status is non-zero.
 
 use std::fmt::Write as _;
 
-use viastack_stack::{qos_tables, Catalog, StackFile};
+use viastack_stack::{channel_bindings, qos_tables, Catalog, StackFile};
 
 /// Renders the check report of a valid file.
 pub fn render(file: &StackFile, catalog: &Catalog) -> Result<String, viastack_stack::Diagnostics> {
@@ -41,15 +42,21 @@ pub fn render(file: &StackFile, catalog: &Catalog) -> Result<String, viastack_st
         }
     }
     if !file.channels.is_empty() {
-        let _ = writeln!(out, "channels:");
-        for c in &file.channels {
-            let bind: Vec<String> = c.bind.iter().map(|(l, s)| format!("{l}={s}")).collect();
-            let shared = if bind.is_empty() {
-                String::new()
-            } else {
-                format!("  shared: {}", bind.join(" "))
-            };
-            let _ = writeln!(out, "  {:<16} qos {}{}", c.name, c.qos, shared);
+        let _ = writeln!(
+            out,
+            "channels (node 0; each slot's session and how it was bound):"
+        );
+        for (name, slots) in channel_bindings(file, catalog)? {
+            let qos = file
+                .channels
+                .iter()
+                .find(|c| c.name == name)
+                .map_or("?", |c| c.qos.as_str());
+            let shown: Vec<String> = slots
+                .iter()
+                .map(|s| format!("{}={} ({})", s.layer, s.session, s.mode))
+                .collect();
+            let _ = writeln!(out, "  {name:<16} qos {qos}: {}", shown.join("  "));
         }
     }
     if let Some(s) = &file.scenario {

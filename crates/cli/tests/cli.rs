@@ -201,10 +201,33 @@ fn check_prints_the_diamond_route_tables() {
     assert_eq!(route(&out, "data", "ChannelClose"), "fd -> order -> sync");
     assert_eq!(route(&out, "audio", "Timer"), "fd -> sync");
     assert!(
-        out.contains("data             qos data  shared: fd=the-fd sync=the-sync"),
+        out.contains(
+            "data             qos data: dev=dev (explicit)  fd=the-fd (explicit)  \
+             order=#3 (default)  sync=the-sync (explicit)"
+        ),
         "{out}"
     );
     assert!(out.contains("scenario: 4 nodes"), "{out}");
+}
+
+/// Issue 13 §3: the shipped multimedia stack binds only the sync session into video; the sync
+/// session fills video's failure-detector slot with the one it shares with audio (automatic
+/// binding). Without automatic binding video would get a failure detector of its own.
+#[test]
+fn check_shows_the_multimedia_video_channel_bound_automatically() {
+    let o = viastack(["check", "stacks/multimedia.toml"]);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    let video = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("video ") && l.contains("qos video:"))
+        .unwrap_or_else(|| panic!("no video channel line:\n{out}"));
+    assert!(video.contains("fd=the-fd (automatic)"), "{video}");
+    assert!(video.contains("sync=the-sync (explicit)"), "{video}");
+    assert!(
+        video.contains("frag=#") && video.contains("(default)"),
+        "{video}"
+    );
 }
 
 #[test]

@@ -59,6 +59,30 @@ pub(crate) struct Hop {
     pub session: SessionId,
 }
 
+/// How a channel's slot got its session (seed 001 §4: explicit, then automatic, then default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindMode {
+    /// Still empty (the channel has not started).
+    Empty,
+    /// Through a [`ChannelCursor`](crate::ChannelCursor).
+    Explicit,
+    /// By a session already bound, from its [`Session::auto_bind`](crate::Session::auto_bind).
+    Automatic,
+    /// A new session of the slot's layer, because nobody bound one.
+    Default,
+}
+
+impl std::fmt::Display for BindMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BindMode::Empty => "empty",
+            BindMode::Explicit => "explicit",
+            BindMode::Automatic => "automatic",
+            BindMode::Default => "default",
+        })
+    }
+}
+
 /// Life cycle of a channel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChannelState {
@@ -74,6 +98,7 @@ pub(crate) struct Channel {
     pub name: String,
     pub qos: Arc<Qos>,
     pub slots: Vec<Option<SessionId>>,
+    pub modes: Vec<BindMode>,
     pub routes: Vec<Box<[Hop]>>,
     pub state: ChannelState,
 }
@@ -85,6 +110,7 @@ impl Channel {
             name,
             qos,
             slots: vec![None; n],
+            modes: vec![BindMode::Empty; n],
             routes: Vec::new(),
             state: ChannelState::Binding,
         }
@@ -154,7 +180,9 @@ pub struct AutoBind<'a> {
     pub(crate) channel_name: &'a str,
     pub(crate) qos: &'a Qos,
     pub(crate) slots: &'a mut [Option<SessionId>],
+    pub(crate) modes: &'a mut [BindMode],
     pub(crate) session_layers: &'a [LayerRef],
+    pub(crate) companions: Vec<SessionId>,
 }
 
 impl AutoBind<'_> {
@@ -178,6 +206,40 @@ impl AutoBind<'_> {
             .collect()
     }
 
+    /// The sessions the asked session already shares another channel with (in the order of
+    /// those channels' creation, bottom first within each): channel introspection for a
+    /// session that wants the channels it joins to share its neighbours too.
+    pub fn companions(&self) -> &[SessionId] {
+        &self.companions
+    }
+
+    /// Fills every empty slot whose layer is the layer of one of [`companions`](Self::companions)
+    /// with that companion (the first one of the layer): a shared session brings the sessions
+    /// it is shared with (seed 001 §5.1, the intermedia sync that "binds the shared sessions
+    /// when requested by the channel"). Returns how many slots it filled.
+    pub fn bind_companions(&mut self) -> usize {
+        let mut filled = 0;
+        for slot in 0..self.slots.len() {
+            if self.slots[slot].is_some() {
+                continue;
+            }
+            let Some(layer) = self.qos.layers().get(slot) else {
+                continue;
+            };
+            let companion = self.companions.iter().copied().find(|c| {
+                self.session_layers
+                    .get(c.0 as usize)
+                    .is_some_and(|l| same_layer(l, layer))
+            });
+            if let Some(c) = companion {
+                if self.bind(slot, c).is_ok() {
+                    filled += 1;
+                }
+            }
+        }
+        filled
+    }
+
     /// Binds `session` into the empty `slot`.
     ///
     /// # Errors
@@ -192,6 +254,9 @@ impl AutoBind<'_> {
         if let Some(s) = self.slots.get_mut(slot) {
             if s.is_none() {
                 *s = Some(session);
+                if let Some(m) = self.modes.get_mut(slot) {
+                    *m = BindMode::Automatic;
+                }
             }
         }
         Ok(())

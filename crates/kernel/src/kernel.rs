@@ -31,7 +31,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::addr::{Dest, NodeId};
-use crate::channel::{check_slot, AutoBind, BindError, Channel, ChannelState, Hop};
+use crate::channel::{check_slot, AutoBind, BindError, BindMode, Channel, ChannelState, Hop};
 use crate::event::{
     Body, ChannelId, Direction, Event, Sendable, TimerFired, TimerId, CHANNEL_CLOSE, CHANNEL_INIT,
     DATAGRAM, PERIODIC_TIMER, TIMER,
@@ -665,12 +665,15 @@ impl Kernel {
             .find(|s| !asked.contains(s))
         {
             asked.push(sid);
+            let companions = self.companions_of(sid, idx);
             let ch = &mut self.core.channels[idx];
             let mut request = AutoBind {
                 channel_name: &ch.name,
                 qos: &ch.qos,
                 slots: &mut ch.slots,
+                modes: &mut ch.modes,
                 session_layers: &self.layers,
+                companions,
             };
             if let Some(s) = self.sessions.get_mut(sid.0 as usize) {
                 s.auto_bind(&mut request);
@@ -682,6 +685,7 @@ impl Kernel {
             if self.core.channels[idx].slots[slot].is_none() {
                 let sid = self.create_session(layer);
                 self.core.channels[idx].slots[slot] = Some(sid);
+                self.core.channels[idx].modes[slot] = BindMode::Default;
             }
         }
         let ch = &mut self.core.channels[idx];
@@ -767,6 +771,32 @@ impl Kernel {
             .get(channel.0 as usize)
             .map(|c| c.slots.clone())
             .unwrap_or_default()
+    }
+
+    /// How each slot of `channel` got its session, bottom first.
+    pub fn channel_bind_modes(&self, channel: ChannelId) -> Vec<BindMode> {
+        self.core
+            .channels
+            .get(channel.0 as usize)
+            .map(|c| c.modes.clone())
+            .unwrap_or_default()
+    }
+
+    /// The sessions `session` shares a channel other than `except` with, in channel order,
+    /// bottom first, without repeats (itself excluded).
+    fn companions_of(&self, session: SessionId, except: usize) -> Vec<SessionId> {
+        let mut out = Vec::new();
+        for (i, ch) in self.core.channels.iter().enumerate() {
+            if i == except || !ch.slots.contains(&Some(session)) {
+                continue;
+            }
+            for s in ch.slots.iter().flatten() {
+                if *s != session && !out.contains(s) {
+                    out.push(*s);
+                }
+            }
+        }
+        out
     }
 
     /// The sessions an event of type `ty` visits on `channel`, bottom first.
@@ -1063,7 +1093,9 @@ impl ChannelCursor<'_> {
             return Err(BindError::AlreadyStarted(ch.name.clone()));
         }
         check_slot(&ch.qos, self.pos, layer)?;
-        self.kernel.core.channels[self.channel].slots[self.pos] = Some(session);
+        let ch = &mut self.kernel.core.channels[self.channel];
+        ch.slots[self.pos] = Some(session);
+        ch.modes[self.pos] = BindMode::Explicit;
         Ok(())
     }
 }

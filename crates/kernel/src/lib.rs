@@ -24,7 +24,7 @@ pub mod time;
 mod timer;
 
 pub use addr::{Dest, NodeId};
-pub use channel::{AutoBind, BindError, ChannelState};
+pub use channel::{AutoBind, BindError, BindMode, ChannelState};
 pub use event::{
     Body, ChannelId, Direction, Event, EventType, EventTypeDef, Sendable, Tag, TimerFired, TimerId,
 };

@@ -9,9 +9,9 @@ use viastack_kernel::event::{
 };
 use viastack_kernel::layers::{Ghost, Transparent};
 use viastack_kernel::{
-    AutoBind, BindError, Body, ChannelId, Context, Dest, Direction, Duration, Event, EventType,
-    InjectError, Instant, Kernel, KernelConfig, Layer, LayerRef, Message, NodeId, Output, Qos,
-    QosError, Sendable, Session, SessionId,
+    AutoBind, BindError, BindMode, Body, ChannelId, Context, Dest, Direction, Duration, Event,
+    EventType, InjectError, Instant, Kernel, KernelConfig, Layer, LayerRef, Message, NodeId,
+    Output, Qos, QosError, Sendable, Session, SessionId,
 };
 
 static DATA: EventTypeDef = EventTypeDef::new("TestData", Some(&SENDABLE));
@@ -263,14 +263,10 @@ fn three_binding_modes_in_order() {
     let ch = k.create_channel("c", &qos);
     {
         let mut cur = k.cursor(ch).unwrap();
-        // Explicit: the cursor checks the layer.
-        assert!(
-            matches!(
-                cur.set_session(fd_session),
-                Err(BindError::WrongLayer { .. })
-            ) || cur.position() == 0
-        );
-        cur.bottom();
+        // Explicit, into the sync slot only: the cursor checks the layer. The fd slot is left
+        // empty, so only automatic binding can fill it with `fd_session`.
+        assert_eq!(cur.position(), 0);
+        assert_eq!(cur.session(), None);
         assert!(cur.up());
         assert_eq!(cur.layer().name(), "sync");
         let err = cur.set_session(fd_session).unwrap_err();
@@ -280,6 +276,11 @@ fn three_binding_modes_in_order() {
         );
         cur.set_session(sync_session).unwrap();
     }
+    assert_eq!(
+        k.channel_sessions(ch),
+        vec![None, Some(sync_session), None],
+        "before start, only the explicit binding"
+    );
     k.start_channel(ch, Instant::ZERO).unwrap();
     let slots = k.channel_sessions(ch);
     assert_eq!(slots[1], Some(sync_session), "explicit");
@@ -287,6 +288,10 @@ fn three_binding_modes_in_order() {
         slots[0],
         Some(fd_session),
         "automatic, by the bound sync session"
+    );
+    assert_eq!(
+        k.channel_bind_modes(ch),
+        vec![BindMode::Automatic, BindMode::Explicit, BindMode::Default]
     );
     let app_session = slots[2].expect("default");
     assert!(app_session != fd_session && app_session != sync_session);
@@ -302,6 +307,72 @@ fn three_binding_modes_in_order() {
         cur.set_session(fd_session),
         Err(BindError::AlreadyStarted(_))
     ));
+}
+
+/// A session that brings, into every channel it joins, the sessions it already shares a
+/// channel with (the intermedia sync of seed 001 §5.1).
+struct Bringer;
+
+impl Session for Bringer {
+    fn handle(&mut self, event: Event, ctx: &mut Context<'_>) {
+        ctx.go(event);
+    }
+    fn auto_bind(&mut self, request: &mut AutoBind<'_>) {
+        request.bind_companions();
+    }
+}
+
+#[test]
+fn a_shared_session_brings_its_companions_into_the_next_channel() {
+    let log = Log::default();
+    let dev: LayerRef = Recorder::new("dev", vec![CHANNEL_INIT.id()], &log);
+    let fd: LayerRef = Recorder::new("fd", vec![CHANNEL_INIT.id()], &log);
+    let frag: LayerRef = Recorder::new("frag", vec![CHANNEL_INIT.id()], &log);
+    let sync: LayerRef = Recorder::new("sync", vec![CHANNEL_INIT.id()], &log);
+    let audio = Qos::new("audio", vec![dev.clone(), fd.clone(), sync.clone()]).unwrap();
+    let video = Qos::new(
+        "video",
+        vec![dev.clone(), fd.clone(), frag.clone(), sync.clone()],
+    )
+    .unwrap();
+    let mut k = kernel();
+    let sync_session = k.add_session(&sync, Box::new(Bringer));
+    let bind_sync = |k: &mut Kernel, ch: ChannelId, top: usize| {
+        let mut cur = k.cursor(ch).unwrap();
+        for _ in 0..top {
+            assert!(cur.up());
+        }
+        cur.set_session(sync_session).unwrap();
+    };
+    // Audio first: the sync session shares nothing yet, so dev and fd are defaults.
+    let a = k.create_channel("audio", &audio);
+    bind_sync(&mut k, a, 2);
+    k.start_channel(a, Instant::ZERO).unwrap();
+    let audio_slots = k.channel_sessions(a);
+    assert_eq!(
+        k.channel_bind_modes(a),
+        vec![BindMode::Default, BindMode::Default, BindMode::Explicit]
+    );
+    // Video: only the sync is bound; it brings audio's dev and fd; frag has no companion.
+    let v = k.create_channel("video", &video);
+    bind_sync(&mut k, v, 3);
+    k.start_channel(v, Instant::ZERO).unwrap();
+    let video_slots = k.channel_sessions(v);
+    assert_eq!(video_slots[0], audio_slots[0], "the same device session");
+    assert_eq!(video_slots[1], audio_slots[1], "the same failure detector");
+    assert!(
+        !audio_slots.contains(&video_slots[2]),
+        "a frag session of its own"
+    );
+    assert_eq!(
+        k.channel_bind_modes(v),
+        vec![
+            BindMode::Automatic,
+            BindMode::Automatic,
+            BindMode::Default,
+            BindMode::Explicit
+        ]
+    );
 }
 
 /// Answers every data event on the channel it came from, without knowing how many exist.

@@ -58,6 +58,7 @@ impl NetNode {
             kernel,
             channels,
             devices,
+            ..
         } = built;
         let [(port, device)] = devices[..] else {
             return Err(NetError::Devices(devices.len()));

@@ -31,6 +31,15 @@
 //! pair is at most `max_skew`. Media whose transit exceeds the first message's by more than
 //! `playout_delay + max_skew` are dropped; choose `playout_delay` above the expected jitter.
 //!
+//! # Automatic binding
+//!
+//! Media in step need one failure detector and one device beneath them: when a channel that
+//! starts has this session bound and slots still empty, the session fills every empty slot whose
+//! layer it already shares a channel with, with that same session (seed 001 §4 automatic
+//! binding; §5.1: "an alternative implementation could rely on this protocol to bind the shared
+//! sessions when requested by the channel. In this case, the only bounded session would be the
+//! Intermedia Sync"). Explicit bindings win; layers it does not share stay to default binding.
+//!
 //! Nothing else is held: notices and channel events do not pass through this layer. Do not bind
 //! it to a reliable channel: it drops too-late messages (counted, but not reported up).
 //!
@@ -291,6 +300,11 @@ impl SyncSession {
 }
 
 impl Session for SyncSession {
+    /// Brings the sessions this one already shares a channel with (see "Automatic binding").
+    fn auto_bind(&mut self, request: &mut viastack_kernel::AutoBind<'_>) {
+        request.bind_companions();
+    }
+
     fn handle(&mut self, mut event: Event, ctx: &mut Context<'_>) {
         let ty = event.ty();
         if ty == TIMER.id() {

@@ -181,6 +181,7 @@ pub fn run_recorded(
                         kernel: viastack_kernel::Kernel::new(config),
                         channels: Vec::new(),
                         devices: Vec::new(),
+                        sessions: Vec::new(),
                     };
                     SimNode::new(id, nodes, empty, &[], Rc::clone(&recorder), now)
                 }

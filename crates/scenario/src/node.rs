@@ -37,6 +37,7 @@ impl SimNode {
             kernel,
             channels,
             devices,
+            ..
         } = built;
         let app = Application::new(id, nodes, &channels, workloads, recorder, now);
         let mut node = SimNode {

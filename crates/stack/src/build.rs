@@ -35,6 +35,8 @@ pub struct BuiltNode {
     /// Device sessions by port, ascending: the driver delivers datagrams for a port to its
     /// session.
     pub devices: Vec<(u16, SessionId)>,
+    /// Named sessions (`[sessions.x]`, `bind = { layer = "x" }`), by name.
+    pub sessions: Vec<(String, SessionId)>,
 }
 
 impl std::fmt::Debug for BuiltNode {
@@ -290,11 +292,79 @@ pub fn build_node(
         .filter_map(|(name, sid)| device_ports.get(name).map(|p| (*p, *sid)))
         .collect();
     devices.sort();
+    let sessions = named
+        .iter()
+        .map(|(name, (sid, _))| ((*name).to_string(), *sid))
+        .collect();
     Ok(BuiltNode {
         kernel,
         channels,
         devices,
+        sessions,
     })
+}
+
+/// One slot of a started channel, as `viastack check` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotBinding {
+    /// The slot's layer.
+    pub layer: String,
+    /// The session: a named session's name, the device layer's name for its one session per
+    /// node, or `#id` for a session of its own.
+    pub session: String,
+    /// How the slot got it: explicitly (a `bind` or a device), automatically (by a session
+    /// already bound, e.g. `sync` bringing the sessions it shares) or by default.
+    pub mode: viastack_kernel::BindMode,
+}
+
+/// Every channel of node 0, started, with how each slot was bound (bottom first).
+///
+/// # Errors
+/// The same [`Diagnostics`] as [`build_node`].
+pub fn channel_bindings(
+    file: &StackFile,
+    catalog: &Catalog,
+) -> Result<Vec<(String, Vec<SlotBinding>)>, Diagnostics> {
+    let env = BuildEnv {
+        node: NodeId(0),
+        nodes: file.scenario.as_ref().map_or(1, |s| s.nodes),
+        seed: file.scenario.as_ref().map_or(0, |s| s.seed),
+    };
+    let node = build_node(file, catalog, &env, KernelConfig::default())?;
+    let label = |sid: SessionId, layer: &str| {
+        if let Some((name, _)) = node.sessions.iter().find(|(_, s)| *s == sid) {
+            name.clone()
+        } else if node.devices.iter().any(|(_, s)| *s == sid) {
+            layer.to_string()
+        } else {
+            format!("#{}", sid.0)
+        }
+    };
+    Ok(node
+        .channels
+        .iter()
+        .map(|(name, id)| {
+            let layers = file
+                .channels
+                .iter()
+                .find(|c| &c.name == name)
+                .and_then(|c| file.qos.get(&c.qos))
+                .map(|q| q.layers.clone())
+                .unwrap_or_default();
+            let sessions = node.kernel.channel_sessions(*id);
+            let modes = node.kernel.channel_bind_modes(*id);
+            let slots = layers
+                .iter()
+                .zip(sessions.iter().zip(&modes))
+                .map(|(layer, (sid, mode))| SlotBinding {
+                    layer: layer.clone(),
+                    session: sid.map_or_else(|| "-".to_string(), |s| label(s, layer)),
+                    mode: *mode,
+                })
+                .collect();
+            (name.clone(), slots)
+        })
+        .collect())
 }
 
 /// What `viastack check` shows of one QoS.

@@ -23,7 +23,9 @@ pub mod standard;
 mod tree;
 pub mod units;
 
-pub use build::{build_node, qos_tables, route_tables, BuiltNode, QosTable};
+pub use build::{
+    build_node, channel_bindings, qos_tables, route_tables, BuiltNode, QosTable, SlotBinding,
+};
 pub use catalog::{
     BuildEnv, BuildFn, Catalog, CatalogError, LayerKind, ParamError, ParamKind, ParamSpec,
     ParamValue, Params,

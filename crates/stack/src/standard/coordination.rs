@@ -66,7 +66,9 @@ pub const SYNC: LayerKind = LayerKind {
           docs/WIRE.md) and releases the media of all its channels at presentation time + a \
           fixed offset per sender, so audio and video of one sender are presented within \
           `max_skew` of each other; media later than that are dropped and counted. Do not bind \
-          it to a reliable channel.",
+          it to a reliable channel. Automatic binding: in a channel that binds it, it fills \
+          every empty slot whose layer it already shares a channel with (its failure detector, \
+          its device) with that same session, so `bind = { sync = \"s\" }` is enough.",
     params: &[
         ParamSpec {
             name: "playout_delay",
