@@ -552,11 +552,30 @@ impl Connection {
         });
     }
 
+    /// Reads the peer's SYNC_NO (the ACKs it has received, modulo 256; seed 002 §3.1.1) into
+    /// [`Stats::peer_acks_received`]. The true count lies between the last reading and the
+    /// ACKs we have sent, so it is unwrapped to the largest value in that range with these
+    /// low bits: exact while fewer than 256 of our ACKs are lost or in flight between two
+    /// readings (a burst of ACKs between two packets of the peer's is fine); a packet overtaken
+    /// by a later one reads below the last reading and is ignored.
+    fn note_sync_no(&mut self, sync_no: u8) {
+        let sent = self.stats.acks_sent;
+        let back = u64::from((sent as u8).wrapping_sub(sync_no));
+        if let Some(count) = sent.checked_sub(back) {
+            if count >= self.stats.peer_acks_received {
+                self.stats.peer_acks_received = count;
+            }
+        }
+    }
+
     fn fill_common(&mut self, r: &mut Repr) {
         r.dest_id = self.peer_id;
         r.src_id = self.local_id;
         r.mess_ack_no = self.recv.acked() as u16;
         r.sync_no = self.stats.acks_received as u8;
+        if r.packet_type == PacketType::Ack {
+            self.stats.acks_sent += 1;
+        }
         r.window_size = self.our_window();
         r.flags = r.flags | Flags::WINDOW_VALID;
         if self.ce_pending && matches!(r.packet_type, PacketType::Ack | PacketType::Nack) {
@@ -714,6 +733,7 @@ impl Connection {
             return;
         }
         self.stats.packets_received += 1;
+        self.note_sync_no(repr.sync_no);
         self.heard_since_echo = true;
         match repr.cb {
             // A mark in the SP header or in the IP header: one mark either way.

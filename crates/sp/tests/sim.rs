@@ -1231,3 +1231,115 @@ fn retrans_timer_gives_up_when_retransmissions_never_arrive() {
         "{ev:?}"
     );
 }
+
+/// Issue 13 §3: a START the peer refuses (it does not accept connections) is answered with
+/// REJ, and the connecting side is told `Rejected`, not left to time out.
+#[test]
+fn a_refused_start_is_answered_with_rej_and_reported_as_rejected() {
+    let mut net = Net::new(
+        0,
+        vec![(Config::default(), false), (Config::default(), false)],
+        Faults::default(),
+    );
+    let mut rejs = 0;
+    net.filter = Some(Box::new(move |from, bytes| {
+        let p = Packet::new_checked(bytes).unwrap();
+        if from == 1 && p.packet_type() == Ok(PacketType::Rej) {
+            rejs += 1;
+            assert_eq!(rejs, 1, "one REJ per START");
+        }
+        false
+    }));
+    net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+    net.run_until(Duration::from_secs(5), "rej", |n| !n.events[0].is_empty());
+    let events: Vec<Event> = net.events[0].iter().map(|e| e.event.clone()).collect();
+    assert_eq!(events.first(), Some(&Event::Rejected), "{events:?}");
+    assert_eq!(net.nodes[1].stats().rejected, 1);
+    assert_eq!(
+        net.nodes[1].handles().count(),
+        0,
+        "the refusing side keeps nothing"
+    );
+    net.run(Duration::from_secs(5), "after rej");
+    assert_eq!(
+        net.nodes[0].handles().count(),
+        0,
+        "the rejected connection is gone"
+    );
+    assert!(
+        !net.events[0]
+            .iter()
+            .any(|e| matches!(e.event, Event::Failed { .. } | Event::Connected)),
+        "rejected, not failed or connected later: {:?}",
+        net.events[0]
+    );
+}
+
+/// Issue 13 §3: SYNC_NO carries the ACKs the sender has received (seed 002 §3.1.1); the
+/// receiver reads it, so it knows how many of its ACKs the reverse path lost.
+#[test]
+fn sync_no_tells_the_receiver_how_many_of_its_acks_arrived() {
+    for lose_every in [0u64, 3] {
+        let mut net = Net::new(
+            7,
+            vec![(Config::default(), false), (Config::default(), true)],
+            Faults::default(),
+        );
+        let mut acks = 0u64;
+        net.filter = Some(Box::new(move |from, bytes| {
+            let p = Packet::new_checked(bytes).unwrap();
+            if from == 1 && p.packet_type() == Ok(PacketType::Ack) {
+                acks += 1;
+                return lose_every > 0 && acks % lose_every == 0;
+            }
+            false
+        }));
+        // Forty rounds of ten messages: fewer than 256 ACKs are ever in flight or lost
+        // between two packets of the sender's, the range SYNC_NO (8 bits) can be read in.
+        let h = net.nodes[0].connect(Instant::ZERO, 1).unwrap();
+        for round in 0..40u32 {
+            for i in 0..10u32 {
+                net.nodes[0]
+                    .connection_mut(h)
+                    .unwrap()
+                    .send_message((round * 10 + i).to_be_bytes().repeat(300), 0)
+                    .unwrap();
+            }
+            let want = (round as usize + 1) * 10;
+            net.run_until(Duration::from_secs(60), "sync_no", |n| {
+                n.events[1]
+                    .iter()
+                    .filter(|e| matches!(e.event, Event::Message { .. }))
+                    .count()
+                    == want
+            });
+        }
+        // One more message, so the sender's latest count travels.
+        net.nodes[0]
+            .connection_mut(h)
+            .unwrap()
+            .send_message(vec![1], 0)
+            .unwrap();
+        net.run(Duration::from_secs(5), "sync_no tail");
+        let tx = net.nodes[0].connection(h).unwrap().stats().clone();
+        let h1 = net.nodes[1].handles().next().unwrap();
+        let rx = net.nodes[1].connection(h1).unwrap().stats().clone();
+        eprintln!(
+            "lose_every {lose_every}: rx acks_sent {} peer_acks_received {} tx acks_received {}",
+            rx.acks_sent, rx.peer_acks_received, tx.acks_received
+        );
+        assert!(rx.acks_sent > 256, "enough ACKs to wrap SYNC_NO: {rx:?}");
+        assert!(tx.acks_received <= rx.acks_sent);
+        assert!(rx.peer_acks_received <= tx.acks_received, "{rx:?} {tx:?}");
+        assert!(
+            rx.peer_acks_received + 1 >= tx.acks_received,
+            "{rx:?} {tx:?}"
+        );
+        let lost = rx.acks_sent - rx.peer_acks_received;
+        if lose_every == 0 {
+            assert!(lost <= 1, "no ACK lost, yet {lost} missing: {rx:?}");
+        } else {
+            assert!(lost >= rx.acks_sent / lose_every, "{lost} of {rx:?}");
+        }
+    }
+}

@@ -137,6 +137,12 @@ pub struct Stats {
     pub fec_repairs: u64,
     /// ACKs received (SYNC_NO is this modulo 256).
     pub acks_received: u64,
+    /// ACKs sent.
+    pub acks_sent: u64,
+    /// ACKs of ours the peer says it received: its SYNC_NO, read on every packet from it and
+    /// unwrapped. `acks_sent − peer_acks_received` are ACKs lost on the way back (or still in
+    /// flight, or duplicated by the network when negative).
+    pub peer_acks_received: u64,
     /// NACKs received.
     pub nacks_received: u64,
     /// NACKs sent.
