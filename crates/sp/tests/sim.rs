@@ -1290,7 +1290,7 @@ fn sync_no_tells_the_receiver_how_many_of_its_acks_arrived() {
             let p = Packet::new_checked(bytes).unwrap();
             if from == 1 && p.packet_type() == Ok(PacketType::Ack) {
                 acks += 1;
-                return lose_every > 0 && acks % lose_every == 0;
+                return lose_every > 0 && acks.is_multiple_of(lose_every);
             }
             false
         }));
@@ -1336,10 +1336,9 @@ fn sync_no_tells_the_receiver_how_many_of_its_acks_arrived() {
             "{rx:?} {tx:?}"
         );
         let lost = rx.acks_sent - rx.peer_acks_received;
-        if lose_every == 0 {
-            assert!(lost <= 1, "no ACK lost, yet {lost} missing: {rx:?}");
-        } else {
-            assert!(lost >= rx.acks_sent / lose_every, "{lost} of {rx:?}");
+        match rx.acks_sent.checked_div(lose_every) {
+            None => assert!(lost <= 1, "no ACK lost, yet {lost} missing: {rx:?}"),
+            Some(dropped) => assert!(lost >= dropped, "{lost} of {rx:?}"),
         }
     }
 }
