@@ -195,6 +195,12 @@ pub static PERIODIC_TIMER: EventTypeDef = EventTypeDef::new("PeriodicTimer", Som
 pub static ECHO: EventTypeDef = EventTypeDef::new("Echo", Some(&CHANNEL_EVENT));
 /// Asks the sessions it passes to describe their state (each appends a line).
 pub static DEBUG: EventTypeDef = EventTypeDef::new("Debug", Some(&CHANNEL_EVENT));
+/// "The driver's batch of input is done": handed straight to each session that asked for it
+/// with [`Context::request_flush`](crate::Context::request_flush), once the kernel has run out
+/// of work after a driver call (or after [`Kernel::end_batch`](crate::Kernel::end_batch)). A
+/// session that holds messages back to pack them together (`bundle`) sends them then, so
+/// nothing waits for a timer or for more traffic (no Nagle). Never routed.
+pub static FLUSH: EventTypeDef = EventTypeDef::new("Flush", Some(&CHANNEL_EVENT));
 /// Events that travel over the network: source, destination and a [`Message`].
 pub static SENDABLE: EventTypeDef = EventTypeDef::new("Sendable", Some(&EVENT));
 /// A datagram handed by a driver to a device session; the device turns it into a `Sendable`.
@@ -220,6 +226,7 @@ pub fn ensure_builtins() {
         &SENDABLE,
         &DATAGRAM,
         &INBOUND,
+        &FLUSH,
     ] {
         def.id();
     }

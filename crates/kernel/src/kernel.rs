@@ -34,7 +34,7 @@ use crate::addr::{Dest, NodeId};
 use crate::channel::{check_slot, AutoBind, BindError, BindMode, Channel, ChannelState, Hop};
 use crate::event::{
     Body, ChannelId, Direction, Event, Sendable, TimerFired, TimerId, CHANNEL_CLOSE, CHANNEL_INIT,
-    DATAGRAM, PERIODIC_TIMER, TIMER,
+    DATAGRAM, FLUSH, PERIODIC_TIMER, TIMER,
 };
 use crate::layer::{Delivery, LayerRef, Session, SessionId};
 use crate::message::Message;
@@ -218,6 +218,10 @@ struct Core {
     outputs: VecDeque<Output>,
     counters: HashMap<(SessionId, &'static str), u64>,
     rng: ChaCha8Rng,
+    /// Sessions waiting for a `Flush`, with the channel to hand it on, in request order.
+    flush_requests: Vec<(SessionId, ChannelId)>,
+    /// Open [`Kernel::begin_batch`] calls: flushes wait until the last one ends.
+    batch_depth: u32,
 }
 
 impl Core {
@@ -466,6 +470,16 @@ impl Context<'_> {
         }));
     }
 
+    /// Asks for a `Flush` event on the current channel once the kernel has no more work for
+    /// the driver's current input (see [`FLUSH`](crate::event::FLUSH)). Asking again before it
+    /// comes is harmless: one `Flush` per session and channel.
+    pub fn request_flush(&mut self) {
+        let request = (self.session, self.channel);
+        if !self.core.flush_requests.contains(&request) {
+            self.core.flush_requests.push(request);
+        }
+    }
+
     /// Adds one to this session's counter `what` (drops with reason, retransmissions, …).
     pub fn count(&mut self, what: &'static str) {
         self.core.count(self.session, what, 1);
@@ -555,6 +569,8 @@ impl Kernel {
                 outputs: VecDeque::new(),
                 counters: HashMap::new(),
                 rng: ChaCha8Rng::seed_from_u64(config.seed),
+                flush_requests: Vec::new(),
+                batch_depth: 0,
             },
             step_cap: config.step_cap.max(1),
             inbox,
@@ -881,6 +897,8 @@ impl Kernel {
     /// Calling it early or twice is harmless.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.core.now = self.core.now.max(now);
+        // The timers due now are one batch: what they queue leaves together.
+        self.begin_batch();
         self.run();
         while let Some((id, entry)) = self.core.timers.pop_due(self.core.now) {
             let closed = self
@@ -904,6 +922,7 @@ impl Kernel {
             self.core.schedule(entry.session, ev);
             self.run();
         }
+        self.end_batch(now);
     }
 
     /// When the driver should call [`Kernel::handle_timeout`] next.
@@ -971,7 +990,12 @@ impl Kernel {
                 }
             }
             let Some(work) = self.core.queue.pop_front() else {
-                return;
+                // Out of work: hand the sessions that asked for it their `Flush`, unless the
+                // driver is in the middle of a batch.
+                if self.core.batch_depth > 0 || !self.schedule_flushes() {
+                    return;
+                }
+                continue;
             };
             steps += 1;
             if steps > self.step_cap {
@@ -981,6 +1005,34 @@ impl Kernel {
             }
             self.dispatch(work.session, work.event);
         }
+    }
+
+    /// Queues one `Flush` per request; whether there were any.
+    fn schedule_flushes(&mut self) -> bool {
+        if self.core.flush_requests.is_empty() {
+            return false;
+        }
+        for (session, channel) in std::mem::take(&mut self.core.flush_requests) {
+            let ev = Event::new(FLUSH.id(), Direction::Down, channel, Body::Empty);
+            self.core.schedule(session, ev);
+        }
+        true
+    }
+
+    /// Starts a batch of driver input (datagrams from one `recvmmsg`, messages from the
+    /// application): sessions' `Flush` events wait for the matching [`end_batch`](Self::end_batch),
+    /// so what the whole batch queued can leave together (one bundle per destination).
+    /// Batches nest. Outside a batch every driver call ends with the flushes.
+    pub fn begin_batch(&mut self) {
+        self.core.batch_depth += 1;
+    }
+
+    /// Ends a batch begun with [`begin_batch`](Self::begin_batch); the last one delivers the
+    /// pending `Flush` events (and whatever they cause) at `now`.
+    pub fn end_batch(&mut self, now: Instant) {
+        self.core.now = self.core.now.max(now);
+        self.core.batch_depth = self.core.batch_depth.saturating_sub(1);
+        self.run();
     }
 
     #[cold]

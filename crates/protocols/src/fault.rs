@@ -133,9 +133,8 @@ impl Layer for FaultLayer {
     fn accepts(&self) -> Vec<EventType> {
         vec![SENDABLE.id(), CHANNEL_CLOSE.id()]
     }
-    /// Meaningless without a layer below that generates sendables (a device). Copies made by
-    /// `duplicate` are of sendables it was handed, so it declares no Γ of its own.
-    /// A path to the network: a transport below.
+    /// A path to the network: a transport below (a device), which provides `Inbound`. Copies
+    /// made by `duplicate` are of sendables it was handed, so it declares no Γ of its own.
     fn requires(&self) -> Vec<EventType> {
         vec![INBOUND.id()]
     }

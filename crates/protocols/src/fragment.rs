@@ -153,8 +153,7 @@ impl Layer for Fragment {
     fn accepts(&self) -> Vec<EventType> {
         vec![SENDABLE.id(), CHANNEL_CLOSE.id()]
     }
-    /// Meaningless without a layer below that generates sendables (a device).
-    /// A path to the network: a transport below.
+    /// A path to the network: a transport below (a device), which provides `Inbound`.
     fn requires(&self) -> Vec<EventType> {
         vec![INBOUND.id()]
     }

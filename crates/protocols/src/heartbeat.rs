@@ -184,8 +184,7 @@ impl Layer for Heartbeat {
     fn accepts(&self) -> Vec<EventType> {
         vec![SENDABLE.id(), CHANNEL_INIT.id(), CHANNEL_CLOSE.id()]
     }
-    /// Heartbeats need a layer below that transmits sendables (a device).
-    /// A path to the network: a transport below.
+    /// A path to the network: a transport below (a device), which provides `Inbound`.
     fn requires(&self) -> Vec<EventType> {
         vec![INBOUND.id()]
     }

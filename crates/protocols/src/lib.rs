@@ -3,6 +3,8 @@
 //! - [`fifo`]: per-sender sequence numbers; late and duplicate messages are dropped, so what
 //!   arrives arrives once and in order (loss is tolerated, not repaired).
 //! - [`checksum`]: CRC32C over each datagram's upper bytes; damaged datagrams are dropped.
+//! - [`bundle`]: packs the messages for one destination queued in one kernel call into one
+//!   datagram (no added delay), and splits them on receipt.
 //! - [`fragment`]: splits messages above an MTU and reassembles them, within a timeout and a
 //!   memory bound.
 //! - [`reliable`]: reliable FIFO delivery per (channel, peer): sequence numbers, cumulative and
@@ -23,6 +25,7 @@
 //! - [`peers`]: bounded per-peer state (sliding sequence window, LRU map) those layers share.
 #![deny(unsafe_code)]
 
+pub mod bundle;
 pub mod checksum;
 pub mod compress;
 pub mod dedup;

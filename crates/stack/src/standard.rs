@@ -18,7 +18,7 @@ mod sp;
 
 pub use coordination::{HEARTBEAT, SYNC};
 pub use filters::{COMPRESS, CORRUPT, DEDUP, DELAY, DROP, DUPLICATE, ENCRYPT, REORDER, TTL};
-pub use reliable::{CHECKSUM, FRAGMENT, RELIABLE_FIFO};
+pub use reliable::{BUNDLE, CHECKSUM, FRAGMENT, RELIABLE_FIFO};
 pub use sp::SP;
 
 /// `fifo`: per-sender sequence numbers, drops late and duplicate copies.
@@ -43,6 +43,7 @@ pub fn standard_catalog() -> Catalog {
         DEVICE,
         FIFO,
         CHECKSUM,
+        BUNDLE,
         FRAGMENT,
         RELIABLE_FIFO,
         SP,
@@ -78,6 +79,7 @@ mod tests {
         assert_eq!(
             names,
             vec![
+                "bundle",
                 "checksum",
                 "compress",
                 "corrupt",

@@ -1,8 +1,10 @@
-//! Stack-file kinds for reliable delivery: the checksum, the fragmenter and reliable FIFO.
+//! Stack-file kinds for reliable delivery: the checksum, the bundler, the fragmenter and
+//! reliable FIFO.
 
 use std::sync::Arc;
 
 use viastack_kernel::LayerRef;
+use viastack_protocols::bundle::Bundle;
 use viastack_protocols::checksum::Checksum;
 use viastack_protocols::fragment::{self, Fragment};
 use viastack_protocols::reliable::{self, ReliableFifo};
@@ -22,6 +24,37 @@ pub const CHECKSUM: LayerKind = LayerKind {
 
 fn build_checksum(name: &str, _params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
     Ok(Arc::new(Checksum::new(name)))
+}
+
+/// `bundle`: packs the messages queued for one destination into one datagram.
+pub const BUNDLE: LayerKind = LayerKind {
+    name: "bundle",
+    doc: "Packs the messages a stack sends to one destination while it handles one input \
+          (an application batch, a datagram, the timers due now) into one datagram of at most \
+          `max_bytes`, and splits them on receipt; an idle sender's message leaves at once \
+          behind a 1-byte header (no timer, no Nagle). Put it right above the device (and \
+          checksum), below `reliable-fifo`, so one datagram carries many segments and ACKs. \
+          A damaged bundle is dropped whole and counted, never handed up in part.",
+    params: &[ParamSpec {
+        name: "max_bytes",
+        kind: ParamKind::Bytes,
+        default: Some("1400"),
+        doc: "largest bundle, its headers and those of the layers above included; 1400 keeps \
+              a datagram under Ethernet's 1500-byte MTU (RFC 894); on loopback or with jumbo \
+              frames up to 65507 (a UDP datagram's payload)",
+    }],
+    device: false,
+    build: build_bundle,
+};
+
+fn build_bundle(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+    let max = params.get_bytes("max_bytes").map_err(|e| e.to_string())?;
+    if !(8..=65_507).contains(&max) {
+        return Err(format!(
+            "`max_bytes` is {max}; a bundle takes 8 to 65507 bytes (a UDP datagram's payload)"
+        ));
+    }
+    Ok(Arc::new(Bundle::new(name, max as usize)))
 }
 
 /// `fragment`: splits messages above an MTU, reassembles them within a timeout and a bound.
