@@ -61,6 +61,19 @@ impl Message {
         }
     }
 
+    /// An empty message with `headroom` bytes in front and room for `capacity` bytes of data
+    /// appended with [`Message::extend_from_slice`] without reallocating (a layer building a
+    /// datagram from several messages writes each byte once).
+    pub fn with_capacity(headroom: usize, capacity: usize) -> Self {
+        let mut buf = Vec::with_capacity(headroom + capacity + DEFAULT_TAILROOM);
+        buf.resize(headroom, 0);
+        Message {
+            buf,
+            start: headroom,
+            reallocations: 0,
+        }
+    }
+
     /// A message over bytes received from the wire (no headroom: it will be popped, not pushed).
     pub fn from_wire(bytes: Vec<u8>) -> Self {
         Message {

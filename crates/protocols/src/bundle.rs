@@ -142,15 +142,19 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, BundleError> {
 
 /// Encodes messages as one BUNDLE (`messages.len()` ≥ 2, each at most 65,535 bytes).
 pub fn encode_bundle<'a>(messages: impl ExactSizeIterator<Item = &'a [u8]>) -> Vec<u8> {
-    let count = messages.len();
-    let mut out = Vec::with_capacity(64);
-    out.push(BUNDLE);
-    out.extend_from_slice(&(count as u16).to_be_bytes());
+    let mut out = Message::with_capacity(0, 64);
+    write_bundle(&mut out, messages);
+    out.into_vec()
+}
+
+/// Appends the BUNDLE of `messages` to `out`.
+fn write_bundle<'a>(out: &mut Message, messages: impl ExactSizeIterator<Item = &'a [u8]>) {
+    out.extend_from_slice(&[BUNDLE]);
+    out.extend_from_slice(&(messages.len() as u16).to_be_bytes());
     for m in messages {
         out.extend_from_slice(&(m.len() as u16).to_be_bytes());
         out.extend_from_slice(m);
     }
-    out
 }
 
 /// The `bundle` layer.
@@ -309,8 +313,12 @@ fn emit(mut g: Group, ctx: &mut Context<'_>) {
     }
     ctx.count("bundles");
     ctx.count_n("bundled", g.messages.len() as u64);
-    let wire = encode_bundle(g.messages.iter().map(|(_, s)| s.message.as_slice()));
-    let message = Message::with_headroom(DEFAULT_HEADROOM, &wire);
+    // Written once, straight into the datagram's buffer, headroom left for the layers below.
+    let mut message = Message::with_capacity(DEFAULT_HEADROOM, g.bytes);
+    write_bundle(
+        &mut message,
+        g.messages.iter().map(|(_, s)| s.message.as_slice()),
+    );
     ctx.go(Event::sendable(
         SENDABLE.id(),
         Direction::Down,

@@ -211,3 +211,41 @@ fn segments_an_ack_releases_leave_together() {
         a.kernel.counters()
     );
 }
+
+#[test]
+fn the_segments_of_one_bundle_are_answered_by_one_ack() {
+    let make = |id| {
+        let rel: LayerRef = Arc::new(ReliableFifo::new("rel", reliable::Config::default()));
+        let pack: LayerRef = Arc::new(Bundle::new("bundle", 9000));
+        node(id, vec![pack, rel], 1)
+    };
+    let (mut a, mut b) = (make(1), make(2));
+    // Introduce the two (the first segment carries no receiver incarnation yet): exchange
+    // until neither has anything to say.
+    let mut to_b: Vec<Vec<u8>> = a
+        .send(0, Dest::Node(NodeId(2)), b"hello")
+        .transmits
+        .into_iter()
+        .map(|t| t.1)
+        .collect();
+    while !to_b.is_empty() {
+        let to_a: Vec<Vec<u8>> = to_b
+            .drain(..)
+            .flat_map(|w| b.receive(1, w).transmits)
+            .map(|t| t.1)
+            .collect();
+        to_b = to_a
+            .into_iter()
+            .flat_map(|w| a.receive(2, w).transmits)
+            .map(|t| t.1)
+            .collect();
+    }
+    let acks_before = b.counter("rel.acks_sent");
+    let sends: Vec<_> = (0..40u8).map(|i| (0, 2, vec![i; 30])).collect();
+    let out = send_batch(&mut a, &sends);
+    assert_eq!(out.transmits.len(), 1, "one bundle");
+    let got = b.receive(1, out.transmits[0].1.clone());
+    assert_eq!(got.delivered.len(), 40);
+    assert_eq!(got.transmits.len(), 1, "one datagram back");
+    assert_eq!(b.counter("rel.acks_sent"), acks_before + 1, "one ACK for forty segments (one is due at the 16th and at the 32nd)");
+}

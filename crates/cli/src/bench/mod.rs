@@ -6,9 +6,11 @@ use std::sync::OnceLock;
 
 use clap::Subcommand;
 
+mod cpu;
 mod kernel;
 mod sp;
 mod spec;
+mod stats;
 mod unicast;
 
 /// What to measure.

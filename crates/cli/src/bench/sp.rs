@@ -54,7 +54,8 @@ use serde_json::{json, Map, Value};
 use viastack_sp::socket::{SpError, SpSocket};
 use viastack_sp::{Config, ConnectionHandle, Event, Payload, Reliability};
 
-use super::unicast::{percentile, pin, reference::MAX_UDP};
+use super::stats::{percentile, ratio_of_medians_ci95};
+use super::unicast::{pin, reference::MAX_UDP};
 
 /// Options of `viastack bench sp`.
 #[derive(Args)]
@@ -539,32 +540,11 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resamples of the bootstrap.
-const BOOTSTRAP: usize = 1_000;
-
 /// A 95 % confidence interval of p50(protocol `a`) / p50(protocol `b`) over the rounds where
-/// both were measured: a paired percentile bootstrap, resampling whole rounds with a fixed
-/// seed (the same rounds give the same interval). NaN bounds with fewer than two such rounds.
+/// both were measured ([`ratio_of_medians_ci95`]).
 fn p50_ratio_ci95(rounds: &[Round], a: usize, b: usize) -> [f64; 2] {
-    use rand::{Rng, SeedableRng};
     let pairs: Vec<(f64, f64)> = rounds.iter().filter_map(|r| Some((r[a]?, r[b]?))).collect();
-    if pairs.len() < 2 {
-        return [f64::NAN; 2];
-    }
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
-    let (mut xs, mut ys) = (vec![0.0; pairs.len()], vec![0.0; pairs.len()]);
-    let mut ratios: Vec<f64> = (0..BOOTSTRAP)
-        .map(|_| {
-            for (x, y) in xs.iter_mut().zip(ys.iter_mut()) {
-                (*x, *y) = pairs[rng.gen_range(0..pairs.len())];
-            }
-            percentile(&mut xs, 0.5) / percentile(&mut ys, 0.5)
-        })
-        .collect();
-    [
-        percentile(&mut ratios, 0.025),
-        percentile(&mut ratios, 0.975),
-    ]
+    ratio_of_medians_ci95(&pairs)
 }
 
 /// Colours of the chart's lines, in [`PROTOCOLS`] order (the chart has no text: it needs no
@@ -627,41 +607,6 @@ fn plot(path: &std::path::Path, sizes: &[usize], means: &[[f64; 4]]) -> anyhow::
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_interval_of_an_exact_ratio_is_that_ratio() {
-        let rounds: Vec<Round> = (1..=50)
-            .map(|i| [Some(2.0 * f64::from(i)), None, None, Some(f64::from(i))])
-            .collect();
-        assert_eq!(p50_ratio_ci95(&rounds, 0, 3), [2.0, 2.0]);
-    }
-
-    #[test]
-    fn the_interval_holds_the_ratio_and_narrows_with_more_rounds() {
-        // a = 1.1 × b, each with its own noise of ±10 %, around a level that drifts between
-        // rounds (the phases the pairing is meant to cancel).
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-        let mut rounds = |n: usize| -> Vec<Round> {
-            (0..n)
-                .map(|i| {
-                    let level = 50.0 + 30.0 * ((i / 20) % 3) as f64;
-                    let a = 1.1 * level * rng.gen_range(0.9..1.1);
-                    let b = level * rng.gen_range(0.9..1.1);
-                    [Some(a), None, Some(b), None]
-                })
-                .collect()
-        };
-        let wide = p50_ratio_ci95(&rounds(60), 0, 2);
-        let narrow = p50_ratio_ci95(&rounds(1200), 0, 2);
-        for ci in [wide, narrow] {
-            assert!(ci[0] < 1.1 && 1.1 < ci[1], "{ci:?}");
-        }
-        assert!(
-            narrow[1] - narrow[0] < wide[1] - wide[0],
-            "{wide:?} {narrow:?}"
-        );
-    }
 
     #[test]
     fn rounds_missing_either_protocol_are_left_out() {

@@ -122,7 +122,7 @@ pub mod wire;
 use rand::RngCore;
 
 use fnv::FnvHashMap;
-use viastack_kernel::event::{CHANNEL_CLOSE, INBOUND, SENDABLE, TIMER};
+use viastack_kernel::event::{CHANNEL_CLOSE, FLUSH, INBOUND, SENDABLE, TIMER};
 use viastack_kernel::{
     Body, ChannelId, Context, Delivery, Dest, Direction, Duration, Event, EventType, Instant,
     Layer, NodeId, Session, TimerId,
@@ -289,6 +289,8 @@ struct Peer {
 pub struct ReliableSession {
     config: Config,
     peers: FnvHashMap<(ChannelId, NodeId), Peer>,
+    /// Peers owed an ACK at the next `Flush`, per channel.
+    acks_owed: Vec<(ChannelId, NodeId)>,
 }
 
 /// Arms `slot` for `deadline` unless a timer due no later is pending.
@@ -327,6 +329,7 @@ impl ReliableSession {
         ReliableSession {
             config,
             peers: FnvHashMap::default(),
+            acks_owed: Vec::new(),
         }
     }
 
@@ -441,7 +444,7 @@ impl ReliableSession {
             Self::arm_rto(p, link, ctx);
         }
         if let Some(d) = data {
-            Self::on_data(p, d, event, &cfg, link, ctx);
+            Self::on_data(p, d, event, &cfg, link, &mut self.acks_owed, ctx);
         }
     }
 
@@ -474,6 +477,7 @@ impl ReliableSession {
         event: Event,
         cfg: &Config,
         link: Link,
+        owed: &mut Vec<(ChannelId, NodeId)>,
         ctx: &mut Context<'_>,
     ) {
         match p.rx.on_data(d, event, cfg, ctx) {
@@ -483,8 +487,34 @@ impl ReliableSession {
                     arm(&mut p.ack_timer, d, Timer::Ack(link.peer).encode(), ctx);
                 }
             }
-            Reply::Ack => p.rx.reply(false, cfg, link, ctx),
+            Reply::Ack => {
+                // Owed at the end of this input: one ACK for everything it brought.
+                if !p.rx.ack_due {
+                    p.rx.ack_due = true;
+                    owed.push((link.channel, link.peer));
+                    ctx.request_flush();
+                }
+            }
             Reply::Nack => p.rx.reply(true, cfg, link, ctx),
+        }
+    }
+
+    /// The kernel's `Flush` on `channel`: sends the ACKs owed (unless DATA carried them).
+    fn flush(&mut self, channel: ChannelId, ctx: &mut Context<'_>) {
+        let cfg = self.config;
+        let mut i = 0;
+        while i < self.acks_owed.len() {
+            let (c, peer) = self.acks_owed[i];
+            if c != channel {
+                i += 1;
+                continue;
+            }
+            self.acks_owed.swap_remove(i);
+            if let Some(p) = self.peers.get_mut(&(c, peer)) {
+                if p.rx.ack_due {
+                    p.rx.reply(false, &cfg, Link { channel, peer }, ctx);
+                }
+            }
         }
     }
 
@@ -557,8 +587,13 @@ impl Session for ReliableSession {
             }
             return;
         }
+        if event.ty() == FLUSH.id() {
+            self.flush(event.channel(), ctx);
+            return;
+        }
         if event.ty() == CHANNEL_CLOSE.id() {
             let channel = event.channel();
+            self.acks_owed.retain(|(c, _)| *c != channel);
             let pending: usize = self
                 .peers
                 .iter()

@@ -13,7 +13,10 @@
 //! ([`Receiver::take_ack`], piggybacking: a request/response exchange then sends no ACK of its
 //! own). A duplicate, a segment beyond the window, one that fills a gap or one out of order is
 //! acknowledged at once; a segment that opens a new gap (above every sequence number seen) is
-//! answered at once by a NACK naming the holes.
+//! answered at once by a NACK naming the holes. "At once" is at the end of the kernel's current
+//! input (its `Flush`, in the same driver call): the segments of one bundle or one batch of
+//! datagrams are answered by one cumulative ACK, unless DATA to the peer leaves first and
+//! carries it.
 
 use std::collections::VecDeque;
 
@@ -71,6 +74,9 @@ pub(crate) struct Receiver {
     unacked_bytes: usize,
     /// When the delayed ACK is due.
     pub ack_deadline: Option<Instant>,
+    /// An ACK is owed at the end of the kernel's current input (its `Flush`): the segments
+    /// of one bundle or one batch of datagrams are answered by one ACK.
+    pub ack_due: bool,
 }
 
 impl Receiver {
@@ -87,6 +93,7 @@ impl Receiver {
             unacked: 0,
             unacked_bytes: 0,
             ack_deadline: None,
+            ack_due: false,
         }
     }
 
@@ -222,7 +229,7 @@ impl Receiver {
     /// The pending ACK, for a DATA segment leaving for the peer to carry (and so none is due
     /// any more); None when nothing waits to be acknowledged.
     pub fn take_ack(&mut self, cfg: &Config, ctx: &mut Context<'_>) -> Option<Ack> {
-        if self.epoch == 0 || (self.unacked == 0 && self.ack_deadline.is_none()) {
+        if self.epoch == 0 || (self.unacked == 0 && self.ack_deadline.is_none() && !self.ack_due) {
             return None;
         }
         ctx.count("acks_piggybacked");
@@ -295,6 +302,7 @@ impl Receiver {
         self.unacked = 0;
         self.unacked_bytes = 0;
         self.ack_deadline = None;
+        self.ack_due = false;
         ack
     }
 }

@@ -51,6 +51,7 @@ pub fn tcp(size: usize, count: u64) -> anyhow::Result<Measurement> {
         messages,
         bytes: bytes - messages * 4,
         secs,
+        cpu_secs: None,
     })
 }
 
@@ -97,6 +98,7 @@ pub fn udp(size: usize, count: u64) -> anyhow::Result<Measurement> {
         messages: bytes / size as u64,
         bytes,
         secs,
+        cpu_secs: None,
     })
 }
 
@@ -213,5 +215,6 @@ pub fn quinn(size: usize, count: u64) -> anyhow::Result<Measurement> {
         messages: bytes / size as u64,
         bytes,
         secs,
+        cpu_secs: None,
     })
 }

@@ -1,10 +1,16 @@
 //! The viastack side of `bench unicast`: two nodes built from a stack file, each on its own
-//! thread and UDP socket, driven exactly as `run --net` drives them (kernel, transport, real
-//! clock), with a sender that keeps a bounded number of messages in flight.
+//! thread and UDP socket, driven as `run --net` drives them (kernel, transport, real clock).
+//!
+//! The two threads share nothing but the sockets, as two processes would (issue 13 §5): the
+//! receiver returns credits over the stack (an 8-byte message with its delivered count every
+//! quarter window and at the end), the sender keeps at most a window of messages beyond the
+//! last credit, and the round ends when the final credit reaches the sender. Each driver call
+//! is one batch for the kernel (`begin_batch`/`end_batch`): the messages the sender hands over
+//! at once, and the datagrams of one `recvmmsg`, so a `bundle` layer packs what they cause.
 
 #![allow(clippy::disallowed_methods)] // benchmarks read the clock
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -92,7 +98,7 @@ impl Side {
     }
 
     /// Waits for datagrams until the kernel's next deadline (at most `cap`), then feeds them
-    /// and fires due timers.
+    /// and fires due timers, as one batch.
     fn step(&mut self, clock: &Clock, cap: Duration, delivered: &mut impl FnMut(&Event)) {
         let wait = self
             .kernel
@@ -106,11 +112,13 @@ impl Side {
             tracing::warn!(error = %e, "bench socket");
         }
         let now = clock.now();
+        self.kernel.begin_batch();
         for (from, bytes) in inbox {
             self.kernel
                 .handle_datagram(now, self.device, from, Message::from_wire(bytes));
         }
         self.kernel.handle_timeout(clock.now());
+        self.kernel.end_batch(clock.now());
         self.drain(delivered);
     }
 
@@ -131,11 +139,19 @@ impl Side {
     }
 }
 
+/// CPU time of the calling thread (for the debug log: where a lane's time goes).
+fn thread_cpu() -> Option<Duration> {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .ok()
+        .map(Duration::from)
+}
+
 fn is_data(ev: &Event) -> bool {
     ev.sendable_ref().is_some()
 }
 
-/// Moves `count` messages of `size` bytes from node 0 to node 1, at most `window` in flight.
+/// Moves `count` messages of `size` bytes from node 0 to node 1, at most `window` beyond the
+/// receiver's last credit; the time from the first send to the final credit's arrival.
 pub fn throughput(
     stack: &str,
     size: usize,
@@ -143,53 +159,72 @@ pub fn throughput(
     window: u64,
 ) -> anyhow::Result<Measurement> {
     let (mut a, mut b) = build(stack)?;
-    let delivered = Arc::new(AtomicU64::new(0));
     let clock = Clock::start();
     let cap = Duration::from_millis(2);
-    let done = Arc::clone(&delivered);
-    let receiver = std::thread::spawn(move || -> (u64, Option<Instant>) {
-        pin(1);
-        let mut bytes = 0u64;
-        let mut last = None;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while done.load(Ordering::Relaxed) < count && Instant::now() < deadline {
-            b.step(&clock, cap, &mut |ev: &Event| {
-                if let Some(s) = ev.sendable_ref() {
-                    bytes += s.message.len() as u64;
-                    done.fetch_add(1, Ordering::Relaxed);
-                    last = Some(Instant::now());
+    // Set by the sender once it holds the final credit: the receiver's signal to stop
+    // stepping (it answers retransmissions until then), never read for the measurement.
+    let finished = Arc::new(AtomicBool::new(false));
+    let stop = Arc::clone(&finished);
+    let credit_every = (window / 4).max(1);
+    let receiver = std::thread::Builder::new()
+        .name("bench-receiver".into())
+        .spawn(move || -> (u64, u64) {
+            pin(1);
+            let (mut messages, mut bytes, mut credited) = (0u64, 0u64, 0u64);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                b.step(&clock, cap, &mut |ev: &Event| {
+                    if let Some(s) = ev.sendable_ref() {
+                        bytes += s.message.len() as u64;
+                        messages += 1;
+                    }
+                });
+                if messages >= credited + credit_every || (messages == count && credited < count) {
+                    credited = messages;
+                    b.send(&clock, 0, &credited.to_be_bytes());
+                    b.drain(&mut |_| {});
                 }
-            });
-        }
-        tracing::debug!(counters = ?b.kernel.counters(), "bench receiver");
-        (bytes, last)
-    });
+            }
+            tracing::debug!(counters = ?b.kernel.counters(), cpu = ?thread_cpu(), "bench receiver");
+            (messages, bytes)
+        })?;
     pin(0);
     let payload = vec![0x5au8; size];
     let start = Instant::now();
     let deadline = start + Duration::from_secs(60);
-    let mut sent = 0u64;
-    while delivered.load(Ordering::Relaxed) < count && Instant::now() < deadline {
-        while sent < count && sent - delivered.load(Ordering::Relaxed) < window {
-            a.send(&clock, 1, &payload);
-            sent += 1;
+    let (mut sent, mut credit) = (0u64, 0u64);
+    while credit < count && Instant::now() < deadline {
+        if sent < count && sent - credit < window {
+            a.kernel.begin_batch();
+            while sent < count && sent - credit < window {
+                a.send(&clock, 1, &payload);
+                sent += 1;
+            }
+            a.kernel.end_batch(clock.now());
+            a.drain(&mut |_| {});
         }
-        a.drain(&mut |_| {});
-        a.step(&clock, cap, &mut |_| {});
+        a.step(&clock, cap, &mut |ev: &Event| {
+            if let Some(s) = ev.sendable_ref() {
+                if let Ok(c) = <[u8; 8]>::try_from(s.message.as_slice()) {
+                    credit = credit.max(u64::from_be_bytes(c));
+                }
+            }
+        });
     }
-    tracing::debug!(counters = ?a.kernel.counters(), "bench sender");
-    let (bytes, last) = receiver
+    let secs = start.elapsed().as_secs_f64();
+    finished.store(true, Ordering::Relaxed);
+    tracing::debug!(counters = ?a.kernel.counters(), cpu = ?thread_cpu(), secs, "bench sender");
+    let (messages, bytes) = receiver
         .join()
         .map_err(|_| anyhow!("bench receiver panicked"))?;
-    let messages = delivered.load(Ordering::Relaxed);
-    if messages < count {
-        bail!("only {messages} of {count} messages arrived within 60 s");
+    if credit < count {
+        bail!("only {credit} of {count} messages were credited within 60 s ({messages} arrived)");
     }
-    let secs = last.map_or(f64::NAN, |l| (l - start).as_secs_f64());
     Ok(Measurement {
         messages,
         bytes,
         secs,
+        cpu_secs: None,
     })
 }
 
