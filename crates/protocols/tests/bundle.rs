@@ -247,5 +247,9 @@ fn the_segments_of_one_bundle_are_answered_by_one_ack() {
     let got = b.receive(1, out.transmits[0].1.clone());
     assert_eq!(got.delivered.len(), 40);
     assert_eq!(got.transmits.len(), 1, "one datagram back");
-    assert_eq!(b.counter("rel.acks_sent"), acks_before + 1, "one ACK for forty segments (one is due at the 16th and at the 32nd)");
+    assert_eq!(
+        b.counter("rel.acks_sent"),
+        acks_before + 1,
+        "one ACK for forty segments (one is due at the 16th and at the 32nd)"
+    );
 }

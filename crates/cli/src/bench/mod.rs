@@ -6,8 +6,12 @@ use std::sync::OnceLock;
 
 use clap::Subcommand;
 
+mod all;
+mod charts;
 mod cpu;
 mod kernel;
+mod machine;
+mod plot;
 mod sp;
 mod spec;
 mod stats;
@@ -25,6 +29,9 @@ pub enum BenchCommand {
     Sp(sp::SpArgs),
     /// Compiled SCXML h2hack service vs the same service hand-written in Rust (seed 000 §6).
     Spec(spec::SpecArgs),
+    /// Every benchmark, recorded with the machine and commit in bench/results/ (and charts
+    /// with `--plot DIR`).
+    All(all::AllArgs),
 }
 
 /// The machine's cores as the process found them, before any thread was pinned: a thread
@@ -64,5 +71,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Unicast(args) => unicast::run(&args),
         BenchCommand::Sp(args) => sp::run(&args),
         BenchCommand::Spec(args) => spec::run(&args),
+        BenchCommand::All(args) => all::run(&args),
     }
 }

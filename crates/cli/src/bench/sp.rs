@@ -76,7 +76,8 @@ pub struct SpArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
-    /// Write a PNG chart (transfer time vs size, one line per protocol) to this file.
+    /// Write a PNG chart (median transfer time vs size, one line per protocol, with title,
+    /// axes, legend and the machine) to this file.
     #[arg(long)]
     plot: Option<PathBuf>,
 }
@@ -441,7 +442,10 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
         .zip(&cis)
         .any(|(s, (_, t))| *s >= 16 * 1024 && t[0] > 1.0);
     if let Some(path) = &args.plot {
-        plot(path, &sizes, &means).with_context(|| format!("{}: cannot plot", path.display()))?;
+        let footnote = super::machine::Machine::current().footnote();
+        super::charts::sp(&json!({ "sizes": out }), &footnote)
+            .save_png(path)
+            .with_context(|| format!("{}: cannot plot", path.display()))?;
     }
     if args.json {
         let doc = json!({
@@ -545,63 +549,6 @@ pub fn run(args: &SpArgs) -> anyhow::Result<()> {
 fn p50_ratio_ci95(rounds: &[Round], a: usize, b: usize) -> [f64; 2] {
     let pairs: Vec<(f64, f64)> = rounds.iter().filter_map(|r| Some((r[a]?, r[b]?))).collect();
     ratio_of_medians_ci95(&pairs)
-}
-
-/// Colours of the chart's lines, in [`PROTOCOLS`] order (the chart has no text: it needs no
-/// fonts; `bench/README.md` gives the legend).
-pub const COLOURS: [(u8, u8, u8); 4] = [(200, 30, 30), (240, 150, 0), (30, 80, 200), (30, 150, 60)];
-
-fn plot(path: &std::path::Path, sizes: &[usize], means: &[[f64; 4]]) -> anyhow::Result<()> {
-    use plotters::prelude::*;
-    let root = BitMapBackend::new(path, (800, 500)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let finite = means
-        .iter()
-        .flatten()
-        .copied()
-        .filter(|v| v.is_finite() && *v > 0.0);
-    let (lo, hi) = finite.fold((f64::MAX, 0f64), |(a, b), v| (a.min(v), b.max(v)));
-    let (lo, hi) = if hi > 0.0 {
-        (lo / 1.5, hi * 1.5)
-    } else {
-        (1.0, 10.0)
-    };
-    let x0 = *sizes.first().unwrap_or(&1024) as f64;
-    let x1 = (*sizes.last().unwrap_or(&262_144) as f64).max(x0 * 2.0);
-    let mut chart = ChartBuilder::on(&root)
-        .margin(20)
-        .build_cartesian_2d((x0..x1).log_scale(), (lo..hi).log_scale())?;
-    // Grid lines at each size (x) and each power of ten (y), drawn by hand: no text.
-    for &s in sizes {
-        chart.draw_series(LineSeries::new(
-            [(s as f64, lo), (s as f64, hi)],
-            RGBColor(225, 225, 225),
-        ))?;
-    }
-    let mut y = 10f64.powf(lo.log10().floor());
-    while y <= hi {
-        if y >= lo {
-            chart.draw_series(LineSeries::new([(x0, y), (x1, y)], RGBColor(225, 225, 225)))?;
-        }
-        y *= 10.0;
-    }
-    for (i, (r, g, b)) in COLOURS.into_iter().enumerate() {
-        let points: Vec<(f64, f64)> = sizes
-            .iter()
-            .zip(means)
-            .filter(|(_, m)| m[i].is_finite() && m[i] > 0.0)
-            .map(|(s, m)| (*s as f64, m[i]))
-            .collect();
-        let colour = RGBColor(r, g, b);
-        chart.draw_series(LineSeries::new(points.clone(), colour.stroke_width(3)))?;
-        chart.draw_series(
-            points
-                .into_iter()
-                .map(|p| Circle::new(p, 4, colour.filled())),
-        )?;
-    }
-    root.present()?;
-    Ok(())
 }
 
 #[cfg(test)]
