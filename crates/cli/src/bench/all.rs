@@ -58,8 +58,10 @@ fn run_one(name: &str, extra: &[&str]) -> anyhow::Result<Value> {
 }
 
 fn default_out(m: &Machine) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../bench/results")
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    root.canonicalize()
+        .unwrap_or(root)
+        .join("bench/results")
         .join(format!("{}-{}.json", m.date, m.host))
 }
 
