@@ -118,16 +118,7 @@ pub fn run(args: &AllArgs) -> anyhow::Result<()> {
 /// The directory or a file cannot be written.
 pub fn plot_all(doc: &Value, dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
-    let machine = &doc["machine"];
-    let footnote = format!(
-        "{} · {} cores · Linux {} · host {} · viastack {} · {}",
-        machine["cpu"].as_str().unwrap_or("?"),
-        machine["cores"],
-        machine["kernel"].as_str().unwrap_or("?"),
-        machine["host"].as_str().unwrap_or("?"),
-        machine["commit"].as_str().unwrap_or("?"),
-        machine["date"].as_str().unwrap_or("?"),
-    );
+    let footnote = Machine::from_json(&doc["machine"]).footnote();
     let b = &doc["benchmarks"];
     for (name, chart) in [
         ("kernel", charts::kernel as fn(&Value, &str) -> _),

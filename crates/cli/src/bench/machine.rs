@@ -95,6 +95,20 @@ impl Machine {
         )
     }
 
+    /// The machine a results document records (what [`Machine::json`] wrote); fields it
+    /// lacks read `?`.
+    pub fn from_json(v: &Value) -> Machine {
+        let text = |k: &str| v[k].as_str().unwrap_or("?").to_string();
+        Machine {
+            cpu: text("cpu"),
+            cores: v["cores"].as_u64().map_or(0, |n| n as usize),
+            kernel: text("kernel"),
+            host: text("host"),
+            commit: text("commit"),
+            date: text("date"),
+        }
+    }
+
     /// As JSON, for results files.
     pub fn json(&self) -> Value {
         json!({
@@ -141,5 +155,6 @@ mod tests {
         assert!(m.cores >= 1);
         assert_eq!(m.date.len(), 10);
         assert!(m.footnote().contains(&m.kernel));
+        assert_eq!(Machine::from_json(&m.json()).footnote(), m.footnote());
     }
 }

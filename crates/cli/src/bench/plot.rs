@@ -115,7 +115,7 @@ impl Chart {
         DB::ErrorType: 'static,
     {
         root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
-        let (w, h) = root.dim_in_pixel();
+        let (_, h) = root.dim_in_pixel();
         let (body, foot) = root.split_vertically(h - 28);
         foot.draw_text(
             &self.footnote,
@@ -123,44 +123,32 @@ impl Chart {
             (12, 6),
         )
         .map_err(|e| anyhow!("{e}"))?;
-        let _ = w;
         if !self.bars.is_empty() {
             return self.draw_bars(&body);
         }
-        let (x, y) = self.ranges();
         // A log axis spanning less than a decade and a half would show one tick label or
         // none: such an axis is drawn linear.
+        let (x, y) = self.ranges();
         let wide = |r: &std::ops::Range<f64>| r.start > 0.0 && r.end / r.start >= 30.0;
-        let x_scale = if wide(&x) {
-            self.x_scale
-        } else {
-            Scale::Linear
+        let chart = Chart {
+            x_scale: if wide(&x) {
+                self.x_scale
+            } else {
+                Scale::Linear
+            },
+            y_scale: if wide(&y) {
+                self.y_scale
+            } else {
+                Scale::Linear
+            },
+            ..self.clone()
         };
-        let y_scale = if wide(&y) {
-            self.y_scale
-        } else {
-            Scale::Linear
-        };
-        let (x, y) = if (x_scale, y_scale) == (self.x_scale, self.y_scale) {
-            (x, y)
-        } else {
-            let linear = Chart {
-                x_scale,
-                y_scale,
-                ..self.clone()
-            };
-            let ranges = linear.ranges();
-            return match (x_scale, y_scale) {
-                (Scale::Log, _) => linear.draw_lines(&body, ranges.0.log_scale(), ranges.1),
-                (_, Scale::Log) => linear.draw_lines(&body, ranges.0, ranges.1.log_scale()),
-                _ => linear.draw_lines(&body, ranges.0, ranges.1),
-            };
-        };
-        match (self.x_scale, self.y_scale) {
-            (Scale::Log, Scale::Log) => self.draw_lines(&body, x.log_scale(), y.log_scale()),
-            (Scale::Log, Scale::Linear) => self.draw_lines(&body, x.log_scale(), y),
-            (Scale::Linear, Scale::Log) => self.draw_lines(&body, x, y.log_scale()),
-            (Scale::Linear, Scale::Linear) => self.draw_lines(&body, x, y),
+        let (x, y) = chart.ranges();
+        match (chart.x_scale, chart.y_scale) {
+            (Scale::Log, Scale::Log) => chart.draw_lines(&body, x.log_scale(), y.log_scale()),
+            (Scale::Log, Scale::Linear) => chart.draw_lines(&body, x.log_scale(), y),
+            (Scale::Linear, Scale::Log) => chart.draw_lines(&body, x, y.log_scale()),
+            (Scale::Linear, Scale::Linear) => chart.draw_lines(&body, x, y),
         }
     }
 
