@@ -3,6 +3,7 @@
 //! - `check FILE` validates a stack file and prints its route tables;
 //! - `run FILE` runs its scenario in the deterministic simulator and judges its property;
 //! - `demo` runs the embedded default scenario (no files needed);
+//! - `node FILE --id N --deployment D` runs one node of a stack on real sockets;
 //! - `layers` lists the layer kinds a stack file may use, with their parameters;
 //! - `bench kernel` measures the kernel's dispatch (seed 001 Table 3);
 //! - `spec check|dot|conformance` reads, draws and tests SCXML specifications (issue 5).
@@ -36,6 +37,7 @@ macro_rules! out {
 mod alloc;
 mod bench;
 mod check;
+mod member;
 mod node;
 mod run;
 mod sp;
@@ -98,9 +100,12 @@ enum Command {
         #[arg(long)]
         markdown: bool,
     },
+    /// Run one node of a stack on real sockets, across machines: a member of the deployment,
+    /// or its share of the scenario's workloads.
+    Node(member::NodeArgs),
     /// One node of `run --net` (started by it; not for direct use).
     #[command(hide = true)]
-    Node {
+    NetChild {
         /// The stack file.
         file: PathBuf,
         /// This node's id.
@@ -246,7 +251,8 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Node {
+        Command::Node(args) => member::run(&args, &catalog),
+        Command::NetChild {
             file,
             node: id,
             seed,

@@ -944,6 +944,12 @@ impl Kernel {
         self.core.timers.len()
     }
 
+    /// Messages not yet settled in any session (see [`Session::unsettled`]): what a closing
+    /// driver lingers for.
+    pub fn unsettled(&self) -> usize {
+        self.sessions.iter().map(|s| s.unsettled()).sum()
+    }
+
     /// All counters, as `layer.counter` (or `kernel.counter`) → value, sorted.
     pub fn counters(&self) -> BTreeMap<String, u64> {
         let mut out = BTreeMap::new();

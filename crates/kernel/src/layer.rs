@@ -102,6 +102,14 @@ pub trait Session: Any + Send {
     /// already bound to a channel that is starting, so it may fill the channel's empty slots with
     /// sessions it knows. Most sessions do nothing.
     fn auto_bind(&mut self, _request: &mut AutoBind<'_>) {}
+
+    /// Messages this session holds that the application handed down and that are not yet
+    /// settled: neither acknowledged by their peer nor reported failed. A driver closing a
+    /// node waits for this to reach zero (its linger) before closing the channels. Sessions
+    /// that keep nothing for retransmission return 0.
+    fn unsettled(&self) -> usize {
+        0
+    }
 }
 
 /// Identifies a session in its kernel's arena.

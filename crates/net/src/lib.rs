@@ -32,7 +32,7 @@ pub use clock::Clock;
 pub use node::{NetNode, NodeOutcome};
 pub use procs::{run_child, run_processes};
 pub use tcp::TcpTransport;
-pub use transport::{Transport, TransportStats};
+pub use transport::{Transport, TransportStats, Waker};
 pub use udp::{UdpEndpoint, UdpStats, UdpTransport};
 
 /// Why a run on real sockets failed.

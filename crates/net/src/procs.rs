@@ -178,7 +178,7 @@ pub fn run_processes(
     for n in 0..scenario.nodes {
         let mut child = Command::new(exe)
             .args([
-                "node",
+                "net-child",
                 "--node",
                 &n.to_string(),
                 "--seed",

@@ -24,7 +24,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use viastack_kernel::NodeId;
 
-use crate::transport::{Transport, TransportStats};
+use crate::transport::{Transport, TransportStats, Waker};
 
 /// Largest frame accepted.
 pub const MAX_FRAME: usize = 16 << 20;
@@ -35,6 +35,8 @@ pub const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
 
 const HELLO_MAGIC: &[u8; 4] = b"VSTK";
 const LISTENER: Token = Token(0);
+/// The token of the [`mio::Waker`] handed out by [`Transport::waker`].
+const WAKE: Token = Token(usize::MAX);
 
 struct Conn {
     stream: TcpStream,
@@ -91,6 +93,7 @@ pub struct TcpTransport {
     peers: Vec<SocketAddr>,
     next_token: usize,
     stats: TransportStats,
+    waker: Option<std::sync::Arc<mio::Waker>>,
 }
 
 impl TcpTransport {
@@ -114,6 +117,7 @@ impl TcpTransport {
             peers: Vec::new(),
             next_token: 1,
             stats: TransportStats::default(),
+            waker: None,
         })
     }
 
@@ -272,6 +276,23 @@ impl Transport for TcpTransport {
         }
     }
 
+    fn waker(&mut self) -> io::Result<Waker> {
+        // mio allows one waker per poll: every handle shares it.
+        let waker = match &self.waker {
+            Some(w) => std::sync::Arc::clone(w),
+            None => {
+                let w = std::sync::Arc::new(mio::Waker::new(self.poll.registry(), WAKE)?);
+                self.waker = Some(std::sync::Arc::clone(&w));
+                w
+            }
+        };
+        Ok(Box::new(move || {
+            if let Err(e) = waker.wake() {
+                tracing::debug!(error = %e, "tcp transport wake-up");
+            }
+        }))
+    }
+
     fn recv(
         &mut self,
         timeout: Duration,
@@ -295,6 +316,9 @@ impl Transport for TcpTransport {
             })
             .collect();
         for (token, readable, writable) in ready {
+            if token == WAKE {
+                continue;
+            }
             if token == LISTENER {
                 loop {
                     match self.listener.accept() {

@@ -8,6 +8,11 @@ use std::time::Duration;
 
 use viastack_kernel::NodeId;
 
+/// Wakes a transport blocked in [`Transport::recv`] from another thread (an application
+/// handing the node a message). Cheap to call; a wake-up with nobody waiting makes the next
+/// `recv` return at once, which is harmless.
+pub type Waker = Box<dyn Fn() + Send + Sync>;
+
 /// Counters of a transport.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct TransportStats {
@@ -53,4 +58,10 @@ pub trait Transport: Send {
 
     /// Counters so far.
     fn stats(&self) -> TransportStats;
+
+    /// A [`Waker`] that makes a `recv` in progress (or the next one) return early.
+    ///
+    /// # Errors
+    /// Socket errors while setting it up.
+    fn waker(&mut self) -> io::Result<Waker>;
 }

@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, IoSlice, IoSliceMut};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ use nix::sys::socket::{
 use viastack_kernel::time::wait_step;
 use viastack_kernel::NodeId;
 
-use crate::transport::{Transport, TransportStats};
+use crate::transport::{Transport, TransportStats, Waker};
 
 /// Socket buffer size asked for, each way.
 pub const SOCKET_BUFFER: usize = 4 << 20;
@@ -217,6 +217,8 @@ pub struct UdpTransport {
     peers: Vec<SocketAddr>,
     by_addr: HashMap<SocketAddr, NodeId>,
     unknown_source: u64,
+    /// Where this node's own wakers send from: their empty datagrams are not traffic.
+    wakers: Vec<SocketAddr>,
 }
 
 impl UdpTransport {
@@ -230,6 +232,7 @@ impl UdpTransport {
             peers: Vec::new(),
             by_addr: HashMap::new(),
             unknown_source: 0,
+            wakers: Vec::new(),
         })
     }
 }
@@ -243,7 +246,7 @@ impl Transport for UdpTransport {
         self.by_addr = peers
             .iter()
             .enumerate()
-            .map(|(i, a)| (*a, NodeId(i as u32)))
+            .map(|(i, a)| (canonical(*a), NodeId(i as u32)))
             .collect();
         self.peers = peers;
     }
@@ -272,12 +275,19 @@ impl Transport for UdpTransport {
         sink: &mut dyn FnMut(NodeId, &[u8]),
     ) -> io::Result<usize> {
         let by_addr = &self.by_addr;
+        let wakers = &self.wakers;
         let unknown = &mut self.unknown_source;
-        self.endpoint
-            .recv(timeout, |src, bytes| match by_addr.get(&src) {
+        let mut wakeups = 0;
+        let n = self.endpoint.recv(timeout, |src, bytes| {
+            let src = canonical(src);
+            match by_addr.get(&src) {
                 Some(node) => sink(*node, bytes),
+                None if bytes.is_empty() && wakers.contains(&src) => wakeups += 1,
                 None => *unknown += 1,
-            })
+            }
+        })?;
+        self.endpoint.stats.received -= wakeups;
+        Ok(n - wakeups as usize)
     }
 
     fn stats(&self) -> TransportStats {
@@ -289,6 +299,46 @@ impl Transport for UdpTransport {
             bad_frames: self.unknown_source,
             connections: 0,
         }
+    }
+
+    /// An empty datagram to this socket from a socket of its own (a blocked `recvmmsg` has no
+    /// other way to be interrupted without a second file descriptor to poll).
+    fn waker(&mut self) -> io::Result<Waker> {
+        let local = self.local_addr()?;
+        let target = match local.ip() {
+            IpAddr::V4(ip) if ip.is_unspecified() => {
+                SocketAddr::from((Ipv4Addr::LOCALHOST, local.port()))
+            }
+            IpAddr::V6(ip) if ip.is_unspecified() => {
+                SocketAddr::from((Ipv6Addr::LOCALHOST, local.port()))
+            }
+            _ => local,
+        };
+        let any: SocketAddr = if target.is_ipv4() {
+            (Ipv4Addr::UNSPECIFIED, 0).into()
+        } else {
+            (Ipv6Addr::UNSPECIFIED, 0).into()
+        };
+        let socket = UdpSocket::bind(any)?;
+        socket.connect(target)?;
+        socket.set_nonblocking(true)?;
+        self.wakers.push(canonical(socket.local_addr()?));
+        // A full socket buffer already holds a wake-up: a failed send loses nothing.
+        Ok(Box::new(move || {
+            let _ = socket.send(&[]);
+        }))
+    }
+}
+
+/// An IPv4 address seen through a dual-stack IPv6 socket (`::ffff:a.b.c.d`) as the IPv4
+/// address it is, so a peer listed as IPv4 is recognised whichever socket hears it.
+pub fn canonical(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::from((v4, v6.port())),
+            None => addr,
+        },
+        SocketAddr::V4(_) => addr,
     }
 }
 

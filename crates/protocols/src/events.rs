@@ -6,8 +6,9 @@
 //! - [`SendFailure`]: messages to a peer that will not be delivered, or may not have been, named
 //!   by the [`Tag`]s their application gave them. Its types share the parent [`SEND_FAILED`]:
 //!   [`PEER_UNREACHABLE`] (a reliable layer gave up), [`SEND_REFUSED`] (a bound was reached)
-//!   and [`PEER_RESTARTED`] (the peer came back as a new incarnation: what its previous one had
-//!   not acknowledged may or may not have been delivered, as with a TCP reset). An application
+//!   [`PEER_RESTARTED`] (the peer came back as a new incarnation: what its previous one had
+//!   not acknowledged may or may not have been delivered, as with a TCP reset) and
+//!   [`SEND_ABORTED`] (the channel closed with messages still unacknowledged). An application
 //!   that accepts `SendFailed` learns the fate of every message it sent: each one is delivered
 //!   exactly once, or its tag comes back in one of these.
 
@@ -29,6 +30,9 @@ pub static SEND_REFUSED: EventTypeDef = EventTypeDef::new("SendRefused", Some(&S
 /// The peer restarted (a new incarnation answered): messages its previous incarnation had not
 /// acknowledged may or may not have been delivered, and are not sent again.
 pub static PEER_RESTARTED: EventTypeDef = EventTypeDef::new("PeerRestarted", Some(&SEND_FAILED));
+/// The sending channel closed before the peer acknowledged these messages: they may or may
+/// not have been delivered, and are not sent again (a node closing after its linger).
+pub static SEND_ABORTED: EventTypeDef = EventTypeDef::new("SendAborted", Some(&SEND_FAILED));
 /// A failure detector suspects a peer.
 pub static SUSPECT: EventTypeDef = EventTypeDef::new("Suspect", Some(&CHANNEL_EVENT));
 /// A failure detector hears again from a peer it suspected.
@@ -115,7 +119,12 @@ mod tests {
         let f = send_failure(&ev).unwrap_or_else(|| unreachable!("a failure"));
         assert_eq!(f.tags, vec![Tag(7), Tag(9)]);
         assert_eq!(notice_peer(&ev), Some(NodeId(4)));
-        for def in [&PEER_UNREACHABLE, &SEND_REFUSED, &PEER_RESTARTED] {
+        for def in [
+            &PEER_UNREACHABLE,
+            &SEND_REFUSED,
+            &PEER_RESTARTED,
+            &SEND_ABORTED,
+        ] {
             assert!(def.id().is_a(SEND_FAILED.id()));
         }
         assert!(send_failure(&notice(&SUSPECT, ChannelId(0), NodeId(1))).is_none());

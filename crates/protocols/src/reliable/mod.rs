@@ -128,7 +128,7 @@ use viastack_kernel::{
     Layer, NodeId, Session, TimerId,
 };
 
-use crate::events::{failure, PEER_RESTARTED, PEER_UNREACHABLE, SEND_REFUSED};
+use crate::events::{failure, PEER_RESTARTED, PEER_UNREACHABLE, SEND_ABORTED, SEND_REFUSED};
 use receiver::{Receiver, Reply};
 use sender::{AckOutcome, Sender};
 use wire::Packet;
@@ -226,6 +226,7 @@ impl Layer for ReliableFifo {
             PEER_UNREACHABLE.id(),
             SEND_REFUSED.id(),
             PEER_RESTARTED.id(),
+            SEND_ABORTED.id(),
         ]
     }
     /// Whatever the path below loses, duplicates or reorders: exactly once, in order, or
@@ -594,12 +595,15 @@ impl Session for ReliableSession {
         if event.ty() == CHANNEL_CLOSE.id() {
             let channel = event.channel();
             self.acks_owed.retain(|(c, _)| *c != channel);
-            let pending: usize = self
-                .peers
-                .iter()
-                .filter(|((c, _), _)| *c == channel)
-                .map(|(_, p)| p.tx.len())
-                .sum();
+            // What the channel still holds is reported, never dropped silently: the peer may
+            // or may not have it, as with a TCP reset.
+            let mut pending = 0;
+            for ((c, peer), p) in &self.peers {
+                if *c == channel && p.tx.len() > 0 {
+                    pending += p.tx.len();
+                    ctx.go(failure(&SEND_ABORTED, channel, *peer, p.tx.tags()));
+                }
+            }
             ctx.count_n("closed_pending", pending as u64);
             self.peers.retain(|(c, _), _| *c != channel);
             ctx.go(event);
@@ -613,6 +617,11 @@ impl Session for ReliableSession {
             Direction::Down => self.send(event, ctx),
             Direction::Up => self.receive(event, ctx),
         }
+    }
+
+    /// Messages queued or in flight to any peer, not yet acknowledged.
+    fn unsettled(&self) -> usize {
+        self.peers.values().map(|p| p.tx.len()).sum()
     }
 }
 

@@ -1,0 +1,777 @@
+//! A node on real sockets: the [`NodeCore`] on an event-loop thread of its own, a UDP or TCP
+//! transport bound to the deployment's address, and handles the application uses from any
+//! thread — blocking ([`Channel::send`], [`Node::recv`]) or async ([`Channel::send_async`],
+//! [`Node::recv_async`]), over the same loop.
+//!
+//! # Back-pressure, never unbounded queues
+//! - Messages the application sends wait in a queue of [`NodeBuilder::send_queue`] entries:
+//!   [`Channel::send`] waits for room, [`Channel::try_send`] returns [`SendError::Full`],
+//!   [`Channel::send_async`] awaits room. Past the queue, the stack's own bounds apply (a full
+//!   reliable send buffer answers with a [`FailureKind::SendRefused`] notice).
+//! - Events for the application wait in a queue of [`NodeBuilder::event_queue`] entries; when
+//!   it is full the loop stops reading the socket until the application catches up, so the
+//!   peers' reliable layers slow down instead of this node dropping what it acknowledged.
+//!
+//! # Closing
+//! [`Node::close`] stops new sends, lets the stack settle what it holds (every message
+//! acknowledged or reported) for at most [`NodeBuilder::linger`], then closes the channels —
+//! reliable layers report what is still unacknowledged as [`FailureKind::SendAborted`] — and
+//! returns once the loop has ended. Events up to the end stay readable.
+//!
+//! # Wake-ups
+//! The loop blocks in the transport's receive until its next timer. A handle that queues a
+//! message while the loop sleeps wakes it through the transport's [`Waker`] (an empty datagram
+//! from a socket of its own over UDP, a `mio` waker over TCP); the loop announces that it is
+//! about to sleep, so a busy loop costs the sender no system call.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use viastack_kernel::{ChannelId, Dest, Instant, NodeId, Tag};
+use viastack_net::{Clock, TcpTransport, Transport, UdpTransport, Waker};
+use viastack_stack::{standard_catalog, Catalog, CatalogError, Diagnostics, LayerKind};
+
+use crate::deployment::{Deployment, DeploymentError};
+use crate::engine::{NodeCore, SendError};
+use crate::event::{FailureKind, NodeEvent, Notice};
+use crate::metrics::Metrics;
+
+/// Why a node could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The stack file could not be read.
+    #[error("cannot read {0}: {1}")]
+    Read(String, std::io::Error),
+    /// The stack file has problems (each with `file:line`).
+    #[error("{0}")]
+    Stack(Diagnostics),
+    /// The deployment file has a problem.
+    #[error(transparent)]
+    Deployment(#[from] DeploymentError),
+    /// No deployment, or it does not say which node this is.
+    #[error("{0}")]
+    Deploy(String),
+    /// An application layer kind could not be registered.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// The transport could not bind its address.
+    #[error("cannot bind {addr} (node {node}'s address): {source}; is this the right node id, and is the address one of this machine's?")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The node.
+        node: u32,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// Other socket or thread errors.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Why [`Node::recv_timeout`] returned no event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RecvError {
+    /// Nothing arrived in time.
+    #[error("no event within the timeout")]
+    Timeout,
+    /// The node has closed and every event has been read.
+    #[error("the node is closed")]
+    Closed,
+}
+
+/// What the loop does for the application.
+enum Command {
+    Send {
+        channel: ChannelId,
+        dest: Dest,
+        payload: Vec<u8>,
+        tag: Tag,
+    },
+    Metrics(flume::Sender<Metrics>),
+    Close,
+}
+
+/// State the handles share with the loop.
+struct Shared {
+    waker: Waker,
+    /// The loop's thread, unparked when it waits for the application to read events.
+    loop_thread: std::sync::OnceLock<std::thread::Thread>,
+    /// The loop is (about to be) blocked: a new command must wake it.
+    sleeping: AtomicBool,
+    /// The loop stopped reading because the event queue is full.
+    paused: AtomicBool,
+    /// Set by `close`: no new sends.
+    closing: AtomicBool,
+    next_tag: AtomicU64,
+    event_queue: usize,
+}
+
+impl Shared {
+    /// Wakes the loop if it sleeps (in the transport, or parked on a full event queue).
+    fn nudge(&self) {
+        if self.sleeping.swap(false, Ordering::SeqCst) {
+            self.wake();
+        }
+    }
+
+    fn wake(&self) {
+        (self.waker)();
+        if let Some(t) = self.loop_thread.get() {
+            t.unpark();
+        }
+    }
+}
+
+/// What [`Node::close`] reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloseReport {
+    /// Messages still unsettled when the linger ran out (each reported in a
+    /// [`FailureKind::SendAborted`] notice); 0 after a clean close.
+    pub aborted: usize,
+    /// The node's counters at the end.
+    pub metrics: Metrics,
+}
+
+/// Options for opening a node; [`Node::builder`].
+pub struct NodeBuilder {
+    stack: Option<(String, Option<String>)>,
+    deployment: Option<Deployment>,
+    catalog: Catalog,
+    send_queue: usize,
+    event_queue: usize,
+    linger: Duration,
+    seed: Option<u64>,
+}
+
+impl std::fmt::Debug for NodeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeBuilder")
+            .field("stack", &self.stack.as_ref().map(|s| &s.0))
+            .field("deployment", &self.deployment)
+            .field("send_queue", &self.send_queue)
+            .field("event_queue", &self.event_queue)
+            .field("linger", &self.linger)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeBuilder {
+    /// The stack file to build the node from.
+    pub fn stack_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.stack = Some((path.into().display().to_string(), None));
+        self
+    }
+
+    /// A stack given as text; `name` stands for the file in diagnostics.
+    pub fn stack_text(mut self, name: impl Into<String>, text: impl Into<String>) -> Self {
+        self.stack = Some((name.into(), Some(text.into())));
+        self
+    }
+
+    /// Where the nodes are, and which one this is.
+    pub fn deployment(mut self, deployment: Deployment) -> Self {
+        self.deployment = Some(deployment);
+        self
+    }
+
+    /// Adds an application-defined layer kind, usable as `kind = "…"` in the stack file.
+    ///
+    /// # Errors
+    /// [`CatalogError`]: a name already taken, a malformed parameter declaration.
+    pub fn register(mut self, kind: LayerKind) -> Result<Self, CatalogError> {
+        self.catalog.register(kind)?;
+        Ok(self)
+    }
+
+    /// Messages that may wait for the loop (default 1024).
+    pub fn send_queue(mut self, n: usize) -> Self {
+        self.send_queue = n.max(1);
+        self
+    }
+
+    /// Events that may wait for the application before the node stops reading (default 4096).
+    pub fn event_queue(mut self, n: usize) -> Self {
+        self.event_queue = n.max(2);
+        self
+    }
+
+    /// How long [`Node::close`] waits for unsettled messages (default 5 s).
+    pub fn linger(mut self, d: Duration) -> Self {
+        self.linger = d;
+        self
+    }
+
+    /// The seed of the node's random choices (default: from the clock and process id, so a
+    /// restarted node is a new incarnation to its peers).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Builds the stack, binds the transport and starts the event loop.
+    ///
+    /// # Errors
+    /// [`OpenError`].
+    pub fn open(self) -> Result<Node, OpenError> {
+        let (name, text) = self
+            .stack
+            .ok_or_else(|| OpenError::Deploy("no stack: call stack_file or stack_text".into()))?;
+        let text = match text {
+            Some(t) => t,
+            None => std::fs::read_to_string(&name).map_err(|e| OpenError::Read(name.clone(), e))?,
+        };
+        let file = viastack_stack::parse(&name, &text, &self.catalog).map_err(OpenError::Stack)?;
+        let deployment = self
+            .deployment
+            .ok_or_else(|| OpenError::Deploy("no deployment: say where the nodes are".into()))?;
+        let id = deployment.id.ok_or_else(|| {
+            OpenError::Deploy("the deployment does not say which node this is (give an id)".into())
+        })?;
+        let nodes = u32::try_from(deployment.nodes.len())
+            .map_err(|_| OpenError::Deploy("too many nodes".into()))?;
+        let addr = deployment
+            .bind_addr(id)
+            .ok_or_else(|| OpenError::Deploy(format!("node {} is not in the deployment", id.0)))?;
+        let clock = Clock::start();
+        let seed = self.seed.unwrap_or_else(|| {
+            Clock::unix_now_nanos() ^ u64::from(std::process::id()).rotate_left(32)
+        });
+        let core = NodeCore::build(&file, &self.catalog, id, nodes, seed, clock.now())
+            .map_err(OpenError::Stack)?;
+        let [(port, _)] = core.devices()[..] else {
+            return Err(OpenError::Deploy(format!(
+                "a node on real sockets needs exactly one device layer; the stack has {}",
+                core.devices().len()
+            )));
+        };
+        let bind = |source| OpenError::Bind {
+            addr,
+            node: id.0,
+            source,
+        };
+        let mut transport: Box<dyn Transport> = match viastack_net::transport_kind(&file) {
+            "tcp" => Box::new(TcpTransport::bind(id, addr).map_err(bind)?),
+            _ => Box::new(UdpTransport::bind(addr).map_err(bind)?),
+        };
+        transport.set_peers(deployment.nodes.clone());
+        let shared = Arc::new(Shared {
+            waker: transport.waker()?,
+            loop_thread: std::sync::OnceLock::new(),
+            sleeping: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            next_tag: AtomicU64::new(1),
+            event_queue: self.event_queue,
+        });
+        let channels: Vec<(Arc<str>, ChannelId)> =
+            core.channels().map(|(n, c)| (Arc::from(n), c)).collect();
+        let (command_tx, command_rx) = flume::bounded(self.send_queue);
+        let (event_tx, event_rx) = flume::unbounded();
+        let event_loop = EventLoop {
+            core,
+            port,
+            transport,
+            commands: command_rx,
+            events: event_tx,
+            shared: Arc::clone(&shared),
+            clock,
+            linger: self.linger,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("viastack-node-{}", id.0))
+            .spawn(move || event_loop.run())?;
+        let _ = shared.loop_thread.set(thread.thread().clone());
+        Ok(Node {
+            id,
+            nodes,
+            local_addr: addr,
+            channels,
+            commands: command_tx,
+            events: event_rx,
+            shared,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// A running node: its channels, its events, its counters.
+pub struct Node {
+    id: NodeId,
+    nodes: u32,
+    local_addr: std::net::SocketAddr,
+    channels: Vec<(Arc<str>, ChannelId)>,
+    commands: flume::Sender<Command>,
+    events: flume::Receiver<NodeEvent>,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<Result<CloseReport, std::io::Error>>>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("id", &self.id)
+            .field("nodes", &self.nodes)
+            .field("channels", &self.channels)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A handle for sending on one channel of a node; cheap to clone, usable from any thread.
+#[derive(Clone)]
+pub struct Channel {
+    name: Arc<str>,
+    id: ChannelId,
+    nodes: u32,
+    commands: flume::Sender<Command>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Channel").field("name", &self.name).finish()
+    }
+}
+
+impl Node {
+    /// Options for opening a node.
+    pub fn builder() -> NodeBuilder {
+        NodeBuilder {
+            stack: None,
+            deployment: None,
+            catalog: standard_catalog(),
+            send_queue: 1024,
+            event_queue: 4096,
+            linger: Duration::from_secs(5),
+            seed: None,
+        }
+    }
+
+    /// Opens node `deployment.id` of the stack in `stack_file` with the default options.
+    ///
+    /// # Errors
+    /// [`OpenError`].
+    pub fn open(stack_file: impl Into<PathBuf>, deployment: Deployment) -> Result<Node, OpenError> {
+        Node::builder()
+            .stack_file(stack_file)
+            .deployment(deployment)
+            .open()
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// How many nodes the deployment has.
+    pub fn nodes(&self) -> u32 {
+        self.nodes
+    }
+
+    /// The address the node's transport is bound to.
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        self.local_addr
+    }
+
+    /// The names of the stack's channels, in file order.
+    pub fn channel_names(&self) -> impl Iterator<Item = &str> {
+        self.channels.iter().map(|(n, _)| &**n)
+    }
+
+    /// A handle for the channel `name`.
+    ///
+    /// # Errors
+    /// [`SendError::UnknownChannel`].
+    pub fn channel(&self, name: &str) -> Result<Channel, SendError> {
+        let (name, id) = self
+            .channels
+            .iter()
+            .find(|(n, _)| &**n == name)
+            .ok_or_else(|| SendError::UnknownChannel(name.to_string()))?;
+        Ok(Channel {
+            name: Arc::clone(name),
+            id: *id,
+            nodes: self.nodes,
+            commands: self.commands.clone(),
+            shared: Arc::clone(&self.shared),
+        })
+    }
+
+    fn taken(&self) {
+        if self.shared.paused.load(Ordering::SeqCst)
+            && self.events.len() < self.shared.event_queue / 2
+        {
+            self.shared.wake();
+        }
+    }
+
+    /// Waits for the next event; `None` once the node has closed and every event was read.
+    pub fn recv(&self) -> Option<NodeEvent> {
+        let e = self.events.recv().ok();
+        self.taken();
+        e
+    }
+
+    /// Waits at most `timeout` for the next event.
+    ///
+    /// # Errors
+    /// [`RecvError::Timeout`], [`RecvError::Closed`].
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<NodeEvent, RecvError> {
+        let e = self.events.recv_timeout(timeout).map_err(|e| match e {
+            flume::RecvTimeoutError::Timeout => RecvError::Timeout,
+            flume::RecvTimeoutError::Disconnected => RecvError::Closed,
+        });
+        self.taken();
+        e
+    }
+
+    /// The next event if one is waiting.
+    pub fn try_recv(&self) -> Option<NodeEvent> {
+        let e = self.events.try_recv().ok();
+        self.taken();
+        e
+    }
+
+    /// Awaits the next event; `None` once the node has closed and every event was read.
+    pub async fn recv_async(&self) -> Option<NodeEvent> {
+        let e = self.events.recv_async().await.ok();
+        self.taken();
+        e
+    }
+
+    /// The node's counters now (per layer, per channel, transport).
+    ///
+    /// # Errors
+    /// [`SendError::Closed`] once the loop has ended.
+    pub fn metrics(&self) -> Result<Metrics, SendError> {
+        let (tx, rx) = flume::bounded(1);
+        self.commands
+            .send(Command::Metrics(tx))
+            .map_err(|_| SendError::Closed)?;
+        self.shared.nudge();
+        rx.recv().map_err(|_| SendError::Closed)
+    }
+
+    /// A function that reads the node's counters from any thread (for a metrics endpoint).
+    pub fn metrics_reader(&self) -> impl Fn() -> Option<Metrics> + Send + Sync + 'static {
+        let commands = self.commands.clone();
+        let shared = Arc::clone(&self.shared);
+        move || {
+            let (tx, rx) = flume::bounded(1);
+            commands.send(Command::Metrics(tx)).ok()?;
+            shared.nudge();
+            rx.recv().ok()
+        }
+    }
+
+    /// Closes the node: no new sends; what the stack holds settles for at most the linger,
+    /// then the channels close and what is left is reported. Waits for the loop to end.
+    ///
+    /// # Errors
+    /// Socket errors of the loop; [`SendError::Closed`] if it had already ended.
+    pub fn close(mut self) -> Result<CloseReport, std::io::Error> {
+        self.begin_close();
+        let thread = self.thread.take();
+        match thread.map(JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(std::io::Error::other("the node's event loop panicked")),
+            None => Err(std::io::Error::other("the node was already closed")),
+        }
+    }
+
+    /// Events still waiting after [`Node::close`] are read from a handle obtained before it:
+    /// a clone of the event receiver.
+    pub fn events(&self) -> Events {
+        Events {
+            rx: self.events.clone(),
+        }
+    }
+
+    fn begin_close(&self) {
+        if !self.shared.closing.swap(true, Ordering::SeqCst) {
+            // A full queue: the loop drains it, so this waits briefly at most.
+            if self.commands.send(Command::Close).is_ok() {
+                self.shared.nudge();
+            }
+        }
+    }
+}
+
+impl Drop for Node {
+    /// Starts a close (with the linger) and lets the loop finish it on its own.
+    fn drop(&mut self) {
+        self.begin_close();
+    }
+}
+
+/// The node's events, readable after the node itself was closed.
+#[derive(Debug, Clone)]
+pub struct Events {
+    rx: flume::Receiver<NodeEvent>,
+}
+
+impl Events {
+    /// The next event, waiting for it; `None` once the loop has ended and all were read.
+    pub fn recv(&self) -> Option<NodeEvent> {
+        self.rx.recv().ok()
+    }
+
+    /// The next event if one is waiting.
+    pub fn try_recv(&self) -> Option<NodeEvent> {
+        self.rx.try_recv().ok()
+    }
+}
+
+impl Channel {
+    /// The channel's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn command(&self, to: Option<NodeId>, payload: Vec<u8>) -> Result<(Command, Tag), SendError> {
+        if self.shared.closing.load(Ordering::SeqCst) {
+            return Err(SendError::Closed);
+        }
+        let dest = match to {
+            Some(n) if n.0 >= self.nodes => return Err(SendError::UnknownPeer(n.0, self.nodes)),
+            Some(n) => Dest::Node(n),
+            None => Dest::Broadcast,
+        };
+        let tag = Tag(self.shared.next_tag.fetch_add(1, Ordering::Relaxed));
+        Ok((
+            Command::Send {
+                channel: self.id,
+                dest,
+                payload,
+                tag,
+            },
+            tag,
+        ))
+    }
+
+    /// Sends `payload` to node `to`, waiting while the send queue is full. Returns the tag
+    /// that names the message in failure notices.
+    ///
+    /// # Errors
+    /// [`SendError::UnknownPeer`], [`SendError::Closed`].
+    pub fn send(&self, to: NodeId, payload: impl Into<Vec<u8>>) -> Result<Tag, SendError> {
+        let (c, tag) = self.command(Some(to), payload.into())?;
+        self.commands.send(c).map_err(|_| SendError::Closed)?;
+        self.shared.nudge();
+        Ok(tag)
+    }
+
+    /// Sends `payload` to every other node of the deployment, waiting while the queue is full.
+    ///
+    /// # Errors
+    /// [`SendError::Closed`].
+    pub fn send_to_all(&self, payload: impl Into<Vec<u8>>) -> Result<Tag, SendError> {
+        let (c, tag) = self.command(None, payload.into())?;
+        self.commands.send(c).map_err(|_| SendError::Closed)?;
+        self.shared.nudge();
+        Ok(tag)
+    }
+
+    /// Sends `payload` to `to` if the send queue has room.
+    ///
+    /// # Errors
+    /// [`SendError::Full`], [`SendError::UnknownPeer`], [`SendError::Closed`].
+    pub fn try_send(&self, to: NodeId, payload: impl Into<Vec<u8>>) -> Result<Tag, SendError> {
+        let (c, tag) = self.command(Some(to), payload.into())?;
+        self.commands.try_send(c).map_err(|e| match e {
+            flume::TrySendError::Full(_) => SendError::Full,
+            flume::TrySendError::Disconnected(_) => SendError::Closed,
+        })?;
+        self.shared.nudge();
+        Ok(tag)
+    }
+
+    /// Sends `payload` to `to`, awaiting room in the send queue.
+    ///
+    /// # Errors
+    /// [`SendError::UnknownPeer`], [`SendError::Closed`].
+    pub async fn send_async(
+        &self,
+        to: NodeId,
+        payload: impl Into<Vec<u8>>,
+    ) -> Result<Tag, SendError> {
+        let (c, tag) = self.command(Some(to), payload.into())?;
+        self.commands
+            .send_async(c)
+            .await
+            .map_err(|_| SendError::Closed)?;
+        self.shared.nudge();
+        Ok(tag)
+    }
+}
+
+/// The loop's state, moved onto its thread.
+struct EventLoop {
+    core: NodeCore,
+    port: u16,
+    transport: Box<dyn Transport>,
+    commands: flume::Receiver<Command>,
+    events: flume::Sender<NodeEvent>,
+    shared: Arc<Shared>,
+    clock: Clock,
+    linger: Duration,
+}
+
+/// Commands taken per turn of the loop at most (one kernel batch).
+const COMMAND_BATCH: usize = 256;
+/// Longest sleep without a timer: the loop rechecks its queues at least this often.
+const IDLE_WAIT: Duration = Duration::from_millis(500);
+
+impl EventLoop {
+    fn run(mut self) -> Result<CloseReport, std::io::Error> {
+        let mut closing: Option<Instant> = None;
+        let mut inbox: Vec<(NodeId, Vec<u8>)> = Vec::new();
+        loop {
+            let now = self.clock.now();
+            self.core.handle_timeout(now);
+            self.core.begin_batch();
+            for _ in 0..COMMAND_BATCH {
+                match self.commands.try_recv() {
+                    Ok(Command::Send {
+                        channel,
+                        dest,
+                        payload,
+                        tag,
+                    }) => self.send(now, channel, dest, &payload, tag, closing.is_some()),
+                    Ok(Command::Metrics(reply)) => {
+                        let _ = reply.send(self.metrics());
+                    }
+                    Ok(Command::Close) | Err(flume::TryRecvError::Disconnected) => {
+                        closing.get_or_insert(now + self.linger.into());
+                        break;
+                    }
+                    Err(flume::TryRecvError::Empty) => break,
+                }
+            }
+            self.core.end_batch(now);
+            self.flush();
+            if let Some(deadline) = closing {
+                if self.core.unsettled() == 0 || now >= deadline {
+                    let aborted = self.core.unsettled();
+                    self.core.close(now);
+                    self.flush();
+                    return Ok(CloseReport {
+                        aborted,
+                        metrics: self.metrics(),
+                    });
+                }
+            }
+            let next = [self.core.poll_timeout(), closing]
+                .into_iter()
+                .flatten()
+                .min();
+            let wait = next.map_or(IDLE_WAIT, |t| self.clock.until(t).min(IDLE_WAIT));
+            self.shared.sleeping.store(true, Ordering::SeqCst);
+            if !self.commands.is_empty() {
+                self.shared.sleeping.store(false, Ordering::SeqCst);
+                continue;
+            }
+            if self.events.len() >= self.shared.event_queue {
+                self.shared.paused.store(true, Ordering::SeqCst);
+                if self.events.len() >= self.shared.event_queue / 2 {
+                    std::thread::park_timeout(wait);
+                }
+                self.shared.paused.store(false, Ordering::SeqCst);
+            } else {
+                self.transport
+                    .recv(wait, &mut |from, bytes| inbox.push((from, bytes.to_vec())))?;
+            }
+            self.shared.sleeping.store(false, Ordering::SeqCst);
+            if !inbox.is_empty() {
+                let now = self.clock.now();
+                self.core.begin_batch();
+                for (from, bytes) in inbox.drain(..) {
+                    self.core.handle_datagram(now, self.port, from, bytes);
+                }
+                self.core.end_batch(now);
+                self.flush();
+            }
+        }
+    }
+
+    fn send(
+        &mut self,
+        now: Instant,
+        channel: ChannelId,
+        dest: Dest,
+        payload: &[u8],
+        tag: Tag,
+        closing: bool,
+    ) {
+        let refused = if closing {
+            Some(FailureKind::SendAborted)
+        } else {
+            match self.core.send(now, channel, dest, payload, tag) {
+                Ok(()) => None,
+                Err(e) => {
+                    tracing::debug!(error = %e, "message refused");
+                    Some(FailureKind::SendRefused)
+                }
+            }
+        };
+        if let Some(kind) = refused {
+            let name = self
+                .core
+                .channels()
+                .find(|(_, c)| *c == channel)
+                .map_or("?", |(n, _)| n);
+            let peer = match dest {
+                Dest::Node(n) => n,
+                Dest::Broadcast => self.core.id(),
+            };
+            let _ = self.events.send(NodeEvent::Notice(Notice::SendFailed {
+                kind,
+                channel: Arc::from(name),
+                peer,
+                tags: vec![tag],
+            }));
+        }
+    }
+
+    /// Transmits to the transport in one batch, events to the application.
+    fn flush(&mut self) {
+        let mut out = Vec::new();
+        while let Some(t) = self.core.poll_transmit() {
+            out.push(t);
+        }
+        if !out.is_empty() {
+            let me = self.core.id();
+            let nodes = self.core.nodes();
+            let mut batch = Vec::with_capacity(out.len());
+            for t in &out {
+                match t.dest {
+                    Dest::Node(n) => batch.push((n, t.message.as_slice())),
+                    Dest::Broadcast => batch.extend(
+                        (0..nodes)
+                            .filter(|&n| n != me.0)
+                            .map(|n| (NodeId(n), t.message.as_slice())),
+                    ),
+                }
+            }
+            self.transport.send_batch(&batch);
+        }
+        while let Some(e) = self.core.poll_event() {
+            // The application dropped every receiver: nobody to tell.
+            let _ = self.events.send(e);
+        }
+    }
+
+    fn metrics(&self) -> Metrics {
+        Metrics {
+            node: self.core.id(),
+            counters: self.core.counters(),
+            transport: self.transport.stats(),
+            unsettled: self.core.unsettled() as u64,
+            events_waiting: self.events.len() as u64,
+            sends_waiting: self.commands.len() as u64,
+        }
+    }
+}
