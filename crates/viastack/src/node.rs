@@ -83,14 +83,16 @@ pub enum RecvError {
     Closed,
 }
 
-/// What the loop does for the application.
-enum Command {
-    Send {
-        channel: ChannelId,
-        dest: Dest,
-        payload: Vec<u8>,
-        tag: Tag,
-    },
+/// A message the application handed over (the bounded queue).
+struct Command {
+    channel: ChannelId,
+    dest: Dest,
+    payload: Vec<u8>,
+    tag: Tag,
+}
+
+/// Requests that must not wait behind messages (an unbounded queue, a few entries at most).
+enum Control {
     Metrics(flume::Sender<Metrics>),
     Close,
 }
@@ -145,6 +147,7 @@ pub struct NodeBuilder {
     event_queue: usize,
     linger: Duration,
     seed: Option<u64>,
+    max_unsettled: usize,
 }
 
 impl std::fmt::Debug for NodeBuilder {
@@ -196,6 +199,15 @@ impl NodeBuilder {
     /// Events that may wait for the application before the node stops reading (default 4096).
     pub fn event_queue(mut self, n: usize) -> Self {
         self.event_queue = n.max(2);
+        self
+    }
+
+    /// Messages the stack may hold unsettled before the node stops taking new ones from the
+    /// send queue (default 512): past it, `send` waits as a TCP write waits for the window,
+    /// instead of the stack's own buffer refusing messages. Keep it below the reliable
+    /// layer's `send_buffer` (in segments).
+    pub fn max_unsettled(mut self, n: usize) -> Self {
+        self.max_unsettled = n.max(1);
         self
     }
 
@@ -270,12 +282,15 @@ impl NodeBuilder {
         let channels: Vec<(Arc<str>, ChannelId)> =
             core.channels().map(|(n, c)| (Arc::from(n), c)).collect();
         let (command_tx, command_rx) = flume::bounded(self.send_queue);
+        let (control_tx, control_rx) = flume::unbounded();
         let (event_tx, event_rx) = flume::unbounded();
         let event_loop = EventLoop {
             core,
             port,
             transport,
             commands: command_rx,
+            control: control_rx,
+            max_unsettled: self.max_unsettled,
             events: event_tx,
             shared: Arc::clone(&shared),
             clock,
@@ -291,6 +306,7 @@ impl NodeBuilder {
             local_addr: addr,
             channels,
             commands: command_tx,
+            control: control_tx,
             events: event_rx,
             shared,
             thread: Some(thread),
@@ -305,6 +321,7 @@ pub struct Node {
     local_addr: std::net::SocketAddr,
     channels: Vec<(Arc<str>, ChannelId)>,
     commands: flume::Sender<Command>,
+    control: flume::Sender<Control>,
     events: flume::Receiver<NodeEvent>,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<Result<CloseReport, std::io::Error>>>,
@@ -347,6 +364,7 @@ impl Node {
             event_queue: 4096,
             linger: Duration::from_secs(5),
             seed: None,
+            max_unsettled: 512,
         }
     }
 
@@ -448,8 +466,8 @@ impl Node {
     /// [`SendError::Closed`] once the loop has ended.
     pub fn metrics(&self) -> Result<Metrics, SendError> {
         let (tx, rx) = flume::bounded(1);
-        self.commands
-            .send(Command::Metrics(tx))
+        self.control
+            .send(Control::Metrics(tx))
             .map_err(|_| SendError::Closed)?;
         self.shared.nudge();
         rx.recv().map_err(|_| SendError::Closed)
@@ -457,11 +475,11 @@ impl Node {
 
     /// A function that reads the node's counters from any thread (for a metrics endpoint).
     pub fn metrics_reader(&self) -> impl Fn() -> Option<Metrics> + Send + Sync + 'static {
-        let commands = self.commands.clone();
+        let control = self.control.clone();
         let shared = Arc::clone(&self.shared);
         move || {
             let (tx, rx) = flume::bounded(1);
-            commands.send(Command::Metrics(tx)).ok()?;
+            control.send(Control::Metrics(tx)).ok()?;
             shared.nudge();
             rx.recv().ok()
         }
@@ -491,11 +509,10 @@ impl Node {
     }
 
     fn begin_close(&self) {
-        if !self.shared.closing.swap(true, Ordering::SeqCst) {
-            // A full queue: the loop drains it, so this waits briefly at most.
-            if self.commands.send(Command::Close).is_ok() {
-                self.shared.nudge();
-            }
+        if !self.shared.closing.swap(true, Ordering::SeqCst)
+            && self.control.send(Control::Close).is_ok()
+        {
+            self.shared.nudge();
         }
     }
 }
@@ -542,7 +559,7 @@ impl Channel {
         };
         let tag = Tag(self.shared.next_tag.fetch_add(1, Ordering::Relaxed));
         Ok((
-            Command::Send {
+            Command {
                 channel: self.id,
                 dest,
                 payload,
@@ -614,6 +631,8 @@ struct EventLoop {
     port: u16,
     transport: Box<dyn Transport>,
     commands: flume::Receiver<Command>,
+    control: flume::Receiver<Control>,
+    max_unsettled: usize,
     events: flume::Sender<NodeEvent>,
     shared: Arc<Shared>,
     clock: Clock,
@@ -632,36 +651,35 @@ impl EventLoop {
         loop {
             let now = self.clock.now();
             self.core.handle_timeout(now);
-            self.core.begin_batch();
-            for _ in 0..COMMAND_BATCH {
-                match self.commands.try_recv() {
-                    Ok(Command::Send {
-                        channel,
-                        dest,
-                        payload,
-                        tag,
-                    }) => self.send(now, channel, dest, &payload, tag, closing.is_some()),
-                    Ok(Command::Metrics(reply)) => {
+            loop {
+                match self.control.try_recv() {
+                    Ok(Control::Metrics(reply)) => {
                         let _ = reply.send(self.metrics());
                     }
-                    Ok(Command::Close) | Err(flume::TryRecvError::Disconnected) => {
-                        closing.get_or_insert(now + self.linger.into());
+                    // Every handle gone is a close too.
+                    Ok(Control::Close) | Err(flume::TryRecvError::Disconnected) => {
+                        closing.get_or_insert(now + self.linger);
                         break;
                     }
                     Err(flume::TryRecvError::Empty) => break,
                 }
             }
+            self.core.begin_batch();
+            for _ in 0..COMMAND_BATCH {
+                if !self.has_room() {
+                    break;
+                }
+                match self.commands.try_recv() {
+                    Ok(c) => self.send(now, c),
+                    Err(_) => break,
+                }
+            }
             self.core.end_batch(now);
             self.flush();
             if let Some(deadline) = closing {
-                if self.core.unsettled() == 0 || now >= deadline {
-                    let aborted = self.core.unsettled();
-                    self.core.close(now);
-                    self.flush();
-                    return Ok(CloseReport {
-                        aborted,
-                        metrics: self.metrics(),
-                    });
+                let settled = self.commands.is_empty() && self.core.unsettled() == 0;
+                if settled || now >= deadline {
+                    return Ok(self.close(now));
                 }
             }
             let next = [self.core.poll_timeout(), closing]
@@ -670,7 +688,7 @@ impl EventLoop {
                 .min();
             let wait = next.map_or(IDLE_WAIT, |t| self.clock.until(t).min(IDLE_WAIT));
             self.shared.sleeping.store(true, Ordering::SeqCst);
-            if !self.commands.is_empty() {
+            if !self.control.is_empty() || (!self.commands.is_empty() && self.has_room()) {
                 self.shared.sleeping.store(false, Ordering::SeqCst);
                 continue;
             }
@@ -697,43 +715,51 @@ impl EventLoop {
         }
     }
 
-    fn send(
-        &mut self,
-        now: Instant,
-        channel: ChannelId,
-        dest: Dest,
-        payload: &[u8],
-        tag: Tag,
-        closing: bool,
-    ) {
-        let refused = if closing {
-            Some(FailureKind::SendAborted)
-        } else {
-            match self.core.send(now, channel, dest, payload, tag) {
-                Ok(()) => None,
-                Err(e) => {
-                    tracing::debug!(error = %e, "message refused");
-                    Some(FailureKind::SendRefused)
-                }
-            }
-        };
-        if let Some(kind) = refused {
-            let name = self
-                .core
-                .channels()
-                .find(|(_, c)| *c == channel)
-                .map_or("?", |(n, _)| n);
-            let peer = match dest {
-                Dest::Node(n) => n,
-                Dest::Broadcast => self.core.id(),
-            };
-            let _ = self.events.send(NodeEvent::Notice(Notice::SendFailed {
-                kind,
-                channel: Arc::from(name),
-                peer,
-                tags: vec![tag],
-            }));
+    /// Whether the stack may take another message (see [`NodeBuilder::max_unsettled`]).
+    fn has_room(&self) -> bool {
+        self.core.unsettled() < self.max_unsettled
+    }
+
+    /// The end: messages still queued are reported, the channels close (reliable layers
+    /// report what they hold), the last events go out.
+    fn close(&mut self, now: Instant) -> CloseReport {
+        let mut aborted = self.core.unsettled();
+        while let Ok(c) = self.commands.try_recv() {
+            aborted += 1;
+            self.refuse(c, FailureKind::SendAborted);
         }
+        self.core.close(now);
+        self.flush();
+        CloseReport {
+            aborted,
+            metrics: self.metrics(),
+        }
+    }
+
+    fn send(&mut self, now: Instant, c: Command) {
+        if let Err(e) = self.core.send(now, c.channel, c.dest, &c.payload, c.tag) {
+            tracing::debug!(error = %e, "message refused");
+            self.refuse(c, FailureKind::SendRefused);
+        }
+    }
+
+    /// Tells the application that message `c` will not be delivered.
+    fn refuse(&mut self, c: Command, kind: FailureKind) {
+        let name = self
+            .core
+            .channels()
+            .find(|(_, id)| *id == c.channel)
+            .map_or("?", |(n, _)| n);
+        let peer = match c.dest {
+            Dest::Node(n) => n,
+            Dest::Broadcast => self.core.id(),
+        };
+        let _ = self.events.send(NodeEvent::Notice(Notice::SendFailed {
+            kind,
+            channel: Arc::from(name),
+            peer,
+            tags: vec![c.tag],
+        }));
     }
 
     /// Transmits to the transport in one batch, events to the application.
