@@ -33,19 +33,15 @@ impl Where {
         let d = match (&self.deployment, self.addr) {
             (Some(path), _) => Deployment::from_file(path)?,
             (None, Some(addr)) => {
-                let mut listed = vec![(self.id, addr.to_string())];
+                let mut peers = Vec::new();
                 for p in &self.peers {
                     let (id, a) = p
                         .split_once('=')
                         .with_context(|| format!("--peer {p}: write ID=HOST:PORT"))?;
                     let id: u32 = id.parse().with_context(|| format!("--peer {p}: bad id"))?;
-                    listed.push((id, a.to_string()));
+                    peers.push((id, a.to_string()));
                 }
-                listed.sort();
-                let text: String = std::iter::once("[nodes]\n".to_string())
-                    .chain(listed.iter().map(|(n, a)| format!("{n} = \"{a}\"\n")))
-                    .collect();
-                Deployment::parse("--addr/--peer", &text)?
+                Deployment::from_flags("--addr/--peer", NodeId(self.id), addr, &peers)?
             }
             (None, None) => bail!("say where the nodes are: --deployment FILE or --addr/--peer"),
         };

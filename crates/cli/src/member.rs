@@ -62,14 +62,7 @@ fn deployment(args: &NodeArgs) -> anyhow::Result<Deployment> {
         (Some(path), None) => Deployment::from_file(path)?,
         (None, Some(addr)) => {
             let id = args.id.context("--addr needs --id")?;
-            let mut text = String::from("[nodes]\n");
-            let mut listed = vec![(id, addr.to_string())];
-            listed.extend(args.peers.iter().cloned());
-            listed.sort();
-            for (n, a) in listed {
-                text += &format!("{n} = \"{a}\"\n");
-            }
-            Deployment::parse("--addr/--peer", &text)?
+            Deployment::from_flags("--addr/--peer", NodeId(id), addr, &args.peers)?
         }
         (Some(_), Some(_)) => bail!("give either --deployment or --addr/--peer, not both"),
         (None, None) => bail!("say where the nodes are: --deployment FILE, or --addr and --peer"),

@@ -140,9 +140,6 @@ impl<'a> AppNode<'a> {
 }
 
 /// Runs `app` on a real node until it calls [`AppNode::stop`] or the node closes.
-///
-/// # Errors
-/// [`SendError::UnknownChannel`] never: channels are looked up per send.
 pub fn run(node: &Node, app: &mut dyn Application) {
     let channels: Vec<Channel> = node
         .channel_names()

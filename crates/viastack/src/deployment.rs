@@ -71,6 +71,27 @@ impl Deployment {
         }
     }
 
+    /// The deployment of command-line flags: this node `id` at `addr`, and `peers` as
+    /// `(id, "host:port")`; checked as a file would be (`source` names them in errors).
+    ///
+    /// # Errors
+    /// [`DeploymentError`]: bad addresses, ids that are not `0..N`.
+    pub fn from_flags(
+        source: &str,
+        id: NodeId,
+        addr: SocketAddr,
+        peers: &[(u32, String)],
+    ) -> Result<Self, DeploymentError> {
+        let mut listed = vec![(id.0, addr.to_string())];
+        listed.extend(peers.iter().cloned());
+        listed.sort();
+        let mut text = String::from("[nodes]\n");
+        for (n, a) in listed {
+            text += &format!("{n} = \"{a}\"\n");
+        }
+        Ok(Self::parse(source, &text)?.with_id(id))
+    }
+
     /// This deployment as seen by node `id`.
     pub fn with_id(mut self, id: NodeId) -> Self {
         self.id = Some(id);
