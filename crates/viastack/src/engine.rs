@@ -20,7 +20,23 @@ use viastack_kernel::{
 };
 use viastack_stack::{build_node, BuildEnv, Catalog, Diagnostics, StackFile};
 
-use crate::event::{from_kernel, NodeEvent};
+use crate::event::{from_kernel, NodeEvent, Notice};
+
+/// What one channel of a node carried, as the application sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChannelStats {
+    /// Messages the channel accepted from the application (a message to every node counts
+    /// once per addressee).
+    pub sent: u64,
+    /// Messages the channel refused at once ([`SendError::Refused`]).
+    pub refused: u64,
+    /// Messages delivered to the application.
+    pub received: u64,
+    /// Messages reported undelivered in [`Notice::SendFailed`] notices.
+    pub failed: u64,
+    /// Other notices (`Suspect`, `Alive`, the stack's own).
+    pub notices: u64,
+}
 
 /// Why a message was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,6 +78,8 @@ pub struct NodeCore {
     devices: Vec<(u16, SessionId)>,
     transmits: VecDeque<Outgoing>,
     events: VecDeque<NodeEvent>,
+    /// Per channel, indexed like `channels`.
+    stats: Vec<ChannelStats>,
 }
 
 impl std::fmt::Debug for NodeCore {
@@ -102,15 +120,17 @@ impl NodeCore {
             ..KernelConfig::default()
         };
         let built = build_node(file, catalog, &env, config)?;
+        let channels: Vec<(Arc<str>, ChannelId)> = built
+            .channels
+            .into_iter()
+            .map(|(n, c)| (Arc::from(n.as_str()), c))
+            .collect();
         let mut core = NodeCore {
             kernel: built.kernel,
             id,
             nodes,
-            channels: built
-                .channels
-                .into_iter()
-                .map(|(n, c)| (Arc::from(n.as_str()), c))
-                .collect(),
+            stats: vec![ChannelStats::default(); channels.len()],
+            channels,
             devices: built.devices,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
@@ -189,9 +209,55 @@ impl NodeCore {
             channel,
             Sendable::new(self.id, Dest::Node(to), Message::from_payload(payload)).with_tag(tag),
         );
-        self.kernel
+        let result = self
+            .kernel
             .inject(now, ev)
-            .map_err(|e: InjectError| SendError::Refused(e.to_string()))
+            .map_err(|e: InjectError| SendError::Refused(e.to_string()));
+        if let Some(stats) = self.stats_mut(channel) {
+            match result {
+                Ok(()) => stats.sent += 1,
+                Err(_) => stats.refused += 1,
+            }
+        }
+        result
+    }
+
+    fn stats_mut(&mut self, channel: ChannelId) -> Option<&mut ChannelStats> {
+        let i = self.channels.iter().position(|(_, c)| *c == channel)?;
+        self.stats.get_mut(i)
+    }
+
+    /// Reports to the application that message `tag`, which the runtime could not hand to
+    /// the stack (refused, or still queued at close), will not be delivered.
+    pub fn report_undelivered(
+        &mut self,
+        channel: ChannelId,
+        dest: Dest,
+        tag: Tag,
+        kind: crate::FailureKind,
+    ) {
+        let Some(i) = self.channels.iter().position(|(_, c)| *c == channel) else {
+            return;
+        };
+        let peer = match dest {
+            Dest::Node(n) => n,
+            Dest::Broadcast => self.id,
+        };
+        self.stats[i].failed += 1;
+        self.events.push_back(NodeEvent::Notice(Notice::SendFailed {
+            kind,
+            channel: Arc::clone(&self.channels[i].0),
+            peer,
+            tags: vec![tag],
+        }));
+    }
+
+    /// What each channel carried, by name, in file order.
+    pub fn channel_stats(&self) -> impl Iterator<Item = (&str, ChannelStats)> {
+        self.channels
+            .iter()
+            .zip(&self.stats)
+            .map(|((n, _), s)| (&**n, *s))
     }
 
     /// Starts a batch: what the calls until [`NodeCore::end_batch`] cause leaves together (a
@@ -269,12 +335,22 @@ impl NodeCore {
                     message: t.message,
                 }),
                 Output::Deliver(ev) => {
+                    let channel = ev.channel();
                     let name = self
                         .channels
                         .iter()
-                        .find(|(_, c)| *c == ev.channel())
+                        .find(|(_, c)| *c == channel)
                         .map_or_else(|| Arc::from("?"), |(n, _)| Arc::clone(n));
                     if let Some(e) = from_kernel(ev, name) {
+                        if let Some(stats) = self.stats_mut(channel) {
+                            match &e {
+                                NodeEvent::Message(_) => stats.received += 1,
+                                NodeEvent::Notice(Notice::SendFailed { tags, .. }) => {
+                                    stats.failed += tags.len() as u64
+                                }
+                                NodeEvent::Notice(_) => stats.notices += 1,
+                            }
+                        }
                         self.events.push_back(e);
                     }
                 }

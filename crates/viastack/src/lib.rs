@@ -55,7 +55,7 @@ pub use app::{AppNode, Application};
 pub use deployment::{Deployment, DeploymentError};
 pub use engine::{NodeCore, SendError};
 pub use event::{FailureKind, NodeEvent, Notice, Received};
-pub use metrics::Metrics;
+pub use metrics::{ChannelStats, Metrics};
 pub use node::{Channel, CloseReport, Events, Node, NodeBuilder, OpenError, RecvError};
 pub use viastack_kernel::{Duration, Instant, NodeId, Tag};
 pub use viastack_stack::{Catalog, LayerKind, ParamKind, ParamSpec, Params};

@@ -12,6 +12,8 @@ use std::fmt::Write as _;
 use viastack_kernel::NodeId;
 use viastack_net::TransportStats;
 
+pub use crate::engine::ChannelStats;
+
 /// A snapshot of a node's counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Metrics {
@@ -19,6 +21,8 @@ pub struct Metrics {
     pub node: NodeId,
     /// Kernel and layer counters, `layer.counter` → value.
     pub counters: BTreeMap<String, u64>,
+    /// What each channel carried, by channel name.
+    pub channels: BTreeMap<String, ChannelStats>,
     /// The transport's counters.
     pub transport: TransportStats,
     /// Messages the stack holds unsettled (neither acknowledged nor reported).
@@ -49,6 +53,23 @@ impl Metrics {
                 escape(layer),
                 escape(counter)
             );
+        }
+        out += "# HELP viastack_channel_messages_total Messages of a channel, as the application sees them: sent (accepted from the application), refused, received (delivered to it), failed (reported undelivered), notices.\n";
+        out += "# TYPE viastack_channel_messages_total counter\n";
+        for (channel, c) in &self.channels {
+            let channel = escape(channel);
+            for (what, value) in [
+                ("sent", c.sent),
+                ("refused", c.refused),
+                ("received", c.received),
+                ("failed", c.failed),
+                ("notices", c.notices),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "viastack_channel_messages_total{{node=\"{node}\",channel=\"{channel}\",kind=\"{what}\"}} {value}"
+                );
+            }
         }
         let t = &self.transport;
         let families: [(&str, &str, &str, u64); 8] = [
@@ -133,6 +154,15 @@ mod tests {
             ]
             .into_iter()
             .collect(),
+            channels: [(
+                "data".to_string(),
+                ChannelStats {
+                    sent: 4,
+                    ..ChannelStats::default()
+                },
+            )]
+            .into_iter()
+            .collect(),
             transport: TransportStats {
                 sent: 5,
                 ..TransportStats::default()
@@ -144,6 +174,12 @@ mod tests {
         let text = m.to_prometheus();
         assert!(text.contains("viastack_layer_events_total{node=\"3\",layer=\"rel\",counter=\"retransmitted\"} 7\n"), "{text}");
         assert!(text.contains("counter=\"odd\\\"name\"} 2"), "{text}");
+        assert!(
+            text.contains(
+                "viastack_channel_messages_total{node=\"3\",channel=\"data\",kind=\"sent\"} 4\n"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("viastack_transport_sent_total{node=\"3\"} 5\n"),
             "{text}"

@@ -36,7 +36,7 @@ use viastack_stack::{standard_catalog, Catalog, CatalogError, Diagnostics, Layer
 
 use crate::deployment::{Deployment, DeploymentError};
 use crate::engine::{NodeCore, SendError};
-use crate::event::{FailureKind, NodeEvent, Notice};
+use crate::event::{FailureKind, NodeEvent};
 use crate::metrics::Metrics;
 
 /// Why a node could not be opened.
@@ -743,23 +743,9 @@ impl EventLoop {
         }
     }
 
-    /// Tells the application that message `c` will not be delivered.
+    /// Tells the application that message `c` will not be delivered (with the next flush).
     fn refuse(&mut self, c: Command, kind: FailureKind) {
-        let name = self
-            .core
-            .channels()
-            .find(|(_, id)| *id == c.channel)
-            .map_or("?", |(n, _)| n);
-        let peer = match c.dest {
-            Dest::Node(n) => n,
-            Dest::Broadcast => self.core.id(),
-        };
-        let _ = self.events.send(NodeEvent::Notice(Notice::SendFailed {
-            kind,
-            channel: Arc::from(name),
-            peer,
-            tags: vec![c.tag],
-        }));
+        self.core.report_undelivered(c.channel, c.dest, c.tag, kind);
     }
 
     /// Transmits to the transport in one batch, events to the application.
@@ -794,6 +780,11 @@ impl EventLoop {
         Metrics {
             node: self.core.id(),
             counters: self.core.counters(),
+            channels: self
+                .core
+                .channel_stats()
+                .map(|(n, s)| (n.to_string(), s))
+                .collect(),
             transport: self.transport.stats(),
             unsettled: self.core.unsettled() as u64,
             events_waiting: self.events.len() as u64,

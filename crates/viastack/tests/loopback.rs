@@ -239,11 +239,130 @@ fn metrics_count_the_traffic() {
     }
     let m = b.metrics().expect("metrics");
     assert!(m.transport.received >= 30, "3 fragments per message: {m:?}");
+    assert_eq!(m.channels["data"].received, 10, "{m:?}");
     let text = m.to_prometheus();
     assert!(
         text.contains("viastack_transport_received_total{node=\"1\"}"),
         "{text}"
     );
+    assert!(
+        text.contains(
+            "viastack_channel_messages_total{node=\"1\",channel=\"data\",kind=\"received\"} 10\n"
+        ),
+        "{text}"
+    );
+    let m = a.metrics().expect("metrics");
+    assert_eq!(m.channels["data"].sent, 10, "{m:?}");
+    assert_eq!(m.channels["data"].failed, 0, "{m:?}");
     a.close().expect("close");
     b.close().expect("close");
+}
+
+#[test]
+fn try_send_says_full_when_the_queue_is_full() {
+    let stack = RELIABLE.replace("TRANSPORT", "udp");
+    // Node 1 is bound by nobody: the first message stays unsettled, the stack has no room
+    // (max_unsettled 1), the second waits in the queue (1 entry), the third finds it full.
+    let addrs = free_addrs("127.0.0.1", 2);
+    let a = Node::builder()
+        .stack_text("test.toml", &stack)
+        .deployment(Deployment::new(addrs).with_id(NodeId(0)))
+        .send_queue(1)
+        .max_unsettled(1)
+        .linger(Duration::from_millis(100))
+        .open()
+        .expect("open");
+    let data = a.channel("data").expect("channel");
+    let first = data.try_send(NodeId(1), b"one".to_vec()).expect("room");
+    while a.metrics().expect("metrics").unsettled < 1 {
+        std::thread::yield_now();
+    }
+    let second = data.try_send(NodeId(1), b"two".to_vec()).expect("room");
+    assert_eq!(
+        data.try_send(NodeId(1), b"three".to_vec()),
+        Err(viastack::SendError::Full)
+    );
+    let m = a.metrics().expect("metrics");
+    assert_eq!((m.unsettled, m.sends_waiting), (1, 1), "{m:?}");
+    let events = a.events();
+    let report = a.close().expect("close");
+    assert_eq!(report.aborted, 2, "the unsettled one and the queued one");
+    let mut reported = Vec::new();
+    while let Some(e) = events.recv() {
+        if let NodeEvent::Notice(Notice::SendFailed { tags, .. }) = e {
+            reported.extend(tags);
+        }
+    }
+    reported.sort();
+    assert_eq!(reported, vec![first, second]);
+    assert_eq!(report.metrics.channels["data"].failed, 2);
+}
+
+#[test]
+fn a_restarted_node_rejoins() {
+    let stack = RELIABLE.replace("TRANSPORT", "udp");
+    let addrs = free_addrs("127.0.0.1", 2);
+    let a = open(&stack, &addrs, 0, 4096);
+    let data = a.channel("data").expect("channel");
+    let batch = |round: u32, part: u32| -> Vec<(viastack::Tag, Vec<u8>)> {
+        (0..50u32)
+            .map(|i| {
+                let p = (round * 1_000_000 + part * 1000 + i).to_be_bytes().to_vec();
+                (data.send(NodeId(1), p.clone()).expect("send"), p)
+            })
+            .collect()
+    };
+    for round in 1..=3 {
+        // A new process at the same address: a new incarnation (a fresh random seed).
+        let b = open(&stack, &addrs, 1, 4096);
+        // First contact after the restart: what the survivor had addressed to the old
+        // incarnation may have reached it, so each message is either delivered to the new one
+        // (once, in order) or reported to the survivor as `PeerRestarted` — never both, never
+        // neither.
+        let sent = batch(round, 0);
+        let (mut delivered, mut reported) = (Vec::new(), Vec::new());
+        // At most 3000 waits of 10 ms for the accounts to balance.
+        let mut waits = 0;
+        while delivered.len() + reported.len() < sent.len() {
+            waits += 1;
+            assert!(
+                waits < 3000,
+                "round {round}: {delivered:?} delivered, {reported:?} reported"
+            );
+            if let Ok(NodeEvent::Message(m)) = b.recv_timeout(Duration::from_millis(10)) {
+                delivered.push(m.payload);
+            }
+            while let Some(e) = a.try_recv() {
+                if let NodeEvent::Notice(Notice::SendFailed { kind, tags, .. }) = e {
+                    assert_eq!(kind, FailureKind::PeerRestarted, "round {round}");
+                    reported.extend(tags);
+                }
+            }
+        }
+        let expected: Vec<Vec<u8>> = sent
+            .iter()
+            .filter(|(t, _)| !reported.contains(t))
+            .map(|(_, p)| p.clone())
+            .collect();
+        assert_eq!(
+            delivered, expected,
+            "round {round}: the rest, once, in order"
+        );
+        // Once introduced, everything arrives, both ways.
+        for (_, p) in batch(round, 1) {
+            match b.recv_timeout(Duration::from_secs(20)) {
+                Ok(NodeEvent::Message(m)) => assert_eq!(m.payload, p, "round {round}"),
+                other => panic!("round {round}: {other:?}"),
+            }
+        }
+        let back = b.channel("data").expect("channel");
+        back.send(NodeId(0), round.to_be_bytes().to_vec())
+            .expect("send");
+        match a.recv_timeout(Duration::from_secs(20)) {
+            Ok(NodeEvent::Message(m)) => assert_eq!(m.payload, round.to_be_bytes()),
+            other => panic!("round {round}: {other:?}"),
+        }
+        assert_eq!(b.close().expect("close").aborted, 0);
+    }
+    assert_eq!(a.close().expect("close").aborted, 0);
 }
