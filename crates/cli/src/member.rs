@@ -5,7 +5,8 @@
 //! generator as `run --net`) for the scenario's duration and prints what it observed. Without
 //! one it is a member: it serves the stack (relaying, answering, acknowledging), prints the
 //! messages and notices it receives, and runs until `--duration` passes or it is killed.
-//! `--metrics ADDR` serves the node's counters in the Prometheus text format at `/metrics`.
+//! `--metrics ADDR` serves the node's counters in the Prometheus text format at `/metrics`, in
+//! both modes (per channel only for a member: the workload generator keeps its own record).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -200,9 +201,6 @@ fn workload(
     deployment: &Deployment,
     args: &NodeArgs,
 ) -> anyhow::Result<ExitCode> {
-    if args.metrics.is_some() {
-        bail!("--metrics serves a member node; a node running the scenario's workloads reports at its end (drop --metrics, or the workloads)");
-    }
     let Some(scenario) = &file.scenario else {
         bail!("no scenario");
     };
@@ -238,6 +236,24 @@ fn workload(
     let clock = viastack_net::Clock::start();
     let mut net =
         viastack_net::NetNode::new(id, nodes, built, &scenario.workloads, transport, clock)?;
+    if let Some(addr) = args.metrics {
+        let read = net.snapshot_reader()?;
+        serve_metrics(
+            addr,
+            Arc::new(move || {
+                read().map(|s| Metrics {
+                    node: id,
+                    counters: s.counters,
+                    channels: Default::default(),
+                    transport: s.transport,
+                    unsettled: s.unsettled as u64,
+                    events_waiting: 0,
+                    sends_waiting: 0,
+                })
+            }),
+        )?;
+        eprintln!("metrics at http://{addr}/metrics");
+    }
     let duration = args.duration.unwrap_or(scenario.duration);
     eprintln!("viastack node {id} of {nodes} on {addr}: running the scenario's workloads for {duration:?}");
     net.run_until(Instant::ZERO + duration)?;

@@ -53,14 +53,7 @@ fn a_member_node_prints_messages_and_serves_metrics() {
         .expect("start viastack node");
     // The member says where it listens once it is up.
     let mut err = BufReader::new(member.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    while !line.contains("metrics at") {
-        line.clear();
-        assert!(
-            err.read_line(&mut line).expect("stderr") > 0,
-            "node exited early"
-        );
-    }
+    let mut line = wait_for_line(&mut err, "metrics at");
 
     let node = Node::open(
         stack,
@@ -89,11 +82,114 @@ fn a_member_node_prints_messages_and_serves_metrics() {
         .unwrap_or_else(|| panic!("no received counter in {text}"));
     assert!(received >= 20, "{text}");
     assert!(text.contains("layer=\"rel\""), "per-layer counters: {text}");
+    assert!(
+        text.contains(
+            "viastack_channel_messages_total{node=\"1\",channel=\"chat\",kind=\"received\"} 20\n"
+        ),
+        "per-channel counters: {text}"
+    );
     assert!(scrape(metrics, "/other").starts_with("HTTP/1.1 404"));
     assert_eq!(node.close().expect("close").aborted, 0);
     let _ = member.kill();
     let _ = member.wait();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Reads a node's standard error up to the first line containing `what`.
+fn wait_for_line(err: &mut impl BufRead, what: &str) -> String {
+    let mut line = String::new();
+    while !line.contains(what) {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).expect("stderr") > 0,
+            "node exited before saying `{what}`"
+        );
+    }
+    line
+}
+
+#[test]
+fn a_workload_node_serves_metrics_while_it_runs() {
+    let dir = std::env::temp_dir().join(format!("viastack-node-wl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let stack = dir.join("two.toml");
+    std::fs::write(
+        &stack,
+        r#"
+[layers.dev]
+kind = "device"
+[layers.rel]
+kind = "reliable-fifo"
+[qos.q]
+layers = ["dev", "rel"]
+[channels.data]
+qos = "q"
+[scenario]
+nodes = 2
+duration = "4s"
+[[scenario.workload]]
+channel = "data"
+messages = 400
+size = 100
+interval = "5ms"
+"#,
+    )
+    .expect("write");
+    let (a0, a1, metrics) = (free_udp(), free_udp(), free_tcp());
+    let node = |id: u32, me, peer, metrics: Option<std::net::SocketAddr>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_viastack"));
+        c.arg("node")
+            .arg(&stack)
+            .args(["--id", &id.to_string(), "--addr", &format!("{me}")])
+            .args(["--peer", &format!("{}={peer}", 1 - id)]);
+        if let Some(m) = metrics {
+            c.args(["--metrics", &m.to_string()]);
+        }
+        c.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start viastack node")
+    };
+    let mut n1 = node(1, a1, a0, None);
+    let mut n0 = node(0, a0, a1, Some(metrics));
+    let mut err = BufReader::new(n0.stderr.take().expect("stderr"));
+    wait_for_line(&mut err, "metrics at");
+    // Scrape until the workload has carried something (it runs for 4 s).
+    let mut text = String::new();
+    for _ in 0..1000 {
+        text = scrape(metrics, "/metrics");
+        let delivered = text
+            .lines()
+            .find_map(|l| l.strip_prefix("viastack_transport_received_total{node=\"0\"} "))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        if delivered > 0 {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.contains("layer=\"rel\""),
+        "per-layer counters while the workload runs: {text}"
+    );
+    for child in [&mut n0, &mut n1] {
+        let (status, out) = finish(child);
+        assert!(status.success(), "node failed");
+        let summary: serde_json::Value =
+            serde_json::from_str(&out).expect("the node's JSON summary");
+        assert!(summary["counters"].is_object(), "{summary}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Waits for `child` to exit; its status and standard output.
+fn finish(child: &mut std::process::Child) -> (std::process::ExitStatus, String) {
+    let mut out = String::new();
+    if let Some(mut s) = child.stdout.take() {
+        s.read_to_string(&mut out).expect("stdout");
+    }
+    (child.wait().expect("wait"), out)
 }
 
 #[test]

@@ -29,7 +29,7 @@ use viastack_scenario::{Recorder, Report, RunOptions};
 use viastack_stack::{build_node, BuildEnv, Catalog, Diagnostics, StackFile};
 
 pub use clock::Clock;
-pub use node::{NetNode, NodeOutcome};
+pub use node::{NetNode, NodeOutcome, Snapshot, SnapshotReader};
 pub use procs::{run_child, run_processes};
 pub use tcp::TcpTransport;
 pub use transport::{Transport, TransportStats, Waker};

@@ -5,9 +5,14 @@
 //! The loop: fire due timers and send due application messages, hand the kernel's transmits to
 //! the transport, then wait for datagrams until the next deadline (kernel timer, application
 //! send or the end of the run), and feed them to the device session.
+//!
+//! [`NetNode::snapshot_reader`] hands another thread (a metrics endpoint) a function that asks
+//! the loop for its counters: the request wakes the loop through the transport's waker and is
+//! answered on its next turn, so a snapshot is exact at the moment it is taken.
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::mpsc::{Receiver, SyncSender};
 
 use viastack_kernel::{Dest, Instant, Kernel, Message, NodeId, Output, SessionId};
 use viastack_scenario::{Application, Recorder};
@@ -28,6 +33,20 @@ pub struct NodeOutcome {
     pub transport: TransportStats,
 }
 
+/// A node's counters at one moment.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Its kernel's counters.
+    pub counters: std::collections::BTreeMap<String, u64>,
+    /// Its transport's counters.
+    pub transport: TransportStats,
+    /// Messages its stack holds unsettled.
+    pub unsettled: usize,
+}
+
+/// Asks a running [`NetNode`] for a [`Snapshot`]; `None` once the node has finished.
+pub type SnapshotReader = Box<dyn Fn() -> Option<Snapshot> + Send + Sync>;
+
 /// A node on a real transport.
 pub struct NetNode {
     id: NodeId,
@@ -39,6 +58,8 @@ pub struct NetNode {
     recorder: Rc<RefCell<Recorder>>,
     transport: Box<dyn Transport>,
     clock: Clock,
+    /// Snapshot requests from [`NetNode::snapshot_reader`]s: where to send the answer.
+    snapshot_requests: Option<Receiver<SyncSender<Snapshot>>>,
 }
 
 impl NetNode {
@@ -82,7 +103,41 @@ impl NetNode {
             recorder,
             transport,
             clock,
+            snapshot_requests: None,
         })
+    }
+
+    /// A function another thread calls to read this node's counters while it runs.
+    ///
+    /// # Errors
+    /// The transport's waker could not be made.
+    pub fn snapshot_reader(&mut self) -> Result<SnapshotReader, NetError> {
+        let waker = self.transport.waker()?;
+        let (tx, rx) = std::sync::mpsc::channel::<SyncSender<Snapshot>>();
+        self.snapshot_requests = Some(rx);
+        let tx = std::sync::Mutex::new(tx);
+        Ok(Box::new(move || {
+            let (reply, answer) = std::sync::mpsc::sync_channel(1);
+            tx.lock().ok()?.send(reply).ok()?;
+            waker();
+            answer.recv().ok()
+        }))
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            counters: self.kernel.counters(),
+            transport: self.transport.stats(),
+            unsettled: self.kernel.unsettled(),
+        }
+    }
+
+    fn answer_snapshot_requests(&self) {
+        if let Some(requests) = &self.snapshot_requests {
+            while let Ok(reply) = requests.try_recv() {
+                let _ = reply.send(self.snapshot());
+            }
+        }
     }
 
     /// Hands the kernel's outputs on: deliveries to the application, transmits to the
@@ -143,6 +198,7 @@ impl NetNode {
                     .handle_datagram(now, self.device, from, Message::from_wire(bytes));
             }
             self.drain();
+            self.answer_snapshot_requests();
         }
     }
 
