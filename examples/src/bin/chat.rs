@@ -7,7 +7,8 @@
 //!
 //! Each line read on standard input goes to every other member; each line received is printed
 //! as `<node>: <text>`. A line the stack could not deliver comes back as a notice naming it.
-//! At the end of input the node closes: what is unacknowledged is settled or reported first.
+//! At the end of input the node closes: what is unacknowledged is settled or reported first,
+//! and the exit status is 1 if any line was not acknowledged.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
@@ -59,11 +60,14 @@ fn main() -> anyhow::Result<()> {
         sent.insert(tag, line);
     }
     let report = node.close()?;
-    if report.aborted > 0 {
-        eprintln!("{} line(s) unacknowledged at close", report.aborted);
-    }
     printer
         .join()
         .map_err(|_| anyhow::anyhow!("the printer thread panicked"))??;
+    if report.aborted > 0 {
+        anyhow::bail!(
+            "{} line(s) unacknowledged at close (reported above)",
+            report.aborted
+        );
+    }
     Ok(())
 }
