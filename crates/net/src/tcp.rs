@@ -369,6 +369,18 @@ impl Transport for TcpTransport {
         Ok((self.stats.received - before) as usize)
     }
 
+    /// The `epoll` descriptor of the transport's `mio::Poll`: readable when any connection,
+    /// the listener or the waker has an event.
+    #[allow(unsafe_code)]
+    fn readiness_fd(&self) -> io::Result<std::os::fd::OwnedFd> {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: the descriptor is the `Poll`'s own epoll instance, open for as long as
+        // `self` lives, which outlasts this borrow; it is duplicated before being handed out.
+        // (mio's `Poll` offers `AsRawFd` only, not `AsFd`.)
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.poll.as_raw_fd()) };
+        fd.try_clone_to_owned()
+    }
+
     fn stats(&self) -> TransportStats {
         self.stats
     }

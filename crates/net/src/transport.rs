@@ -50,6 +50,7 @@ pub trait Transport: Send {
     }
 
     /// Waits up to `timeout` and passes every datagram received to `sink`; returns how many.
+    /// A zero `timeout` never blocks: it takes what is already there.
     ///
     /// # Errors
     /// Socket errors that are not transient.
@@ -58,6 +59,15 @@ pub trait Transport: Send {
 
     /// Counters so far.
     fn stats(&self) -> TransportStats;
+
+    /// A descriptor (a duplicate, owned by the caller) that becomes readable when
+    /// [`Transport::recv`] has something to take, for a driver that waits in an event loop of
+    /// its own (tokio's `AsyncFd`) and then calls `recv` with a zero timeout until it
+    /// returns 0.
+    ///
+    /// # Errors
+    /// The descriptor could not be duplicated.
+    fn readiness_fd(&self) -> io::Result<std::os::fd::OwnedFd>;
 
     /// A [`Waker`] that makes a `recv` in progress (or the next one) return early.
     ///

@@ -25,8 +25,9 @@
 //!
 //! ## The parts
 //! - [`Deployment`]: where every node is (a file or code), which one this process is.
-//! - [`Node`] / [`NodeBuilder`]: the stack on its own event-loop thread over UDP or TCP; per
-//!   channel a [`Channel`] handle with blocking ([`Channel::send`], [`Channel::try_send`]) and
+//! - [`Node`] / [`NodeBuilder`]: the stack's event loop over UDP or TCP, on a thread of its
+//!   own ([`NodeBuilder::open`]) or as a task of your tokio runtime ([`NodeBuilder::open_on`]);
+//!   per channel a [`Channel`] handle with blocking ([`Channel::send`], [`Channel::try_send`]) and
 //!   async ([`Channel::send_async`]) sends; [`Node::recv`] and [`Node::recv_async`] for
 //!   [`NodeEvent`]s; bounded queues both ways (back-pressure, never unbounded growth);
 //!   [`Node::close`] settles or reports every message.
@@ -47,6 +48,7 @@ pub mod app;
 pub mod deployment;
 pub mod engine;
 pub mod event;
+mod event_loop;
 pub mod metrics;
 pub mod node;
 pub mod sim;

@@ -1,7 +1,8 @@
-//! A node on real sockets: the [`NodeCore`] on an event-loop thread of its own, a UDP or TCP
-//! transport bound to the deployment's address, and handles the application uses from any
-//! thread — blocking ([`Channel::send`], [`Node::recv`]) or async ([`Channel::send_async`],
-//! [`Node::recv_async`]), over the same loop.
+//! A node on real sockets: the [`NodeCore`] in an event loop — on a thread of its own
+//! ([`NodeBuilder::open`]) or as a task of the caller's tokio runtime
+//! ([`NodeBuilder::open_on`]) — a UDP or TCP transport bound to the deployment's address, and
+//! handles the application uses from any thread: blocking ([`Channel::send`], [`Node::recv`])
+//! or async ([`Channel::send_async`], [`Node::recv_async`]), over the same loop.
 //!
 //! # Back-pressure, never unbounded queues
 //! - Messages the application sends wait in a queue of [`NodeBuilder::send_queue`] entries:
@@ -19,10 +20,11 @@
 //! returns once the loop has ended. Events up to the end stay readable.
 //!
 //! # Wake-ups
-//! The loop blocks in the transport's receive until its next timer. A handle that queues a
-//! message while the loop sleeps wakes it through the transport's [`Waker`] (an empty datagram
-//! from a socket of its own over UDP, a `mio` waker over TCP); the loop announces that it is
-//! about to sleep, so a busy loop costs the sender no system call.
+//! The loop waits for datagrams until its next timer (`crate::event_loop`). A handle that
+//! queues a message while the loop sleeps wakes it: through the transport's waker on a
+//! thread (an empty datagram from a socket of its own over UDP, a `mio` waker over TCP), a
+//! `tokio::sync::Notify` on a runtime; the loop announces that it is about to sleep, so a busy
+//! loop costs the sender no system call.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -30,13 +32,16 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use viastack_kernel::{ChannelId, Dest, Instant, NodeId, Tag};
-use viastack_net::{Clock, TcpTransport, Transport, UdpTransport, Waker};
+use viastack_kernel::{ChannelId, Dest, NodeId, Tag};
+use viastack_net::{Clock, TcpTransport, Transport, UdpTransport};
 use viastack_stack::{standard_catalog, Catalog, CatalogError, Diagnostics, LayerKind};
 
 use crate::deployment::{Deployment, DeploymentError};
 use crate::engine::{NodeCore, SendError};
-use crate::event::{FailureKind, NodeEvent};
+#[cfg(doc)]
+use crate::event::FailureKind;
+use crate::event::NodeEvent;
+use crate::event_loop::{Command, Control, EventLoop, Shared};
 use crate::metrics::Metrics;
 
 /// Why a node could not be opened.
@@ -81,51 +86,6 @@ pub enum RecvError {
     /// The node has closed and every event has been read.
     #[error("the node is closed")]
     Closed,
-}
-
-/// A message the application handed over (the bounded queue).
-struct Command {
-    channel: ChannelId,
-    dest: Dest,
-    payload: Vec<u8>,
-    tag: Tag,
-}
-
-/// Requests that must not wait behind messages (an unbounded queue, a few entries at most).
-enum Control {
-    Metrics(flume::Sender<Metrics>),
-    Close,
-}
-
-/// State the handles share with the loop.
-struct Shared {
-    waker: Waker,
-    /// The loop's thread, unparked when it waits for the application to read events.
-    loop_thread: std::sync::OnceLock<std::thread::Thread>,
-    /// The loop is (about to be) blocked: a new command must wake it.
-    sleeping: AtomicBool,
-    /// The loop stopped reading because the event queue is full.
-    paused: AtomicBool,
-    /// Set by `close`: no new sends.
-    closing: AtomicBool,
-    next_tag: AtomicU64,
-    event_queue: usize,
-}
-
-impl Shared {
-    /// Wakes the loop if it sleeps (in the transport, or parked on a full event queue).
-    fn nudge(&self) {
-        if self.sleeping.swap(false, Ordering::SeqCst) {
-            self.wake();
-        }
-    }
-
-    fn wake(&self) {
-        (self.waker)();
-        if let Some(t) = self.loop_thread.get() {
-            t.unpark();
-        }
-    }
 }
 
 /// What [`Node::close`] reports.
@@ -224,11 +184,45 @@ impl NodeBuilder {
         self
     }
 
-    /// Builds the stack, binds the transport and starts the event loop.
+    /// Builds the stack, binds the transport and starts the event loop on a thread of its own.
     ///
     /// # Errors
     /// [`OpenError`].
     pub fn open(self) -> Result<Node, OpenError> {
+        let (mut event_loop, mut node) = self.prepare()?;
+        let waker = event_loop.transport.waker()?;
+        let _ = node.shared.waker.set(waker);
+        let thread = std::thread::Builder::new()
+            .name(format!("viastack-node-{}", node.id.0))
+            .spawn(move || event_loop.run_thread())?;
+        let _ = node.shared.loop_thread.set(thread.thread().clone());
+        node.thread = Some(thread);
+        Ok(node)
+    }
+
+    /// Builds the stack, binds the transport and starts the event loop as a task of the
+    /// tokio runtime `runtime` (no thread of its own). The handles work as with
+    /// [`NodeBuilder::open`]; from inside the runtime, close the node with
+    /// [`Node::close_async`] and read counters with [`Node::metrics_async`] (their blocking
+    /// forms would wait for the task they block).
+    ///
+    /// # Errors
+    /// [`OpenError`]; [`OpenError::Io`] if the runtime has no IO driver
+    /// (`enable_io`/`enable_all`).
+    pub fn open_on(self, runtime: &tokio::runtime::Handle) -> Result<Node, OpenError> {
+        let (event_loop, mut node) = self.prepare()?;
+        let notify = Arc::new(tokio::sync::Notify::new());
+        let signal = Arc::clone(&notify);
+        let _ = node.shared.waker.set(Box::new(move || signal.notify_one()));
+        // `AsyncFd` registers with the runtime it is created in: enter it first.
+        let _entered = runtime.enter();
+        runtime.spawn(event_loop.run_tokio(notify));
+        node.on_runtime = true;
+        Ok(node)
+    }
+
+    /// The loop and the node's handles, before the loop runs.
+    fn prepare(self) -> Result<(EventLoop, Node), OpenError> {
         let (name, text) = self
             .stack
             .ok_or_else(|| OpenError::Deploy("no stack: call stack_file or stack_text".into()))?;
@@ -271,7 +265,7 @@ impl NodeBuilder {
         };
         transport.set_peers(deployment.nodes.clone());
         let shared = Arc::new(Shared {
-            waker: transport.waker()?,
+            waker: std::sync::OnceLock::new(),
             loop_thread: std::sync::OnceLock::new(),
             sleeping: AtomicBool::new(false),
             paused: AtomicBool::new(false),
@@ -284,6 +278,7 @@ impl NodeBuilder {
         let (command_tx, command_rx) = flume::bounded(self.send_queue);
         let (control_tx, control_rx) = flume::unbounded();
         let (event_tx, event_rx) = flume::unbounded();
+        let (done_tx, done_rx) = flume::bounded(1);
         let event_loop = EventLoop {
             core,
             port,
@@ -295,12 +290,10 @@ impl NodeBuilder {
             shared: Arc::clone(&shared),
             clock,
             linger: self.linger,
+            closing: None,
+            done: done_tx,
         };
-        let thread = std::thread::Builder::new()
-            .name(format!("viastack-node-{}", id.0))
-            .spawn(move || event_loop.run())?;
-        let _ = shared.loop_thread.set(thread.thread().clone());
-        Ok(Node {
+        let node = Node {
             id,
             nodes,
             local_addr: addr,
@@ -309,8 +302,11 @@ impl NodeBuilder {
             control: control_tx,
             events: event_rx,
             shared,
-            thread: Some(thread),
-        })
+            done: done_rx,
+            thread: None,
+            on_runtime: false,
+        };
+        Ok((event_loop, node))
     }
 }
 
@@ -324,7 +320,12 @@ pub struct Node {
     control: flume::Sender<Control>,
     events: flume::Receiver<NodeEvent>,
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<Result<CloseReport, std::io::Error>>>,
+    /// The loop's result, sent once when it ends.
+    done: flume::Receiver<Result<CloseReport, std::io::Error>>,
+    /// The loop's thread ([`NodeBuilder::open`]).
+    thread: Option<JoinHandle<()>>,
+    /// The loop is a task of a tokio runtime ([`NodeBuilder::open_on`]).
+    on_runtime: bool,
 }
 
 impl std::fmt::Debug for Node {
@@ -465,12 +466,29 @@ impl Node {
     /// # Errors
     /// [`SendError::Closed`] once the loop has ended.
     pub fn metrics(&self) -> Result<Metrics, SendError> {
+        self.metrics_request()?
+            .recv()
+            .map_err(|_| SendError::Closed)
+    }
+
+    /// Awaits the node's counters ([`Node::metrics`] for async code).
+    ///
+    /// # Errors
+    /// [`SendError::Closed`] once the loop has ended.
+    pub async fn metrics_async(&self) -> Result<Metrics, SendError> {
+        self.metrics_request()?
+            .recv_async()
+            .await
+            .map_err(|_| SendError::Closed)
+    }
+
+    fn metrics_request(&self) -> Result<flume::Receiver<Metrics>, SendError> {
         let (tx, rx) = flume::bounded(1);
         self.control
             .send(Control::Metrics(tx))
             .map_err(|_| SendError::Closed)?;
         self.shared.nudge();
-        rx.recv().map_err(|_| SendError::Closed)
+        Ok(rx)
     }
 
     /// A function that reads the node's counters from any thread (for a metrics endpoint).
@@ -489,15 +507,33 @@ impl Node {
     /// then the channels close and what is left is reported. Waits for the loop to end.
     ///
     /// # Errors
-    /// Socket errors of the loop; [`SendError::Closed`] if it had already ended.
+    /// Socket errors of the loop. Called from inside a tokio runtime on a node whose loop is
+    /// a task ([`NodeBuilder::open_on`]), an error saying to use [`Node::close_async`]
+    /// (waiting here could block the very thread the loop needs).
     pub fn close(mut self) -> Result<CloseReport, std::io::Error> {
-        self.begin_close();
-        let thread = self.thread.take();
-        match thread.map(JoinHandle::join) {
-            Some(Ok(r)) => r,
-            Some(Err(_)) => Err(std::io::Error::other("the node's event loop panicked")),
-            None => Err(std::io::Error::other("the node was already closed")),
+        if self.on_runtime && tokio::runtime::Handle::try_current().is_ok() {
+            return Err(std::io::Error::other(
+                "inside the runtime that drives the node, close it with close_async",
+            ));
         }
+        self.begin_close();
+        let result = self.done.recv();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        result.unwrap_or_else(|_| Err(std::io::Error::other("the node's event loop panicked")))
+    }
+
+    /// Closes the node as [`Node::close`] does, awaiting the loop's end.
+    ///
+    /// # Errors
+    /// Socket errors of the loop.
+    pub async fn close_async(self) -> Result<CloseReport, std::io::Error> {
+        self.begin_close();
+        self.done
+            .recv_async()
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::other("the node's event loop panicked")))
     }
 
     /// Events still waiting after [`Node::close`] are read from a handle obtained before it:
@@ -622,173 +658,5 @@ impl Channel {
             .map_err(|_| SendError::Closed)?;
         self.shared.nudge();
         Ok(tag)
-    }
-}
-
-/// The loop's state, moved onto its thread.
-struct EventLoop {
-    core: NodeCore,
-    port: u16,
-    transport: Box<dyn Transport>,
-    commands: flume::Receiver<Command>,
-    control: flume::Receiver<Control>,
-    max_unsettled: usize,
-    events: flume::Sender<NodeEvent>,
-    shared: Arc<Shared>,
-    clock: Clock,
-    linger: Duration,
-}
-
-/// Commands taken per turn of the loop at most (one kernel batch).
-const COMMAND_BATCH: usize = 256;
-/// Longest sleep without a timer: the loop rechecks its queues at least this often.
-const IDLE_WAIT: Duration = Duration::from_millis(500);
-
-impl EventLoop {
-    fn run(mut self) -> Result<CloseReport, std::io::Error> {
-        let mut closing: Option<Instant> = None;
-        let mut inbox: Vec<(NodeId, Vec<u8>)> = Vec::new();
-        loop {
-            let now = self.clock.now();
-            self.core.handle_timeout(now);
-            loop {
-                match self.control.try_recv() {
-                    Ok(Control::Metrics(reply)) => {
-                        let _ = reply.send(self.metrics());
-                    }
-                    // Every handle gone is a close too.
-                    Ok(Control::Close) | Err(flume::TryRecvError::Disconnected) => {
-                        closing.get_or_insert(now + self.linger);
-                        break;
-                    }
-                    Err(flume::TryRecvError::Empty) => break,
-                }
-            }
-            self.core.begin_batch();
-            for _ in 0..COMMAND_BATCH {
-                if !self.has_room() {
-                    break;
-                }
-                match self.commands.try_recv() {
-                    Ok(c) => self.send(now, c),
-                    Err(_) => break,
-                }
-            }
-            self.core.end_batch(now);
-            self.flush();
-            if let Some(deadline) = closing {
-                let settled = self.commands.is_empty() && self.core.unsettled() == 0;
-                if settled || now >= deadline {
-                    return Ok(self.close(now));
-                }
-            }
-            let next = [self.core.poll_timeout(), closing]
-                .into_iter()
-                .flatten()
-                .min();
-            let wait = next.map_or(IDLE_WAIT, |t| self.clock.until(t).min(IDLE_WAIT));
-            self.shared.sleeping.store(true, Ordering::SeqCst);
-            if !self.control.is_empty() || (!self.commands.is_empty() && self.has_room()) {
-                self.shared.sleeping.store(false, Ordering::SeqCst);
-                continue;
-            }
-            if self.events.len() >= self.shared.event_queue {
-                self.shared.paused.store(true, Ordering::SeqCst);
-                if self.events.len() >= self.shared.event_queue / 2 {
-                    std::thread::park_timeout(wait);
-                }
-                self.shared.paused.store(false, Ordering::SeqCst);
-            } else {
-                self.transport
-                    .recv(wait, &mut |from, bytes| inbox.push((from, bytes.to_vec())))?;
-            }
-            self.shared.sleeping.store(false, Ordering::SeqCst);
-            if !inbox.is_empty() {
-                let now = self.clock.now();
-                self.core.begin_batch();
-                for (from, bytes) in inbox.drain(..) {
-                    self.core.handle_datagram(now, self.port, from, bytes);
-                }
-                self.core.end_batch(now);
-                self.flush();
-            }
-        }
-    }
-
-    /// Whether the stack may take another message (see [`NodeBuilder::max_unsettled`]).
-    fn has_room(&self) -> bool {
-        self.core.unsettled() < self.max_unsettled
-    }
-
-    /// The end: messages still queued are reported, the channels close (reliable layers
-    /// report what they hold), the last events go out.
-    fn close(&mut self, now: Instant) -> CloseReport {
-        let mut aborted = self.core.unsettled();
-        while let Ok(c) = self.commands.try_recv() {
-            aborted += 1;
-            self.refuse(c, FailureKind::SendAborted);
-        }
-        self.core.close(now);
-        self.flush();
-        CloseReport {
-            aborted,
-            metrics: self.metrics(),
-        }
-    }
-
-    fn send(&mut self, now: Instant, c: Command) {
-        if let Err(e) = self.core.send(now, c.channel, c.dest, &c.payload, c.tag) {
-            tracing::debug!(error = %e, "message refused");
-            self.refuse(c, FailureKind::SendRefused);
-        }
-    }
-
-    /// Tells the application that message `c` will not be delivered (with the next flush).
-    fn refuse(&mut self, c: Command, kind: FailureKind) {
-        self.core.report_undelivered(c.channel, c.dest, c.tag, kind);
-    }
-
-    /// Transmits to the transport in one batch, events to the application.
-    fn flush(&mut self) {
-        let mut out = Vec::new();
-        while let Some(t) = self.core.poll_transmit() {
-            out.push(t);
-        }
-        if !out.is_empty() {
-            let me = self.core.id();
-            let nodes = self.core.nodes();
-            let mut batch = Vec::with_capacity(out.len());
-            for t in &out {
-                match t.dest {
-                    Dest::Node(n) => batch.push((n, t.message.as_slice())),
-                    Dest::Broadcast => batch.extend(
-                        (0..nodes)
-                            .filter(|&n| n != me.0)
-                            .map(|n| (NodeId(n), t.message.as_slice())),
-                    ),
-                }
-            }
-            self.transport.send_batch(&batch);
-        }
-        while let Some(e) = self.core.poll_event() {
-            // The application dropped every receiver: nobody to tell.
-            let _ = self.events.send(e);
-        }
-    }
-
-    fn metrics(&self) -> Metrics {
-        Metrics {
-            node: self.core.id(),
-            counters: self.core.counters(),
-            channels: self
-                .core
-                .channel_stats()
-                .map(|(n, s)| (n.to_string(), s))
-                .collect(),
-            transport: self.transport.stats(),
-            unsettled: self.core.unsettled() as u64,
-            events_waiting: self.events.len() as u64,
-            sends_waiting: self.commands.len() as u64,
-        }
     }
 }

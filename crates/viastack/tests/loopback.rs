@@ -221,6 +221,77 @@ fn async_send_and_receive() {
     b.close().expect("close");
 }
 
+/// Both nodes' loops as tasks of one single-threaded runtime (no thread of their own): the
+/// application's sends, both loops and the receiver share that one thread. With
+/// `read_late`, the receiver first lets its event queue fill (the loop must stop reading).
+fn on_a_runtime(transport: &str, count: u32, event_queue: usize, read_late: bool) {
+    let stack = RELIABLE.replace("TRANSPORT", transport);
+    let addrs = free_addrs("127.0.0.1", 2);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let open_on = |id: u32| {
+        Node::builder()
+            .stack_text("test.toml", &stack)
+            .deployment(Deployment::new(addrs.clone()).with_id(NodeId(id)))
+            .event_queue(event_queue)
+            .open_on(rt.handle())
+            .expect("open")
+    };
+    let (a, b) = (open_on(0), open_on(1));
+    rt.block_on(async move {
+        let data = a.channel("data").expect("channel");
+        let payload = |i: u32| -> Vec<u8> {
+            let mut v = i.to_be_bytes().to_vec();
+            v.resize(8 + (i as usize * 53) % 2500, i as u8);
+            v
+        };
+        let sender = tokio::spawn(async move {
+            for i in 0..count {
+                data.send_async(NodeId(1), payload(i)).await.expect("send");
+            }
+        });
+        if read_late {
+            while b.metrics_async().await.expect("metrics").events_waiting < event_queue as u64 {
+                tokio::task::yield_now().await;
+            }
+        }
+        for i in 0..count {
+            match b.recv_async().await {
+                Some(NodeEvent::Message(m)) => {
+                    assert_eq!(m.payload, payload(i), "message {i} out of order or damaged")
+                }
+                other => panic!("message {i}: {other:?}"),
+            }
+        }
+        sender.await.expect("sender");
+        let m = b.metrics_async().await.expect("metrics");
+        assert_eq!(m.channels["data"].received, u64::from(count));
+        let report = a.close_async().await.expect("close");
+        assert_eq!(report.aborted, 0, "a clean close settles everything");
+        assert!(
+            b.close().is_err(),
+            "a blocking close inside the runtime that drives the node is refused"
+        );
+    });
+}
+
+#[test]
+fn udp_node_on_the_callers_runtime() {
+    on_a_runtime("udp", 3000, 4096, false);
+}
+
+#[test]
+fn tcp_node_on_the_callers_runtime() {
+    on_a_runtime("tcp", 2000, 4096, false);
+}
+
+#[test]
+fn a_slow_reader_on_the_callers_runtime_loses_nothing() {
+    on_a_runtime("udp", 2000, 16, true);
+}
+
 #[test]
 fn metrics_count_the_traffic() {
     let stack = RELIABLE.replace("TRANSPORT", "udp");
