@@ -163,6 +163,39 @@ fn close_reports_what_no_peer_acknowledged() {
 }
 
 #[test]
+fn a_peer_that_never_answers_is_reported_unreachable() {
+    // Patient defaults would take minutes; these give up after 3 timeouts of 50-100 ms.
+    let stack = RELIABLE.replace("TRANSPORT", "udp").replace(
+        "kind = \"reliable-fifo\"",
+        "kind = \"reliable-fifo\"\nrto_initial = \"50ms\"\nrto_min = \"50ms\"\nrto_max = \"100ms\"\nmax_retries = 3",
+    );
+    // Node 1's address is bound by nobody.
+    let addrs = free_addrs("127.0.0.1", 2);
+    let a = open(&stack, &addrs, 0, 64);
+    let data = a.channel("data").expect("channel");
+    let tags: Vec<_> = (0..3u8)
+        .map(|i| data.send(NodeId(1), vec![i; 10]).expect("send"))
+        .collect();
+    match a.recv_timeout(Duration::from_secs(30)) {
+        Ok(NodeEvent::Notice(Notice::SendFailed {
+            kind: FailureKind::PeerUnreachable,
+            peer,
+            tags: reported,
+            channel,
+        })) => {
+            assert_eq!((peer, &*channel), (NodeId(1), "data"));
+            assert_eq!(reported, tags, "every message named, in send order");
+        }
+        other => panic!("expected PeerUnreachable, got {other:?}"),
+    }
+    assert_eq!(
+        a.close().expect("close").aborted,
+        0,
+        "nothing left to abort"
+    );
+}
+
+#[test]
 fn mistakes_are_errors_not_panics() {
     let stack = RELIABLE.replace("TRANSPORT", "udp");
     let addrs = free_addrs("127.0.0.1", 2);
