@@ -163,6 +163,60 @@ fn close_reports_what_no_peer_acknowledged() {
 }
 
 #[test]
+fn a_restarted_node_that_speaks_first_loses_nothing() {
+    let stack = RELIABLE.replace("TRANSPORT", "udp");
+    let addrs = free_addrs("127.0.0.1", 2);
+    let a = open(&stack, &addrs, 0, 4096);
+    let data = a.channel("data").expect("channel");
+    let b = open(&stack, &addrs, 1, 4096);
+    data.send(NodeId(1), b"to the first".to_vec())
+        .expect("send");
+    assert!(matches!(
+        b.recv_timeout(Duration::from_secs(20)),
+        Ok(NodeEvent::Message(_))
+    ));
+    b.channel("data")
+        .expect("channel")
+        .send(NodeId(0), b"first says hi".to_vec())
+        .expect("send");
+    assert!(matches!(
+        a.recv_timeout(Duration::from_secs(20)),
+        Ok(NodeEvent::Message(_))
+    ));
+    // Everything acknowledged: nothing is in flight when node 1 goes.
+    while a.metrics().expect("metrics").unsettled > 0 {
+        std::thread::yield_now();
+    }
+    assert_eq!(b.close().expect("close").aborted, 0);
+    // The new incarnation speaks first; the survivor hears it, then sends.
+    let b = open(&stack, &addrs, 1, 4096);
+    b.channel("data")
+        .expect("channel")
+        .send(NodeId(0), b"second says hi".to_vec())
+        .expect("send");
+    match a.recv_timeout(Duration::from_secs(20)) {
+        Ok(NodeEvent::Message(m)) => assert_eq!(m.payload, b"second says hi"),
+        other => panic!("{other:?}"),
+    }
+    for i in 0..50u32 {
+        data.send(NodeId(1), i.to_be_bytes().to_vec())
+            .expect("send");
+    }
+    for i in 0..50u32 {
+        match b.recv_timeout(Duration::from_secs(20)) {
+            Ok(NodeEvent::Message(m)) => assert_eq!(m.payload, i.to_be_bytes()),
+            other => panic!("message {i}: {other:?}"),
+        }
+    }
+    assert!(a.try_recv().is_none(), "no PeerRestarted: nothing was lost");
+    assert_eq!(b.close().expect("close").aborted, 0);
+    let report = a.close().expect("close");
+    assert_eq!(report.aborted, 0);
+    assert_eq!(report.metrics.counter("rel.readdressed"), 1);
+    assert_eq!(report.metrics.counter("rel.dropped_restarted"), 0);
+}
+
+#[test]
 fn a_peer_that_never_answers_is_reported_unreachable() {
     // Patient defaults would take minutes; these give up after 3 timeouts of 50-100 ms.
     let stack = RELIABLE.replace("TRANSPORT", "udp").replace(

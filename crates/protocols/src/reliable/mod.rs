@@ -54,7 +54,9 @@
 //!   epoch from 0: the receiver retires the old one (`peer_restarted`, buffered segments
 //!   counted `reset_dropped`; DATA of the last 4 retired epochs is `stale_epoch`). A DATA
 //!   segment claiming a stream start (`first`) its receiver never acknowledged is
-//!   `inconsistent` and changes nothing. Notices carry the [`Tag`](viastack_kernel::Tag)s of the messages they
+//!   `inconsistent` and changes nothing. A new epoch from a peer is also a hint that it
+//!   restarted: if nothing is held for it, the send side starts a new stream that knows no
+//!   incarnation (`readdressed`), so its next messages are introduced, not reported. Notices carry the [`Tag`](viastack_kernel::Tag)s of the messages they
 //!   concern. No handshake is needed: the first exchange introduces the peers.
 //! - `Dest::Broadcast` is out of scope: counted (`broadcast`) and dropped.
 //!
@@ -99,7 +101,7 @@
 //! `acks_sent`, `nacks_sent`, `acks_piggybacked`, `unreachable`, `refused`, `broadcast`,
 //! `closed_pending`, and for incarnations `unintroduced`, `other_incarnation`, `introductions`,
 //! `introduced`, `inconsistent`, `peer_restarts`, `dropped_restarted`, `peer_restarted`,
-//! `reset_dropped`.
+//! `reset_dropped`, `readdressed`, `acks_at_close` (ACKs owed, sent when the channel closes).
 //!
 //! # Memory
 //!
@@ -472,6 +474,20 @@ impl ReliableSession {
         p.tx.pump(cfg, link, &mut p.rx, ctx);
     }
 
+    /// The peer's sender started a new stream: most likely the peer restarted, and its new
+    /// incarnation will not accept what this side addresses to the old one. An idle send side
+    /// forgets the incarnation and starts a new stream, so its next messages introduce
+    /// themselves instead of reaching a stranger and coming back as `PeerRestarted`. (A peer
+    /// that only reset its stream answers with the same incarnation: nothing is lost either
+    /// way. A busy send side keeps its stream: the ACKs will tell.)
+    fn readdress(p: &mut Peer, cfg: &Config, ctx: &mut Context<'_>) {
+        if p.tx.len() == 0 && p.tx.peer_incarnation() != 0 {
+            let epoch = draw_epoch(p.tx.epoch, ctx);
+            p.tx = Sender::new(epoch, 0, cfg);
+            ctx.count("readdressed");
+        }
+    }
+
     fn on_data(
         p: &mut Peer,
         d: wire::Data,
@@ -481,7 +497,12 @@ impl ReliableSession {
         owed: &mut Vec<(ChannelId, NodeId)>,
         ctx: &mut Context<'_>,
     ) {
-        match p.rx.on_data(d, event, cfg, ctx) {
+        let heard = p.rx.epoch();
+        let reply = p.rx.on_data(d, event, cfg, ctx);
+        if heard != 0 && p.rx.epoch() != heard {
+            Self::readdress(p, cfg, ctx);
+        }
+        match reply {
             Reply::Introduce { epoch, cum } => p.rx.introduce(epoch, cum, cfg, link, ctx),
             Reply::Later => {
                 if let Some(d) = p.rx.ack_deadline {
@@ -595,6 +616,19 @@ impl Session for ReliableSession {
         if event.ty() == CHANNEL_CLOSE.id() {
             let channel = event.channel();
             self.acks_owed.retain(|(c, _)| *c != channel);
+            // ACKs still owed leave now: delivered messages are acknowledged, so their senders
+            // do not wait out a timeout and report them as lost.
+            let cfg = self.config;
+            for ((c, peer), p) in self.peers.iter_mut() {
+                if *c == channel && (p.rx.ack_due || p.rx.ack_deadline.is_some()) {
+                    let link = Link {
+                        channel,
+                        peer: *peer,
+                    };
+                    p.rx.reply(false, &cfg, link, ctx);
+                    ctx.count("acks_at_close");
+                }
+            }
             // What the channel still holds is reported, never dropped silently: the peer may
             // or may not have it, as with a TCP reset.
             let mut pending = 0;

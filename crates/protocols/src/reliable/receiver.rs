@@ -97,6 +97,11 @@ impl Receiver {
         }
     }
 
+    /// The peer's current stream epoch (0: none heard yet).
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
     /// Bytes buffered out of order.
     pub fn buffered_bytes(&self) -> usize {
         self.ring_bytes
