@@ -9,7 +9,7 @@ use std::sync::Arc;
 use viastack_kernel::LayerRef;
 use viastack_protocols::fifo::Fifo;
 
-use crate::catalog::{BuildEnv, Catalog, LayerKind, Params, DEVICE};
+use crate::catalog::{BuildEnv, BuildError, Catalog, LayerKind, Params, DEVICE};
 
 mod coordination;
 mod filters;
@@ -28,11 +28,12 @@ pub const FIFO: LayerKind = LayerKind {
           late and duplicate copies, so what arrives arrives once and in order. Loss is \
           tolerated, not repaired.",
     params: &[],
+    one_of: &[],
     device: false,
     build: build_fifo,
 };
 
-fn build_fifo(name: &str, _params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_fifo(name: &str, _params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     Ok(Arc::new(Fifo::new(name)))
 }
 

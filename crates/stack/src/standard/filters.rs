@@ -10,7 +10,7 @@ use viastack_protocols::encrypt::{self, Encrypt};
 use viastack_protocols::fault::{self, Fault, FaultLayer, Faulty};
 use viastack_protocols::ttl::Ttl;
 
-use crate::catalog::{BuildEnv, LayerKind, ParamKind, ParamSpec, Params};
+use crate::catalog::{BuildEnv, BuildError, LayerKind, ParamKind, ParamSpec, Params};
 
 /// An integer parameter as a `usize` (the catalog's range check ran already).
 fn get_usize(params: &Params, name: &str) -> Result<usize, String> {
@@ -48,11 +48,12 @@ pub const DEDUP: LayerKind = LayerKind {
                   `evicted`); 1024 × 128 B = 128 KiB at most",
         },
     ],
+    one_of: &[],
     device: false,
     build: build_dedup,
 };
 
-fn build_dedup(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_dedup(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     let config = dedup::Config {
         window: get_usize(params, "window")?,
         max_sources: get_usize(params, "max_sources")?,
@@ -73,11 +74,12 @@ pub const TTL: LayerKind = LayerKind {
         default: Some("64"),
         doc: "hops a message may take (RFC 1700 \"IP Parameters\": the default IP TTL is 64)",
     }],
+    one_of: &[],
     device: false,
     build: build_ttl,
 };
 
-fn build_ttl(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_ttl(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     let ttl = params.get_int("ttl")?;
     let ttl = u8::try_from(ttl).map_err(|_| format!("`ttl` = {ttl} is not in 1..=255"))?;
     Ok(Arc::new(Ttl::new(name, ttl)))
@@ -117,6 +119,7 @@ pub const DROP: LayerKind = LayerKind {
           probability `rate` (counted `dropped`). Randomness from the kernel's seeded \
           generator: works on real sockets as in the simulator.",
     params: &[RATE_REQUIRED, DIRECTION],
+    one_of: &[],
     device: false,
     build: build_drop,
 };
@@ -151,6 +154,7 @@ pub const DELAY: LayerKind = LayerKind {
         DIRECTION,
         MAX_HELD,
     ],
+    one_of: &[],
     device: false,
     build: build_delay,
 };
@@ -161,6 +165,7 @@ pub const DUPLICATE: LayerKind = LayerKind {
     doc: "Fault injection: forwards each message and, with probability `rate`, one copy of it \
           right after (counted `duplicated`).",
     params: &[RATE_REQUIRED, DIRECTION],
+    one_of: &[],
     device: false,
     build: build_duplicate,
 };
@@ -172,6 +177,7 @@ pub const CORRUPT: LayerKind = LayerKind {
           (counted `corrupted`), in the bytes it has where the layer sits: place it below an \
           `encrypt` or checksum layer to model a corrupting network.",
     params: &[RATE_REQUIRED, DIRECTION],
+    one_of: &[],
     device: false,
     build: build_corrupt,
 };
@@ -193,6 +199,7 @@ pub const REORDER: LayerKind = LayerKind {
         DIRECTION,
         MAX_HELD,
     ],
+    one_of: &[],
     device: false,
     build: build_reorder,
 };
@@ -212,18 +219,18 @@ fn fault_config(fault: Fault, params: &Params) -> Result<fault::Config, String> 
     })
 }
 
-fn build_fault(name: &str, fault: Fault, params: &Params) -> Result<LayerRef, String> {
+fn build_fault(name: &str, fault: Fault, params: &Params) -> Result<LayerRef, BuildError> {
     Ok(Arc::new(FaultLayer::new(
         name,
         fault_config(fault, params)?,
     )))
 }
 
-fn build_drop(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_drop(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     build_fault(name, Fault::Drop, params)
 }
 
-fn build_delay(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_delay(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     let fault = Fault::Delay {
         delay: params.get_duration("delay")?,
         jitter: params.get_duration("jitter")?,
@@ -231,15 +238,15 @@ fn build_delay(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef,
     build_fault(name, fault, params)
 }
 
-fn build_duplicate(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_duplicate(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     build_fault(name, Fault::Duplicate, params)
 }
 
-fn build_corrupt(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_corrupt(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     build_fault(name, Fault::Corrupt, params)
 }
 
-fn build_reorder(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_reorder(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     let fault = Fault::Reorder {
         hold: params.get_duration("hold")?,
     };
@@ -268,11 +275,12 @@ pub const COMPRESS: LayerKind = LayerKind {
                   per message (issue 3 §2: 16 MiB)",
         },
     ],
+    one_of: &[],
     device: false,
     build: build_compress,
 };
 
-fn build_compress(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_compress(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     let bytes = |key: &str| -> Result<usize, String> {
         let v = params.get_bytes(key)?;
         usize::try_from(v).map_err(|_| format!("`{key}` = {v} bytes is too large"))
@@ -282,10 +290,10 @@ fn build_compress(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerR
         max_size: bytes("max_size")?,
     };
     if config.max_size > u32::MAX as usize {
-        return Err(format!(
+        return Err(BuildError::from(format!(
             "`max_size` = {} bytes: the wire carries the length in 32 bits (at most 4 GiB - 1)",
             config.max_size
-        ));
+        )));
     }
     Ok(Arc::new(Compress::new(name, config)))
 }
@@ -326,11 +334,12 @@ pub const ENCRYPT: LayerKind = LayerKind {
                   (counted `evicted`)",
         },
     ],
+    one_of: &[],
     device: false,
     build: build_encrypt,
 };
 
-fn build_encrypt(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_encrypt(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     let key = encrypt::parse_key(&params.get_str("key")?)?;
     let config = encrypt::Config {
         key,
