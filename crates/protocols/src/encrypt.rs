@@ -15,7 +15,7 @@
 //! layer that is not encrypted (the device's channel tag), so a packet moved to another channel
 //! fails authentication.
 //!
-//! **Keys.** The 32-byte key `K` (parameter `key`: 64 hex digits) is never used directly. Each
+//! **Keys.** The 32-byte key `K` (64 hex digits, [`parse_key`]) is never used directly. Each
 //! sender `s` encrypts under its own subkey `K_s = HChaCha20(K, "viastack-enc" ‖ s)` (the
 //! XChaCha20 subkey derivation, draft-irtf-cfrg-xchacha §2.2; `s` as 4 bytes), and a receiver
 //! derives the subkey of the datagram's source. So two senders never share a (key, nonce) pair
@@ -23,9 +23,16 @@
 //! authentication. A sender's nonces are unique as long as its sessions draw distinct salts: a
 //! restarted session draws a new one (from the kernel's generator and the time), with a 2⁻³²
 //! chance of repeating one earlier incarnation's. A counter never wraps: at 2⁶⁴ − 1 the session
-//! refuses to send (`encrypt.exhausted`, and a `SendRefused` notice). Stack files hold the key in clear: fine for tests and
-//! simulations, wrong for a real deployment, which must provision keys out of band (a key file
-//! or a key exchange — later work).
+//! refuses to send (`encrypt.exhausted`, and a `SendRefused` notice).
+//!
+//! **Provisioning.** A stack file gives the key in exactly one of three ways: `key` (the hex
+//! digits in the file itself: for tests and simulations), `key_file` (a file holding them, to
+//! which group and others have no access — `chmod 600` — named relative to the stack file) or
+//! `key_env` (an environment variable holding them). `viastack keygen --out FILE` makes a key file from the operating
+//! system's random source; `docs/APPLICATIONS.md` §7 describes deploying and rotating keys.
+//! Reading files and the environment is the stack builder's (`viastack_stack::secret`); this
+//! module only parses the hex ([`parse_key`], [`format_key`]). Keys are pre-shared: fresh keys
+//! per session need a key exchange (later work).
 //!
 //! **Receiving.** Shorter than 28 bytes → dropped, `encrypt.truncated`. Known source and salt
 //! and a counter already seen → dropped, `encrypt.replay`; older than the replay window →

@@ -103,13 +103,17 @@ mod tests {
             ]
         );
         for kind in c.kinds() {
-            // Required parameters get a sample value; the rest their defaults.
+            // Required parameters get a sample value (one per `one_of` group: its first); the
+            // rest their defaults.
             let mut params = Params::new(kind.name);
             for spec in kind.params {
+                if kind.group_of(spec.name).is_some_and(|g| g[0] != spec.name) {
+                    continue;
+                }
                 let value = match (spec.name, spec.default_value()) {
                     (_, Ok(v)) => v,
                     ("rate", Err(_)) => ParamValue::Float(0.5),
-                    ("key", Err(_)) => ParamValue::Str("ab".repeat(32)),
+                    ("key", Err(_)) => ParamValue::Secret(crate::Secret::new("ab".repeat(32))),
                     (other, Err(e)) => panic!("{}: no sample for `{other}`: {e}", kind.name),
                 };
                 params.insert(spec.name, value);

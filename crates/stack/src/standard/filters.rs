@@ -11,6 +11,7 @@ use viastack_protocols::fault::{self, Fault, FaultLayer, Faulty};
 use viastack_protocols::ttl::Ttl;
 
 use crate::catalog::{BuildEnv, BuildError, LayerKind, ParamKind, ParamSpec, Params};
+use crate::secret;
 
 /// An integer parameter as a `usize` (the catalog's range check ran already).
 fn get_usize(params: &Params, name: &str) -> Result<usize, String> {
@@ -303,14 +304,30 @@ pub const ENCRYPT: LayerKind = LayerKind {
     name: "encrypt",
     doc: "Authenticated encryption (ChaCha20-Poly1305, RFC 8439) under a key shared by every \
           node, with per-sender subkeys; forged, modified (`bad_tag`) and replayed (`replay`) \
-          packets are dropped and counted. The key is written in the stack file: fine for tests \
-          and simulations, not for real deployments, which must provision keys out of band.",
+          packets are dropped and counted. The key comes from exactly one of `key` (in the \
+          stack file: for tests and simulations), `key_file` or `key_env` (kept out of the \
+          stack file: for real deployments; `viastack keygen` makes a key, \
+          docs/APPLICATIONS.md §7 deploys it).",
     params: &[
         ParamSpec {
             name: "key",
+            kind: ParamKind::Secret,
+            default: None,
+            doc: "the 32-byte group key as 64 hex digits, written in the stack file",
+        },
+        ParamSpec {
+            name: "key_file",
+            kind: ParamKind::Path,
+            default: None,
+            doc: "a file holding the key as 64 hex digits (surrounding whitespace allowed), \
+                  accessible by its owner only (`chmod 600`, as OpenSSH requires of private \
+                  keys)",
+        },
+        ParamSpec {
+            name: "key_env",
             kind: ParamKind::Str,
             default: None,
-            doc: "the 32-byte group key as 64 hex digits",
+            doc: "an environment variable holding the key as 64 hex digits",
         },
         ParamSpec {
             name: "replay_window",
@@ -334,17 +351,67 @@ pub const ENCRYPT: LayerKind = LayerKind {
                   (counted `evicted`)",
         },
     ],
-    one_of: &[],
+    one_of: &[KEY_SOURCES],
     device: false,
     build: build_encrypt,
 };
 
+/// Where `encrypt` may find its key; a file gives exactly one.
+const KEY_SOURCES: &[&str] = &["key", "key_file", "key_env"];
+
 fn build_encrypt(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
-    let key = encrypt::parse_key(&params.get_str("key")?)?;
     let config = encrypt::Config {
-        key,
+        key: group_key(params)?,
         replay_window: get_usize(params, "replay_window")?,
         max_peers: get_usize(params, "max_peers")?,
     };
     Ok(Arc::new(Encrypt::new(name, config)))
+}
+
+/// `encrypt`'s key, from whichever of [`KEY_SOURCES`] `params` holds. Errors blame that
+/// parameter and name the file or variable, never the key.
+fn group_key(params: &Params) -> Result<[u8; 32], BuildError> {
+    let given: Vec<&str> = KEY_SOURCES
+        .iter()
+        .copied()
+        .filter(|p| params.get(p).is_some())
+        .collect();
+    // The parser lets exactly one through; hand-made parameters may hold any number.
+    let [source] = given[..] else {
+        return Err(format!(
+            "give exactly one of `key`, `key_file`, `key_env` (found {})",
+            given.len()
+        )
+        .into());
+    };
+    let blame = |message: String| BuildError::param(source, message);
+    let (text, origin) = match source {
+        "key" => (params.get_secret("key")?, String::new()),
+        "key_file" => {
+            let path = params.get_path("key_file")?;
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            refuse_inline_key(&name, "a file name").map_err(blame)?;
+            let text = secret::read_file(&path).map_err(|e| blame(e.to_string()))?;
+            (text, format!("key file `{}`: ", path.display()))
+        }
+        _ => {
+            let var = params.get_str("key_env")?;
+            refuse_inline_key(&var, "a variable name").map_err(blame)?;
+            let text = secret::read_env(&var).map_err(|e| blame(e.to_string()))?;
+            (text, format!("environment variable `{var}`: "))
+        }
+    };
+    encrypt::parse_key(text.expose()).map_err(|e| blame(format!("{origin}{e}")))
+}
+
+/// An error when `value` (a file or variable name) is a key itself: it would be echoed by
+/// every later message, and a key must not sit in the stack file under another name.
+fn refuse_inline_key(value: &str, expected: &str) -> Result<(), String> {
+    match encrypt::parse_key(value) {
+        Ok(_) => Err(format!(
+            "expected {expected}, found what looks like a key: keep the key out of the stack \
+             file (`viastack keygen --out FILE`, then `key_file = \"FILE\"`)"
+        )),
+        Err(_) => Ok(()),
+    }
 }
