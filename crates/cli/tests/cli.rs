@@ -810,11 +810,14 @@ fn keygen_prints_a_fresh_key_each_time() {
 fn keygen_out_writes_an_owner_only_key_file_and_never_overwrites_one() {
     let scratch = Scratch::new("keygen-out");
     let key_path = scratch.0.join("group.key");
-    let o = viastack([
-        OsStr::new("keygen"),
-        OsStr::new("--out"),
-        key_path.as_os_str(),
-    ]);
+    let keygen_out = || {
+        viastack([
+            OsStr::new("keygen"),
+            OsStr::new("--out"),
+            key_path.as_os_str(),
+        ])
+    };
+    let o = keygen_out();
     assert_exit(&o, 0);
     assert!(
         o.stdout.is_empty(),
@@ -831,11 +834,7 @@ fn keygen_out_writes_an_owner_only_key_file_and_never_overwrites_one() {
         assert_eq!(mode & 0o777, 0o600, "mode {mode:o}");
     }
     // Again: refused, and the key in use is untouched.
-    let again = viastack([
-        OsStr::new("keygen"),
-        OsStr::new("--out"),
-        key_path.as_os_str(),
-    ]);
+    let again = keygen_out();
     assert_exit(&again, 1);
     assert!(
         stderr(&again).contains("exists: refusing to overwrite"),
