@@ -127,13 +127,18 @@ pub fn read_file(path: &Path) -> Result<Secret, SecretError> {
         path: path.to_path_buf(),
         error,
     };
+    let not_a_file = || SecretError::NotAFile {
+        path: path.to_path_buf(),
+    };
+    // Looked at before opening too: opening a named pipe would wait for a writer.
+    if !std::fs::metadata(path).map_err(unreadable)?.is_file() {
+        return Err(not_a_file());
+    }
     let file = std::fs::File::open(path).map_err(unreadable)?;
     // The checks look at the opened file, so the file read is the file checked.
     let meta = file.metadata().map_err(unreadable)?;
     if !meta.is_file() {
-        return Err(SecretError::NotAFile {
-            path: path.to_path_buf(),
-        });
+        return Err(not_a_file());
     }
     #[cfg(unix)]
     {
@@ -192,6 +197,23 @@ mod tests {
         let s = Secret::new("hunter2");
         assert_eq!(format!("{s} {s:?}"), "<secret> <secret>");
         assert_eq!(s.expose(), "hunter2");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_named_pipe_is_refused_without_waiting_for_a_writer() {
+        let dir = std::env::temp_dir().join(format!("viastack-secret-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("group.key");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            assert!(matches!(
+                read_file(&fifo),
+                Err(SecretError::NotAFile { .. })
+            ));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
