@@ -5,6 +5,7 @@
 //! - `demo` runs the embedded default scenario (no files needed);
 //! - `node FILE --id N --deployment D` runs one node of a stack on real sockets;
 //! - `layers` lists the layer kinds a stack file may use, with their parameters;
+//! - `keygen [--out FILE]` makes a group key for `encrypt` (to stdout, or a new 0600 file);
 //! - `bench kernel` measures the kernel's dispatch (seed 001 Table 3);
 //! - `spec check|dot|conformance` reads, draws and tests SCXML specifications (issue 5).
 
@@ -37,6 +38,7 @@ macro_rules! out {
 mod alloc;
 mod bench;
 mod check;
+mod keygen;
 mod member;
 mod node;
 mod run;
@@ -99,6 +101,13 @@ enum Command {
         /// Print the Markdown parameter reference (as in docs/LAYERS.md).
         #[arg(long)]
         markdown: bool,
+    },
+    /// Make a group key for the `encrypt` layer: 64 hex digits from the OS's random source.
+    Keygen {
+        /// Write the key to this new file, mode 0600 (an existing file is never overwritten),
+        /// instead of standard output; name it in stack files with `key_file`.
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Run one node of a stack on real sockets, across machines: a member of the deployment,
     /// or its share of the scenario's workloads.
@@ -247,8 +256,15 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                     if !params.is_empty() {
                         outln!("{:<14} params: {}", "", params.join(", "))?;
                     }
+                    for group in kind.one_of {
+                        outln!("{:<14} exactly one of: {}", "", group.join(", "))?;
+                    }
                 }
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Keygen { out } => {
+            keygen::run(out.as_deref())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Node(args) => member::run(&args, &catalog),

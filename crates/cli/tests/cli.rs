@@ -1,6 +1,7 @@
 //! End-to-end tests of the `viastack` binary: `check` (route tables and `file:line:` errors),
 //! `run` (exit status from the declared property, JSON report, determinism from the seed),
-//! `demo`, `layers` (and that docs/LAYERS.md is what it generates) and `bench kernel`.
+//! `demo`, `layers` (and that docs/LAYERS.md is what it generates), `keygen` (and its key files
+//! in stack files) and `bench kernel`.
 #![allow(clippy::unwrap_used)]
 
 use std::ffi::OsStr;
@@ -750,6 +751,10 @@ fn layers_lists_every_kind() {
     let expected: Vec<&str> = catalog.kinds().iter().map(|k| k.name).collect();
     assert_eq!(kinds, expected, "{out}");
     assert!(out.contains("params: port"), "{out}");
+    assert!(
+        out.contains("exactly one of: key, key_file, key_env"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -762,6 +767,142 @@ fn layers_markdown_is_the_committed_reference() {
         "docs/LAYERS.md is stale: regenerate it with \
          `cargo run -p viastack-cli -- layers --markdown > docs/LAYERS.md`"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// keygen, and the keys it makes in stack files
+// ---------------------------------------------------------------------------------------------
+
+/// A stack with an `encrypt` layer whose key comes from `key_line` (line 5).
+fn keyed_stack(key_line: &str) -> String {
+    format!(
+        "[layers.dev]\nkind = \"device\"\n[layers.enc]\nkind = \"encrypt\"\n{key_line}\n\
+         [qos.q]\nlayers = [\"dev\", \"enc\"]\n[channels.data]\nqos = \"q\"\n"
+    )
+}
+
+/// The key in `text`: 64 lowercase hex digits and a newline, which `encrypt` reads.
+#[track_caller]
+fn assert_key(text: &str) -> String {
+    let key = text
+        .strip_suffix('\n')
+        .unwrap_or_else(|| panic!("no newline: {text:?}"));
+    assert_eq!(key.len(), 64, "{text:?}");
+    assert!(
+        key.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+        "{text:?}"
+    );
+    assert!(viastack_protocols::encrypt::parse_key(key).is_ok());
+    key.to_string()
+}
+
+#[test]
+fn keygen_prints_a_fresh_key_each_time() {
+    let a = viastack(["keygen"]);
+    let b = viastack(["keygen"]);
+    assert_exit(&a, 0);
+    assert_exit(&b, 0);
+    assert_ne!(assert_key(&stdout(&a)), assert_key(&stdout(&b)));
+}
+
+#[test]
+fn keygen_out_writes_an_owner_only_key_file_and_never_overwrites_one() {
+    let scratch = Scratch::new("keygen-out");
+    let key_path = scratch.0.join("group.key");
+    let keygen_out = || {
+        viastack([
+            OsStr::new("keygen"),
+            OsStr::new("--out"),
+            key_path.as_os_str(),
+        ])
+    };
+    let o = keygen_out();
+    assert_exit(&o, 0);
+    assert!(
+        o.stdout.is_empty(),
+        "the key is not printed: {}",
+        stdout(&o)
+    );
+    let written = std::fs::read_to_string(&key_path).unwrap();
+    let key = assert_key(&written);
+    assert!(!stderr(&o).contains(&key), "{}", stderr(&o));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&key_path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "mode {mode:o}");
+    }
+    // Again: refused, and the key in use is untouched.
+    let again = keygen_out();
+    assert_exit(&again, 1);
+    assert!(
+        stderr(&again).contains("exists: refusing to overwrite"),
+        "{}",
+        stderr(&again)
+    );
+    assert_eq!(std::fs::read_to_string(&key_path).unwrap(), written);
+    // The file is a key file: `check` (run from the workspace root) finds it beside the stack
+    // and shows where it is, never the key.
+    let stack = scratch.write("stack.toml", &keyed_stack("key_file = \"group.key\""));
+    let o = viastack([OsStr::new("check"), stack.as_os_str()]);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    assert!(
+        out.contains(&format!("key_file={:?}", key_path.display().to_string())),
+        "{out}"
+    );
+    assert!(!out.contains(&key[..16]), "{out}");
+}
+
+#[test]
+fn check_shows_no_inline_key_and_reports_bad_key_files_at_their_line() {
+    let scratch = Scratch::new("key-file-errors");
+    let key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    let stack = scratch.write("stack.toml", &keyed_stack(&format!("key = \"{key}\"")));
+    let o = viastack([OsStr::new("check"), stack.as_os_str()]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("key=<secret>"), "{}", stdout(&o));
+    assert!(!stdout(&o).contains(&key[..16]), "{}", stdout(&o));
+    let key_path = scratch.write("group.key", &format!("{key}\n"));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::Permissions::from_mode(0o640);
+        std::fs::set_permissions(&key_path, mode).unwrap();
+    }
+    let stack = scratch.write("stack.toml", &keyed_stack("key_file = \"group.key\""));
+    let k = key_path.display().to_string();
+    let mut cases = vec![(
+        "missing.key",
+        format!(
+            "cannot read key file `{}`",
+            scratch.0.join("missing.key").display()
+        ),
+    )];
+    if cfg!(unix) {
+        cases.push(("group.key", format!("run `chmod 600 {k}`")));
+    }
+    for (name, words) in cases {
+        scratch.write(
+            "stack.toml",
+            &keyed_stack(&format!("key_file = \"{name}\"")),
+        );
+        let o = viastack([OsStr::new("check"), stack.as_os_str()]);
+        assert_exit(&o, 1);
+        let err = stderr(&o);
+        let got = diagnostics(&stack, &err);
+        assert_eq!(got.len(), 1, "{err}");
+        assert_eq!(got[0].0, 5, "{err}");
+        assert!(
+            got[0]
+                .1
+                .contains("parameter `key_file` of layer `enc` (encrypt)"),
+            "{err}"
+        );
+        assert!(got[0].1.contains(&words), "`{words}` missing from: {err}");
+        assert!(!err.contains(&key[..16]), "{err}");
+    }
 }
 
 #[test]

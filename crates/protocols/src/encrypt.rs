@@ -15,7 +15,7 @@
 //! layer that is not encrypted (the device's channel tag), so a packet moved to another channel
 //! fails authentication.
 //!
-//! **Keys.** The 32-byte key `K` (parameter `key`: 64 hex digits) is never used directly. Each
+//! **Keys.** The 32-byte key `K` (64 hex digits, [`parse_key`]) is never used directly. Each
 //! sender `s` encrypts under its own subkey `K_s = HChaCha20(K, "viastack-enc" ‖ s)` (the
 //! XChaCha20 subkey derivation, draft-irtf-cfrg-xchacha §2.2; `s` as 4 bytes), and a receiver
 //! derives the subkey of the datagram's source. So two senders never share a (key, nonce) pair
@@ -23,9 +23,16 @@
 //! authentication. A sender's nonces are unique as long as its sessions draw distinct salts: a
 //! restarted session draws a new one (from the kernel's generator and the time), with a 2⁻³²
 //! chance of repeating one earlier incarnation's. A counter never wraps: at 2⁶⁴ − 1 the session
-//! refuses to send (`encrypt.exhausted`, and a `SendRefused` notice). Stack files hold the key in clear: fine for tests and
-//! simulations, wrong for a real deployment, which must provision keys out of band (a key file
-//! or a key exchange — later work).
+//! refuses to send (`encrypt.exhausted`, and a `SendRefused` notice).
+//!
+//! **Provisioning.** A stack file gives the key in exactly one of three ways: `key` (the hex
+//! digits in the file itself: for tests and simulations), `key_file` (a file holding them, to
+//! which group and others have no access — `chmod 600` — named relative to the stack file) or
+//! `key_env` (an environment variable holding them). `viastack keygen --out FILE` makes a key file from the operating
+//! system's random source; `docs/APPLICATIONS.md` §7 describes deploying and rotating keys.
+//! Reading files and the environment is the stack builder's (`viastack_stack::secret`); this
+//! module only parses the hex ([`parse_key`], [`format_key`]). Keys are pre-shared: fresh keys
+//! per session need a key exchange (later work).
 //!
 //! **Receiving.** Shorter than 28 bytes → dropped, `encrypt.truncated`. Known source and salt
 //! and a counter already seen → dropped, `encrypt.replay`; older than the replay window →
@@ -115,27 +122,44 @@ impl Config {
     }
 }
 
-/// Reads a key written as 64 hex digits.
+/// Reads a key written as 64 hex digits (either case), with surrounding whitespace (a key
+/// file's newline) allowed. This is the one reader of keys, whether they come from a stack
+/// file, a key file or the environment.
 ///
 /// # Errors
 /// A message saying what is wrong (never echoing the key).
 pub fn parse_key(hex: &str) -> Result<[u8; 32], String> {
     let hex = hex.trim();
+    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err("the key must be 64 hex digits 0-9, a-f".to_string());
+    }
     if hex.len() != 64 {
         return Err(format!(
-            "the key must be 64 hex digits (32 bytes), found {} characters",
+            "the key must be 64 hex digits (32 bytes), found {} digits",
             hex.len()
         ));
     }
     let mut key = [0u8; 32];
-    for (i, byte) in key.iter_mut().enumerate() {
-        let pair = hex
-            .get(2 * i..2 * i + 2)
-            .ok_or("the key must be ASCII hex digits")?;
-        *byte = u8::from_str_radix(pair, 16)
-            .map_err(|_| "the key must be hex digits 0-9, a-f".to_string())?;
+    for (byte, pair) in key.iter_mut().zip(hex.as_bytes().chunks_exact(2)) {
+        // Both are ASCII hex digits (checked above).
+        *byte = (nibble(pair[0]) << 4) | nibble(pair[1]);
     }
     Ok(key)
+}
+
+/// The value of one ASCII hex digit (0 for anything else).
+fn nibble(digit: u8) -> u8 {
+    match digit {
+        b'0'..=b'9' => digit - b'0',
+        b'a'..=b'f' => digit - b'a' + 10,
+        b'A'..=b'F' => digit - b'A' + 10,
+        _ => 0,
+    }
+}
+
+/// Writes a key as [`parse_key`] reads it: 64 lowercase hex digits.
+pub fn format_key(key: &[u8; 32]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Sender `source`'s subkey: HChaCha20(key, "viastack-enc" ‖ source).
@@ -443,12 +467,33 @@ mod tests {
     fn keys_parse_from_hex_and_bad_keys_are_explained() {
         let k = parse_key(&"00".repeat(31)).unwrap_err();
         assert!(k.contains("64 hex digits"), "{k}");
+        assert!(k.contains("found 62 digits"), "{k}");
         assert!(parse_key(&"zz".repeat(32)).is_err());
         assert!(parse_key(&"é".repeat(32)).is_err());
-        let key = parse_key(&format!("{}ff", "01".repeat(31))).unwrap();
+        // `u8::from_str_radix` takes a sign; a key does not.
+        assert!(parse_key(&"+f".repeat(32)).is_err());
+        assert!(parse_key(&format!("{} {}", "ab".repeat(16), "ab".repeat(16))).is_err());
+        let key = parse_key(&format!("{}fF", "01".repeat(31))).unwrap();
         assert_eq!((key[0], key[31]), (1, 0xff));
         let debug = format!("{:?}", Config::new(key));
         assert!(!debug.contains("key:"), "{debug}");
+        // A key file's line: surrounding whitespace is fine.
+        assert_eq!(parse_key(&format!("\n  {}\r\n", format_key(&key))), Ok(key));
+        for bad in [&"ab".repeat(32)[..63], "", "\n"] {
+            let e = parse_key(bad).unwrap_err();
+            assert!(!e.contains("abab"), "{e}");
+        }
+    }
+
+    #[test]
+    fn format_key_is_what_parse_key_reads() {
+        let key: [u8; 32] = core::array::from_fn(|i| (i * 37) as u8);
+        let hex = format_key(&key);
+        assert_eq!(hex.len(), 64);
+        assert!(hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        assert_eq!(parse_key(&hex), Ok(key));
     }
 
     #[test]

@@ -52,20 +52,35 @@ impl std::fmt::Debug for BuiltNode {
 /// Builds one layer with its kind's factory.
 ///
 /// # Errors
-/// A message "layer `x` (kind): …" when the kind is unknown or its factory fails.
+/// `(line, message)`: "layer `x` (kind): …" at the layer's line when the kind is unknown or
+/// its factory fails, or "parameter `p` of layer `x` (kind): …" at the parameter's line when
+/// the factory blames one parameter ([`BuildError::param`](crate::BuildError::param)).
 pub(crate) fn build_layer(
     decl: &LayerDecl,
     catalog: &Catalog,
     env: &BuildEnv,
-) -> Result<LayerRef, String> {
-    let kind = catalog
-        .get(&decl.kind)
-        .ok_or_else(|| format!("layer `{}`: unknown layer kind `{}`", decl.name, decl.kind))?;
-    (kind.build)(&decl.name, &decl.params, env).map_err(|e| {
-        format!(
-            "layer `{}` ({}): cannot be built: {e}",
-            decl.name, kind.name
+) -> Result<LayerRef, (usize, String)> {
+    let kind = catalog.get(&decl.kind).ok_or_else(|| {
+        (
+            decl.line,
+            format!("layer `{}`: unknown layer kind `{}`", decl.name, decl.kind),
         )
+    })?;
+    (kind.build)(&decl.name, &decl.params, env).map_err(|e| match &e.param {
+        Some(p) => (
+            decl.params.line(p).unwrap_or(decl.line),
+            format!(
+                "parameter `{p}` of layer `{}` ({}): {}",
+                decl.name, kind.name, e.message
+            ),
+        ),
+        None => (
+            decl.line,
+            format!(
+                "layer `{}` ({}): cannot be built: {}",
+                decl.name, kind.name, e.message
+            ),
+        ),
     })
 }
 
@@ -87,7 +102,7 @@ fn build_all(file: &StackFile, catalog: &Catalog, env: &BuildEnv) -> Result<Buil
             Ok(layer) => {
                 layers.insert(l.name.clone(), layer);
             }
-            Err(e) => diags.push(diag(l.line, e)),
+            Err((line, e)) => diags.push(diag(line, e)),
         }
     }
     let mut qos = BTreeMap::new();

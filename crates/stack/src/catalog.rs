@@ -13,12 +13,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use viastack_kernel::layers::{Device, Ghost, Transparent};
 use viastack_kernel::{Duration, LayerRef, NodeId};
 
-use crate::diag::closest;
+use crate::diag::{closest, list};
+use crate::secret::Secret;
 use crate::tree::{Located, Node};
 use crate::units;
 
@@ -51,6 +53,11 @@ pub enum ParamKind {
     Bandwidth,
     /// One of these strings.
     Choice(&'static [&'static str]),
+    /// A file path (a non-empty string). The parser resolves a relative path against the
+    /// directory of the stack file, so the file is found wherever the command runs.
+    Path,
+    /// A string that is never printed (key material): read as a [`Secret`].
+    Secret,
 }
 
 impl ParamKind {
@@ -71,6 +78,11 @@ impl ParamKind {
                 "a bandwidth string such as \"100Mbit\", \"1Gbit\", \"10Mbps\"".to_string()
             }
             ParamKind::Choice(options) => format!("one of {}", quoted(options)),
+            ParamKind::Path => {
+                "a file path (a string; a relative path is read from the stack file's directory)"
+                    .to_string()
+            }
+            ParamKind::Secret => "a string".to_string(),
         }
     }
 
@@ -85,6 +97,8 @@ impl ParamKind {
             ParamKind::Bytes => "bytes".to_string(),
             ParamKind::Bandwidth => "bandwidth (bit/s)".to_string(),
             ParamKind::Choice(options) => format!("one of {}", quoted(options)),
+            ParamKind::Path => "path (relative to the stack file)".to_string(),
+            ParamKind::Secret => "secret string".to_string(),
         }
     }
 }
@@ -111,6 +125,10 @@ pub enum ParamValue {
     Bytes(u64),
     /// From [`ParamKind::Bandwidth`], bits per second.
     Bandwidth(u64),
+    /// From [`ParamKind::Path`], resolved against the stack file's directory.
+    Path(PathBuf),
+    /// From [`ParamKind::Secret`]; printed as `<secret>`.
+    Secret(Secret),
 }
 
 impl fmt::Display for ParamValue {
@@ -123,6 +141,8 @@ impl fmt::Display for ParamValue {
             ParamValue::Duration(d) => write!(f, "{d:?}"),
             ParamValue::Bytes(b) => write!(f, "{b}B"),
             ParamValue::Bandwidth(b) => write!(f, "{b}bit/s"),
+            ParamValue::Path(p) => write!(f, "{:?}", p.display().to_string()),
+            ParamValue::Secret(s) => write!(f, "{s}"),
         }
     }
 }
@@ -171,6 +191,11 @@ impl ParamSpec {
                 }
             }
             (ParamKind::Str, Node::Str(s)) => Ok(ParamValue::Str(s.clone())),
+            (ParamKind::Path, Node::Str(s)) if s.is_empty() => {
+                Err(format!("expected {expected}, found an empty string"))
+            }
+            (ParamKind::Path, Node::Str(s)) => Ok(ParamValue::Path(PathBuf::from(s))),
+            (ParamKind::Secret, Node::Str(s)) => Ok(ParamValue::Secret(Secret::new(s.clone()))),
             (ParamKind::Duration, Node::Str(s)) => units::parse_duration(s)
                 .map(ParamValue::Duration)
                 .map_err(|e| e.to_string()),
@@ -252,9 +277,55 @@ impl Default for BuildEnv {
     }
 }
 
+/// Why a layer factory refused its parameters: what is wrong and, when one parameter is at
+/// fault, which, so that the diagnostic points at the line where it is written.
+///
+/// Factories mostly write `?` on a `String` or a [`ParamError`] (both convert, without a
+/// parameter); [`BuildError::param`] names the parameter. The message never holds a
+/// [`Secret`]'s value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct BuildError {
+    /// The parameter at fault, if the problem is one parameter's.
+    pub param: Option<String>,
+    /// What is wrong and what was expected.
+    pub message: String,
+}
+
+impl BuildError {
+    /// A problem of parameter `param`.
+    pub fn param(param: impl Into<String>, message: impl Into<String>) -> Self {
+        BuildError {
+            param: Some(param.into()),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<String> for BuildError {
+    fn from(message: String) -> Self {
+        BuildError {
+            param: None,
+            message,
+        }
+    }
+}
+
+impl From<&str> for BuildError {
+    fn from(message: &str) -> Self {
+        message.to_string().into()
+    }
+}
+
+impl From<ParamError> for BuildError {
+    fn from(e: ParamError) -> Self {
+        e.to_string().into()
+    }
+}
+
 /// A layer factory: `(layer name in the file, validated parameters, environment)`.
 pub type BuildFn =
-    fn(layer_name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, String>;
+    fn(layer_name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, BuildError>;
 
 /// A kind of layer a stack file may use.
 #[derive(Clone, Copy)]
@@ -265,6 +336,10 @@ pub struct LayerKind {
     pub doc: &'static str,
     /// Its parameters (the one declaration, DESIGN.md §6.10).
     pub params: &'static [ParamSpec],
+    /// Groups of parameters of which a file gives exactly one: alternative sources of one
+    /// value, like `encrypt`'s `key`, `key_file` and `key_env`. Members have no default; the
+    /// parser reports a group given none or more than once.
+    pub one_of: &'static [&'static [&'static str]],
     /// A device: one session per node, shared by every channel that uses the layer, on the port
     /// given by its `port` parameter (0 if it has none).
     pub device: bool,
@@ -277,6 +352,7 @@ impl fmt::Debug for LayerKind {
         f.debug_struct("LayerKind")
             .field("name", &self.name)
             .field("params", &self.params)
+            .field("one_of", &self.one_of)
             .field("device", &self.device)
             .finish_non_exhaustive()
     }
@@ -286,6 +362,11 @@ impl LayerKind {
     /// The spec of parameter `name`.
     pub fn param(&self, name: &str) -> Option<&'static ParamSpec> {
         self.params.iter().find(|p| p.name == name)
+    }
+
+    /// The [`one_of`](LayerKind::one_of) group parameter `name` belongs to.
+    pub fn group_of(&self, name: &str) -> Option<&'static [&'static str]> {
+        self.one_of.iter().copied().find(|g| g.contains(&name))
     }
 
     /// Every parameter at its default.
@@ -330,11 +411,13 @@ impl From<ParamError> for String {
     }
 }
 
-/// Validated parameter values of one layer, defaults filled in.
+/// Validated parameter values of one layer, defaults filled in, and the line of each value
+/// written in the file.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Params {
     kind: String,
     values: BTreeMap<String, ParamValue>,
+    lines: BTreeMap<String, usize>,
 }
 
 macro_rules! getter {
@@ -367,12 +450,23 @@ impl Params {
         Params {
             kind: kind.into(),
             values: BTreeMap::new(),
+            lines: BTreeMap::new(),
         }
     }
 
     /// Sets a value (the parser does this after validation; tests may do it by hand).
     pub fn insert(&mut self, name: impl Into<String>, value: ParamValue) {
         self.values.insert(name.into(), value);
+    }
+
+    /// Records that parameter `name` is written on `line` of the file (the parser does this).
+    pub fn set_line(&mut self, name: impl Into<String>, line: usize) {
+        self.lines.insert(name.into(), line);
+    }
+
+    /// The line parameter `name` is written on; `None` for a default or a value set by hand.
+    pub fn line(&self, name: &str) -> Option<usize> {
+        self.lines.get(name).copied()
     }
 
     /// The layer kind these parameters are for.
@@ -418,6 +512,14 @@ impl Params {
         /// A bandwidth parameter, bits per second.
         get_bandwidth, Bandwidth, u64, "a bandwidth"
     );
+    getter!(
+        /// A path parameter, resolved against the stack file's directory.
+        get_path, Path, PathBuf, "a path"
+    );
+    getter!(
+        /// A secret parameter.
+        get_secret, Secret, Secret, "a secret"
+    );
 }
 
 /// Why a kind could not be registered.
@@ -452,11 +554,11 @@ pub struct Catalog {
     kinds: BTreeMap<&'static str, LayerKind>,
 }
 
-fn build_transparent(name: &str, _: &Params, _: &BuildEnv) -> Result<LayerRef, String> {
+fn build_transparent(name: &str, _: &Params, _: &BuildEnv) -> Result<LayerRef, BuildError> {
     Ok(Arc::new(Transparent::new(name)))
 }
 
-fn build_ghost(name: &str, _: &Params, _: &BuildEnv) -> Result<LayerRef, String> {
+fn build_ghost(name: &str, _: &Params, _: &BuildEnv) -> Result<LayerRef, BuildError> {
     Ok(Arc::new(Ghost::new(name)))
 }
 
@@ -466,6 +568,7 @@ pub const TRANSPARENT: LayerKind = LayerKind {
     doc: "Accepts no event: it sits in the QoS but is on no route, so it costs nothing at run \
           time (seed 001 §5.2, Table 3).",
     params: &[],
+    one_of: &[],
     device: false,
     build: build_transparent,
 };
@@ -476,11 +579,12 @@ pub const GHOST: LayerKind = LayerKind {
     doc: "Accepts every event and forwards it unchanged: the cost of one hop (seed 001 §5.2, \
           Table 3).",
     params: &[],
+    one_of: &[],
     device: false,
     build: build_ghost,
 };
 
-fn build_device(name: &str, params: &Params, _: &BuildEnv) -> Result<LayerRef, String> {
+fn build_device(name: &str, params: &Params, _: &BuildEnv) -> Result<LayerRef, BuildError> {
     let port = params.get_int("port")?;
     let port = u16::try_from(port).map_err(|_| format!("port {port} is not in 0..=65535"))?;
     Ok(Arc::new(Device::new(name, port)))
@@ -509,6 +613,7 @@ pub const DEVICE: LayerKind = LayerKind {
                   length-prefixed frames over TCP; the simulator ignores it",
         },
     ],
+    one_of: &[],
     device: true,
     build: build_device,
 };
@@ -569,6 +674,29 @@ impl Catalog {
                 spec.default_value().map_err(bad)?;
             }
         }
+        for (i, group) in kind.one_of.iter().enumerate() {
+            let bad = |param: &str, message: String| CatalogError::BadSpec {
+                kind: kind.name.to_string(),
+                param: param.to_string(),
+                message,
+            };
+            if group.len() < 2 {
+                let first = group.first().copied().unwrap_or("");
+                return Err(bad(first, "a `one_of` group needs two parameters".into()));
+            }
+            for name in group.iter() {
+                match kind.param(name) {
+                    None => return Err(bad(name, "in `one_of` but not declared".into())),
+                    Some(spec) if spec.default.is_some() => {
+                        return Err(bad(name, "in `one_of` but has a default".into()))
+                    }
+                    Some(_) => {}
+                }
+                if kind.one_of[..i].iter().any(|g| g.contains(name)) {
+                    return Err(bad(name, "in two `one_of` groups".into()));
+                }
+            }
+        }
         self.kinds.insert(kind.name, kind);
         Ok(())
     }
@@ -611,9 +739,11 @@ impl Catalog {
             }
             out.push_str("\n| name | type | default | description |\n| --- | --- | --- | --- |\n");
             for p in kind.params {
-                let default = p
-                    .default
-                    .map_or_else(|| "required".to_string(), |d| format!("`{}`", md_cell(d)));
+                let default = match (p.default, kind.group_of(p.name)) {
+                    (Some(d), _) => format!("`{}`", md_cell(d)),
+                    (None, Some(group)) => format!("exactly one of {}", list(group.iter())),
+                    (None, None) => "required".to_string(),
+                };
                 out.push_str(&format!(
                     "| `{}` | {} | {} | {} |\n",
                     p.name,
@@ -635,8 +765,8 @@ fn md_cell(s: &str) -> String {
 mod tests {
     use super::*;
 
-    fn noop(_: &str, _: &Params, _: &BuildEnv) -> Result<LayerRef, String> {
-        Err("not built in this test".to_string())
+    fn noop(_: &str, _: &Params, _: &BuildEnv) -> Result<LayerRef, BuildError> {
+        Err("not built in this test".into())
     }
 
     const FRAG: LayerKind = LayerKind {
@@ -665,6 +795,7 @@ mod tests {
                 doc: "how",
             },
         ],
+        one_of: &[],
         device: false,
         build: noop,
     };
@@ -697,6 +828,7 @@ mod tests {
                 default: Some("1500"),
                 doc: "",
             }],
+            one_of: &[],
             device: false,
             build: noop,
         };
@@ -714,6 +846,7 @@ mod tests {
                 default: Some("10ms"),
                 doc: "",
             }],
+            one_of: &[],
             device: false,
             build: noop,
         };
@@ -774,6 +907,122 @@ mod tests {
         let s: String = p.get_str("mtu").unwrap_err().into();
         assert!(s.contains("`mtu`"));
         assert!(FRAG.default_params().is_err(), "mode is required");
+    }
+
+    fn fixed(_: &str, _: &Params, _: &BuildEnv) -> Result<LayerRef, BuildError> {
+        Ok(Arc::new(Ghost::new("fixed")))
+    }
+
+    const SOURCES: &[ParamSpec] = &[
+        ParamSpec {
+            name: "token",
+            kind: ParamKind::Secret,
+            default: None,
+            doc: "inline",
+        },
+        ParamSpec {
+            name: "token_file",
+            kind: ParamKind::Path,
+            default: None,
+            doc: "from a file",
+        },
+        ParamSpec {
+            name: "level",
+            kind: ParamKind::Int { min: 0, max: 9 },
+            default: Some("1"),
+            doc: "",
+        },
+    ];
+
+    const SOURCED: LayerKind = LayerKind {
+        name: "sourced",
+        doc: "",
+        params: SOURCES,
+        one_of: &[&["token", "token_file"]],
+        device: false,
+        build: fixed,
+    };
+
+    #[test]
+    fn one_of_groups_must_name_declared_parameters_without_defaults() {
+        let mut c = Catalog::new();
+        c.register(SOURCED).unwrap();
+        assert_eq!(
+            SOURCED.group_of("token_file"),
+            Some(&["token", "token_file"][..])
+        );
+        assert_eq!(SOURCED.group_of("level"), None);
+        let bad = |one_of: &'static [&'static [&'static str]]| {
+            let kind = LayerKind {
+                name: "bad",
+                one_of,
+                ..SOURCED
+            };
+            match Catalog::new().register(kind) {
+                Err(CatalogError::BadSpec { param, message, .. }) => format!("{param}: {message}"),
+                other => panic!("{one_of:?} registered: {other:?}"),
+            }
+        };
+        assert_eq!(
+            bad(&[&["token", "nope"]]),
+            "nope: in `one_of` but not declared"
+        );
+        assert_eq!(
+            bad(&[&["token", "level"]]),
+            "level: in `one_of` but has a default"
+        );
+        assert_eq!(
+            bad(&[&["token"]]),
+            "token: a `one_of` group needs two parameters"
+        );
+        assert_eq!(
+            bad(&[&["token", "token_file"], &["token_file", "token"]]),
+            "token_file: in two `one_of` groups"
+        );
+        let md = c.params_markdown();
+        assert!(
+            md.contains("| `token_file` | path (relative to the stack file) | exactly one of `token`, `token_file` | from a file |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| `token` | secret string | exactly one of"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn paths_must_not_be_empty_and_secrets_never_print() {
+        let path = SOURCES[1];
+        assert_eq!(
+            path.parse_value(&Node::Str("k/group.key".into())),
+            Ok(ParamValue::Path(PathBuf::from("k/group.key")))
+        );
+        let e = path.parse_value(&Node::Str(String::new())).unwrap_err();
+        assert!(e.contains("found an empty string"), "{e}");
+        let token = SOURCES[0]
+            .parse_value(&Node::Str("hunter2".into()))
+            .unwrap();
+        assert_eq!(token, ParamValue::Secret(Secret::new("hunter2")));
+        let mut p = Params::new("sourced");
+        p.insert("token", token.clone());
+        p.set_line("token", 7);
+        assert_eq!(format!("{token}"), "<secret>");
+        assert!(!format!("{p:?}").contains("hunter2"));
+        assert_eq!(p.get_secret("token").unwrap().expose(), "hunter2");
+        assert_eq!((p.line("token"), p.line("level")), (Some(7), None));
+    }
+
+    #[test]
+    fn build_errors_convert_from_strings_and_param_errors() {
+        let e: BuildError = "plain".into();
+        assert_eq!((e.param, e.message.as_str()), (None, "plain"));
+        let e: BuildError = Params::new("k").get_int("n").unwrap_err().into();
+        assert!(e.message.contains("`n`"), "{e}");
+        let e = BuildError::param("n", "too big");
+        assert_eq!(
+            (e.param.as_deref(), e.to_string()),
+            (Some("n"), "too big".into())
+        );
     }
 
     #[test]

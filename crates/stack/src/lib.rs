@@ -8,6 +8,8 @@
 //! - [`model`]: the validated file as plain data ([`StackFile`], [`Scenario`], …);
 //! - [`parse()`]: TOML → [`StackFile`], or every problem as `file:line: message`
 //!   ([`Diagnostics`]); no input makes it panic (DESIGN.md §4.6);
+//! - [`secret`]: key files and environment variables that layer parameters name, read with
+//!   owner-only permissions and never printed;
 //! - [`build`]: a node's [`Kernel`](viastack_kernel::Kernel) with every channel bound and
 //!   started ([`build_node`]), and the route tables `viastack check` prints ([`route_tables`]).
 //!
@@ -19,6 +21,7 @@ pub mod catalog;
 pub mod diag;
 pub mod model;
 pub mod parse;
+pub mod secret;
 pub mod standard;
 mod tree;
 pub mod units;
@@ -27,8 +30,8 @@ pub use build::{
     build_node, channel_bindings, qos_tables, route_tables, BuiltNode, QosTable, SlotBinding,
 };
 pub use catalog::{
-    BuildEnv, BuildFn, Catalog, CatalogError, LayerKind, ParamError, ParamKind, ParamSpec,
-    ParamValue, Params,
+    BuildEnv, BuildError, BuildFn, Catalog, CatalogError, LayerKind, ParamError, ParamKind,
+    ParamSpec, ParamValue, Params,
 };
 pub use diag::{Diagnostic, Diagnostics};
 pub use model::{
@@ -36,4 +39,5 @@ pub use model::{
     QosDecl, Scenario, SessionDecl, StackFile, Workload,
 };
 pub use parse::parse;
+pub use secret::{Secret, SecretError};
 pub use standard::standard_catalog;

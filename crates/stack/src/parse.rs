@@ -14,10 +14,11 @@
 //! Ψ ⊆ Γ for every QoS (its layers are built for node 0); device ports; the scenario.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
 use viastack_kernel::{Duration, LayerRef, NodeId, Qos};
 
-use crate::catalog::{BuildEnv, Catalog, ParamKind, ParamSpec, ParamValue, Params};
+use crate::catalog::{BuildEnv, Catalog, LayerKind, ParamKind, ParamSpec, ParamValue, Params};
 use crate::diag::{closest, did_you_mean, list, Diagnostic, Diagnostics, LineIndex};
 use crate::model::{
     ChannelDecl, CrashSpec, Expect, LayerDecl, LinkOverride, LinkSpec, PartitionSpec, Pattern,
@@ -216,8 +217,11 @@ pub const WORKLOAD_PARAMS: &[ParamSpec] = &[
 
 /// Parses and validates a stack file.
 ///
-/// `path` is only used in diagnostics. Layers are built for node 0 to check every QoS's
-/// Ψ ⊆ Γ, so `catalog` must hold every kind the file uses.
+/// `path` names the file in diagnostics, and its directory is where relative
+/// [`ParamKind::Path`] parameters are read from (a name without a directory: the working
+/// directory). Layers are built for node 0 to check every QoS's Ψ ⊆ Γ, so `catalog` must hold
+/// every kind the file uses, and files or variables that parameters name (`encrypt`'s key) are
+/// read already.
 ///
 /// # Errors
 /// [`Diagnostics`] with every problem found, sorted by line.
@@ -306,6 +310,59 @@ impl<'a> Cx<'a> {
         });
     }
 
+    /// A relative [`ParamValue::Path`] joined to the stack file's directory (the directory
+    /// part of the path the file was given as); other values unchanged.
+    fn resolve(&self, value: ParamValue) -> ParamValue {
+        match value {
+            ParamValue::Path(p) if p.is_relative() => {
+                let dir = Path::new(self.path).parent().unwrap_or(Path::new(""));
+                ParamValue::Path(dir.join(p))
+            }
+            other => other,
+        }
+    }
+
+    /// Each [`one_of`](crate::LayerKind::one_of) group of `kind` must be given exactly once
+    /// in `t`: reports a group given nowhere (at the table's line) and each member given after
+    /// the first (at its line). Returns whether all is well.
+    fn exactly_one(&mut self, t: &Table<'_>, kind: &LayerKind, owner: &str) -> bool {
+        let mut ok = true;
+        for group in kind.one_of {
+            let mut given: Vec<(&str, usize)> = group
+                .iter()
+                .filter_map(|name| t.get(name).map(|v| (*name, self.line_of(v, t.line))))
+                .collect();
+            given.sort_by_key(|(_, line)| *line);
+            match given.as_slice() {
+                [_] => {}
+                [] => {
+                    ok = false;
+                    self.err(
+                        t.line,
+                        format!(
+                            "{owner}: missing one of {}: give exactly one",
+                            list(group.iter())
+                        ),
+                    );
+                }
+                [(first, first_line), rest @ ..] => {
+                    ok = false;
+                    for (name, line) in rest {
+                        self.err(
+                            *line,
+                            format!(
+                                "{owner}: parameters `{first}` (line {first_line}) and `{name}` \
+                                 exclude each other: give exactly one of {}",
+                                list(group.iter())
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        ok
+    }
+
     fn line_of(&self, v: &Located, fallback: usize) -> usize {
         v.offset().map_or(fallback, |o| self.lines.line(o))
     }
@@ -391,8 +448,9 @@ impl<'a> Cx<'a> {
                 match t.get(spec.name) {
                     Some(v) => {
                         let line = self.line_of(v, t.line);
+                        params.set_line(spec.name, line);
                         match spec.parse_value(&v.node) {
-                            Ok(value) => params.insert(spec.name, value),
+                            Ok(value) => params.insert(spec.name, self.resolve(value)),
                             Err(e) => self.err(
                                 line,
                                 format!("{} `{}` {} {}: {e}", s.noun, spec.name, s.prep, s.owner),
@@ -552,13 +610,19 @@ impl<'a> Cx<'a> {
             prep: "of",
             owner: &owner,
         };
+        // Members of a `one_of` group are optional one by one; the group is checked below.
+        let (grouped, single): (Vec<ParamSpec>, Vec<ParamSpec>) = kind
+            .params
+            .iter()
+            .partition(|p| kind.group_of(p.name).is_some());
         let (params, ok) = self.read_params(
             &t,
-            &[(kind.params, Mode::Fill)],
+            &[(&single, Mode::Fill), (&grouped, Mode::Optional)],
             &["kind"],
             &subject,
             kind.name,
         );
+        let ok = self.exactly_one(&t, kind, &owner) && ok;
         ok.then(|| LayerDecl {
             name: name.to_string(),
             kind: kind.name.to_string(),
@@ -904,7 +968,7 @@ impl<'a> Cx<'a> {
                 Ok(layer) => {
                     built.insert(&l.name, layer);
                 }
-                Err(e) => self.err(l.line, e),
+                Err((line, e)) => self.err(line, e),
             }
         }
         for q in file.qos.values() {

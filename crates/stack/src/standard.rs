@@ -9,7 +9,7 @@ use std::sync::Arc;
 use viastack_kernel::LayerRef;
 use viastack_protocols::fifo::Fifo;
 
-use crate::catalog::{BuildEnv, Catalog, LayerKind, Params, DEVICE};
+use crate::catalog::{BuildEnv, BuildError, Catalog, LayerKind, Params, DEVICE};
 
 mod coordination;
 mod filters;
@@ -28,11 +28,12 @@ pub const FIFO: LayerKind = LayerKind {
           late and duplicate copies, so what arrives arrives once and in order. Loss is \
           tolerated, not repaired.",
     params: &[],
+    one_of: &[],
     device: false,
     build: build_fifo,
 };
 
-fn build_fifo(name: &str, _params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_fifo(name: &str, _params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     Ok(Arc::new(Fifo::new(name)))
 }
 
@@ -102,13 +103,17 @@ mod tests {
             ]
         );
         for kind in c.kinds() {
-            // Required parameters get a sample value; the rest their defaults.
+            // Required parameters get a sample value (one per `one_of` group: its first); the
+            // rest their defaults.
             let mut params = Params::new(kind.name);
             for spec in kind.params {
+                if kind.group_of(spec.name).is_some_and(|g| g[0] != spec.name) {
+                    continue;
+                }
                 let value = match (spec.name, spec.default_value()) {
                     (_, Ok(v)) => v,
                     ("rate", Err(_)) => ParamValue::Float(0.5),
-                    ("key", Err(_)) => ParamValue::Str("ab".repeat(32)),
+                    ("key", Err(_)) => ParamValue::Secret(crate::Secret::new("ab".repeat(32))),
                     (other, Err(e)) => panic!("{}: no sample for `{other}`: {e}", kind.name),
                 };
                 params.insert(spec.name, value);

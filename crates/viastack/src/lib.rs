@@ -60,7 +60,7 @@ pub use event::{FailureKind, NodeEvent, Notice, Received};
 pub use metrics::{ChannelStats, Metrics};
 pub use node::{Channel, CloseReport, Events, Node, NodeBuilder, OpenError, RecvError};
 pub use viastack_kernel::{Duration, Instant, NodeId, Tag};
-pub use viastack_stack::{Catalog, LayerKind, ParamKind, ParamSpec, Params};
+pub use viastack_stack::{BuildError, Catalog, LayerKind, ParamKind, ParamSpec, Params};
 
 /// The kernel, for application-defined layers ([`viastack_kernel::Layer`],
 /// [`viastack_kernel::Session`], events, messages).

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use viastack::kernel::event::{EventType, SENDABLE};
 use viastack::kernel::{Context, Direction, Event, Instant, Layer, LayerRef, Session};
 use viastack::sim::{Harness, Partition, SimConfig};
-use viastack::{AppNode, Application, Duration, LayerKind, NodeEvent, NodeId, Params};
+use viastack::{AppNode, Application, BuildError, Duration, LayerKind, NodeEvent, NodeId, Params};
 
 const STACK: &str = r#"
 [layers.dev]
@@ -156,7 +156,7 @@ impl Session for MarkerSession {
     }
 }
 
-fn build_marker(_: &str, _: &Params, _: &viastack_stack::BuildEnv) -> Result<LayerRef, String> {
+fn build_marker(_: &str, _: &Params, _: &viastack_stack::BuildEnv) -> Result<LayerRef, BuildError> {
     Ok(Arc::new(Marker))
 }
 
@@ -164,6 +164,7 @@ const MARKER: LayerKind = LayerKind {
     name: "marker",
     doc: "Marks each message (a test of application-defined layers).",
     params: &[],
+    one_of: &[],
     device: false,
     build: build_marker,
 };

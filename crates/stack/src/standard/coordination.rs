@@ -7,7 +7,7 @@ use viastack_kernel::{Duration, LayerRef};
 use viastack_protocols::heartbeat::{self, Heartbeat};
 use viastack_protocols::sync::{self, Sync};
 
-use crate::catalog::{BuildEnv, LayerKind, ParamKind, ParamSpec, Params};
+use crate::catalog::{BuildEnv, BuildError, LayerKind, ParamKind, ParamSpec, Params};
 
 /// `heartbeat`: the shared heartbeat failure detector.
 pub const HEARTBEAT: LayerKind = LayerKind {
@@ -36,24 +36,25 @@ pub const HEARTBEAT: LayerKind = LayerKind {
                   Aguilera, IEEE ToC 51(5), 2002)",
         },
     ],
+    one_of: &[],
     device: false,
     build: build_heartbeat,
 };
 
-fn build_heartbeat(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_heartbeat(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, BuildError> {
     let config = heartbeat::Config {
         interval: params.get_duration("interval")?,
         timeout: params.get_duration("timeout")?,
     };
     if config.interval < Duration::from_micros(1) {
-        return Err("`interval` must be at least 1us".to_string());
+        return Err("`interval` must be at least 1us".into());
     }
     if config.timeout <= config.interval {
-        return Err(format!(
+        return Err(BuildError::from(format!(
             "`timeout` ({:?}) must exceed `interval` ({:?}), or every peer is suspected \
              between two heartbeats",
             config.timeout, config.interval
-        ));
+        )));
     }
     Ok(Arc::new(Heartbeat::new(name, env.node, env.nodes, config)))
 }
@@ -97,11 +98,12 @@ pub const SYNC: LayerKind = LayerKind {
                   is 100 ms of 40,000 messages/s, far above audio (50/s) plus fragmented video",
         },
     ],
+    one_of: &[],
     device: false,
     build: build_sync,
 };
 
-fn build_sync(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_sync(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     let capacity = params.get_int("capacity")?;
     let config = sync::Config {
         playout_delay: params.get_duration("playout_delay")?,

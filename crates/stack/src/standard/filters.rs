@@ -10,7 +10,8 @@ use viastack_protocols::encrypt::{self, Encrypt};
 use viastack_protocols::fault::{self, Fault, FaultLayer, Faulty};
 use viastack_protocols::ttl::Ttl;
 
-use crate::catalog::{BuildEnv, LayerKind, ParamKind, ParamSpec, Params};
+use crate::catalog::{BuildEnv, BuildError, LayerKind, ParamKind, ParamSpec, Params};
+use crate::secret;
 
 /// An integer parameter as a `usize` (the catalog's range check ran already).
 fn get_usize(params: &Params, name: &str) -> Result<usize, String> {
@@ -48,11 +49,12 @@ pub const DEDUP: LayerKind = LayerKind {
                   `evicted`); 1024 × 128 B = 128 KiB at most",
         },
     ],
+    one_of: &[],
     device: false,
     build: build_dedup,
 };
 
-fn build_dedup(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_dedup(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     let config = dedup::Config {
         window: get_usize(params, "window")?,
         max_sources: get_usize(params, "max_sources")?,
@@ -73,11 +75,12 @@ pub const TTL: LayerKind = LayerKind {
         default: Some("64"),
         doc: "hops a message may take (RFC 1700 \"IP Parameters\": the default IP TTL is 64)",
     }],
+    one_of: &[],
     device: false,
     build: build_ttl,
 };
 
-fn build_ttl(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_ttl(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     let ttl = params.get_int("ttl")?;
     let ttl = u8::try_from(ttl).map_err(|_| format!("`ttl` = {ttl} is not in 1..=255"))?;
     Ok(Arc::new(Ttl::new(name, ttl)))
@@ -117,6 +120,7 @@ pub const DROP: LayerKind = LayerKind {
           probability `rate` (counted `dropped`). Randomness from the kernel's seeded \
           generator: works on real sockets as in the simulator.",
     params: &[RATE_REQUIRED, DIRECTION],
+    one_of: &[],
     device: false,
     build: build_drop,
 };
@@ -151,6 +155,7 @@ pub const DELAY: LayerKind = LayerKind {
         DIRECTION,
         MAX_HELD,
     ],
+    one_of: &[],
     device: false,
     build: build_delay,
 };
@@ -161,6 +166,7 @@ pub const DUPLICATE: LayerKind = LayerKind {
     doc: "Fault injection: forwards each message and, with probability `rate`, one copy of it \
           right after (counted `duplicated`).",
     params: &[RATE_REQUIRED, DIRECTION],
+    one_of: &[],
     device: false,
     build: build_duplicate,
 };
@@ -172,6 +178,7 @@ pub const CORRUPT: LayerKind = LayerKind {
           (counted `corrupted`), in the bytes it has where the layer sits: place it below an \
           `encrypt` or checksum layer to model a corrupting network.",
     params: &[RATE_REQUIRED, DIRECTION],
+    one_of: &[],
     device: false,
     build: build_corrupt,
 };
@@ -193,6 +200,7 @@ pub const REORDER: LayerKind = LayerKind {
         DIRECTION,
         MAX_HELD,
     ],
+    one_of: &[],
     device: false,
     build: build_reorder,
 };
@@ -212,18 +220,18 @@ fn fault_config(fault: Fault, params: &Params) -> Result<fault::Config, String> 
     })
 }
 
-fn build_fault(name: &str, fault: Fault, params: &Params) -> Result<LayerRef, String> {
+fn build_fault(name: &str, fault: Fault, params: &Params) -> Result<LayerRef, BuildError> {
     Ok(Arc::new(FaultLayer::new(
         name,
         fault_config(fault, params)?,
     )))
 }
 
-fn build_drop(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_drop(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     build_fault(name, Fault::Drop, params)
 }
 
-fn build_delay(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_delay(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     let fault = Fault::Delay {
         delay: params.get_duration("delay")?,
         jitter: params.get_duration("jitter")?,
@@ -231,15 +239,15 @@ fn build_delay(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef,
     build_fault(name, fault, params)
 }
 
-fn build_duplicate(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_duplicate(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     build_fault(name, Fault::Duplicate, params)
 }
 
-fn build_corrupt(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_corrupt(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     build_fault(name, Fault::Corrupt, params)
 }
 
-fn build_reorder(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_reorder(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     let fault = Fault::Reorder {
         hold: params.get_duration("hold")?,
     };
@@ -268,11 +276,12 @@ pub const COMPRESS: LayerKind = LayerKind {
                   per message (issue 3 §2: 16 MiB)",
         },
     ],
+    one_of: &[],
     device: false,
     build: build_compress,
 };
 
-fn build_compress(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_compress(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     let bytes = |key: &str| -> Result<usize, String> {
         let v = params.get_bytes(key)?;
         usize::try_from(v).map_err(|_| format!("`{key}` = {v} bytes is too large"))
@@ -282,10 +291,10 @@ fn build_compress(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerR
         max_size: bytes("max_size")?,
     };
     if config.max_size > u32::MAX as usize {
-        return Err(format!(
+        return Err(BuildError::from(format!(
             "`max_size` = {} bytes: the wire carries the length in 32 bits (at most 4 GiB - 1)",
             config.max_size
-        ));
+        )));
     }
     Ok(Arc::new(Compress::new(name, config)))
 }
@@ -295,14 +304,30 @@ pub const ENCRYPT: LayerKind = LayerKind {
     name: "encrypt",
     doc: "Authenticated encryption (ChaCha20-Poly1305, RFC 8439) under a key shared by every \
           node, with per-sender subkeys; forged, modified (`bad_tag`) and replayed (`replay`) \
-          packets are dropped and counted. The key is written in the stack file: fine for tests \
-          and simulations, not for real deployments, which must provision keys out of band.",
+          packets are dropped and counted. The key comes from exactly one of `key` (in the \
+          stack file: for tests and simulations), `key_file` or `key_env` (kept out of the \
+          stack file: for real deployments; `viastack keygen` makes a key, \
+          docs/APPLICATIONS.md §7 deploys it).",
     params: &[
         ParamSpec {
             name: "key",
+            kind: ParamKind::Secret,
+            default: None,
+            doc: "the 32-byte group key as 64 hex digits, written in the stack file",
+        },
+        ParamSpec {
+            name: "key_file",
+            kind: ParamKind::Path,
+            default: None,
+            doc: "a file holding the key as 64 hex digits (surrounding whitespace allowed), \
+                  accessible by its owner only (`chmod 600`, as OpenSSH requires of private \
+                  keys)",
+        },
+        ParamSpec {
+            name: "key_env",
             kind: ParamKind::Str,
             default: None,
-            doc: "the 32-byte group key as 64 hex digits",
+            doc: "an environment variable holding the key as 64 hex digits",
         },
         ParamSpec {
             name: "replay_window",
@@ -326,16 +351,67 @@ pub const ENCRYPT: LayerKind = LayerKind {
                   (counted `evicted`)",
         },
     ],
+    one_of: &[KEY_SOURCES],
     device: false,
     build: build_encrypt,
 };
 
-fn build_encrypt(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
-    let key = encrypt::parse_key(&params.get_str("key")?)?;
+/// Where `encrypt` may find its key; a file gives exactly one.
+const KEY_SOURCES: &[&str] = &["key", "key_file", "key_env"];
+
+fn build_encrypt(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     let config = encrypt::Config {
-        key,
+        key: group_key(params)?,
         replay_window: get_usize(params, "replay_window")?,
         max_peers: get_usize(params, "max_peers")?,
     };
     Ok(Arc::new(Encrypt::new(name, config)))
+}
+
+/// `encrypt`'s key, from whichever of [`KEY_SOURCES`] `params` holds. Errors blame that
+/// parameter and name the file or variable, never the key.
+fn group_key(params: &Params) -> Result<[u8; 32], BuildError> {
+    let given: Vec<&str> = KEY_SOURCES
+        .iter()
+        .copied()
+        .filter(|p| params.get(p).is_some())
+        .collect();
+    // The parser lets exactly one through; hand-made parameters may hold any number.
+    let [source] = given[..] else {
+        return Err(format!(
+            "give exactly one of `key`, `key_file`, `key_env` (found {})",
+            given.len()
+        )
+        .into());
+    };
+    let blame = |message: String| BuildError::param(source, message);
+    let (text, origin) = match source {
+        "key" => (params.get_secret("key")?, String::new()),
+        "key_file" => {
+            let path = params.get_path("key_file")?;
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            refuse_inline_key(&name, "a file name").map_err(blame)?;
+            let text = secret::read_file(&path).map_err(|e| blame(e.to_string()))?;
+            (text, format!("key file `{}`: ", path.display()))
+        }
+        _ => {
+            let var = params.get_str("key_env")?;
+            refuse_inline_key(&var, "a variable name").map_err(blame)?;
+            let text = secret::read_env(&var).map_err(|e| blame(e.to_string()))?;
+            (text, format!("environment variable `{var}`: "))
+        }
+    };
+    encrypt::parse_key(text.expose()).map_err(|e| blame(format!("{origin}{e}")))
+}
+
+/// An error when `value` (a file or variable name) is a key itself: it would be echoed by
+/// every later message, and a key must not sit in the stack file under another name.
+fn refuse_inline_key(value: &str, expected: &str) -> Result<(), String> {
+    match encrypt::parse_key(value) {
+        Ok(_) => Err(format!(
+            "expected {expected}, found what looks like a key: keep the key out of the stack \
+             file (`viastack keygen --out FILE`, then `key_file = \"FILE\"`)"
+        )),
+        Err(_) => Ok(()),
+    }
 }

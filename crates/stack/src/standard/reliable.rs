@@ -9,7 +9,7 @@ use viastack_protocols::checksum::Checksum;
 use viastack_protocols::fragment::{self, Fragment};
 use viastack_protocols::reliable::{self, ReliableFifo};
 
-use crate::catalog::{BuildEnv, LayerKind, ParamKind, ParamSpec, Params};
+use crate::catalog::{BuildEnv, BuildError, LayerKind, ParamKind, ParamSpec, Params};
 
 /// `checksum`: CRC32C over each datagram's upper bytes.
 pub const CHECKSUM: LayerKind = LayerKind {
@@ -18,11 +18,12 @@ pub const CHECKSUM: LayerKind = LayerKind {
           header; a datagram whose bytes do not match is dropped and counted (`bad`). Put it \
           right above the device so no other decoder reads damaged bytes.",
     params: &[],
+    one_of: &[],
     device: false,
     build: build_checksum,
 };
 
-fn build_checksum(name: &str, _params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_checksum(name: &str, _params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     Ok(Arc::new(Checksum::new(name)))
 }
 
@@ -43,16 +44,17 @@ pub const BUNDLE: LayerKind = LayerKind {
               a datagram under Ethernet's 1500-byte MTU (RFC 894); on loopback or with jumbo \
               frames up to 65507 (a UDP datagram's payload)",
     }],
+    one_of: &[],
     device: false,
     build: build_bundle,
 };
 
-fn build_bundle(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_bundle(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     let max = params.get_bytes("max_bytes").map_err(|e| e.to_string())?;
     if !(8..=65_507).contains(&max) {
-        return Err(format!(
+        return Err(BuildError::from(format!(
             "`max_bytes` is {max}; a bundle takes 8 to 65507 bytes (a UDP datagram's payload)"
-        ));
+        )));
     }
     Ok(Arc::new(Bundle::new(name, max as usize)))
 }
@@ -90,18 +92,19 @@ pub const FRAGMENT: LayerKind = LayerKind {
             doc: "reassembly memory per session, never exceeded (64 messages of 64 KiB)",
         },
     ],
+    one_of: &[],
     device: false,
     build: build_fragment,
 };
 
-fn build_fragment(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_fragment(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     let size = |k: &str| -> Result<usize, String> {
         usize::try_from(params.get_bytes(k).map_err(|e| e.to_string())?)
             .map_err(|_| format!("`{k}` is too large"))
     };
     let mtu = size("mtu")?;
     if mtu == 0 {
-        return Err("`mtu` must be at least 1 byte".to_string());
+        return Err("`mtu` must be at least 1 byte".into());
     }
     Ok(Arc::new(Fragment::new(
         name,
@@ -216,11 +219,12 @@ pub const RELIABLE_FIFO: LayerKind = LayerKind {
             doc: "longest delay of an ACK (Linux TCP_DELACK_MIN; RFC 5681 §4.2: under 500 ms)",
         },
     ],
+    one_of: &[],
     device: false,
     build: build_reliable,
 };
 
-fn build_reliable(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_reliable(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     let int = |k: &str| -> Result<i64, String> { params.get_int(k).map_err(|e| e.to_string()) };
     let u32_of = |k: &str| -> Result<u32, String> {
         u32::try_from(int(k)?).map_err(|_| format!("`{k}` is out of range"))
@@ -250,7 +254,7 @@ fn build_reliable(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerR
             .map_err(|e| e.to_string())?,
     };
     if config.rto_min > config.rto_max {
-        return Err("`rto_min` must not exceed `rto_max`".to_string());
+        return Err("`rto_min` must not exceed `rto_max`".into());
     }
     Ok(Arc::new(ReliableFifo::new(name, config)))
 }

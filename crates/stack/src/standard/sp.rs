@@ -7,7 +7,7 @@ use viastack_sp::connection::MAX_BLOCK_SIZE;
 use viastack_sp::layer::SpLayer;
 use viastack_sp::{Config, Reliability};
 
-use crate::catalog::{BuildEnv, LayerKind, ParamKind, ParamSpec, Params};
+use crate::catalog::{BuildEnv, BuildError, LayerKind, ParamKind, ParamSpec, Params};
 
 /// `sp`: message transport with per-connection reliability, blocks, priorities and ECHO RTT.
 pub const SP: LayerKind = LayerKind {
@@ -116,11 +116,12 @@ pub const SP: LayerKind = LayerKind {
                   congested path can mark instead of drop; marks seen are echoed (CB = 3) either way",
         },
     ],
+    one_of: &[],
     device: false,
     build: build_sp,
 };
 
-fn build_sp(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, String> {
+fn build_sp(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, BuildError> {
     let e = |e: crate::catalog::ParamError| -> String { e.into() };
     let reliability = params.get_str("reliability").map_err(e)?;
     let reliability = Reliability::from_name(&reliability)
@@ -128,11 +129,13 @@ fn build_sp(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerRef, St
     let block_size = usize::try_from(params.get_bytes("block_size").map_err(e)?)
         .map_err(|_| "`block_size` is too large".to_string())?;
     if block_size == 0 || block_size > MAX_BLOCK_SIZE {
-        return Err(format!("`block_size` must be 1..={MAX_BLOCK_SIZE} bytes"));
+        return Err(BuildError::from(format!(
+            "`block_size` must be 1..={MAX_BLOCK_SIZE} bytes"
+        )));
     }
     let window = params.get_bytes("recv_window").map_err(e)?;
     if window >= 1 << 24 {
-        return Err("`recv_window` must be below 16 MiB (WINDOW_SIZE is 24 bits)".to_string());
+        return Err("`recv_window` must be below 16 MiB (WINDOW_SIZE is 24 bits)".into());
     }
     let config = Config {
         reliability,

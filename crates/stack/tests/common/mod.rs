@@ -8,7 +8,7 @@ use std::sync::Arc;
 use viastack_kernel::event::{EventTypeDef, EVENT, SENDABLE};
 use viastack_kernel::layers::Ghost;
 use viastack_kernel::{Context, Event, EventType, Layer, LayerRef, Session};
-use viastack_stack::{BuildEnv, Catalog, LayerKind, ParamKind, ParamSpec, Params};
+use viastack_stack::{BuildEnv, BuildError, Catalog, LayerKind, ParamKind, ParamSpec, Params};
 
 pub static TEST_NEED: EventTypeDef = EventTypeDef::new("TestNeed", Some(&SENDABLE));
 
@@ -51,25 +51,25 @@ impl Layer for Needy {
     }
 }
 
-fn ghost(name: &str, _: &Params, _: &BuildEnv) -> Result<LayerRef, String> {
+fn ghost(name: &str, _: &Params, _: &BuildEnv) -> Result<LayerRef, BuildError> {
     Ok(Arc::new(Ghost::new(name)))
 }
 
-fn needy(name: &str, _: &Params, _: &BuildEnv) -> Result<LayerRef, String> {
+fn needy(name: &str, _: &Params, _: &BuildEnv) -> Result<LayerRef, BuildError> {
     Ok(Arc::new(Needy {
         name: name.to_string(),
         provides: false,
     }))
 }
 
-fn provider(name: &str, _: &Params, _: &BuildEnv) -> Result<LayerRef, String> {
+fn provider(name: &str, _: &Params, _: &BuildEnv) -> Result<LayerRef, BuildError> {
     Ok(Arc::new(Needy {
         name: name.to_string(),
         provides: true,
     }))
 }
 
-fn fragment(name: &str, params: &Params, _: &BuildEnv) -> Result<LayerRef, String> {
+fn fragment(name: &str, params: &Params, _: &BuildEnv) -> Result<LayerRef, BuildError> {
     // Reads every parameter through the typed getters, as a real kind would.
     params.get_int("mtu")?;
     params.get_duration("timeout")?;
@@ -82,8 +82,8 @@ fn fragment(name: &str, params: &Params, _: &BuildEnv) -> Result<LayerRef, Strin
     Ok(Arc::new(Ghost::new(name)))
 }
 
-fn broken(_: &str, _: &Params, _: &BuildEnv) -> Result<LayerRef, String> {
-    Err("no such device".to_string())
+fn broken(_: &str, _: &Params, _: &BuildEnv) -> Result<LayerRef, BuildError> {
+    Err("no such device".into())
 }
 
 pub const SIM_DEVICE: LayerKind = LayerKind {
@@ -95,6 +95,7 @@ pub const SIM_DEVICE: LayerKind = LayerKind {
         default: Some("0"),
         doc: "device port",
     }],
+    one_of: &[],
     device: true,
     build: ghost,
 };
@@ -155,6 +156,7 @@ pub const FRAGMENT: LayerKind = LayerKind {
             doc: "label",
         },
     ],
+    one_of: &[],
     device: false,
     build: fragment,
 };
@@ -168,6 +170,7 @@ pub const KEYED: LayerKind = LayerKind {
         default: None,
         doc: "the key",
     }],
+    one_of: &[],
     device: false,
     build: ghost,
 };
@@ -176,6 +179,7 @@ pub const NEEDY: LayerKind = LayerKind {
     name: "needy",
     doc: "Requires TestNeed.",
     params: &[],
+    one_of: &[],
     device: false,
     build: needy,
 };
@@ -184,6 +188,7 @@ pub const PROVIDER: LayerKind = LayerKind {
     name: "provider",
     doc: "Provides TestNeed.",
     params: &[],
+    one_of: &[],
     device: false,
     build: provider,
 };
@@ -192,6 +197,7 @@ pub const BROKEN: LayerKind = LayerKind {
     name: "broken",
     doc: "Its factory fails.",
     params: &[],
+    one_of: &[],
     device: false,
     build: broken,
 };
