@@ -445,26 +445,21 @@ impl Participant {
         let at_ms = self.since_start(node.now()).as_secs_f64() * 1000.0;
         let channel = notice.channel().to_string();
         let (kind, peer, messages, line) = match &notice {
-            Notice::Suspect { peer, .. } => {
+            Notice::Suspect { peer, .. } | Notice::Alive { peer, .. } => {
+                let suspected = matches!(notice, Notice::Suspect { .. });
                 if let Some(p) = self.peers.get_mut(peer) {
-                    p.suspected = true;
+                    p.suspected = suspected;
                 }
+                let (kind, what) = if suspected {
+                    ("suspect", "suspected")
+                } else {
+                    ("alive", "alive again")
+                };
                 (
-                    "suspect".to_string(),
+                    kind.to_string(),
                     Some(*peer),
                     0,
-                    format!("{peer} suspected on {channel}"),
-                )
-            }
-            Notice::Alive { peer, .. } => {
-                if let Some(p) = self.peers.get_mut(peer) {
-                    p.suspected = false;
-                }
-                (
-                    "alive".to_string(),
-                    Some(*peer),
-                    0,
-                    format!("{peer} alive again on {channel}"),
+                    format!("{peer} {what} on {channel}"),
                 )
             }
             Notice::SendFailed {
