@@ -428,7 +428,7 @@ impl Participant {
                 peer.bye = Some([a, v, t]);
                 self.say(
                     node,
-                    &format!("{from} left after {a} audio, {v} video, {t} text frames"),
+                    &format!("{from} said goodbye after {a} audio, {v} video, {t} text frames"),
                 );
             }
             Kind::Media(stream) => {
