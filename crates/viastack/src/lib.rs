@@ -60,6 +60,9 @@ pub use event::{FailureKind, NodeEvent, Notice, Received};
 pub use metrics::{ChannelStats, Metrics};
 pub use node::{Channel, CloseReport, Events, Node, NodeBuilder, OpenError, RecvError};
 pub use viastack_kernel::{Duration, Instant, NodeId, Tag};
+/// Quantities written as stack files write them (`"20ms"`, `"1.5s"`, `"64KiB"`), for an
+/// application's own options ([`units::parse_duration`], [`units::parse_bytes`]).
+pub use viastack_stack::units;
 pub use viastack_stack::{BuildError, Catalog, LayerKind, ParamKind, ParamSpec, Params};
 
 /// The kernel, for application-defined layers ([`viastack_kernel::Layer`],
