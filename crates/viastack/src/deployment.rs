@@ -43,11 +43,11 @@ pub struct Deployment {
 
 /// A deployment file that cannot be used, with where and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{file}:{line}: {message}")]
+#[error("{file}{}: {message}", if *line > 0 { format!(":{line}") } else { String::new() })]
 pub struct DeploymentError {
-    /// The file (as given).
+    /// The file (as given), or the command-line flag at fault.
     pub file: String,
-    /// 1-based line (1 when the problem has no better place).
+    /// 1-based line (1 when the problem has no better place; 0 for a flag).
     pub line: usize,
     /// What is wrong and what was expected.
     pub message: String,
@@ -72,24 +72,51 @@ impl Deployment {
     }
 
     /// The deployment of command-line flags: this node `id` at `addr`, and `peers` as
-    /// `(id, "host:port")`; checked as a file would be (`source` names them in errors).
+    /// `(id, "host:port")`; checked as a file would be, errors naming the flag at fault
+    /// (`source` names the flags together, e.g. `--addr/--peer`).
     ///
     /// # Errors
-    /// [`DeploymentError`]: bad addresses, ids that are not `0..N`.
+    /// [`DeploymentError`]: a peer with this node's id or given twice, bad addresses, ids
+    /// that are not `0..N`.
     pub fn from_flags(
         source: &str,
         id: NodeId,
         addr: SocketAddr,
         peers: &[(u32, String)],
     ) -> Result<Self, DeploymentError> {
-        let mut listed = vec![(id.0, addr.to_string())];
-        listed.extend(peers.iter().cloned());
+        let flag_error = |flag: String, message: String| DeploymentError {
+            file: flag,
+            line: 0,
+            message,
+        };
+        let mut listed = vec![(id.0, addr.to_string(), format!("--addr {addr}"))];
+        for (n, a) in peers {
+            let flag = format!("--peer {n}={a}");
+            if *n == id.0 {
+                return Err(flag_error(
+                    flag,
+                    format!("{n} is this node's own id (--id {n}); list only the other nodes"),
+                ));
+            }
+            if listed.iter().any(|(m, _, _)| m == n) {
+                return Err(flag_error(flag, format!("node {n} is given twice")));
+            }
+            listed.push((*n, a.clone(), flag));
+        }
         listed.sort();
         let mut text = String::from("[nodes]\n");
-        for (n, a) in listed {
-            text += &format!("{n} = \"{a}\"\n");
+        for (n, a, _) in &listed {
+            // Debug quoting escapes what the user typed, so the text stays one TOML string.
+            text += &format!("{n} = {a:?}\n");
         }
-        Ok(Self::parse(source, &text)?.with_id(id))
+        match Self::parse(source, &text) {
+            Ok(d) => Ok(d.with_id(id)),
+            // Line k + 2 of the text is the k-th node listed: blame its flag.
+            Err(e) => Err(match e.line.checked_sub(2).and_then(|k| listed.get(k)) {
+                Some((_, _, flag)) => flag_error(flag.clone(), e.message),
+                None => flag_error(source.to_string(), e.message),
+            }),
+        }
     }
 
     /// This deployment as seen by node `id`.
@@ -267,6 +294,44 @@ mod tests {
             assert_eq!(e.line, line, "{text:?}: {e}");
             assert!(e.message.contains(what), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn flag_mistakes_name_the_flag() {
+        let me: SocketAddr = "127.0.0.1:7000".parse().unwrap_or_else(|e| panic!("{e}"));
+        let peers = |list: &[(u32, &str)]| -> Vec<(u32, String)> {
+            list.iter().map(|(n, a)| (*n, a.to_string())).collect()
+        };
+        let cases = [
+            (
+                vec![(0, "127.0.0.1:7001")],
+                "--peer 0=127.0.0.1:7001: 0 is this node's own id",
+            ),
+            (
+                vec![(1, "127.0.0.1:7001"), (1, "127.0.0.1:7002")],
+                "--peer 1=127.0.0.1:7002: node 1 is given twice",
+            ),
+            (
+                vec![(1, "127.0.0.1")],
+                "--peer 1=127.0.0.1: `127.0.0.1` has no port",
+            ),
+            (vec![(2, "127.0.0.1:7002")], "--peer 2=127.0.0.1:7002: "),
+            (vec![(1, "a\"b:1")], "--peer 1=a\"b:1: "),
+        ];
+        for (list, want) in cases {
+            let e = Deployment::from_flags("--addr/--peer", NodeId(0), me, &peers(&list))
+                .err()
+                .unwrap_or_else(|| panic!("{list:?} accepted"));
+            assert!(e.to_string().starts_with(want), "{list:?}: {e}");
+        }
+        let d = Deployment::from_flags(
+            "--addr/--peer",
+            NodeId(1),
+            "127.0.0.1:7001".parse().unwrap_or_else(|e| panic!("{e}")),
+            &peers(&[(0, "127.0.0.1:7000")]),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((d.id, d.nodes.len()), (Some(NodeId(1)), 2));
     }
 
     #[test]
