@@ -136,6 +136,53 @@ fn e2eack_leaf_acks_at_once_inner_node_after_all_full_acks() {
     );
 }
 
+/// Seed 000 §3.1.2.2 with Table 3.2 (the acknowledgement timers are the Full ACK timers):
+/// on Timeout_ACK the ACK Request goes, by unicast, only to the children that have not sent
+/// their Full ACK — child 3 did, child 4 did not. A Partial ACK (4 is alive) does not count.
+#[test]
+fn e2eack_ack_request_goes_only_to_children_without_a_full_ack() {
+    let out = run(
+        "e2eack",
+        r#"{"t_ms":0,"node":{"address":2,"parent":1,"children":[3,4,5]}}
+           {"t_ms":1,"message":{"ServiceID":2,"MessageID":7,"MessageType":-128,"SourceAddress":1,"PreviousHopAddress":1,"Payload":"x"}}
+           {"t_ms":2,"message":{"ServiceID":2,"MessageID":7,"MessageType":5,"SourceAddress":3}}
+           {"t_ms":3,"message":{"ServiceID":2,"MessageID":7,"MessageType":6,"SourceAddress":4}}
+           {"t_ms":1001,"timer":{"ServiceID":2,"MessageID":7,"TimerIdentifier":3}}"#,
+        false,
+    );
+    assert_eq!(
+        out[out.len() - 4..],
+        lines(
+            "1001 #7 sendControlMessage 3>4
+             1001 #7 sendControlMessage 3>5
+             1001 #7 setTimer 3
+             1001 #7 waitack"
+        )[..]
+    );
+}
+
+/// Table 3.1: a Reset is passed on to the children in "done" too.
+#[test]
+fn e2eack_reset_in_done_is_passed_on() {
+    let out = run(
+        "e2eack",
+        r#"{"t_ms":0,"node":{"address":3,"parent":1,"children":[]}}
+           {"t_ms":1,"message":{"ServiceID":2,"MessageID":7,"MessageType":-128,"SourceAddress":1,"PreviousHopAddress":1,"Payload":"x"}}
+           {"t_ms":2,"message":{"ServiceID":2,"MessageID":7,"MessageType":4,"SourceAddress":1}}"#,
+        false,
+    );
+    assert_eq!(
+        out[out.len() - 5..],
+        lines(
+            "2 #7 cancelTimer 5
+             2 #7 sendControlMessage 4>0
+             2 #7 setTimer 6
+             2 #7 setTimer 7
+             2 #7 reset"
+        )[..]
+    );
+}
+
 #[test]
 fn dupelim_delivers_and_forwards_once() {
     let out = run(

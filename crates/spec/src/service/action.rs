@@ -205,6 +205,8 @@ pub enum Value {
     NodeParent,
     /// `$name`: a datamodel variable (number, address text or text).
     Var(Box<str>),
+    /// The address a `foreach` is at (its variable, inside the element that declares it).
+    Each,
 }
 
 /// One compiled custom element.
@@ -241,6 +243,15 @@ pub enum Action {
         base: Option<Value>,
         /// Fields set on top.
         sets: Box<[(Field, Value)]>,
+    },
+    /// An element with `foreach="d in node.children [: FORMULA]"`: `action` runs once per
+    /// address the selector picks, in the node set's order, with [`Value::Each`] that
+    /// address; the first failure ends it (later addresses are not tried).
+    Each {
+        /// The nodes addressed.
+        selector: super::logic::Selector,
+        /// What runs per node (an [`Action::Run`] without a draft).
+        action: Box<Action>,
     },
     /// One `setTimer` / `cancelTimer` element: like [`Action::Run`] but no message is built.
     Timer {
@@ -282,6 +293,7 @@ impl Action {
                 .chain(sets.iter().filter_map(|(_, v)| v.draft()))
                 .collect(),
             Action::Timer { sets, .. } => sets.iter().filter_map(|(_, v)| v.draft()).collect(),
+            Action::Each { action, .. } => action.drafts(),
         }
     }
 
@@ -295,6 +307,7 @@ impl Action {
                 base.as_ref().is_some_and(var) || sets.iter().any(|(_, v)| var(v))
             }
             Action::Timer { sets, .. } => sets.iter().any(|(_, v)| var(v)),
+            Action::Each { action, .. } => action.reads_datamodel(),
         }
     }
 }
@@ -303,6 +316,8 @@ impl Action {
 #[derive(Debug)]
 pub struct Compiler<'a> {
     data: &'a ServiceData,
+    /// The service's logic program, which `foreach` selectors are compiled into.
+    logic: Option<&'a RefCell<super::logic::Program>>,
     layout: RefCell<Layout>,
     drafts: RefCell<Vec<(String, Prim)>>,
     timers_set: RefCell<Vec<u32>>,
@@ -313,9 +328,22 @@ impl<'a> Compiler<'a> {
     pub fn new(data: &'a ServiceData) -> Compiler<'a> {
         Compiler {
             data,
+            logic: None,
             layout: RefCell::new(Layout::new(data.basic.len())),
             drafts: RefCell::new(Vec::new()),
             timers_set: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// A compiler that compiles `foreach` selectors into `logic` (without one, `foreach` is
+    /// refused).
+    pub fn with_logic(
+        data: &'a ServiceData,
+        logic: &'a RefCell<super::logic::Program>,
+    ) -> Compiler<'a> {
+        Compiler {
+            logic: Some(logic),
+            ..Compiler::new(data)
         }
     }
 
@@ -409,6 +437,49 @@ impl<'a> Compiler<'a> {
     }
 
     fn one_element(&self, prim: Prim, attrs: &[(String, String)]) -> Result<Action, String> {
+        let Some((_, sel)) = attrs.iter().find(|(k, _)| k == "foreach") else {
+            return self.one_element_with(prim, attrs, None);
+        };
+        if !matches!(prim, Prim::SendData | Prim::SendControl | Prim::Send) {
+            return Err(format!(
+                "foreach is supported on sendDataMessage, sendControlMessage and sendMessage, not on {}",
+                prim_name(prim)
+            ));
+        }
+        let var = sel.split_whitespace().next().unwrap_or_default();
+        if var.is_empty()
+            || !var.chars().all(|c| c.is_alphanumeric() || c == '_')
+            || !var.starts_with(|c: char| c.is_alphabetic() || c == '_')
+        {
+            return Err(format!(
+                "foreach=\"{sel}\": expected `VAR in node.children [: FORMULA]`"
+            ));
+        }
+        let Some(logic) = self.logic else {
+            return Err("foreach is not available here (no logic program)".into());
+        };
+        let selector = logic
+            .borrow_mut()
+            .compile_selector(self.data, sel)
+            .map_err(|e| format!("foreach=\"{sel}\": {e}"))?;
+        let rest: Vec<(String, String)> = attrs
+            .iter()
+            .filter(|(k, _)| k != "foreach")
+            .cloned()
+            .collect();
+        let action = self.one_element_with(prim, &rest, Some(var))?;
+        Ok(Action::Each {
+            selector,
+            action: Box::new(action),
+        })
+    }
+
+    fn one_element_with(
+        &self,
+        prim: Prim,
+        attrs: &[(String, String)],
+        each: Option<&str>,
+    ) -> Result<Action, String> {
         let mut base = None;
         let mut draft = None;
         let mut sets = Vec::new();
@@ -471,7 +542,9 @@ impl<'a> Compiler<'a> {
                     {
                         return Err(format!("unknown parameter `{k}` of {}", prim_name(prim)));
                     }
-                    let value = if v.trim_start().starts_with('$') {
+                    let value = if each.is_some_and(|e| v.trim() == e) {
+                        Value::Each
+                    } else if v.trim_start().starts_with('$') {
                         self.value_expr(v)?
                     } else {
                         self.literal(&field, v).or_else(|_| self.value_expr(v))?
@@ -962,6 +1035,7 @@ pub fn run<N: Network + ?Sized>(
             sets,
         } => run_one(*prim, *draft, base.as_ref(), sets, ctx, vars),
         Action::Timer { prim, sets } => run_timer(*prim, sets, ctx, vars),
+        Action::Each { selector, action } => run_each(selector, action, ctx, vars),
         _ => run_draft(action, ctx, vars),
     }
 }
@@ -1001,6 +1075,38 @@ fn run_one<N: Network + ?Sized>(
         return Ok(());
     }
     perform(prim, &mut msg, timer, ctx);
+    Ok(())
+}
+
+/// `foreach`: the action once per selected node, [`Value::Each`] being its address.
+#[inline(never)]
+fn run_each<N: Network + ?Sized>(
+    selector: &super::logic::Selector,
+    action: &Action,
+    ctx: &mut Ctx<'_, N>,
+    vars: &dyn VarSource,
+) -> Result<(), String> {
+    let Action::Run {
+        prim,
+        draft: None,
+        base,
+        sets,
+    } = action
+    else {
+        return Err("foreach: expected a send".into());
+    };
+    let mut nodes = Vec::new();
+    selector.select(&ctx.history.logic, ctx.node, ctx.now, &mut nodes);
+    for a in nodes {
+        let sets: Vec<(Field, Value)> = sets
+            .iter()
+            .map(|(f, v)| match v {
+                Value::Each => (f.clone(), Value::Int(a.0 as i64)),
+                v => (f.clone(), v.clone()),
+            })
+            .collect();
+        run_one(*prim, None, base.as_ref(), &sets, ctx, vars)?;
+    }
     Ok(())
 }
 
@@ -1109,7 +1215,7 @@ fn run_draft<N: Network + ?Sized>(
             perform(*prim, &mut msg, timer, ctx);
             Ok(())
         }
-        Action::Run { .. } | Action::Timer { .. } => Ok(()),
+        Action::Run { .. } | Action::Timer { .. } | Action::Each { .. } => Ok(()),
     }
 }
 

@@ -376,6 +376,16 @@ fn action(a: &Action, label: &str) -> Result<String, String> {
             let _ = write!(o, "cx.perform(Prim::{prim:?}, &mut msg, timer);");
             Ok(o)
         }
+        Action::Each {
+            selector,
+            action: inner,
+        } => {
+            let (set, slot, cond) = selector.rust_parts();
+            Ok(format!(
+                "let node = cx.node; let now = cx.now; let _ = now; for a in node.{set}.iter() {{ let v{slot} = a.0 as i64; let each = v{slot}; let _ = each; if {cond} {{ {} }} }}",
+                action(inner, label)?
+            ))
+        }
         other => Err(format!(
             "a draft read across actions is not compiled yet ({other:?})"
         )),
@@ -405,6 +415,7 @@ fn int(v: &Value, label: &str) -> Result<String, String> {
         }
         Value::NodeAddress => "(cx.node.address.0 as i64)".into(),
         Value::NodeParent => "(cx.node.parent.0 as i64)".into(),
+        Value::Each => "each".into(),
         other => return Err(format!("the value {other:?} is not compiled yet")),
     })
 }

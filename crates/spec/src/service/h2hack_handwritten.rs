@@ -288,6 +288,12 @@ impl H2hack {
                 out.enter_reset();
                 inst.state = State::Reset;
             }
+            // Table 3.1: a Reset is passed on to the children in "done" too.
+            (State::Done, kind::RESET) => {
+                out.cancel(timer::MSG);
+                out.enter_reset();
+                inst.state = State::Reset;
+            }
             (State::NoPayload, kind::ACK_REQ) => out.nack(m),
             (State::NoPayload, kind::RESET) => {
                 out.cancel(timer::NACK);
@@ -300,16 +306,25 @@ impl H2hack {
         Next::Stay
     }
 
-    fn on_timer<N: Network>(inst: &mut Inst, id: u32, out: &mut Out<'_, N>) -> Next {
+    fn on_timer<N: Network>(
+        node: &NodeInfo,
+        inst: &mut Inst,
+        id: u32,
+        out: &mut Out<'_, N>,
+    ) -> Next {
         match (inst.state, id) {
             (State::Init, timer::FINAL_DELETE) => return Next::Delete,
             (State::WaitAck, timer::ACK) => {
+                // Table 3.2: an ACK Request to each child that has not acknowledged, by unicast.
                 if let Some(p) = inst.payload.as_ref() {
-                    let mut r = p.clone();
-                    r.message_type = kind::ACK_REQ;
-                    r.delivery_mode = 1;
-                    r.hop_limit = 1;
-                    out.control(r);
+                    for c in node.children.iter().filter(|c| !inst.acked.contains(c)) {
+                        let mut r = p.clone();
+                        r.message_type = kind::ACK_REQ;
+                        r.delivery_mode = 3;
+                        r.hop_limit = 1;
+                        r.destination = *c;
+                        out.control(r);
+                    }
                 }
                 out.set(timer::ACK, MS_ACK);
             }
@@ -402,7 +417,7 @@ impl Runner for H2hack {
             local: self.node.address,
             net,
         };
-        if let Next::Delete = Self::on_timer(inst, id, &mut out) {
+        if let Next::Delete = Self::on_timer(&self.node, inst, id, &mut out) {
             self.instances.remove(&key.message);
         }
         Ok(())

@@ -127,9 +127,11 @@ impl Service {
         let (Some(program), Some(doc)) = (program, doc) else {
             return Err(Diagnostics(errors));
         };
+        // `foreach` selectors of the actions compile into the same program.
+        let program = std::cell::RefCell::new(program);
         let ext = Ext {
             data: &data,
-            compiler: Compiler::new(&data),
+            compiler: Compiler::with_logic(&data, &program),
         };
         let (chart, mut warnings) = match Chart::compile(&doc, &ext) {
             Ok(x) => x,
@@ -143,6 +145,7 @@ impl Service {
         }
         let timers_set = ext.compiler.timers_set();
         let (layout, drafts) = ext.compiler.finish();
+        let program = program.into_inner();
         let matcher = Matcher::new(&data);
         warnings.extend(verify(file, &data, &matcher, &chart, &timers_set, src));
         let basic_sym = data.basic.iter().map(|b| chart.symbol(&b.name)).collect();

@@ -1179,6 +1179,133 @@ impl Program {
     }
 }
 
+/// The nodes an action's `foreach` addresses: `VAR in node.children|node.neighbours [: P(VAR)]`,
+/// where `P` is a formula of this language with `VAR` free (e.g. the children that have not
+/// acknowledged: `d in node.children : not exists m in ack : m.source == d`). Compiled with
+/// [`Program::compile_selector`] into the service's program, so its event quantifiers are
+/// indexes recorded like a composite's; evaluated when the action runs.
+#[derive(Clone)]
+pub struct Selector {
+    set: NodeSet,
+    slot: u8,
+    pred: Pred,
+    /// The formula as Rust for the generated code (see [`Selector::rust_parts`]).
+    rust: Arc<str>,
+    src: Arc<str>,
+}
+
+impl fmt::Debug for Selector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Selector({:?})", self.src)
+    }
+}
+
+impl PartialEq for Selector {
+    fn eq(&self, other: &Self) -> bool {
+        self.src == other.src && self.set == other.set && self.slot == other.slot
+    }
+}
+
+impl Eq for Selector {}
+
+impl Selector {
+    /// The selector's text.
+    pub fn source(&self) -> &str {
+        &self.src
+    }
+
+    /// For the generated code ([`codegen`](super::codegen)): the node set's field name
+    /// (`children` / `neighbours`), the variable slot (the code binds `v{slot}`), and a `bool`
+    /// expression over `inst`, `node`, `now` and `v{slot}`: the formula.
+    pub(crate) fn rust_parts(&self) -> (&'static str, u8, &str) {
+        let set = match self.set {
+            NodeSet::Children => "children",
+            NodeSet::Neighbours => "neighbours",
+        };
+        (set, self.slot, &self.rust)
+    }
+
+    /// Appends to `out`, in the node set's order, the addresses the formula holds for.
+    pub fn select(&self, state: &State, node: &NodeInfo, now: Instant, out: &mut Vec<Addr>) {
+        let scope = Scope { node, now, state };
+        let slot = usize::from(self.slot);
+        if slot >= MAX_VARS {
+            return;
+        }
+        let mut v = Values::default();
+        v.bound |= 1 << slot;
+        for a in node_set(self.set, node) {
+            v.value[slot] = a.0 as i64;
+            if self.pred.holds(&mut v, &scope) {
+                out.push(*a);
+            }
+        }
+    }
+}
+
+impl Program {
+    /// Compiles an action's `foreach` selector (see [`Selector`]) into this program: its
+    /// event quantifiers become indexes of the program (recorded on arrival like a
+    /// composite's), so instances must be created after every selector is compiled.
+    ///
+    /// # Errors
+    /// A syntax or type error (offsets into `src`), a set other than a node set, a body
+    /// outside the incremental fragment.
+    pub fn compile_selector(
+        &mut self,
+        data: &ServiceData,
+        src: &str,
+    ) -> Result<Selector, LogicError> {
+        const PREFIX: &str = "exists ";
+        let shift = |e: LogicError| LogicError {
+            offset: e.offset.saturating_sub(PREFIX.len()),
+            message: e.message,
+        };
+        let text = format!("{PREFIX}{src}");
+        let e = parse(&text).map_err(shift)?;
+        if !matches!(
+            &e,
+            Expr::Quant {
+                set: SetRef::Children | SetRef::Neighbours,
+                ..
+            }
+        ) {
+            return err(
+                0,
+                "expected `VAR in node.children [: FORMULA]` or `VAR in node.neighbours [: FORMULA]`",
+            );
+        }
+        let mut ck = Checker {
+            data,
+            vars: Vec::new(),
+        };
+        let naive = ck.check(&e).map_err(shift)?;
+        let first_new = self.indexes.len();
+        let inc = make_incremental(&naive, &mut self.indexes).map_err(shift)?;
+        if self.by_event.len() < data.basic.len() {
+            self.by_event.resize(data.basic.len(), Vec::new());
+        }
+        for (i, ix) in self.indexes.iter().enumerate().skip(first_new) {
+            if let Some(v) = self.by_event.get_mut(usize::from(ix.event)) {
+                v.push(i as u16);
+            }
+        }
+        let F::NodeQ {
+            set, slot, body, ..
+        } = inc
+        else {
+            return err(0, "expected a node set");
+        };
+        Ok(Selector {
+            set,
+            slot,
+            pred: compile_pred(&body, &self.indexes),
+            rust: Arc::from(self.rust_f(&body, Gen::Composite)),
+            src: Arc::from(src.trim()),
+        })
+    }
+}
+
 #[inline]
 fn attr_value(e: &Entry<'_>, a: EvAttr) -> i64 {
     match a {
