@@ -32,6 +32,7 @@ pub mod message;
 pub mod native;
 pub mod store;
 pub mod trace;
+pub mod xquery;
 
 pub use action::{Network, Primitive};
 pub use diag::{Diagnostic, Diagnostics, Pos, Severity};

@@ -141,10 +141,13 @@ pub struct CompositeDef {
     /// Indices into [`ServiceData::basic`] of the constituents: the basic events on whose
     /// arrival the expression is evaluated.
     pub constituents: Vec<usize>,
-    /// The first-order-logic expression's text.
+    /// The first-order-logic expression's text (for an `<XQuery>`, its translation).
     pub expr: String,
-    /// Where the expression text starts.
+    /// Where the expression text (or the XQuery) starts.
     pub expr_pos: Pos,
+    /// The seed's `<XQuery>` text this expression was translated from
+    /// ([`xquery`](super::xquery)), if it was written so.
+    pub xquery: Option<String>,
 }
 
 /// Everything the seed's `<data>` elements say about a service.
@@ -272,7 +275,23 @@ impl<'a, 'input> Reader<'a, 'input> {
         if !seen_service {
             self.err(root, "expected <data name=\"service\"> with a <ServiceID> in the datamodel (seed §5.1.2.1)");
         }
-        for (name, pos, constituents, expr, expr_pos, node) in composites {
+        for (name, pos, constituents, (expr, is_xquery), expr_pos, node) in composites {
+            let (expr, xquery) = if is_xquery {
+                match super::xquery::translate(&expr, &Basics(&data)) {
+                    Ok(t) => (t, Some(expr)),
+                    Err(e) => {
+                        let at = super::logic::offset_pos(&expr, expr_pos, e.offset);
+                        self.diags.push(error(
+                            self.file,
+                            at,
+                            format!("composite event `{name}`: {}", e.message),
+                        ));
+                        (String::from("false"), Some(expr))
+                    }
+                }
+            } else {
+                (expr, None)
+            };
             let mut idx = Vec::new();
             let none_written = constituents.is_empty();
             for (c, cn) in constituents {
@@ -299,6 +318,7 @@ impl<'a, 'input> Reader<'a, 'input> {
                 constituents: idx,
                 expr,
                 expr_pos,
+                xquery,
             });
         }
         data
@@ -377,7 +397,7 @@ impl<'a, 'input> Reader<'a, 'input> {
             String,
             Pos,
             Vec<(String, Node<'a, 'input>)>,
-            String,
+            (String, bool),
             Pos,
             Node<'a, 'input>,
         )>,
@@ -415,7 +435,7 @@ impl<'a, 'input> Reader<'a, 'input> {
                 }
                 if composite {
                     let mut cons = Vec::new();
-                    let mut expr: Option<(String, Pos)> = None;
+                    let mut expr: Option<(String, Pos, bool)> = None;
                     for c in ev.children().filter(|c| c.is_element()) {
                         match c.tag_name().name() {
                             "ConstituentBasicEvent" => cons.push((c.text().unwrap_or_default().trim().to_string(), c)),
@@ -425,20 +445,43 @@ impl<'a, 'input> Reader<'a, 'input> {
                                     Some(t) => self.pos(t),
                                     None => self.pos(c),
                                 };
-                                expr = Some((c.text().unwrap_or_default().to_string(), p));
+                                expr = Some((c.text().unwrap_or_default().to_string(), p, false));
                             }
-                            "XQuery" => self.err(
-                                c,
-                                "XQuery is replaced by <Expression> in viastack's first-order-logic language, e.g. `forall d in node.children : exists m in ack : m.source == d` (docs/spec-format.md, Part II)",
-                            ),
-                            other => self.err(c, format!("unknown element <{other}> (expected <ConstituentBasicEvent> or <Expression>)")),
+                            "XQuery" => {
+                                // The text of every child (the seed's listing may be split by
+                                // CDATA sections or entities).
+                                let text: String = c
+                                    .children()
+                                    .filter(|t| t.is_text())
+                                    .filter_map(|t| t.text())
+                                    .collect();
+                                let p = match c.first_child().filter(|t| t.is_text()) {
+                                    Some(t) => {
+                                        let mut p = self.pos(t);
+                                        let cdata = self
+                                            .doc
+                                            .input_text()
+                                            .get(t.range().start..)
+                                            .is_some_and(|r| r.starts_with("<![CDATA["));
+                                        if cdata {
+                                            p.col += 9;
+                                        }
+                                        p
+                                    }
+                                    None => self.pos(c),
+                                };
+                                expr = Some((text, p, true));
+                            }
+                            other => self.err(c, format!("unknown element <{other}> (expected <ConstituentBasicEvent>, <Expression> or <XQuery>)")),
                         }
                     }
                     match expr {
-                        Some((e, p)) => composites.push((name, pos, cons, e, p, ev)),
+                        Some((e, p, xq)) => composites.push((name, pos, cons, (e, xq), p, ev)),
                         None => self.err(
                             ev,
-                            format!("composite event `{name}` needs an <Expression>"),
+                            format!(
+                                "composite event `{name}` needs an <Expression> or an <XQuery>"
+                            ),
                         ),
                     }
                 } else {
@@ -523,6 +566,23 @@ impl<'a, 'input> Reader<'a, 'input> {
     }
 }
 
+/// The basic events, as the XQuery translator sees them.
+struct Basics<'d>(&'d ServiceData);
+
+impl super::xquery::Events for Basics<'_> {
+    fn basic(&self, name: &str) -> Option<bool> {
+        self.0
+            .basic
+            .iter()
+            .find(|b| b.name == name)
+            .map(|b| matches!(b.kind, BasicKind::Timer(_)))
+    }
+
+    fn names(&self) -> String {
+        names(self.0)
+    }
+}
+
 fn names(data: &ServiceData) -> String {
     data.basic
         .iter()
@@ -595,13 +655,20 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("h.scxml:14:5: error: duplicate event `ack`"));
-        let xq = SRC
-            .replace("<Expression>", "<XQuery>")
-            .replace("</Expression>", "</XQuery>");
-        assert!(ServiceData::read("h.scxml", &xq)
-            .unwrap_err()
-            .to_string()
-            .contains("XQuery is replaced"));
+        // An XQuery outside the supported subset: refused, naming the construct, at its
+        // line and column.
+        let xq = SRC.replace(
+            "<Expression>forall d in node.children : exists m in ack : m.source == d</Expression>",
+            "<XQuery>for $c in //Node[last()]/Children order by $c return true()</XQuery>",
+        );
+        let e = ServiceData::read("h.scxml", &xq).unwrap_err().to_string();
+        assert!(
+            e.contains("XQuery `order by` is not supported (supported: let, for"),
+            "{e}"
+        );
+        let line = xq.lines().position(|l| l.contains("order by")).unwrap() + 1;
+        let col = xq.lines().nth(line - 1).unwrap().find("order").unwrap() + 1;
+        assert!(e.contains(&format!("h.scxml:{line}:{col}: error")), "{e}");
     }
 
     impl BasicDef {

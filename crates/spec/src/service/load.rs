@@ -107,6 +107,19 @@ impl Service {
             Err(es) => {
                 for (ci, e) in es {
                     let c = &data.composite[ci];
+                    if c.xquery.is_some() {
+                        // The offset is into the translation, not the XQuery: point at the
+                        // query and show the translation.
+                        errors.push(error(
+                            file,
+                            c.expr_pos,
+                            format!(
+                                "composite event `{}`: in the translation of its XQuery, `{}`: {}",
+                                c.name, c.expr, e.message
+                            ),
+                        ));
+                        continue;
+                    }
                     let pos = logic::offset_pos(&c.expr, c.expr_pos, e.offset);
                     errors.push(error(
                         file,
