@@ -27,6 +27,7 @@ fuzz_target!(|data: &[u8]| {
         constituents: vec![0],
         expr: text.to_string(),
         expr_pos: Default::default(),
+        xquery: None,
     });
     let Ok(prog) = logic::compile(&d) else { return };
     let node = NodeInfo { address: Addr(1), parent: Addr(2), children: vec![Addr(1), Addr(3)], neighbours: vec![Addr(2)] };

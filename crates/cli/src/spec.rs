@@ -1,7 +1,9 @@
 //! `viastack spec …`: executable specifications (SCXML state charts, issue 5).
 //!
-//! - `spec check FILE` reads, validates, verifies and compiles a chart; prints warnings and
-//!   errors as `file:line:col: severity: message` on stderr; exits 1 on errors;
+//! - `spec check FILE [--explain]` reads, validates, verifies and compiles a chart; prints
+//!   warnings and errors as `file:line:col: severity: message` on stderr; exits 1 on errors;
+//!   `--explain` prints each composite event's expression (an `<XQuery>` with its translation
+//!   into the first-order-logic language);
 //! - `spec dot FILE` prints the chart as Graphviz DOT;
 //! - `spec conformance DIR [--json]` runs the W3C SCXML test suite in DIR (a folder with
 //!   `manifest.json` and `txml/`) and prints one line per test, then `N passed, N failed, N
@@ -23,6 +25,10 @@ pub enum SpecCommand {
     Check {
         /// The SCXML file.
         file: PathBuf,
+        /// Also print each composite event's expression in the first-order-logic language;
+        /// for one written in the seed's XQuery, the query and its translation.
+        #[arg(long)]
+        explain: bool,
     },
     /// Print an SCXML specification as Graphviz DOT (transitions labelled `event / actions`).
     Dot {
@@ -60,13 +66,37 @@ fn summary<A>(c: &Chart<A>) -> (usize, usize, usize) {
     )
 }
 
+/// `spec check --explain`: per composite event, where it is declared, its XQuery (if written
+/// so) and its expression in the first-order-logic language.
+fn explain_composites(file: &str, svc: &Service) -> String {
+    let mut o = String::new();
+    for c in &svc.data.composite {
+        let at = format!("{file}:{}:{}", c.expr_pos.line, c.expr_pos.col);
+        match &c.xquery {
+            Some(q) => {
+                o.push_str(&format!("{at}: composite `{}`: XQuery\n", c.name));
+                for l in q.trim().lines().filter(|l| !l.trim().is_empty()) {
+                    o.push_str(&format!("    {}\n", l.trim()));
+                }
+                o.push_str(&format!("  translates to\n    {}\n", c.expr.trim()));
+            }
+            None => o.push_str(&format!(
+                "{at}: composite `{}`: {}\n",
+                c.name,
+                c.expr.split_whitespace().collect::<Vec<_>>().join(" ")
+            )),
+        }
+    }
+    o
+}
+
 /// Runs a `spec` subcommand.
 ///
 /// # Errors
 /// A file that cannot be read, or stdout closing.
 pub fn run(cmd: SpecCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        SpecCommand::Check { file } => {
+        SpecCommand::Check { file, explain } => {
             let name = file.display().to_string();
             let src = read(&file)?;
             let doc = match chart::parse(&name, &src) {
@@ -83,8 +113,14 @@ pub fn run(cmd: SpecCommand) -> anyhow::Result<ExitCode> {
                 .data
                 .iter()
                 .any(|d| d.name.as_deref() == Some("service"));
+            let mut explained = String::new();
             let compiled = if is_service {
-                Service::load(&name, &src).map(|(svc, w)| (summary(&svc.chart), w))
+                Service::load(&name, &src).map(|(svc, w)| {
+                    if explain {
+                        explained = explain_composites(&name, &svc);
+                    }
+                    (summary(&svc.chart), w)
+                })
             } else {
                 Chart::<CustomElement>::compile(&doc, &OpaqueActions).map(|(c, w)| (summary(&c), w))
             };
@@ -93,6 +129,7 @@ pub fn run(cmd: SpecCommand) -> anyhow::Result<ExitCode> {
                     for w in &warnings {
                         eprintln!("{w}");
                     }
+                    out!("{explained}")?;
                     outln!(
                         "{name}: ok: {}{states} states, {transitions} transitions, {events} event names, {} warning(s)",
                         if is_service { "service, " } else { "" },

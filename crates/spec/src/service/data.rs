@@ -30,8 +30,9 @@
 //! A `<Message>` filter may test any attribute (§4.2.1.3): the known ones of
 //! [`Attr`](super::message::Attr) by the seed's element names, any other one by text; the value
 //! `local` of an address attribute means the local node's address (Table 4.3). An empty
-//! `<Message/>` matches every message (Table 4.2); an empty `<Timer/>` every timer. The seed's
-//! `<XQuery>` is replaced by `<Expression>` in the language of [`logic`](super::logic).
+//! `<Message/>` matches every message (Table 4.2); an empty `<Timer/>` every timer. A composite's
+//! expression is an `<Expression>` in the language of [`logic`](super::logic), or the seed's
+//! `<XQuery>`, translated into it by [`xquery`](super::xquery).
 //!
 //! # Errors
 //! Every problem is a [`Diagnostic`] at the element's `file:line:col`: missing or malformed

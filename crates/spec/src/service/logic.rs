@@ -1,5 +1,5 @@
 //! The first-order-logic language of composite events (seed 000 §4.2.1.2, §4.2.4.2, Table 4.6),
-//! replacing the seed's XQuery (§5.1.2.2).
+//! into which the seed's XQuery (§5.1.2.2) is translated ([`xquery`](super::xquery)).
 //!
 //! ```text
 //! expr     = implies ;

@@ -1025,7 +1025,7 @@ impl Tr<'_> {
         }
     }
 
-    fn to_bool(&mut self, v: Val, off: usize) -> Result<Fo, XqError> {
+    fn truth(&mut self, v: Val, off: usize) -> Result<Fo, XqError> {
         Ok(match v {
             Val::Bool(f) | Val::Out(f) => f,
             Val::NodeSet(s) => {
@@ -1085,8 +1085,8 @@ impl Tr<'_> {
                 let c = self.cond(c)?;
                 let (vt, ve) = (self.tr(t)?, self.tr(e)?);
                 let out = matches!(vt, Val::Out(_)) || matches!(ve, Val::Out(_));
-                let ft = self.to_bool(vt, offset_of(t))?;
-                let fe = self.to_bool(ve, offset_of(e))?;
+                let ft = self.truth(vt, offset_of(t))?;
+                let fe = self.truth(ve, offset_of(e))?;
                 let f = match (ft.konst, fe.konst) {
                     (Some(true), Some(false)) => c,
                     (Some(false), Some(true)) => Fo::not(c),
@@ -1146,7 +1146,7 @@ impl Tr<'_> {
 
     fn cond(&mut self, x: &X) -> Result<Fo, XqError> {
         let v = self.tr(x)?;
-        self.to_bool(v, offset_of(x))
+        self.truth(v, offset_of(x))
     }
 
     /// Binds XQuery variable `v` to the items of `set`; returns the logic quantifier's variable
@@ -1195,10 +1195,10 @@ impl Tr<'_> {
                     // A filtered-out item outputs nothing: it cannot be false.
                     Val::Out(f) => Val::Out(Fo::implies(c, f)),
                     other if in_for => {
-                        Val::Bool(Fo::implies(c, self.to_bool(other, offset_of(ret))?))
+                        Val::Bool(Fo::implies(c, self.truth(other, offset_of(ret))?))
                     }
                     // No `for`: the whole result is there or not.
-                    other => Val::Bool(Fo::and(c, self.to_bool(other, offset_of(ret))?)),
+                    other => Val::Bool(Fo::and(c, self.truth(other, offset_of(ret))?)),
                 })
             }
             Clause::For(v, s, off) => {
@@ -1253,7 +1253,7 @@ impl Tr<'_> {
                 let f = match v {
                     Val::Scalar(_) | Val::Event(..) => Fo::konst(true),
                     Val::Bool(_) | Val::Out(_) => Fo::konst(true),
-                    other => self.to_bool(other, off)?,
+                    other => self.truth(other, off)?,
                 };
                 Ok(Val::Bool(if name == "empty" { Fo::not(f) } else { f }))
             }
@@ -1565,7 +1565,7 @@ pub fn translate(src: &str, events: &dyn Events) -> Result<String, XqError> {
         used: Vec::new(),
     };
     let v = tr.tr(&x)?;
-    let f = tr.to_bool(v, offset_of(&x))?;
+    let f = tr.truth(v, offset_of(&x))?;
     Ok(f.text)
 }
 
