@@ -1,16 +1,12 @@
 //! `chat` between two processes on loopback: lines typed at one reach the other, once each,
 //! in order; the end of input closes cleanly.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
-use std::net::UdpSocket;
 use std::process::{Command, Stdio};
 
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+use common::free_port;
 
 #[test]
 fn two_processes_chat() {

@@ -654,3 +654,25 @@ fn a_stream_starts_with_probes_and_its_window_follows_the_introduction() {
     }
     assert_eq!(got, (0..6u8).map(|i| vec![i]).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_closing_receiver_acknowledges_what_waits_for_a_delayed_ack() {
+    let (mut a, mut b) = introduced_pair(Config::default());
+    // A small last message: its ACK is delayed (no ACK of its own at once).
+    let req = a.send(0, Dest::Node(NodeId(2)), b"last words");
+    let got = b.receive(1, req.transmits[0].1.clone());
+    assert_eq!(got.delivered.len(), 1);
+    assert!(got.transmits.is_empty(), "the ACK is delayed");
+    let (ch_a, ch_b) = (a.channels[0], b.channels[0]);
+    assert_eq!(session(&a).pending(ch_a, NodeId(2)), 1);
+    // b closes before its delayed ACK is due: the close sends it.
+    b.kernel.close_channel(ch_b, b.now).unwrap();
+    let closing = b.drain();
+    assert_eq!(closing.transmits.len(), 1, "one ACK at the close");
+    assert!(closing.failures.is_empty(), "b held nothing to send");
+    a.receive(2, closing.transmits[0].1.clone());
+    assert_eq!(session(&a).pending(ch_a, NodeId(2)), 0, "acknowledged");
+    // Nothing owed: a close sends nothing.
+    a.kernel.close_channel(ch_a, a.now).unwrap();
+    assert!(a.drain().transmits.is_empty());
+}

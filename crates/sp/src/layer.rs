@@ -15,7 +15,17 @@
 //! In RELIABLE mode (the default) the layer promises reliable FIFO delivery to the layers
 //! above ([`Layer::delivery`]).
 //!
+//! Settling: those held tags are what the session reports as
+//! [`unsettled`](Session::unsettled) — messages queued in a connection and not yet sent, or
+//! sent and not yet acknowledged (in the other modes, not yet forgotten: a non-RELIABLE message
+//! leaves once sent and its retransmission horizon has passed). A driver waits for them
+//! before closing (a node's linger) and holds back new messages while too many are unsettled.
+//! When the channel closes, each connection's held messages are reported as `SendAborted`
+//! (`events::SEND_ABORTED`) naming their tags, as `reliable-fifo` does: the peer may or may
+//! not have them, and they are not sent again (`sp.closed_pending` counts them).
+//!
 //! Counters: `sp.broadcast` (a broadcast: SP is point to point, dropped), `sp.refused`,
+//! `sp.closed_pending` (messages unsettled when their channel closed, reported aborted),
 //! `sp.unreachable` (with its reason: `sp.failed_connect`, `sp.failed_ack`,
 //! `sp.failed_retransmit`, `sp.failed_echo`, `sp.failed_end`, `sp.failed_cntrl`, `sp.reset`,
 //! `sp.rejected`), `sp.dropped` (messages a non-RELIABLE receiver gave up), `sp.bad_packet`
@@ -41,7 +51,7 @@ use viastack_kernel::{
     ChannelId, Context, Delivery, Dest, Direction, Event, EventType, Instant, Layer, Message,
     NodeId, Session, Tag,
 };
-use viastack_protocols::events::{failure, PEER_UNREACHABLE, SEND_REFUSED};
+use viastack_protocols::events::{failure, PEER_UNREACHABLE, SEND_ABORTED, SEND_REFUSED};
 
 use crate::connection::{Config, DropReason, Event as SpEvent, FailReason, Reliability};
 use crate::endpoint::{ConnectionHandle, ConnectionTotals, Endpoint, EndpointStats};
@@ -75,7 +85,12 @@ impl Layer for SpLayer {
         vec![INBOUND.id()]
     }
     fn provides(&self) -> Vec<EventType> {
-        vec![SENDABLE.id(), PEER_UNREACHABLE.id(), SEND_REFUSED.id()]
+        vec![
+            SENDABLE.id(),
+            PEER_UNREACHABLE.id(),
+            SEND_REFUSED.id(),
+            SEND_ABORTED.id(),
+        ]
     }
     /// RELIABLE connections deliver every message once and in order, or report it; the other
     /// modes may give messages up (seed 002 §3.2).
@@ -99,6 +114,8 @@ impl Layer for SpLayer {
 /// layer sends every message at priority 0, so messages take their numbers in send order).
 #[derive(Debug, Default)]
 struct Unacknowledged {
+    /// The connection's peer.
+    peer: NodeId,
     /// The number of the first message in `tags`.
     first: u64,
     tags: VecDeque<Tag>,
@@ -228,6 +245,7 @@ impl SpSession {
                     .unacknowledged
                     .entry(h)
                     .or_insert_with(|| Unacknowledged {
+                        peer,
                         first: seq,
                         tags: VecDeque::new(),
                     });
@@ -382,10 +400,26 @@ impl Session for SpSession {
             return;
         }
         if event.ty() == CHANNEL_CLOSE.id() {
-            if let Some(st) = self.channels.remove(&event.channel()) {
+            let channel = event.channel();
+            if let Some(st) = self.channels.remove(&channel) {
                 if let Some((id, _)) = st.timer {
                     ctx.cancel_timer(id);
                 }
+                // What the channel still holds is reported, never dropped silently: the peer
+                // may or may not have it (as `reliable-fifo` does on close). Connections in
+                // handle order, so the notices come out the same on every run.
+                let mut held: Vec<_> = st
+                    .unacknowledged
+                    .into_iter()
+                    .filter(|(_, u)| !u.tags.is_empty())
+                    .collect();
+                held.sort_unstable_by_key(|(h, _)| *h);
+                let mut pending = 0;
+                for (_, u) in held {
+                    pending += u.tags.len();
+                    ctx.go(failure(&SEND_ABORTED, channel, u.peer, u.tags));
+                }
+                ctx.count_n("closed_pending", pending as u64);
             }
             ctx.go(event);
             return;
@@ -398,5 +432,15 @@ impl Session for SpSession {
             Direction::Down => self.send(event, ctx),
             Direction::Up => self.receive(event, ctx),
         }
+    }
+
+    /// Messages of every outgoing connection queued or in flight, not yet acknowledged (see
+    /// the module documentation, "Settling").
+    fn unsettled(&self) -> usize {
+        self.channels
+            .values()
+            .flat_map(|st| st.unacknowledged.values())
+            .map(|u| u.tags.len())
+            .sum()
     }
 }

@@ -23,6 +23,21 @@ layers = ["dev", "sum", "rel", "frag"]
 qos = "q"
 "#;
 
+/// SP (seed 002) instead of `reliable-fifo` + `fragment`: SP cuts messages into blocks itself.
+const SP: &str = r#"
+[layers.dev]
+kind = "device"
+[layers.sum]
+kind = "checksum"
+[layers.sp]
+kind = "sp"
+reliability = "reliable"
+[qos.q]
+layers = ["dev", "sum", "sp"]
+[channels.data]
+qos = "q"
+"#;
+
 /// `n` addresses on `ip` with ports free a moment ago.
 fn free_addrs(ip: &str, n: usize) -> Vec<SocketAddr> {
     let socks: Vec<UdpSocket> = (0..n)
@@ -52,12 +67,6 @@ fn transfer(transport: &str, ip: &str, count: u32, event_queue: usize, read_late
     let a = open(&stack, &addrs, 0, 4096);
     let b = open(&stack, &addrs, 1, event_queue);
     let data = a.channel("data").expect("channel");
-    let payload = |i: u32| -> Vec<u8> {
-        let len = 8 + (i as usize * 37) % 3000;
-        let mut v = i.to_be_bytes().to_vec();
-        v.resize(len, (i % 251) as u8);
-        v
-    };
     let sender = std::thread::spawn(move || {
         for i in 0..count {
             data.send(NodeId(1), payload(i)).expect("send");
@@ -73,12 +82,12 @@ fn transfer(transport: &str, ip: &str, count: u32, event_queue: usize, read_late
             waiting = b.metrics().expect("metrics").events_waiting;
             std::thread::yield_now();
         }
-        check_all(&b, count, &payload);
+        check_all(&b, count);
         let a = sender.join().expect("sender");
         let report = a.close().expect("close");
         assert_eq!(report.aborted, 0);
     } else {
-        check_all(&b, count, &payload);
+        check_all(&b, count);
         let a = sender.join().expect("sender");
         let report = a.close().expect("close");
         assert_eq!(report.aborted, 0, "a clean close settles everything");
@@ -86,7 +95,15 @@ fn transfer(transport: &str, ip: &str, count: u32, event_queue: usize, read_late
     b.close().expect("close");
 }
 
-fn check_all(b: &Node, count: u32, payload: &dyn Fn(u32) -> Vec<u8>) {
+/// Message `i` of a transfer: its number, then up to 3000 bytes (some fragmented).
+fn payload(i: u32) -> Vec<u8> {
+    let len = 8 + (i as usize * 37) % 3000;
+    let mut v = i.to_be_bytes().to_vec();
+    v.resize(len, (i % 251) as u8);
+    v
+}
+
+fn check_all(b: &Node, count: u32) {
     for i in 0..count {
         match b.recv_timeout(Duration::from_secs(20)) {
             Ok(NodeEvent::Message(m)) => {
@@ -125,12 +142,40 @@ fn a_slow_reader_pauses_the_node_and_loses_nothing() {
 }
 
 #[test]
+fn sp_close_lingers_until_everything_is_acknowledged() {
+    let addrs = free_addrs("127.0.0.1", 2);
+    let a = open(SP, &addrs, 0, 4096);
+    let b = open(SP, &addrs, 1, 4096);
+    let data = a.channel("data").expect("channel");
+    // More messages than `max_unsettled` (512): sends are held back while SP holds that many
+    // unacknowledged; the close right after the last one waits until SP has them all
+    // acknowledged, and only then closes the channel.
+    let count = 3000;
+    for i in 0..count {
+        data.send(NodeId(1), payload(i)).expect("send");
+    }
+    let report = a.close().expect("close");
+    assert_eq!(report.aborted, 0, "a clean close settles everything");
+    assert_eq!(report.metrics.unsettled, 0);
+    check_all(&b, count);
+    b.close().expect("close");
+}
+
+#[test]
 fn close_reports_what_no_peer_acknowledged() {
-    let stack = RELIABLE.replace("TRANSPORT", "udp");
+    close_reports_unacknowledged(&RELIABLE.replace("TRANSPORT", "udp"));
+}
+
+#[test]
+fn sp_close_reports_what_no_peer_acknowledged() {
+    close_reports_unacknowledged(SP);
+}
+
+fn close_reports_unacknowledged(stack: &str) {
     // Node 1's address is bound by nobody: nothing will be acknowledged.
     let addrs = free_addrs("127.0.0.1", 2);
     let a = Node::builder()
-        .stack_text("test.toml", &stack)
+        .stack_text("test.toml", stack)
         .deployment(Deployment::new(addrs).with_id(NodeId(0)))
         .linger(Duration::from_millis(300))
         .open()

@@ -28,6 +28,10 @@
 //!   `ack_delay`; immediate for duplicates, out-of-order segments and gap fills (RFC 5681
 //!   §4.2). **Piggybacking**: a DATA segment leaving for a peer carries the ACK due to it
 //!   (an ACK+DATA segment), so request/response traffic sends no ACK of its own.
+//! - **Closing**: when a channel closes, what it still holds to send is reported
+//!   ([`SEND_ABORTED`], counted `closed_pending`), and what it received but has not yet
+//!   acknowledged is acknowledged at once (as TCP's FIN carries its ACK), so a peer whose
+//!   last message arrived just before the close does not retransmit it into the void.
 //! - **Giving up**: after `max_retries` timeouts without the cumulative ACK advancing, the
 //!   session sends a [`PEER_UNREACHABLE`] notice up for that (channel, peer), drops the
 //!   peer's pending messages (counted `reliable-fifo.dropped_unreachable`) and resets the send
@@ -616,16 +620,22 @@ impl Session for ReliableSession {
         if event.ty() == CHANNEL_CLOSE.id() {
             let channel = event.channel();
             self.acks_owed.retain(|(c, _)| *c != channel);
-            // ACKs still owed leave now: delivered messages are acknowledged, so their senders
-            // do not wait out a timeout and report them as lost.
+            // What arrived and waits for a delayed ACK is acknowledged now, as TCP's FIN
+            // carries its ACK: the peer's last messages before this close would otherwise
+            // stay unacknowledged, and the peer would retransmit them into the void and linger
+            // (a request answered just before the answering node closes).
             let cfg = self.config;
-            for ((c, peer), p) in self.peers.iter_mut() {
-                if *c == channel && (p.rx.ack_due || p.rx.ack_deadline.is_some()) {
-                    let link = Link {
-                        channel,
-                        peer: *peer,
-                    };
-                    p.rx.reply(false, &cfg, link, ctx);
+            for ((c, peer), p) in &mut self.peers {
+                if *c == channel && p.rx.owes_ack() {
+                    p.rx.reply(
+                        false,
+                        &cfg,
+                        Link {
+                            channel,
+                            peer: *peer,
+                        },
+                        ctx,
+                    );
                     ctx.count("acks_at_close");
                 }
             }

@@ -231,10 +231,15 @@ impl Receiver {
         any
     }
 
+    /// Whether something received waits to be acknowledged (at once, or by a delayed ACK).
+    pub fn owes_ack(&self) -> bool {
+        self.epoch != 0 && (self.unacked > 0 || self.ack_deadline.is_some() || self.ack_due)
+    }
+
     /// The pending ACK, for a DATA segment leaving for the peer to carry (and so none is due
     /// any more); None when nothing waits to be acknowledged.
     pub fn take_ack(&mut self, cfg: &Config, ctx: &mut Context<'_>) -> Option<Ack> {
-        if self.epoch == 0 || (self.unacked == 0 && self.ack_deadline.is_none() && !self.ack_due) {
+        if !self.owes_ack() {
             return None;
         }
         ctx.count("acks_piggybacked");

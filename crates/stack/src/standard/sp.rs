@@ -15,7 +15,8 @@ pub const SP: LayerKind = LayerKind {
     doc: "SP, the Simple Protocol (seed 002 §3): one SP connection per peer, messages split \
           into blocks and delivered whole and in order, reliability unreliable / \
           retransmit-on-error / checksummed (XOR parity FEC) / reliable, CONN/END/ACK/RETRANS/ECHO \
-          timers; a failed connection raises PeerUnreachable. Put it right above the device: its \
+          timers; a failed connection raises PeerUnreachable, and a channel closed with messages \
+          unacknowledged raises SendAborted naming them. Put it right above the device: its \
           20-byte header carries its own checksum.",
     params: &[
         ParamSpec {
