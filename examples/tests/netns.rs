@@ -135,6 +135,20 @@ impl Hosts {
             .spawn()
             .expect("start in the namespace")
     }
+
+    /// `program` run in host `ns` to its end: whether it succeeded, and its standard error.
+    fn run_in(&self, ns: &str, program: &str, args: &[String]) -> (bool, String) {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, program])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run in the namespace");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
 }
 
 impl Drop for Hosts {
@@ -222,4 +236,68 @@ fn chat_between_two_hosts_over_ipv6() {
         &format!("[{NET6}2]:7000"),
         20,
     );
+}
+
+/// `file-transfer` of a 4 MB file from host a to host b over the lossy link, with `stack`.
+fn file_across(stack: &str) {
+    let Some(hosts) = Hosts::up("50mbit", 5) else {
+        return;
+    };
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("netns-file-{}", stack.replace('.', "-")));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("in")).expect("scratch");
+    let file = dir.join("payload.bin");
+    let content: Vec<u8> = (0..4_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&file, &content).expect("write");
+    let stack = format!("{}/../stacks/{stack}", env!("CARGO_MANIFEST_DIR"));
+    let (a, b) = (format!("{NET4}.1:7000"), format!("{NET4}.2:7000"));
+    let args = |mode: &str, id: u32, me: &str, peer: &str| -> Vec<String> {
+        [
+            mode,
+            "--quiet",
+            "--stack",
+            &stack,
+            "--id",
+            &id.to_string(),
+            "--addr",
+            me,
+        ]
+        .into_iter()
+        .map(String::from)
+        .chain(["--peer".into(), format!("{}={peer}", 1 - id)])
+        .collect()
+    };
+    let program = env!("CARGO_BIN_EXE_file-transfer");
+    let mut recv_args = args("recv", 1, &b, &a);
+    recv_args.extend(["--out".into(), dir.join("in").display().to_string()]);
+    let mut receiver = Killed(hosts.spawn(&hosts.b, program, &recv_args));
+    // The receiver says when it listens.
+    let mut first = String::new();
+    let mut said = BufReader::new(receiver.0.stdout.take().expect("stdout"));
+    said.read_line(&mut first)
+        .expect("the receiver's first line");
+    assert!(first.contains("listening on"), "receiver said {first:?}");
+    let mut send_args = args("send", 0, &a, &b);
+    send_args.push(file.display().to_string());
+    let (ok, err) = hosts.run_in(&hosts.a, program, &send_args);
+    assert!(ok, "sender failed: {err}");
+    let mut summary = String::new();
+    std::io::Read::read_to_string(&mut said, &mut summary).expect("the receiver's summary");
+    assert!(receiver.0.wait().expect("receiver").success(), "{summary}");
+    let got = std::fs::read(dir.join("in/payload.bin")).expect("the received file");
+    assert!(got == content, "the file arrived damaged");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn file_transfer_between_two_hosts_over_sp() {
+    file_across("file-sp.toml");
+}
+
+#[test]
+fn file_transfer_between_two_hosts_over_reliable_fifo() {
+    file_across("file-fifo.toml");
 }
