@@ -572,6 +572,17 @@ impl Events {
         self.rx.recv().ok()
     }
 
+    /// Waits at most `timeout` for the next event.
+    ///
+    /// # Errors
+    /// [`RecvError::Timeout`], [`RecvError::Closed`].
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<NodeEvent, RecvError> {
+        self.rx.recv_timeout(timeout).map_err(|e| match e {
+            flume::RecvTimeoutError::Timeout => RecvError::Timeout,
+            flume::RecvTimeoutError::Disconnected => RecvError::Closed,
+        })
+    }
+
     /// The next event if one is waiting.
     pub fn try_recv(&self) -> Option<NodeEvent> {
         self.rx.try_recv().ok()
@@ -624,6 +635,28 @@ impl Channel {
     pub fn send_to_all(&self, payload: impl Into<Vec<u8>>) -> Result<Tag, SendError> {
         let (c, tag) = self.command(None, payload.into())?;
         self.commands.send(c).map_err(|_| SendError::Closed)?;
+        self.shared.nudge();
+        Ok(tag)
+    }
+
+    /// Sends `payload` to `to`, waiting at most `timeout` for room in the send queue.
+    ///
+    /// # Errors
+    /// [`SendError::Full`] if the queue stayed full that long, [`SendError::UnknownPeer`],
+    /// [`SendError::Closed`].
+    pub fn send_timeout(
+        &self,
+        to: NodeId,
+        payload: impl Into<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<Tag, SendError> {
+        let (c, tag) = self.command(Some(to), payload.into())?;
+        self.commands
+            .send_timeout(c, timeout)
+            .map_err(|e| match e {
+                flume::SendTimeoutError::Timeout(_) => SendError::Full,
+                flume::SendTimeoutError::Disconnected(_) => SendError::Closed,
+            })?;
         self.shared.nudge();
         Ok(tag)
     }

@@ -485,15 +485,29 @@ fn try_send_says_full_when_the_queue_is_full() {
         data.try_send(NodeId(1), b"three".to_vec()),
         Err(viastack::SendError::Full)
     );
+    assert_eq!(
+        data.send_timeout(NodeId(1), b"three".to_vec(), Duration::from_millis(20)),
+        Err(viastack::SendError::Full),
+        "a bounded wait gives up"
+    );
     let m = a.metrics().expect("metrics");
     assert_eq!((m.unsettled, m.sends_waiting), (1, 1), "{m:?}");
     let events = a.events();
     let report = a.close().expect("close");
     assert_eq!(report.aborted, 2, "the unsettled one and the queued one");
     let mut reported = Vec::new();
-    while let Some(e) = events.recv() {
-        if let NodeEvent::Notice(Notice::SendFailed { tags, .. }) = e {
-            reported.extend(tags);
+    loop {
+        match events.recv_timeout(Duration::from_secs(10)) {
+            Ok(NodeEvent::Notice(Notice::SendFailed { tags, .. })) => reported.extend(tags),
+            Ok(_) => {}
+            Err(e) => {
+                assert_eq!(
+                    e,
+                    viastack::RecvError::Closed,
+                    "all read once the loop ended"
+                );
+                break;
+            }
         }
     }
     reported.sort();
