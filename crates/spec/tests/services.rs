@@ -261,24 +261,45 @@ fn sync_repeats_until_every_neighbour_holds_the_message() {
 
 #[test]
 fn incast_merges_the_children_payloads() {
+    // Seed 000 Table 3.5: payloads with the same message id and destination (7) merge into one
+    // message that goes on towards that destination (not to the parent: the forwarding engine
+    // routes a unicast up the tree rooted at its destination).
     let all = run(
         "incast",
         r#"{"t_ms":0,"node":{"address":2,"parent":1,"children":[3,4]}}
-           {"t_ms":1,"message":{"ServiceID":6,"MessageID":5,"MessageType":128,"SourceAddress":3,"Payload":"a"}}
-           {"t_ms":2,"message":{"ServiceID":6,"MessageID":5,"MessageType":128,"SourceAddress":4,"Payload":"b"}}"#,
+           {"t_ms":1,"message":{"ServiceID":6,"MessageID":5,"MessageType":128,"SourceAddress":3,"DestinationAddress":7,"Payload":"a"}}
+           {"t_ms":2,"message":{"ServiceID":6,"MessageID":5,"MessageType":128,"SourceAddress":4,"DestinationAddress":7,"Payload":"b"}}"#,
         false,
     );
-    assert_eq!(all, lines("1 #5 setTimer 1\n 1 #5 collecting\n 2 #5 cancelTimer 1\n 2 #5 sendDataMessage 128>1 a|b\n 2 #5 setTimer 2\n 2 #5 sent"));
+    assert_eq!(all, lines("1 #5 setTimer 1\n 1 #5 collecting\n 2 #5 cancelTimer 1\n 2 #5 sendDataMessage 128>7 a|b\n 2 #5 setTimer 2\n 2 #5 sent"));
     let partial = run(
         "incast",
         r#"{"t_ms":0,"node":{"address":2,"parent":1,"children":[3,4]}}
-           {"t_ms":1,"message":{"ServiceID":6,"MessageID":5,"MessageType":128,"SourceAddress":3,"Payload":"a"}}
-           {"t_ms":501,"timer":{"ServiceID":6,"MessageID":5,"TimerIdentifier":1}}"#,
+           {"t_ms":1,"message":{"ServiceID":6,"MessageID":5,"MessageType":128,"SourceAddress":3,"DestinationAddress":7,"Payload":"a"}}
+           {"t_ms":501,"timer":{"ServiceID":6,"MessageID":5,"TimerIdentifier":1}}
+           {"t_ms":600,"message":{"ServiceID":6,"MessageID":5,"MessageType":128,"SourceAddress":4,"DestinationAddress":7,"Payload":"late"}}"#,
         false,
     );
     assert_eq!(
         partial[2..],
-        lines("501 #5 sendDataMessage 128>1 a\n 501 #5 setTimer 2\n 501 #5 sent")
+        lines("501 #5 sendDataMessage 128>7 a\n 501 #5 setTimer 2\n 501 #5 sent\n 600 #5 sendDataMessage 128>7 late\n 600 #5 sent"),
+        "what the collection time missed is forwarded on its own, not dropped"
+    );
+}
+
+#[test]
+fn incast_does_not_merge_payloads_for_another_destination() {
+    let out = run(
+        "incast",
+        r#"{"t_ms":0,"node":{"address":2,"parent":1,"children":[3,4,5]}}
+           {"t_ms":1,"message":{"ServiceID":6,"MessageID":5,"MessageType":128,"SourceAddress":3,"DestinationAddress":7,"Payload":"a"}}
+           {"t_ms":2,"message":{"ServiceID":6,"MessageID":5,"MessageType":128,"SourceAddress":4,"DestinationAddress":8,"Payload":"x"}}
+           {"t_ms":3,"message":{"ServiceID":6,"MessageID":5,"MessageType":128,"SourceAddress":5,"DestinationAddress":7,"Payload":"b"}}"#,
+        false,
+    );
+    assert_eq!(
+        out[2..],
+        lines("2 #5 sendDataMessage 128>8 x\n 2 #5 collecting\n 3 #5 cancelTimer 1\n 3 #5 sendDataMessage 128>7 a|b\n 3 #5 setTimer 2\n 3 #5 sent")
     );
 }
 
