@@ -161,6 +161,26 @@ fn e2eack_ack_request_goes_only_to_children_without_a_full_ack() {
     );
 }
 
+/// §3.1.2.2 (ACK Request and NACK as in §3.1.2.1): a node that has not got the payload
+/// answers every ACK Request with a NACK, the repeated one too, as h2hack does.
+#[test]
+fn e2eack_answers_a_repeated_ack_request_with_a_nack() {
+    let out = run(
+        "e2eack",
+        r#"{"t_ms":0,"node":{"address":3,"parent":1,"children":[]}}
+           {"t_ms":1,"message":{"ServiceID":2,"MessageID":7,"MessageType":3,"SourceAddress":1}}
+           {"t_ms":500,"message":{"ServiceID":2,"MessageID":7,"MessageType":3,"SourceAddress":1}}"#,
+        false,
+    );
+    assert_eq!(
+        out[out.len() - 2..],
+        lines(
+            "500 #7 sendControlMessage 1>1
+             500 #7 nopayload"
+        )[..]
+    );
+}
+
 /// Table 3.1: a Reset is passed on to the children in "done" too.
 #[test]
 fn e2eack_reset_in_done_is_passed_on() {
