@@ -38,6 +38,10 @@
 //!   side with a new epoch: later messages to that peer start a fresh stream, so a peer that
 //!   comes back is heard again. The receive side is kept (resetting it could deliver a
 //!   message twice).
+//! - **Giving up on suspicion** (`give_up_on_suspect`, off by default): a `Suspect` notice
+//!   for a peer passing up this channel from a failure detector below gives up on that peer
+//!   at once, exactly as `max_retries` would (`given_up_on_suspect`), so a channel that shares
+//!   its detector with others learns of a crash when they do, not minutes later.
 //! - **Full send buffer**: a message to a peer that already has `send_buffer` messages queued
 //!   or in flight is refused: dropped, counted (`refused`) and reported with a
 //!   [`SEND_REFUSED`] notice for that peer. `PeerUnreachable` is not reused: the peer may be
@@ -105,7 +109,8 @@
 //! `acks_sent`, `nacks_sent`, `acks_piggybacked`, `unreachable`, `refused`, `broadcast`,
 //! `closed_pending`, and for incarnations `unintroduced`, `other_incarnation`, `introductions`,
 //! `introduced`, `inconsistent`, `peer_restarts`, `dropped_restarted`, `peer_restarted`,
-//! `reset_dropped`, `readdressed`, `acks_at_close` (ACKs owed, sent when the channel closes).
+//! `reset_dropped`, `readdressed`, `acks_at_close` (ACKs owed, sent when the channel closes),
+//! `given_up_on_suspect`.
 //!
 //! # Memory
 //!
@@ -134,7 +139,9 @@ use viastack_kernel::{
     Layer, NodeId, Session, TimerId,
 };
 
-use crate::events::{failure, PEER_RESTARTED, PEER_UNREACHABLE, SEND_ABORTED, SEND_REFUSED};
+use crate::events::{
+    failure, notice_peer, PEER_RESTARTED, PEER_UNREACHABLE, SEND_ABORTED, SEND_REFUSED, SUSPECT,
+};
 use receiver::{Receiver, Reply};
 use sender::{AckOutcome, Sender};
 use wire::Packet;
@@ -173,6 +180,10 @@ pub struct Config {
     /// Longest delay of an ACK. Default 40 ms (Linux `TCP_DELACK_MIN`; RFC 5681 §4.2: under
     /// 500 ms).
     pub ack_delay: Duration,
+    /// Give up on a peer as soon as a failure detector below reports it `Suspect` on this
+    /// channel, instead of after `max_retries` timeouts. Default off: the reliable layer alone
+    /// decides, as TCP does.
+    pub give_up_on_suspect: bool,
 }
 
 impl Default for Config {
@@ -189,6 +200,7 @@ impl Default for Config {
             ack_every: 2,
             ack_bytes: 2 * 1472,
             ack_delay: Duration::from_millis(40),
+            give_up_on_suspect: false,
         }
     }
 }
@@ -219,7 +231,11 @@ impl Layer for ReliableFifo {
         &self.name
     }
     fn accepts(&self) -> Vec<EventType> {
-        vec![SENDABLE.id(), CHANNEL_CLOSE.id()]
+        let mut accepts = vec![SENDABLE.id(), CHANNEL_CLOSE.id()];
+        if self.config.give_up_on_suspect {
+            accepts.push(SUSPECT.id());
+        }
+        accepts
     }
     /// A path to the network: a transport below (a device), which provides `Inbound`.
     fn requires(&self) -> Vec<EventType> {
@@ -615,6 +631,25 @@ impl Session for ReliableSession {
         }
         if event.ty() == FLUSH.id() {
             self.flush(event.channel(), ctx);
+            return;
+        }
+        if event.ty() == SUSPECT.id() {
+            // Only accepted with `give_up_on_suspect`: the detector below speaks for the peer.
+            if let Some(peer) = notice_peer(&event) {
+                let link = Link {
+                    channel: event.channel(),
+                    peer,
+                };
+                if self
+                    .peers
+                    .get(&(link.channel, peer))
+                    .is_some_and(|p| p.tx.len() > 0)
+                {
+                    ctx.count("given_up_on_suspect");
+                    self.give_up(link, ctx);
+                }
+            }
+            ctx.go(event);
             return;
         }
         if event.ty() == CHANNEL_CLOSE.id() {

@@ -218,6 +218,12 @@ pub const RELIABLE_FIFO: LayerKind = LayerKind {
             default: Some("\"40ms\""),
             doc: "longest delay of an ACK (Linux TCP_DELACK_MIN; RFC 5681 §4.2: under 500 ms)",
         },
+        ParamSpec {
+            name: "give_up_on_suspect",
+            kind: ParamKind::Bool,
+            default: Some("false"),
+            doc: "when a failure detector below (e.g. a shared `heartbeat`) reports `Suspect` for                   a peer on this channel, give up on it at once as after `max_retries`: its                   pending messages are reported `PeerUnreachable` and later ones start a new                   stream (seed 001 §2.1: channels that share a failure detector learn of a                   failure at the same point)",
+        },
     ],
     one_of: &[],
     device: false,
@@ -251,6 +257,9 @@ fn build_reliable(name: &str, params: &Params, _env: &BuildEnv) -> Result<LayerR
             .map_err(|_| "`ack_bytes` is too large".to_string())?,
         ack_delay: params
             .get_duration("ack_delay")
+            .map_err(|e| e.to_string())?,
+        give_up_on_suspect: params
+            .get_bool("give_up_on_suspect")
             .map_err(|e| e.to_string())?,
     };
     if config.rto_min > config.rto_max {
