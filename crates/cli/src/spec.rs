@@ -114,11 +114,16 @@ pub fn run(cmd: SpecCommand) -> anyhow::Result<ExitCode> {
                 .iter()
                 .any(|d| d.name.as_deref() == Some("service"));
             let mut explained = String::new();
+            let mut path = String::new();
             let compiled = if is_service {
                 Service::load(&name, &src).map(|(svc, w)| {
                     if explain {
                         explained = explain_composites(&name, &svc);
                     }
+                    path = match svc.path() {
+                        (p, Some(why)) => format!("\n{name}: runs on the general chart {p}, the interpreter (the flat machine refuses it: {why})"),
+                        (p, None) => format!("\n{name}: runs on the {p} machine (pre-resolved at load time; the interpreter is the fallback)"),
+                    };
                     (summary(&svc.chart), w)
                 })
             } else {
@@ -131,7 +136,7 @@ pub fn run(cmd: SpecCommand) -> anyhow::Result<ExitCode> {
                     }
                     out!("{explained}")?;
                     outln!(
-                        "{name}: ok: {}{states} states, {transitions} transitions, {events} event names, {} warning(s)",
+                        "{name}: ok: {}{states} states, {transitions} transitions, {events} event names, {} warning(s){path}",
                         if is_service { "service, " } else { "" },
                         warnings.len()
                     )?;

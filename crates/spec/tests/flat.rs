@@ -172,3 +172,33 @@ fn a_catch_all_descriptor_keeps_the_general_engine() {
     let src = CORNERS.replace(r#"event="c t""#, r#"event="*""#);
     assert!(!load("star", &src).is_flat());
 }
+
+#[test]
+fn every_shipped_service_says_which_path_it_runs_on_and_why_a_fallback() {
+    for &(name, src, flat) in SPECS {
+        let svc = load(name, src);
+        match svc.path() {
+            ("flat", None) => assert!(flat, "{name}"),
+            ("engine", Some(why)) => assert!(!flat && !why.is_empty(), "{name}: {why}"),
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    // A refused construct (a `cond`) falls back to the engine, and the reason names it.
+    let src = r#"<scxml xmlns="http://www.w3.org/2005/07/scxml" initial="a">
+      <datamodel>
+        <data name="service"><ServiceID>4</ServiceID></data>
+        <data name="events"><Basic>
+          <Event name="x"><Message><MessageType>1</MessageType></Message></Event>
+        </Basic></data>
+      </datamodel>
+      <state id="a"><transition event="x" cond="true" target="b"/></state>
+      <final id="b"/>
+    </scxml>"#;
+    let svc = load("cond", src);
+    let (path, why) = svc.path();
+    assert_eq!(path, "engine");
+    assert!(why.is_some_and(|w| w.contains("cond")), "{why:?}");
+    let mut general = load("cond", src);
+    general.disable_flat();
+    assert_eq!(general.path().0, "engine");
+}

@@ -782,6 +782,8 @@ pub struct Ctx<'a, N: Network + ?Sized> {
     pub net: &'a mut N,
     /// Set by terminate.
     pub terminated: bool,
+    /// The address a `foreach` is at ([`Value::Each`]; 0 outside a `foreach`).
+    pub each: i64,
 }
 
 /// Reads datamodel variables for `$x` values.
@@ -852,6 +854,7 @@ fn read_int<N: Network + ?Sized>(
         Value::DraftAttr(d, a) => read_msg(&Value::Draft(*d), ctx)?.get(*a),
         Value::NodeAddress => ctx.node.address.0 as i64,
         Value::NodeParent => ctx.node.parent.0 as i64,
+        Value::Each => ctx.each,
         _ => return Err("expected a number or an address".into()),
     })
 }
@@ -866,6 +869,7 @@ fn quick_int<N: Network + ?Sized>(v: &Value, ctx: &Ctx<'_, N>) -> Option<i64> {
         Value::CurrentAttr(a) => ctx.current.map(|m| m.get(*a)),
         Value::NodeAddress => Some(ctx.node.address.0 as i64),
         Value::NodeParent => Some(ctx.node.parent.0 as i64),
+        Value::Each => Some(ctx.each),
         _ => None,
     }
 }
@@ -1095,20 +1099,34 @@ fn run_each<N: Network + ?Sized>(
     else {
         return Err("foreach: expected a send".into());
     };
-    let mut nodes = Vec::new();
-    selector.select(&ctx.history.logic, ctx.node, ctx.now, &mut nodes);
-    for a in nodes {
-        let sets: Vec<(Field, Value)> = sets
-            .iter()
-            .map(|(f, v)| match v {
-                Value::Each => (f.clone(), Value::Int(a.0 as i64)),
-                v => (f.clone(), v.clone()),
-            })
-            .collect();
-        run_one(*prim, None, base.as_ref(), &sets, ctx, vars)?;
+    // The selection is made before any action runs (an action may change the node): kept
+    // on the stack for the usual few nodes, spilled to the heap beyond.
+    let mut near = [Addr(0); EACH_INLINE];
+    let mut n = 0;
+    let mut spill = Vec::new();
+    selector.for_each(&ctx.history.logic, ctx.node, ctx.now, |a| {
+        if n < EACH_INLINE {
+            near[n] = a;
+            n += 1;
+        } else {
+            spill.push(a);
+        }
+    });
+    let outer = ctx.each;
+    let mut result = Ok(());
+    for a in near[..n].iter().chain(&spill) {
+        ctx.each = a.0 as i64;
+        result = run_one(*prim, None, base.as_ref(), sets, ctx, vars);
+        if result.is_err() {
+            break;
+        }
     }
-    Ok(())
+    ctx.each = outer;
+    result
 }
+
+/// Selected nodes a `foreach` keeps on the stack.
+const EACH_INLINE: usize = 16;
 
 /// `setTimer` / `cancelTimer`: no message is built.
 #[inline]
@@ -1345,6 +1363,7 @@ mod tests {
             drafts: &mut drafts,
             net: &mut net,
             terminated: false,
+            each: 0,
         };
         for a in triple.iter().chain([&one, &timer]) {
             run(a, &mut ctx, &()).unwrap();
@@ -1382,6 +1401,7 @@ mod tests {
             drafts: &mut [],
             net: &mut net,
             terminated: false,
+            each: 0,
         };
         assert!(run(&a, &mut ctx, &())
             .unwrap_err()

@@ -58,24 +58,45 @@ pub(crate) struct Flat {
 
 impl Flat {
     /// Compiles `chart` (the chart of the service with `data`) when it qualifies (module doc).
-    pub(crate) fn compile(chart: &Chart<Action>, data: &ServiceData, src: &str) -> Option<Flat> {
+    ///
+    /// # Errors
+    /// Why the chart does not qualify (the first construct found), for `spec check`.
+    pub(crate) fn compile(
+        chart: &Chart<Action>,
+        data: &ServiceData,
+        src: &str,
+    ) -> Result<Flat, String> {
         let states = chart.states();
         let n = states.len();
-        if n < 2 || n > usize::from(u16::MAX) || src.contains("_event") {
-            return None;
+        if n < 2 || n > usize::from(u16::MAX) {
+            return Err(format!(
+                "{} states (1 to 65,534 are flattened)",
+                n.saturating_sub(1)
+            ));
+        }
+        if src.contains("_event") {
+            return Err("the document reads `_event`".into());
         }
         for s in &states[1..] {
-            let plain = matches!(s.kind, Kind::Atomic | Kind::Final) && s.parent == 0;
-            if !plain || !s.data.is_empty() || s.donedata.is_some() {
-                return None;
+            let name = &s.id;
+            if !(matches!(s.kind, Kind::Atomic | Kind::Final) && s.parent == 0) {
+                return Err(format!(
+                    "state `{name}` is nested, parallel or a history state"
+                ));
+            }
+            if !s.data.is_empty() || s.donedata.is_some() {
+                return Err(format!("state `{name}` has a datamodel or donedata"));
             }
         }
         let blocks_ok = |blocks: &[Vec<Op>]| blocks.iter().all(|b| actions_only(chart, b));
-        if !states
+        if let Some(s) = states
             .iter()
-            .all(|s| blocks_ok(&s.onentry) && blocks_ok(&s.onexit))
+            .find(|s| !(blocks_ok(&s.onentry) && blocks_ok(&s.onexit)))
         {
-            return None;
+            return Err(format!(
+                "state `{}`: <onentry>/<onexit> content other than the service's actions (or an action reading a datamodel variable)",
+                s.id
+            ));
         }
         let names: Vec<&str> = data
             .basic
@@ -87,22 +108,35 @@ impl Flat {
             &chart.transitions()[s.transitions.start as usize..s.transitions.end as usize]
         };
         for t in states.iter().flat_map(own) {
-            let plain = !t.events.is_empty() && t.cond.is_none() && t.targets.len() <= 1;
-            if !plain || !actions_only(chart, &t.body) {
-                return None;
+            let from = chart.state_name(crate::chart::StateId(t.source));
+            if t.events.is_empty() {
+                return Err(format!("state `{from}` has an eventless transition"));
+            }
+            if t.cond.is_some() {
+                return Err(format!("state `{from}` has a transition with a `cond`"));
+            }
+            if t.targets.len() > 1 {
+                return Err(format!(
+                    "state `{from}` has a transition with several targets"
+                ));
+            }
+            if !actions_only(chart, &t.body) {
+                return Err(format!("state `{from}`: a transition runs content other than the service's actions (or an action reading a datamodel variable)"));
             }
             let internal = ["error.execution", "error.communication", "done.state.x"];
-            if t.events.iter().any(|d| {
+            if let Some(d) = t.events.iter().find(|d| {
                 internal.iter().any(|e| descriptor_matches(d, e))
                     || !names.iter().any(|e| descriptor_matches(d, e))
             }) {
-                return None;
+                return Err(format!(
+                    "state `{from}`: event descriptor `{d}` can match an event the engine raises, or no service event"
+                ));
             }
         }
         // The initial configuration: the root and one of its children.
         let start_state = match chart.initial_entry.as_slice() {
             [(0, _), (s, _)] | [(s, _)] if *s != 0 => *s,
-            _ => return None,
+            _ => return Err("the initial configuration is not one top-level state".into()),
         };
         let all_blocks = || {
             let state_blocks = states
@@ -154,13 +188,13 @@ impl Flat {
                 if let Some(t) = first {
                     steps.push(step_to(Some(s as u32), t.targets.first().copied(), &t.body));
                     if steps.len() >= usize::from(u16::MAX) {
-                        return None;
+                        return Err("more than 65,534 (event, state) steps".into());
                     }
                     table[e * n + s] = steps.len() as u16;
                 }
             }
         }
-        Some(Flat {
+        Ok(Flat {
             states: n,
             table: table.into(),
             steps: steps.into(),

@@ -91,6 +91,8 @@ pub struct Service {
     pub(crate) event_data: bool,
     /// The chart as a flat machine, when it is one ([`flat`](super::flat)).
     pub(crate) flat: Option<Flat>,
+    /// Why the chart runs on the general engine (`None` on the flat machine).
+    fallback: Option<String>,
 }
 
 impl Service {
@@ -186,9 +188,13 @@ impl Service {
                 states.into_boxed_slice()
             })
             .collect();
-        let flat = Flat::compile(&chart, &data, src);
+        let (flat, fallback) = match Flat::compile(&chart, &data, src) {
+            Ok(f) => (Some(f), None),
+            Err(why) => (None, Some(why)),
+        };
         let svc = Service {
             flat,
+            fallback,
             data,
             chart,
             matcher,
@@ -224,7 +230,19 @@ impl Service {
     /// Runs instances on the general chart engine even when the chart is flat (to compare
     /// the two; before sharing the service with a store).
     pub fn disable_flat(&mut self) {
-        self.flat = None;
+        if self.flat.take().is_some() {
+            self.fallback = Some("the flat machine was disabled (disable_flat)".into());
+        }
+    }
+
+    /// Which path instances run on: `"flat"` (the chart pre-resolved at load time into a
+    /// table of steps, [`flat`](super::flat)) or `"engine"` (the general chart interpreter),
+    /// and for the engine why the chart was not flattened.
+    pub fn path(&self) -> (&'static str, Option<&str>) {
+        match &self.flat {
+            Some(_) => ("flat", None),
+            None => ("engine", self.fallback.as_deref()),
+        }
     }
 
     /// ServiceID.

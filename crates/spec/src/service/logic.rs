@@ -1227,6 +1227,12 @@ impl Selector {
 
     /// Appends to `out`, in the node set's order, the addresses the formula holds for.
     pub fn select(&self, state: &State, node: &NodeInfo, now: Instant, out: &mut Vec<Addr>) {
+        self.for_each(state, node, now, |a| out.push(a));
+    }
+
+    /// Calls `f`, in the node set's order, with each address the formula holds for.
+    #[inline]
+    pub fn for_each(&self, state: &State, node: &NodeInfo, now: Instant, mut f: impl FnMut(Addr)) {
         let scope = Scope { node, now, state };
         let slot = usize::from(self.slot);
         if slot >= MAX_VARS {
@@ -1237,7 +1243,7 @@ impl Selector {
         for a in node_set(self.set, node) {
             v.value[slot] = a.0 as i64;
             if self.pred.holds(&mut v, &scope) {
-                out.push(*a);
+                f(*a);
             }
         }
     }

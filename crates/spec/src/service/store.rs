@@ -272,6 +272,7 @@ impl Store {
                 drafts: &mut self.drafts,
                 net,
                 terminated: false,
+                each: 0,
             },
         };
         let status = match (&mut inst, &svc.flat) {
@@ -337,6 +338,7 @@ impl Store {
                 drafts: &mut self.drafts,
                 net,
                 terminated: false,
+                each: 0,
             },
         };
         let mut result = Ok(true);
@@ -484,6 +486,7 @@ impl Store {
             drafts: &mut self.drafts,
             net,
             terminated: false,
+            each: 0,
         };
         let mut ended = false;
         // Basic events, in declaration order.
