@@ -1,0 +1,582 @@
+//! The Delaunay triangulation (DT) overlay protocol, sans-IO (seed 000 §3.1.1.2: the overlay
+//! node "runs a protocol that establishes and maintains the overlay network topology using
+//! protocol messages"; HyperCast's DT protocol, reimplemented from its published description).
+//!
+//! Every node has a logical address [`DtAddr`] (a point) and a substrate address `S`. The
+//! overlay it builds is the Delaunay triangulation of all points: each node keeps exactly its
+//! Delaunay neighbours, decided locally by the exact neighbour test of
+//! [`geometry::is_delaunay_edge`].
+//!
+//! # Messages ([`Message`])
+//! - `HelloNeighbor { src, cw, ccw }`: sent to each neighbour every heartbeat; `cw`/`ccw` are the
+//!   sender's neighbours just clockwise and counter-clockwise of the receiver around the sender.
+//!   The receiver learns them as candidates, and embedded trees use them to find children.
+//! - `HelloNotNeighbor { src, cw, ccw }`: "you are not my neighbour", with the same hints, so the
+//!   receiver learns the nodes that stand between.
+//! - `Goodbye { src }`: the sender leaves.
+//! - `NewNode { node, hops }`: a node asks to join; routed greedily (to the neighbour nearest
+//!   the new point, at most `hops` more hops) to the node nearest to it, which adds it and says
+//!   hello.
+//!
+//! # How the triangulation forms
+//! A node accepts a candidate iff it passes the neighbour test against its current neighbours,
+//! and then drops every neighbour that no longer passes. Since a node only knows live points, a
+//! dropped edge is never an edge of the full triangulation (adding points only removes Delaunay
+//! edges), and a true neighbour, once known, stays. Hellos carry each neighbour's angular
+//! neighbours, which is how missing neighbours are found. A neighbour not heard from for
+//! [`Config::neighbour_timeout`] is removed.
+//!
+//! # Join, leader, partitions
+//! A node with no neighbour sends `NewNode` to every buddy (the rendezvous list,
+//! [`Config::buddies`]) each fast heartbeat. The *leader* is a node with no neighbour greater
+//! than itself (in [`DtAddr`]'s order); a connected triangulation has exactly one. Every leader
+//! sends `NewNode` about itself to the buddies each [`Config::leader_beacon`]: in the leader's
+//! own partition the message is routed back towards it and costs nothing; in another partition
+//! it reaches the node nearest the leader there, which adds it — so two leaders mean a
+//! partition, and the beacons merge the parts when the network heals.
+//!
+//! # Call order (quinn style)
+//! Feed inputs with [`Node::handle_message`] and [`Node::handle_timeout`] (always with the
+//! current time); then drain [`Node::poll_transmit`] and [`Node::poll_event`]; then ask
+//! [`Node::poll_timeout`] when to call `handle_timeout` next. Handling a timeout early or twice
+//! is harmless.
+//!
+//! # Errors
+//! Messages about a node's own address from elsewhere (a duplicate address) and candidates
+//! beyond [`Config::max_neighbours`] are dropped and counted in [`Stats`]; nothing panics.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use viastack_kernel::{Duration, Instant};
+
+use crate::addr::DtAddr;
+use crate::geometry;
+
+/// A node's logical and substrate address together, as carried in messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Peer<S> {
+    /// The logical address.
+    pub addr: DtAddr,
+    /// Where to send to it.
+    pub substrate: S,
+}
+
+/// A DT protocol message (wire form: [`crate::wire::dt`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message<S> {
+    /// "I am your neighbour"; `cw`/`ccw` are the sender's neighbours next to the receiver.
+    HelloNeighbor {
+        /// The sender's logical address.
+        src: DtAddr,
+        /// The sender's neighbour clockwise of the receiver, around the sender.
+        cw: Option<Peer<S>>,
+        /// The sender's neighbour counter-clockwise of the receiver, around the sender.
+        ccw: Option<Peer<S>>,
+    },
+    /// "You are not my neighbour"; `cw`/`ccw` as in `HelloNeighbor`.
+    HelloNotNeighbor {
+        /// The sender's logical address.
+        src: DtAddr,
+        /// The sender's neighbour clockwise of the receiver, around the sender.
+        cw: Option<Peer<S>>,
+        /// The sender's neighbour counter-clockwise of the receiver, around the sender.
+        ccw: Option<Peer<S>>,
+    },
+    /// The sender leaves the overlay.
+    Goodbye {
+        /// The sender's logical address.
+        src: DtAddr,
+    },
+    /// `node` wants to join; route it to the node nearest `node.addr`.
+    NewNode {
+        /// The joining node.
+        node: Peer<S>,
+        /// Forwarding hops left.
+        hops: u8,
+    },
+}
+
+/// A change of the node's neighbourhood, for the application and the forwarding engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A neighbour was added.
+    NeighbourAdded(DtAddr),
+    /// A neighbour was removed.
+    NeighbourRemoved(DtAddr, RemoveReason),
+    /// The node became leader (`true`) or stopped being one (`false`).
+    Leader(bool),
+}
+
+/// Why a neighbour was removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoveReason {
+    /// A nearer node makes the edge non-Delaunay.
+    NotDelaunay,
+    /// The neighbour said we are not its neighbour.
+    Refused,
+    /// Not heard from for the neighbour timeout.
+    Timeout,
+    /// It said goodbye.
+    Goodbye,
+}
+
+/// Protocol parameters. The seed gives no numbers for the DT protocol (seed 000 only names the
+/// overlay node's role, §3.1.1.2); the defaults follow HyperCast's DT configuration: a heartbeat
+/// of a few seconds when stable, a timeout of several missed heartbeats.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config<S> {
+    /// Rendezvous: substrate addresses to send `NewNode` to when alone, and leader beacons.
+    pub buddies: Vec<S>,
+    /// Hello period while the neighbourhood is changing or the node is alone: 250 ms.
+    pub fast_heartbeat: Duration,
+    /// Hello period once the neighbourhood has been stable for `stable_after`: 2 s.
+    pub slow_heartbeat: Duration,
+    /// The neighbourhood counts as stable this long after its last change: 2 s.
+    pub stable_after: Duration,
+    /// A neighbour not heard from this long is removed: 10 s (five slow heartbeats).
+    pub neighbour_timeout: Duration,
+    /// A leader sends `NewNode` about itself to the buddies this often: 4 s.
+    pub leader_beacon: Duration,
+    /// Capacity of the neighbour table (candidates beyond it are refused and counted): 64.
+    pub max_neighbours: usize,
+    /// Hops a `NewNode` may be forwarded: 64.
+    pub new_node_hops: u8,
+}
+
+impl<S> Default for Config<S> {
+    fn default() -> Self {
+        Config {
+            buddies: Vec::new(),
+            fast_heartbeat: Duration::from_millis(250),
+            slow_heartbeat: Duration::from_secs(2),
+            stable_after: Duration::from_secs(2),
+            neighbour_timeout: Duration::from_secs(10),
+            leader_beacon: Duration::from_secs(4),
+            max_neighbours: 64,
+            new_node_hops: 64,
+        }
+    }
+}
+
+/// Counters of what the node dropped or refused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Messages that claimed this node's own address (duplicate address or echo).
+    pub own_address: u64,
+    /// Candidates refused because the neighbour table was full.
+    pub table_full: u64,
+    /// `NewNode` messages dropped because their hop count ran out.
+    pub hops_exhausted: u64,
+    /// Messages received after leaving.
+    pub after_leave: u64,
+}
+
+/// The node's timers (DESIGN.md §6.2: timers are data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timer {
+    /// Send hellos (or join requests when alone).
+    Heartbeat = 0,
+    /// Leader beacon to the buddies.
+    Beacon = 1,
+}
+
+/// What the node knows of a neighbour.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Neighbour<S> {
+    /// Where to send to it.
+    pub substrate: S,
+    /// When it was last heard from (or added).
+    pub last_heard: Instant,
+    /// Its neighbours next to this node around it, from its last hello (clockwise,
+    /// counter-clockwise): what embedded trees need to compute children locally.
+    pub around: (Option<DtAddr>, Option<DtAddr>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Active,
+    Left,
+}
+
+/// One DT overlay node (see the module documentation for the protocol and the call order).
+#[derive(Debug, Clone)]
+pub struct Node<S> {
+    config: Config<S>,
+    me: Peer<S>,
+    state: State,
+    neighbours: BTreeMap<DtAddr, Neighbour<S>>,
+    timers: [Option<Instant>; 2],
+    last_change: Instant,
+    leader: bool,
+    transmits: VecDeque<(S, Message<S>)>,
+    events: VecDeque<Event>,
+    stats: Stats,
+}
+
+impl<S: Clone + PartialEq> Node<S> {
+    /// A node at `addr`, reachable at `substrate`, starting at `now`: it sends its first join
+    /// requests at once.
+    pub fn new(config: Config<S>, addr: DtAddr, substrate: S, now: Instant) -> Self {
+        let mut n = Node {
+            config,
+            me: Peer { addr, substrate },
+            state: State::Active,
+            neighbours: BTreeMap::new(),
+            timers: [None; 2],
+            last_change: now,
+            leader: true,
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+        };
+        n.timers[Timer::Heartbeat as usize] = Some(now);
+        n.timers[Timer::Beacon as usize] = Some(now + n.config.leader_beacon);
+        n
+    }
+
+    /// This node's logical address.
+    pub fn addr(&self) -> DtAddr {
+        self.me.addr
+    }
+
+    /// The current neighbours, ordered by address.
+    pub fn neighbours(&self) -> impl Iterator<Item = (DtAddr, &Neighbour<S>)> {
+        self.neighbours.iter().map(|(a, n)| (*a, n))
+    }
+
+    /// The neighbours' logical addresses, ordered.
+    pub fn neighbour_addrs(&self) -> impl Iterator<Item = DtAddr> + '_ {
+        self.neighbours.keys().copied()
+    }
+
+    /// Whether no neighbour is greater than this node.
+    pub fn is_leader(&self) -> bool {
+        self.leader
+    }
+
+    /// What was dropped so far.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// When the neighbourhood last changed.
+    pub fn last_change(&self) -> Instant {
+        self.last_change
+    }
+
+    /// Leaves the overlay: says goodbye to every neighbour and stops.
+    pub fn leave(&mut self, _now: Instant) {
+        if self.state == State::Left {
+            return;
+        }
+        let src = self.me.addr;
+        for n in self.neighbours.values() {
+            self.transmits
+                .push_back((n.substrate.clone(), Message::Goodbye { src }));
+        }
+        let gone: Vec<DtAddr> = self.neighbours.keys().copied().collect();
+        self.neighbours.clear();
+        for a in gone {
+            self.events
+                .push_back(Event::NeighbourRemoved(a, RemoveReason::Goodbye));
+        }
+        self.state = State::Left;
+        self.timers = [None; 2];
+    }
+
+    /// Handles one message from substrate address `from`.
+    pub fn handle_message(&mut self, now: Instant, from: S, msg: Message<S>) {
+        if self.state == State::Left {
+            self.stats.after_leave += 1;
+            return;
+        }
+        match msg {
+            Message::HelloNeighbor { src, cw, ccw } => {
+                if src == self.me.addr {
+                    self.stats.own_address += 1;
+                    return;
+                }
+                let around = (cw.as_ref().map(|p| p.addr), ccw.as_ref().map(|p| p.addr));
+                if let Some(n) = self.neighbours.get_mut(&src) {
+                    n.last_heard = now;
+                    n.substrate = from;
+                    n.around = around;
+                } else if self.try_add(now, src, from.clone(), around) {
+                    self.send_hello(src);
+                } else {
+                    self.send_not_neighbour(from, src);
+                }
+                self.learn(now, [cw, ccw]);
+            }
+            Message::HelloNotNeighbor { src, cw, ccw } => {
+                if src == self.me.addr {
+                    self.stats.own_address += 1;
+                    return;
+                }
+                self.learn(now, [cw, ccw]);
+                if self.neighbours.remove(&src).is_some() {
+                    self.changed(now);
+                    self.events
+                        .push_back(Event::NeighbourRemoved(src, RemoveReason::Refused));
+                }
+            }
+            Message::Goodbye { src } => {
+                if self.neighbours.remove(&src).is_some() {
+                    self.changed(now);
+                    self.events
+                        .push_back(Event::NeighbourRemoved(src, RemoveReason::Goodbye));
+                }
+            }
+            Message::NewNode { node, hops } => self.handle_new_node(now, node, hops),
+        }
+        self.update_leader();
+    }
+
+    fn handle_new_node(&mut self, now: Instant, node: Peer<S>, hops: u8) {
+        if node.addr == self.me.addr {
+            if node.substrate != self.me.substrate {
+                self.stats.own_address += 1;
+            }
+            return;
+        }
+        if self.neighbours.contains_key(&node.addr) {
+            self.send_hello(node.addr);
+            return;
+        }
+        // Greedy routing: forward to the neighbour nearest the new point, if nearer than us.
+        let mine = geometry::dist2(self.me.addr, node.addr);
+        let nearest = self
+            .neighbours
+            .iter()
+            .map(|(a, n)| (geometry::dist2(*a, node.addr), *a, n))
+            .filter(|(d, _, _)| *d < mine)
+            .min_by_key(|(d, a, _)| (*d, *a));
+        if let Some((_, _, n)) = nearest {
+            if hops > 0 {
+                let to = n.substrate.clone();
+                self.transmits.push_back((
+                    to,
+                    Message::NewNode {
+                        node,
+                        hops: hops - 1,
+                    },
+                ));
+                return;
+            }
+            self.stats.hops_exhausted += 1;
+        }
+        if self.try_add(now, node.addr, node.substrate.clone(), (None, None)) {
+            self.send_hello(node.addr);
+        } else {
+            self.send_not_neighbour(node.substrate, node.addr);
+        }
+    }
+
+    /// Considers candidates learned from hellos.
+    fn learn(&mut self, now: Instant, candidates: [Option<Peer<S>>; 2]) {
+        for p in candidates.into_iter().flatten() {
+            if p.addr == self.me.addr || self.neighbours.contains_key(&p.addr) {
+                continue;
+            }
+            if self.try_add(now, p.addr, p.substrate, (None, None)) {
+                self.send_hello(p.addr);
+            }
+        }
+    }
+
+    /// Adds `addr` if it passes the neighbour test, then drops neighbours that no longer pass.
+    /// Returns whether `addr` is a neighbour afterwards.
+    fn try_add(
+        &mut self,
+        now: Instant,
+        addr: DtAddr,
+        substrate: S,
+        around: (Option<DtAddr>, Option<DtAddr>),
+    ) -> bool {
+        let me = self.me.addr;
+        if !geometry::is_delaunay_edge(me, addr, self.neighbours.keys().copied()) {
+            return false;
+        }
+        if self.neighbours.len() >= self.config.max_neighbours {
+            self.stats.table_full += 1;
+            return false;
+        }
+        self.neighbours.insert(
+            addr,
+            Neighbour {
+                substrate,
+                last_heard: now,
+                around,
+            },
+        );
+        self.events.push_back(Event::NeighbourAdded(addr));
+        self.changed(now);
+        // Prune: only the new point can have made an existing edge non-Delaunay.
+        let pts: Vec<DtAddr> = self.neighbours.keys().copied().collect();
+        let gone: Vec<DtAddr> = pts
+            .iter()
+            .copied()
+            .filter(|&q| q != addr && !geometry::is_delaunay_edge(me, q, pts.iter().copied()))
+            .collect();
+        for q in gone {
+            self.neighbours.remove(&q);
+            self.events
+                .push_back(Event::NeighbourRemoved(q, RemoveReason::NotDelaunay));
+        }
+        true
+    }
+
+    fn changed(&mut self, now: Instant) {
+        self.last_change = now;
+        // Speed the heartbeat up while the neighbourhood changes.
+        let fast = now + self.config.fast_heartbeat;
+        let hb = &mut self.timers[Timer::Heartbeat as usize];
+        if hb.is_none_or(|t| t > fast) {
+            *hb = Some(fast);
+        }
+    }
+
+    fn update_leader(&mut self) {
+        let leader = self.neighbours.keys().next_back() < Some(&self.me.addr)
+            || self.neighbours.is_empty();
+        if leader != self.leader {
+            self.leader = leader;
+            self.events.push_back(Event::Leader(leader));
+        }
+    }
+
+    /// The neighbours just clockwise and counter-clockwise of `of` around this node.
+    pub fn around(&self, of: DtAddr) -> (Option<Peer<S>>, Option<Peer<S>>) {
+        let me = self.me.addr;
+        let mut ring: Vec<DtAddr> = self
+            .neighbours
+            .keys()
+            .copied()
+            .filter(|&a| a != of)
+            .collect();
+        if ring.is_empty() {
+            return (None, None);
+        }
+        ring.sort_by(|&u, &v| geometry::angular_cmp(me, u, v));
+        // First neighbour counter-clockwise after `of`, and the last before it.
+        let after = ring.partition_point(|&u| geometry::angular_cmp(me, u, of).is_lt());
+        let ccw = ring[after % ring.len()];
+        let cw = ring[(after + ring.len() - 1) % ring.len()];
+        let peer = |a: DtAddr| {
+            self.neighbours.get(&a).map(|n| Peer {
+                addr: a,
+                substrate: n.substrate.clone(),
+            })
+        };
+        (peer(cw), peer(ccw))
+    }
+
+    fn send_hello(&mut self, to: DtAddr) {
+        if let Some(n) = self.neighbours.get(&to) {
+            let (cw, ccw) = self.around(to);
+            let sub = n.substrate.clone();
+            self.transmits.push_back((
+                sub,
+                Message::HelloNeighbor {
+                    src: self.me.addr,
+                    cw,
+                    ccw,
+                },
+            ));
+        }
+    }
+
+    fn send_not_neighbour(&mut self, to: S, about: DtAddr) {
+        let (cw, ccw) = self.around(about);
+        self.transmits.push_back((
+            to,
+            Message::HelloNotNeighbor {
+                src: self.me.addr,
+                cw,
+                ccw,
+            },
+        ));
+    }
+
+    fn send_new_node_to_buddies(&mut self) {
+        for b in &self.config.buddies {
+            if *b != self.me.substrate {
+                self.transmits.push_back((
+                    b.clone(),
+                    Message::NewNode {
+                        node: self.me.clone(),
+                        hops: self.config.new_node_hops,
+                    },
+                ));
+            }
+        }
+    }
+
+    /// Handles every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.state == State::Left {
+            return;
+        }
+        // Expiry first, so hellos are not sent to the dead. Its deadline is derived from the
+        // table (the earliest `last_heard + timeout`), so it is never stale.
+        {
+            let timeout = self.config.neighbour_timeout;
+            let dead: Vec<DtAddr> = self
+                .neighbours
+                .iter()
+                .filter(|(_, n)| n.last_heard + timeout <= now)
+                .map(|(a, _)| *a)
+                .collect();
+            for a in dead {
+                self.neighbours.remove(&a);
+                self.events
+                    .push_back(Event::NeighbourRemoved(a, RemoveReason::Timeout));
+                self.changed(now);
+            }
+        }
+        if self.timers[Timer::Heartbeat as usize].is_some_and(|t| t <= now) {
+            if self.neighbours.is_empty() {
+                self.send_new_node_to_buddies();
+            }
+            let all: Vec<DtAddr> = self.neighbours.keys().copied().collect();
+            for a in all {
+                self.send_hello(a);
+            }
+            let period = if self.neighbours.is_empty()
+                || now < self.last_change + self.config.stable_after
+            {
+                self.config.fast_heartbeat
+            } else {
+                self.config.slow_heartbeat
+            };
+            self.timers[Timer::Heartbeat as usize] = Some(now + period);
+        }
+        if self.timers[Timer::Beacon as usize].is_some_and(|t| t <= now) {
+            if self.leader && !self.neighbours.is_empty() {
+                self.send_new_node_to_buddies();
+            }
+            self.timers[Timer::Beacon as usize] = Some(now + self.config.leader_beacon);
+        }
+        self.update_leader();
+    }
+
+    /// The next message to send, with its destination.
+    pub fn poll_transmit(&mut self) -> Option<(S, Message<S>)> {
+        self.transmits.pop_front()
+    }
+
+    /// The next neighbourhood change.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`Node::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let expiry = self
+            .neighbours
+            .values()
+            .map(|n| n.last_heard + self.config.neighbour_timeout)
+            .min();
+        self.timers.iter().flatten().copied().chain(expiry).min()
+    }
+}

@@ -1,0 +1,19 @@
+//! Overlay networks of seed 000 (HyperCast, §3.1.1): overlay nodes that build and maintain a
+//! topology with protocol messages, sans-IO like the rest of viastack (DESIGN.md §4.1, §6).
+//!
+//! - [`addr`]: logical addresses per topology ([`DtAddr`], [`HcLabel`]), kept apart from
+//!   substrate addresses (a type parameter `S` everywhere).
+//! - [`geometry`]: exact integer predicates (orientation, in-circle, the neighbour test).
+//! - [`dt`]: the Delaunay triangulation protocol.
+//! - [`tree`]: trees embedded in the overlay, computed locally (compass routing on DT).
+//!
+//! Every engine takes the current time as an argument, keeps its timers as data and returns
+//! what to send through `poll_transmit`; drivers own sockets and clocks.
+
+#![deny(unsafe_code)]
+
+pub mod addr;
+pub mod dt;
+pub mod geometry;
+
+pub use addr::{AddrError, DtAddr, HcLabel, SimAddr};
