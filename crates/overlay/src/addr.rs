@@ -148,7 +148,10 @@ mod tests {
             DtAddr::new(DtAddr::MAX_COORD + 1, 0),
             Err(AddrError::Coordinate(DtAddr::MAX_COORD + 1))
         );
-        assert_eq!(DtAddr::new(0, i32::MIN), Err(AddrError::Coordinate(i32::MIN)));
+        assert_eq!(
+            DtAddr::new(0, i32::MIN),
+            Err(AddrError::Coordinate(i32::MIN))
+        );
     }
 
     #[test]

@@ -20,7 +20,9 @@
 //!
 //! # How the triangulation forms
 //! A node accepts a candidate iff it passes the neighbour test against its current neighbours,
-//! and then drops every neighbour that no longer passes. Since a node only knows live points, a
+//! and then drops every neighbour that no longer passes. A candidate heard of only second-hand
+//! is probed with hellos and becomes a neighbour when it answers (or is forgotten after
+//! [`Config::probe_timeout`]). Since a node only knows live points, a
 //! dropped edge is never an edge of the full triangulation (adding points only removes Delaunay
 //! edges), and a true neighbour, once known, stays. Hellos carry each neighbour's angular
 //! neighbours, which is how missing neighbours are found. A neighbour not heard from for
@@ -135,6 +137,9 @@ pub struct Config<S> {
     pub stable_after: Duration,
     /// A neighbour not heard from this long is removed: 10 s (five slow heartbeats).
     pub neighbour_timeout: Duration,
+    /// A candidate learned second-hand that does not answer within this is dropped: 2 s
+    /// (eight fast heartbeats).
+    pub probe_timeout: Duration,
     /// A leader sends `NewNode` about itself to the buddies this often: 4 s.
     pub leader_beacon: Duration,
     /// Capacity of the neighbour table (candidates beyond it are refused and counted): 64.
@@ -151,6 +156,7 @@ impl<S> Default for Config<S> {
             slow_heartbeat: Duration::from_secs(2),
             stable_after: Duration::from_secs(2),
             neighbour_timeout: Duration::from_secs(10),
+            probe_timeout: Duration::from_secs(2),
             leader_beacon: Duration::from_secs(4),
             max_neighbours: 64,
             new_node_hops: 64,
@@ -180,16 +186,21 @@ pub enum Timer {
     Beacon = 1,
 }
 
-/// What the node knows of a neighbour.
+/// What the node knows of a neighbour (or of a candidate being probed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Neighbour<S> {
     /// Where to send to it.
     pub substrate: S,
-    /// When it was last heard from (or added).
+    /// When it was last heard from (or, for a candidate, when it was learned).
     pub last_heard: Instant,
     /// Its neighbours next to this node around it, from its last hello (clockwise,
     /// counter-clockwise): what embedded trees need to compute children locally.
     pub around: (Option<DtAddr>, Option<DtAddr>),
+    /// Heard from directly. A candidate learned second-hand (from a hello's hints or a
+    /// `NewNode`) is probed with hellos but is not yet a neighbour: it neither counts in the
+    /// neighbour test nor is passed on as a hint, so a crashed node cannot circulate forever
+    /// from hint to hint.
+    pub confirmed: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,7 +215,8 @@ pub struct Node<S> {
     config: Config<S>,
     me: Peer<S>,
     state: State,
-    neighbours: BTreeMap<DtAddr, Neighbour<S>>,
+    /// Neighbours (confirmed) and candidates being probed.
+    entries: BTreeMap<DtAddr, Neighbour<S>>,
     timers: [Option<Instant>; 2],
     last_change: Instant,
     leader: bool,
@@ -221,7 +233,7 @@ impl<S: Clone + PartialEq> Node<S> {
             config,
             me: Peer { addr, substrate },
             state: State::Active,
-            neighbours: BTreeMap::new(),
+            entries: BTreeMap::new(),
             timers: [None; 2],
             last_change: now,
             leader: true,
@@ -239,14 +251,17 @@ impl<S: Clone + PartialEq> Node<S> {
         self.me.addr
     }
 
-    /// The current neighbours, ordered by address.
+    /// The current (confirmed) neighbours, ordered by address.
     pub fn neighbours(&self) -> impl Iterator<Item = (DtAddr, &Neighbour<S>)> {
-        self.neighbours.iter().map(|(a, n)| (*a, n))
+        self.entries
+            .iter()
+            .filter(|(_, n)| n.confirmed)
+            .map(|(a, n)| (*a, n))
     }
 
     /// The neighbours' logical addresses, ordered.
     pub fn neighbour_addrs(&self) -> impl Iterator<Item = DtAddr> + '_ {
-        self.neighbours.keys().copied()
+        self.neighbours().map(|(a, _)| a)
     }
 
     /// Whether no neighbour is greater than this node.
@@ -270,15 +285,13 @@ impl<S: Clone + PartialEq> Node<S> {
             return;
         }
         let src = self.me.addr;
-        for n in self.neighbours.values() {
+        for (a, n) in std::mem::take(&mut self.entries) {
             self.transmits
                 .push_back((n.substrate.clone(), Message::Goodbye { src }));
-        }
-        let gone: Vec<DtAddr> = self.neighbours.keys().copied().collect();
-        self.neighbours.clear();
-        for a in gone {
-            self.events
-                .push_back(Event::NeighbourRemoved(a, RemoveReason::Goodbye));
+            if n.confirmed {
+                self.events
+                    .push_back(Event::NeighbourRemoved(a, RemoveReason::Goodbye));
+            }
         }
         self.state = State::Left;
         self.timers = [None; 2];
@@ -297,14 +310,25 @@ impl<S: Clone + PartialEq> Node<S> {
                     return;
                 }
                 let around = (cw.as_ref().map(|p| p.addr), ccw.as_ref().map(|p| p.addr));
-                if let Some(n) = self.neighbours.get_mut(&src) {
-                    n.last_heard = now;
-                    n.substrate = from;
-                    n.around = around;
-                } else if self.try_add(now, src, from.clone(), around) {
-                    self.send_hello(src);
-                } else {
-                    self.send_not_neighbour(from, src);
+                let known = match self.entries.get_mut(&src) {
+                    Some(n) => {
+                        n.last_heard = now;
+                        n.substrate = from.clone();
+                        n.around = around;
+                        if !n.confirmed {
+                            n.confirmed = true;
+                            self.added(now, src);
+                        }
+                        true
+                    }
+                    None => false,
+                };
+                if !known {
+                    if self.try_add(now, src, from.clone(), around, true) {
+                        self.send_hello(src);
+                    } else {
+                        self.send_not_neighbour(from, src);
+                    }
                 }
                 self.learn(now, [cw, ccw]);
             }
@@ -314,22 +338,21 @@ impl<S: Clone + PartialEq> Node<S> {
                     return;
                 }
                 self.learn(now, [cw, ccw]);
-                if self.neighbours.remove(&src).is_some() {
-                    self.changed(now);
-                    self.events
-                        .push_back(Event::NeighbourRemoved(src, RemoveReason::Refused));
-                }
+                self.remove(now, src, RemoveReason::Refused);
             }
-            Message::Goodbye { src } => {
-                if self.neighbours.remove(&src).is_some() {
-                    self.changed(now);
-                    self.events
-                        .push_back(Event::NeighbourRemoved(src, RemoveReason::Goodbye));
-                }
-            }
+            Message::Goodbye { src } => self.remove(now, src, RemoveReason::Goodbye),
             Message::NewNode { node, hops } => self.handle_new_node(now, node, hops),
         }
         self.update_leader();
+    }
+
+    fn remove(&mut self, now: Instant, addr: DtAddr, why: RemoveReason) {
+        if let Some(n) = self.entries.remove(&addr) {
+            if n.confirmed {
+                self.changed(now);
+                self.events.push_back(Event::NeighbourRemoved(addr, why));
+            }
+        }
     }
 
     fn handle_new_node(&mut self, now: Instant, node: Peer<S>, hops: u8) {
@@ -339,21 +362,20 @@ impl<S: Clone + PartialEq> Node<S> {
             }
             return;
         }
-        if self.neighbours.contains_key(&node.addr) {
+        if self.entries.contains_key(&node.addr) {
             self.send_hello(node.addr);
             return;
         }
         // Greedy routing: forward to the neighbour nearest the new point, if nearer than us.
         let mine = geometry::dist2(self.me.addr, node.addr);
         let nearest = self
-            .neighbours
-            .iter()
-            .map(|(a, n)| (geometry::dist2(*a, node.addr), *a, n))
+            .neighbours()
+            .map(|(a, n)| (geometry::dist2(a, node.addr), a, n))
             .filter(|(d, _, _)| *d < mine)
-            .min_by_key(|(d, a, _)| (*d, *a));
-        if let Some((_, _, n)) = nearest {
+            .min_by_key(|(d, a, _)| (*d, *a))
+            .map(|(_, _, n)| n.substrate.clone());
+        if let Some(to) = nearest {
             if hops > 0 {
-                let to = n.substrate.clone();
                 self.transmits.push_back((
                     to,
                     Message::NewNode {
@@ -365,7 +387,7 @@ impl<S: Clone + PartialEq> Node<S> {
             }
             self.stats.hops_exhausted += 1;
         }
-        if self.try_add(now, node.addr, node.substrate.clone(), (None, None)) {
+        if self.try_add(now, node.addr, node.substrate.clone(), (None, None), false) {
             self.send_hello(node.addr);
         } else {
             self.send_not_neighbour(node.substrate, node.addr);
@@ -375,55 +397,64 @@ impl<S: Clone + PartialEq> Node<S> {
     /// Considers candidates learned from hellos.
     fn learn(&mut self, now: Instant, candidates: [Option<Peer<S>>; 2]) {
         for p in candidates.into_iter().flatten() {
-            if p.addr == self.me.addr || self.neighbours.contains_key(&p.addr) {
+            if p.addr == self.me.addr || self.entries.contains_key(&p.addr) {
                 continue;
             }
-            if self.try_add(now, p.addr, p.substrate, (None, None)) {
+            if self.try_add(now, p.addr, p.substrate, (None, None), false) {
                 self.send_hello(p.addr);
             }
         }
     }
 
-    /// Adds `addr` if it passes the neighbour test, then drops neighbours that no longer pass.
-    /// Returns whether `addr` is a neighbour afterwards.
+    /// Adds `addr` (a neighbour if `confirmed`, else a candidate to probe) if it passes the
+    /// neighbour test against the confirmed neighbours. Returns whether it was added.
     fn try_add(
         &mut self,
         now: Instant,
         addr: DtAddr,
         substrate: S,
         around: (Option<DtAddr>, Option<DtAddr>),
+        confirmed: bool,
     ) -> bool {
         let me = self.me.addr;
-        if !geometry::is_delaunay_edge(me, addr, self.neighbours.keys().copied()) {
+        if !geometry::is_delaunay_edge(me, addr, self.neighbour_addrs()) {
             return false;
         }
-        if self.neighbours.len() >= self.config.max_neighbours {
+        if self.entries.len() >= self.config.max_neighbours {
             self.stats.table_full += 1;
             return false;
         }
-        self.neighbours.insert(
+        self.entries.insert(
             addr,
             Neighbour {
                 substrate,
                 last_heard: now,
                 around,
+                confirmed,
             },
         );
+        if confirmed {
+            self.added(now, addr);
+        }
+        true
+    }
+
+    /// `addr` became a confirmed neighbour: report it and drop every entry that no longer
+    /// passes the neighbour test (only the new point can have made an edge non-Delaunay).
+    fn added(&mut self, now: Instant, addr: DtAddr) {
         self.events.push_back(Event::NeighbourAdded(addr));
         self.changed(now);
-        // Prune: only the new point can have made an existing edge non-Delaunay.
-        let pts: Vec<DtAddr> = self.neighbours.keys().copied().collect();
-        let gone: Vec<DtAddr> = pts
-            .iter()
+        let me = self.me.addr;
+        let pts: Vec<DtAddr> = self.neighbour_addrs().collect();
+        let gone: Vec<DtAddr> = self
+            .entries
+            .keys()
             .copied()
             .filter(|&q| q != addr && !geometry::is_delaunay_edge(me, q, pts.iter().copied()))
             .collect();
         for q in gone {
-            self.neighbours.remove(&q);
-            self.events
-                .push_back(Event::NeighbourRemoved(q, RemoveReason::NotDelaunay));
+            self.remove(now, q, RemoveReason::NotDelaunay);
         }
-        true
     }
 
     fn changed(&mut self, now: Instant) {
@@ -437,23 +468,19 @@ impl<S: Clone + PartialEq> Node<S> {
     }
 
     fn update_leader(&mut self) {
-        let leader = self.neighbours.keys().next_back() < Some(&self.me.addr)
-            || self.neighbours.is_empty();
+        let me = self.me.addr;
+        let leader = self.neighbour_addrs().all(|a| a < me);
         if leader != self.leader {
             self.leader = leader;
             self.events.push_back(Event::Leader(leader));
         }
     }
 
-    /// The neighbours just clockwise and counter-clockwise of `of` around this node.
+    /// The neighbours just clockwise and counter-clockwise of `of` around this node (`of`
+    /// itself need not be a neighbour).
     pub fn around(&self, of: DtAddr) -> (Option<Peer<S>>, Option<Peer<S>>) {
         let me = self.me.addr;
-        let mut ring: Vec<DtAddr> = self
-            .neighbours
-            .keys()
-            .copied()
-            .filter(|&a| a != of)
-            .collect();
+        let mut ring: Vec<DtAddr> = self.neighbour_addrs().filter(|&a| a != of).collect();
         if ring.is_empty() {
             return (None, None);
         }
@@ -463,7 +490,7 @@ impl<S: Clone + PartialEq> Node<S> {
         let ccw = ring[after % ring.len()];
         let cw = ring[(after + ring.len() - 1) % ring.len()];
         let peer = |a: DtAddr| {
-            self.neighbours.get(&a).map(|n| Peer {
+            self.entries.get(&a).map(|n| Peer {
                 addr: a,
                 substrate: n.substrate.clone(),
             })
@@ -472,7 +499,7 @@ impl<S: Clone + PartialEq> Node<S> {
     }
 
     fn send_hello(&mut self, to: DtAddr) {
-        if let Some(n) = self.neighbours.get(&to) {
+        if let Some(n) = self.entries.get(&to) {
             let (cw, ccw) = self.around(to);
             let sub = n.substrate.clone();
             self.transmits.push_back((
@@ -512,39 +539,41 @@ impl<S: Clone + PartialEq> Node<S> {
         }
     }
 
+    fn expiry(&self, n: &Neighbour<S>) -> Instant {
+        n.last_heard
+            + if n.confirmed {
+                self.config.neighbour_timeout
+            } else {
+                self.config.probe_timeout
+            }
+    }
+
     /// Handles every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.state == State::Left {
             return;
         }
         // Expiry first, so hellos are not sent to the dead. Its deadline is derived from the
-        // table (the earliest `last_heard + timeout`), so it is never stale.
-        {
-            let timeout = self.config.neighbour_timeout;
-            let dead: Vec<DtAddr> = self
-                .neighbours
-                .iter()
-                .filter(|(_, n)| n.last_heard + timeout <= now)
-                .map(|(a, _)| *a)
-                .collect();
-            for a in dead {
-                self.neighbours.remove(&a);
-                self.events
-                    .push_back(Event::NeighbourRemoved(a, RemoveReason::Timeout));
-                self.changed(now);
-            }
+        // table (the earliest expiry), so it is never stale.
+        let dead: Vec<DtAddr> = self
+            .entries
+            .iter()
+            .filter(|(_, n)| self.expiry(n) <= now)
+            .map(|(a, _)| *a)
+            .collect();
+        for a in dead {
+            self.remove(now, a, RemoveReason::Timeout);
         }
+        let alone = self.neighbour_addrs().next().is_none();
         if self.timers[Timer::Heartbeat as usize].is_some_and(|t| t <= now) {
-            if self.neighbours.is_empty() {
+            if alone {
                 self.send_new_node_to_buddies();
             }
-            let all: Vec<DtAddr> = self.neighbours.keys().copied().collect();
+            let all: Vec<DtAddr> = self.entries.keys().copied().collect();
             for a in all {
                 self.send_hello(a);
             }
-            let period = if self.neighbours.is_empty()
-                || now < self.last_change + self.config.stable_after
-            {
+            let period = if alone || now < self.last_change + self.config.stable_after {
                 self.config.fast_heartbeat
             } else {
                 self.config.slow_heartbeat
@@ -552,7 +581,7 @@ impl<S: Clone + PartialEq> Node<S> {
             self.timers[Timer::Heartbeat as usize] = Some(now + period);
         }
         if self.timers[Timer::Beacon as usize].is_some_and(|t| t <= now) {
-            if self.leader && !self.neighbours.is_empty() {
+            if self.leader && !alone {
                 self.send_new_node_to_buddies();
             }
             self.timers[Timer::Beacon as usize] = Some(now + self.config.leader_beacon);
@@ -572,11 +601,7 @@ impl<S: Clone + PartialEq> Node<S> {
 
     /// When [`Node::handle_timeout`] should next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let expiry = self
-            .neighbours
-            .values()
-            .map(|n| n.last_heard + self.config.neighbour_timeout)
-            .min();
+        let expiry = self.entries.values().map(|n| self.expiry(n)).min();
         self.timers.iter().flatten().copied().chain(expiry).min()
     }
 }

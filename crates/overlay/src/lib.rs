@@ -15,5 +15,6 @@
 pub mod addr;
 pub mod dt;
 pub mod geometry;
+pub mod tree;
 
 pub use addr::{AddrError, DtAddr, HcLabel, SimAddr};

@@ -1,0 +1,45 @@
+//! Trees embedded in the overlay, computed locally from the neighbourhood with no routing
+//! protocol (seed 000 §3.1.1.4: "all application messages are transmitted along trees that are
+//! embedded in the overlay network topology"; multicast goes down the tree rooted at the
+//! sender, unicast up the tree rooted at the receiver).
+//!
+//! On the Delaunay triangulation the tree rooted at `r` is given by compass routing: a node's
+//! parent is the neighbour whose direction makes the smallest angle with the direction of `r`
+//! (ties by address). Compass routing always reaches its target on a Delaunay triangulation, so
+//! the parent pointers form a tree spanning the overlay. A node finds its children without
+//! asking anyone: neighbour `n` is a child iff this node beats, at `n`, the two neighbours
+//! angularly next to it around `n` — which `n` reports in every `HelloNeighbor` (`cw`, `ccw`).
+//! (Angles from `n` are unimodal around the circle, so beating both angular neighbours means
+//! beating all of them.)
+
+use crate::addr::DtAddr;
+use crate::dt::Node;
+use crate::geometry::compass_cmp;
+
+/// The parent of `node` in the tree rooted at `root`; `None` at the root or with no neighbour.
+pub fn dt_parent<S: Clone + PartialEq>(node: &Node<S>, root: DtAddr) -> Option<DtAddr> {
+    let me = node.addr();
+    if me == root {
+        return None;
+    }
+    node.neighbour_addrs()
+        .min_by(|&u, &v| compass_cmp(me, root, u, v))
+}
+
+/// The children of `node` in the tree rooted at `root`, ordered by address.
+pub fn dt_children<S: Clone + PartialEq>(
+    node: &Node<S>,
+    root: DtAddr,
+) -> impl Iterator<Item = DtAddr> + '_ {
+    let me = node.addr();
+    node.neighbours().filter_map(move |(n, info)| {
+        if n == root {
+            return None;
+        }
+        let (cw, ccw) = info.around;
+        let beats = |other: Option<DtAddr>| {
+            other.is_none_or(|o| o == me || compass_cmp(n, root, me, o).is_lt())
+        };
+        (beats(cw) && beats(ccw)).then_some(n)
+    })
+}
