@@ -16,5 +16,6 @@ pub mod addr;
 pub mod dt;
 pub mod geometry;
 pub mod tree;
+pub mod wire;
 
 pub use addr::{AddrError, DtAddr, HcLabel, SimAddr};

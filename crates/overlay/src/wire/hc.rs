@@ -1,0 +1,204 @@
+//! Hypercube protocol messages on the wire (the messages of [`crate::hypercube`]).
+//!
+//! ```text
+//!  offset  size  field
+//!  0       1     version (4 bits, 1) | kind (4 bits, 2 = hypercube control)
+//!  1       1     type: 1 Beacon, 2 Ping, 3 Lookup, 4 Join, 5 Assign, 6 Leave, 7 Hole,
+//!                8 Duplicate
+//!  2       1     hops left (Lookup); 0 otherwise
+//!  3       1     flags: bit 0 a substrate address follows; other bits 0
+//!  4       4     label: Beacon the HRoot's, Ping/Leave the sender's, Lookup the target,
+//!                Assign the label given, Hole the missing one, Duplicate the contested one
+//!  8       4     value: Beacon its sequence number, Lookup the origin's label; 0 otherwise
+//!  12      …     substrate address (Beacon: the HRoot's, Lookup: the origin's, Join: the
+//!                joining node's): kind (1), length (1), bytes
+//! ```
+//!
+//! Unknown types are kept as [`MessageKind::Unknown`].
+
+use super::{Reader, SubstrateRepr, WireError, Writer, VERSION};
+use crate::addr::HcLabel;
+
+/// Length of the fixed part.
+pub const FIXED_LEN: usize = 12;
+
+const HAS_SUBSTRATE: u8 = 0x01;
+
+/// The type byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MessageKind {
+    /// The HRoot's periodic beacon, relayed through the cube.
+    Beacon,
+    /// Neighbour heartbeat.
+    Ping,
+    /// Find the node holding a label (greedy bit-fixing routing).
+    Lookup,
+    /// A node without a label asks for one.
+    Join,
+    /// The HRoot gives a label.
+    Assign,
+    /// The sender leaves.
+    Leave,
+    /// A label below the HRoot's is missing.
+    Hole,
+    /// Two nodes hold one label: the receiver must give it up.
+    Duplicate,
+    /// Any other type.
+    Unknown(u8),
+}
+
+impl MessageKind {
+    /// From the byte.
+    pub fn from_u8(v: u8) -> Self {
+        use MessageKind::*;
+        match v {
+            1 => Beacon,
+            2 => Ping,
+            3 => Lookup,
+            4 => Join,
+            5 => Assign,
+            6 => Leave,
+            7 => Hole,
+            8 => Duplicate,
+            n => Unknown(n),
+        }
+    }
+    /// The byte.
+    pub fn to_u8(self) -> u8 {
+        use MessageKind::*;
+        match self {
+            Beacon => 1,
+            Ping => 2,
+            Lookup => 3,
+            Join => 4,
+            Assign => 5,
+            Leave => 6,
+            Hole => 7,
+            Duplicate => 8,
+            Unknown(n) => n,
+        }
+    }
+}
+
+/// A parsed hypercube message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repr {
+    /// The type.
+    pub kind: MessageKind,
+    /// Hops left (Lookup).
+    pub hops: u8,
+    /// The label field (meaning by type, see the module documentation).
+    pub label: HcLabel,
+    /// The value field (meaning by type).
+    pub value: u32,
+    /// The substrate address, for the types that carry one.
+    pub substrate: Option<SubstrateRepr>,
+}
+
+/// A checked view of a hypercube message.
+#[derive(Debug, Clone)]
+pub struct Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Packet<T> {
+    /// Validates the whole message.
+    ///
+    /// # Errors
+    /// The first [`WireError`] found.
+    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
+        Repr::parse_bytes(buffer.as_ref())?;
+        Ok(Packet { buffer })
+    }
+    /// The message type.
+    pub fn kind(&self) -> MessageKind {
+        MessageKind::from_u8(self.buffer.as_ref()[1])
+    }
+    /// The label field.
+    pub fn label(&self) -> HcLabel {
+        let b = self.buffer.as_ref();
+        HcLabel::new(u32::from_be_bytes([b[4], b[5], b[6], b[7]]))
+    }
+}
+
+impl Repr {
+    /// Parses a checked packet.
+    ///
+    /// # Errors
+    /// None for a view from [`Packet::new_checked`].
+    pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Self, WireError> {
+        Self::parse_bytes(packet.buffer.as_ref())
+    }
+
+    /// Checks and parses bytes.
+    ///
+    /// # Errors
+    /// The first [`WireError`] found.
+    pub fn parse_bytes(bytes: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::new(bytes);
+        let vk = r.u8()?;
+        if vk >> 4 != VERSION {
+            return Err(WireError::Version(vk >> 4));
+        }
+        if vk & 0x0f != 2 {
+            return Err(WireError::Kind(vk & 0x0f));
+        }
+        let kind = MessageKind::from_u8(r.u8()?);
+        let hops = r.u8()?;
+        let flags = r.u8()?;
+        if flags & !HAS_SUBSTRATE != 0 {
+            return Err(WireError::Reserved(flags));
+        }
+        let label = HcLabel::new(r.u32()?);
+        let value = r.u32()?;
+        let substrate = if flags & HAS_SUBSTRATE != 0 {
+            Some(SubstrateRepr::read(&mut r)?)
+        } else {
+            None
+        };
+        r.finish()?;
+        Ok(Repr {
+            kind,
+            hops,
+            label,
+            value,
+            substrate,
+        })
+    }
+
+    /// Bytes [`Repr::emit`] writes.
+    pub fn buffer_len(&self) -> usize {
+        FIXED_LEN + self.substrate.as_ref().map_or(0, |s| s.wire_len())
+    }
+
+    /// Writes the message into `buf`; returns the bytes written.
+    ///
+    /// # Errors
+    /// [`WireError::Buffer`] if `buf` is shorter than [`Repr::buffer_len`].
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize, WireError> {
+        let need = self.buffer_len();
+        let mut w = Writer::new(buf, need)?;
+        let flags = if self.substrate.is_some() {
+            HAS_SUBSTRATE
+        } else {
+            0
+        };
+        w.put(&[VERSION << 4 | 2, self.kind.to_u8(), self.hops, flags]);
+        w.put(&self.label.value().to_be_bytes());
+        w.put(&self.value.to_be_bytes());
+        if let Some(s) = &self.substrate {
+            s.write(&mut w);
+        }
+        Ok(need)
+    }
+
+    /// Appends the message to `out`.
+    ///
+    /// # Errors
+    /// As [`Repr::emit`] (never, in practice: `out` grows to fit).
+    pub fn emit_into(&self, out: &mut Vec<u8>) -> Result<(), WireError> {
+        let start = out.len();
+        out.resize(start + self.buffer_len(), 0);
+        self.emit(&mut out[start..]).map(|_| ())
+    }
+}
