@@ -5,7 +5,10 @@
 //!   substrate addresses (a type parameter `S` everywhere).
 //! - [`geometry`]: exact integer predicates (orientation, in-circle, the neighbour test).
 //! - [`dt`]: the Delaunay triangulation protocol.
-//! - [`tree`]: trees embedded in the overlay, computed locally (compass routing on DT).
+//! - [`hypercube`]: the hypercube protocol (compact Gray-code labels, HRoot).
+//! - [`tree`]: trees embedded in the overlay, computed locally (compass routing on DT, the bit
+//!   rule on the hypercube).
+//! - [`wire`]: the wire formats (application header and extensions, control messages).
 //!
 //! Every engine takes the current time as an argument, keeps its timers as data and returns
 //! what to send through `poll_transmit`; drivers own sockets and clocks.
@@ -15,6 +18,7 @@
 pub mod addr;
 pub mod dt;
 pub mod geometry;
+pub mod hypercube;
 pub mod tree;
 pub mod wire;
 

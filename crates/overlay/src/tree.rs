@@ -3,6 +3,8 @@
 //! embedded in the overlay network topology"; multicast goes down the tree rooted at the
 //! sender, unicast up the tree rooted at the receiver).
 //!
+//! On the hypercube the tree rooted at `r` follows the bit rule ([`hc_parent`]).
+//!
 //! On the Delaunay triangulation the tree rooted at `r` is given by compass routing: a node's
 //! parent is the neighbour whose direction makes the smallest angle with the direction of `r`
 //! (ties by address). Compass routing always reaches its target on a Delaunay triangulation, so
@@ -12,9 +14,10 @@
 //! (Angles from `n` are unimodal around the circle, so beating both angular neighbours means
 //! beating all of them.)
 
-use crate::addr::DtAddr;
+use crate::addr::{DtAddr, HcLabel};
 use crate::dt::Node;
 use crate::geometry::compass_cmp;
+use crate::hypercube;
 
 /// The parent of `node` in the tree rooted at `root`; `None` at the root or with no neighbour.
 pub fn dt_parent<S: Clone + PartialEq>(node: &Node<S>, root: DtAddr) -> Option<DtAddr> {
@@ -42,4 +45,29 @@ pub fn dt_children<S: Clone + PartialEq>(
         };
         (beats(cw) && beats(ccw)).then_some(n)
     })
+}
+
+/// The parent of `label` in the hypercube tree rooted at `root`, in a compact cube whose top
+/// label has Gray index `top` (the bit rule): flip the lowest bit in which `label` and `root`
+/// differ whose result is a label of the cube. Each step brings the label one bit nearer the
+/// root, so there is no cycle; in a compact Gray cube such a bit always exists (see
+/// [`crate::hypercube`]), so every node has a parent. `None` at the root.
+pub fn hc_parent(label: HcLabel, root: HcLabel, top: u32) -> Option<HcLabel> {
+    let diff = label.value() ^ root.value();
+    (0..32)
+        .filter(|b| diff & (1 << b) != 0)
+        .map(|b| label.flip(b))
+        .find(|l| l.gray_index() <= top)
+}
+
+/// The children of `node` in the hypercube tree rooted at `root`: its neighbours whose parent
+/// (by [`hc_parent`], with the HRoot's index as the top) is this node.
+pub fn hc_children<S: Clone + Ord>(
+    node: &hypercube::Node<S>,
+    root: HcLabel,
+) -> impl Iterator<Item = HcLabel> + '_ {
+    let me = node.label();
+    let top = node.root_label().map_or(0, HcLabel::gray_index);
+    node.neighbour_labels()
+        .filter(move |&n| me.is_some() && hc_parent(n, root, top) == me)
 }

@@ -1,0 +1,733 @@
+//! The hypercube overlay protocol, sans-IO (seed 000 §3.1.1.2, HyperCast's hypercube topology,
+//! reimplemented from its published description in viastack's style).
+//!
+//! Nodes hold labels ([`HcLabel`]); two nodes are neighbours iff their labels differ in exactly
+//! one bit. The cube is kept *compact*: with N nodes the labels are exactly the Gray codes
+//! G(0) … G(N−1), so consecutive labels are neighbours and every label below the top is held.
+//! The node holding the top label G(N−1) is the **HRoot**.
+//!
+//! # Messages ([`Message`])
+//! - `Beacon { root, seq, root_substrate }`: the HRoot's periodic beacon, sent to its neighbours
+//!   and the buddies and relayed through the cube (each node relays a beacon once: a higher index
+//!   or a newer sequence number), so every node knows the HRoot and hence N.
+//! - `Ping { src }`: neighbour heartbeat.
+//! - `Lookup { target, origin, .. }`: finds the holder of a missing neighbour label by greedy
+//!   routing on Gray indices (forward to the neighbour whose index is nearest the target's;
+//!   consecutive labels are neighbours, so each hop gets nearer). The holder answers with a
+//!   `Ping`.
+//! - `Join { joiner }`: a node without a label asks the buddies; labelled nodes forward it to the
+//!   HRoot, which answers `Assign { G(N) }`: the newcomer is the new HRoot.
+//! - `Leave { src }`: a node leaves; `Hole { label }`: a node below the top is missing (left or
+//!   timed out), reported to the HRoot, which **moves** into the hole (leaving the top), so the
+//!   cube stays compact; the node below the old top becomes HRoot.
+//! - `Duplicate { label }`: two nodes hold one label (a hole filled twice, a lost message): the
+//!   one with the greater substrate address gives its label up and joins again.
+//!
+//! # Call order
+//! As [`crate::dt`]: `handle_message`/`handle_timeout` with the current time, then drain
+//! `poll_transmit` and `poll_event`, then ask `poll_timeout`.
+//!
+//! # Bootstrapping
+//! The first buddy of [`Config::buddies`], if still without a label after
+//! [`Config::bootstrap_after`], takes G(0): the cube's first node. Other nodes never label
+//! themselves.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use viastack_kernel::{Duration, Instant};
+
+use crate::addr::HcLabel;
+
+/// A hypercube protocol message (wire form: [`crate::wire::hc`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message<S> {
+    /// The HRoot's beacon.
+    Beacon {
+        /// The HRoot's label.
+        root: HcLabel,
+        /// Its sequence number.
+        seq: u32,
+        /// The HRoot's substrate address.
+        root_substrate: S,
+    },
+    /// Neighbour heartbeat.
+    Ping {
+        /// The sender's label.
+        src: HcLabel,
+    },
+    /// Find the holder of `target`.
+    Lookup {
+        /// The label sought.
+        target: HcLabel,
+        /// Who asks.
+        origin: HcLabel,
+        /// Where to answer.
+        origin_substrate: S,
+        /// Hops left.
+        hops: u8,
+    },
+    /// A node asks for a label.
+    Join {
+        /// Where to send the label.
+        joiner: S,
+    },
+    /// The HRoot gives a label.
+    Assign {
+        /// The label.
+        label: HcLabel,
+    },
+    /// The sender leaves.
+    Leave {
+        /// Its label.
+        src: HcLabel,
+    },
+    /// `label` (below the top) is missing.
+    Hole {
+        /// The missing label.
+        label: HcLabel,
+    },
+    /// Two nodes hold `label`; the receiver must give it up if its substrate is greater.
+    Duplicate {
+        /// The contested label.
+        label: HcLabel,
+    },
+}
+
+/// A change, for the application and the forwarding engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The node took a label (joined, or moved into a hole).
+    Labelled(HcLabel),
+    /// The node gave its label up (duplicate) and joins again.
+    Unlabelled,
+    /// A neighbour appeared.
+    NeighbourAdded(HcLabel),
+    /// A neighbour disappeared.
+    NeighbourRemoved(HcLabel),
+    /// The node became HRoot (`true`) or stopped being one.
+    Root(bool),
+}
+
+/// Protocol parameters. Seed 000 gives no numbers for the hypercube; these follow HyperCast's
+/// scale (heartbeats of about a second, timeouts of several heartbeats).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config<S> {
+    /// Rendezvous: where to send `Join`; the first one bootstraps the cube.
+    pub buddies: Vec<S>,
+    /// Ping (and join retry, and neighbour lookup) period: 500 ms.
+    pub ping: Duration,
+    /// HRoot beacon period: 1 s.
+    pub beacon: Duration,
+    /// A neighbour not heard from this long is missing: 3 s.
+    pub neighbour_timeout: Duration,
+    /// Root knowledge without a beacon this long is stale: 4 s.
+    pub root_timeout: Duration,
+    /// The first buddy labels itself G(0) after this long without a label: 2 s.
+    pub bootstrap_after: Duration,
+    /// Hops a lookup may travel: 64.
+    pub lookup_hops: u8,
+}
+
+impl<S> Default for Config<S> {
+    fn default() -> Self {
+        Config {
+            buddies: Vec::new(),
+            ping: Duration::from_millis(500),
+            beacon: Duration::from_secs(1),
+            neighbour_timeout: Duration::from_secs(3),
+            root_timeout: Duration::from_secs(4),
+            bootstrap_after: Duration::from_secs(2),
+            lookup_hops: 64,
+        }
+    }
+}
+
+/// Counters of what was dropped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Lookups that found no nearer neighbour or ran out of hops.
+    pub lookups_dropped: u64,
+    /// Messages that need a label, received without one (or the reverse).
+    pub wrong_state: u64,
+    /// Pings from labels that are not neighbours.
+    pub not_neighbour: u64,
+    /// Duplicate labels detected.
+    pub duplicates: u64,
+}
+
+/// The node's timers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timer {
+    /// Ping neighbours, look up missing ones, retry joining.
+    Ping = 0,
+    /// Beacon, when HRoot.
+    Beacon = 1,
+}
+
+#[derive(Debug, Clone)]
+struct RootInfo<S> {
+    label: HcLabel,
+    substrate: S,
+    seq: u32,
+    heard: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Joining { since: Instant },
+    Labelled(HcLabel),
+    Left,
+}
+
+/// A neighbour entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Neighbour<S> {
+    /// Where it is.
+    pub substrate: S,
+    /// When it was last heard from.
+    pub last_heard: Instant,
+}
+
+/// One hypercube node.
+#[derive(Debug, Clone)]
+pub struct Node<S> {
+    config: Config<S>,
+    me: S,
+    state: State,
+    neighbours: BTreeMap<HcLabel, Neighbour<S>>,
+    root: Option<RootInfo<S>>,
+    seq: u32,
+    is_root: bool,
+    timers: [Option<Instant>; 2],
+    transmits: VecDeque<(S, Message<S>)>,
+    events: VecDeque<Event>,
+    stats: Stats,
+}
+
+fn index(l: HcLabel) -> u32 {
+    l.gray_index()
+}
+
+fn one_bit_apart(a: HcLabel, b: HcLabel) -> bool {
+    (a.value() ^ b.value()).count_ones() == 1
+}
+
+fn hamming(a: HcLabel, b: HcLabel) -> u32 {
+    (a.value() ^ b.value()).count_ones()
+}
+
+impl<S: Clone + Ord> Node<S> {
+    /// A node reachable at `substrate`, starting (without a label) at `now`.
+    pub fn new(config: Config<S>, substrate: S, now: Instant) -> Self {
+        Node {
+            config,
+            me: substrate,
+            state: State::Joining { since: now },
+            neighbours: BTreeMap::new(),
+            root: None,
+            seq: 0,
+            is_root: false,
+            timers: [Some(now), None],
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The node's label, once it has one.
+    pub fn label(&self) -> Option<HcLabel> {
+        match self.state {
+            State::Labelled(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// Whether this node is the HRoot.
+    pub fn is_root(&self) -> bool {
+        self.is_root
+    }
+
+    /// The HRoot's label as this node knows it.
+    pub fn root_label(&self) -> Option<HcLabel> {
+        self.root.as_ref().map(|r| r.label)
+    }
+
+    /// The neighbours' labels, ordered.
+    pub fn neighbour_labels(&self) -> impl Iterator<Item = HcLabel> + '_ {
+        self.neighbours.keys().copied()
+    }
+
+    /// The neighbours with their entries.
+    pub fn neighbours(&self) -> impl Iterator<Item = (HcLabel, &Neighbour<S>)> {
+        self.neighbours.iter().map(|(l, n)| (*l, n))
+    }
+
+    /// What was dropped so far.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Leaves the cube: tells the neighbours, which report the hole to the HRoot.
+    pub fn leave(&mut self, _now: Instant) {
+        if let State::Labelled(l) = self.state {
+            for n in self.neighbours.values() {
+                self.transmits
+                    .push_back((n.substrate.clone(), Message::Leave { src: l }));
+            }
+        }
+        self.neighbours.clear();
+        self.state = State::Left;
+        self.timers = [None; 2];
+        self.set_root_flag(false);
+    }
+
+    fn set_root_flag(&mut self, r: bool) {
+        if r != self.is_root {
+            self.is_root = r;
+            self.events.push_back(Event::Root(r));
+        }
+    }
+
+    fn become_root(&mut self, now: Instant, label: HcLabel) {
+        let seq = self.root.as_ref().map_or(0, |r| r.seq).wrapping_add(1);
+        self.root = Some(RootInfo {
+            label,
+            substrate: self.me.clone(),
+            seq,
+            heard: now,
+        });
+        self.seq = seq;
+        self.set_root_flag(true);
+        self.timers[Timer::Beacon as usize] = Some(now);
+    }
+
+    fn take_label(&mut self, now: Instant, label: HcLabel) {
+        for l in std::mem::take(&mut self.neighbours).into_keys() {
+            self.events.push_back(Event::NeighbourRemoved(l));
+        }
+        self.state = State::Labelled(label);
+        self.events.push_back(Event::Labelled(label));
+        self.timers[Timer::Ping as usize] = Some(now);
+    }
+
+    fn drop_label(&mut self, now: Instant) {
+        for l in std::mem::take(&mut self.neighbours).into_keys() {
+            self.events.push_back(Event::NeighbourRemoved(l));
+        }
+        self.state = State::Joining { since: now };
+        self.root = None;
+        self.set_root_flag(false);
+        self.events.push_back(Event::Unlabelled);
+        self.timers = [Some(now), None];
+    }
+
+    fn upsert(&mut self, now: Instant, label: HcLabel, substrate: S) {
+        match self.neighbours.get_mut(&label) {
+            Some(n) => {
+                n.last_heard = now;
+                n.substrate = substrate;
+            }
+            None => {
+                self.neighbours.insert(
+                    label,
+                    Neighbour {
+                        substrate,
+                        last_heard: now,
+                    },
+                );
+                self.events.push_back(Event::NeighbourAdded(label));
+            }
+        }
+    }
+
+    /// Index of the top label as known here (the HRoot's, or the highest seen).
+    fn top_index(&self) -> u32 {
+        let mine = self.label().map_or(0, index);
+        let root = self.root.as_ref().map_or(0, |r| index(r.label));
+        let nb = self.neighbours.keys().map(|l| index(*l)).max().unwrap_or(0);
+        mine.max(root).max(nb)
+    }
+
+    /// Handles one message from substrate address `from`.
+    pub fn handle_message(&mut self, now: Instant, from: S, msg: Message<S>) {
+        let my = match self.state {
+            State::Labelled(l) => Some(l),
+            State::Left => return,
+            State::Joining { .. } => None,
+        };
+        match (my, msg) {
+            (None, Message::Assign { label }) => {
+                self.take_label(now, label);
+                if index(label) > 0 {
+                    // The assigner holds the label just below: a neighbour.
+                    self.upsert(now, HcLabel::gray(index(label) - 1), from);
+                }
+                self.become_root(now, label);
+            }
+            (None, _) => self.stats.wrong_state += 1,
+            (Some(_), Message::Assign { .. }) => self.stats.wrong_state += 1,
+            (Some(me), Message::Ping { src }) => {
+                if src == me {
+                    self.duplicate(now, me, from);
+                } else if one_bit_apart(src, me) {
+                    self.upsert(now, src, from);
+                } else {
+                    self.stats.not_neighbour += 1;
+                }
+            }
+            (
+                Some(me),
+                Message::Beacon {
+                    root,
+                    seq,
+                    root_substrate,
+                },
+            ) => self.handle_beacon(now, me, from, root, seq, root_substrate),
+            (
+                Some(me),
+                Message::Lookup {
+                    target,
+                    origin,
+                    origin_substrate,
+                    hops,
+                },
+            ) => {
+                if target == me {
+                    if origin == me {
+                        self.duplicate(now, me, origin_substrate);
+                    } else if one_bit_apart(origin, me) {
+                        self.upsert(now, origin, origin_substrate.clone());
+                        self.transmits
+                            .push_back((origin_substrate, Message::Ping { src: me }));
+                    }
+                } else {
+                    self.route_lookup(me, target, origin, origin_substrate, hops);
+                }
+            }
+            (Some(me), Message::Join { joiner }) => self.handle_join(now, me, joiner),
+            (Some(me), Message::Leave { src }) => {
+                if self
+                    .neighbours
+                    .get(&src)
+                    .is_some_and(|n| n.substrate == from)
+                {
+                    self.neighbours.remove(&src);
+                    self.events.push_back(Event::NeighbourRemoved(src));
+                    self.missing(now, me, src);
+                }
+            }
+            (Some(me), Message::Hole { label }) => self.handle_hole(now, me, label),
+            (Some(me), Message::Duplicate { label }) => {
+                if label == me {
+                    self.duplicate(now, me, from);
+                }
+            }
+        }
+    }
+
+    fn handle_beacon(
+        &mut self,
+        now: Instant,
+        me: HcLabel,
+        from: S,
+        root: HcLabel,
+        seq: u32,
+        root_substrate: S,
+    ) {
+        if root == me {
+            if root_substrate != self.me {
+                self.duplicate(now, me, root_substrate);
+            }
+            return;
+        }
+        if index(root) < index(me) {
+            return; // a stale root below us: ours or a higher one's beacons will correct it
+        }
+        let accept = match &self.root {
+            None => true,
+            Some(r) => {
+                index(root) > index(r.label)
+                    || (r.label == root && r.substrate == root_substrate && seq > r.seq)
+                    || now >= r.heard + self.config.root_timeout
+            }
+        };
+        if !accept {
+            return;
+        }
+        self.root = Some(RootInfo {
+            label: root,
+            substrate: root_substrate.clone(),
+            seq,
+            heard: now,
+        });
+        self.set_root_flag(false);
+        self.timers[Timer::Beacon as usize] = None;
+        for n in self.neighbours.values() {
+            if n.substrate != from {
+                self.transmits.push_back((
+                    n.substrate.clone(),
+                    Message::Beacon {
+                        root,
+                        seq,
+                        root_substrate: root_substrate.clone(),
+                    },
+                ));
+            }
+        }
+    }
+
+    /// Forwards a lookup to the neighbour whose Gray index is nearest the target's, if nearer
+    /// than ours (consecutive labels are neighbours, so in a consistent cube each hop gets
+    /// nearer). The origin without such a neighbour (a node that just moved into a hole) asks
+    /// the HRoot to route it.
+    fn route_lookup(&mut self, me: HcLabel, target: HcLabel, origin: HcLabel, sub: S, hops: u8) {
+        let dist = |l: HcLabel| index(l).abs_diff(index(target));
+        let mine = dist(me);
+        let mut next = self
+            .neighbours
+            .iter()
+            .filter(|(l, _)| dist(**l) < mine)
+            .min_by_key(|(l, _)| (dist(**l), hamming(**l, target), **l))
+            .map(|(_, n)| n.substrate.clone());
+        if next.is_none() && origin == me {
+            next = self
+                .root
+                .as_ref()
+                .filter(|r| r.substrate != self.me)
+                .map(|r| r.substrate.clone());
+        }
+        match next {
+            Some(to) if hops > 0 => self.transmits.push_back((
+                to,
+                Message::Lookup {
+                    target,
+                    origin,
+                    origin_substrate: sub,
+                    hops: hops - 1,
+                },
+            )),
+            _ => self.stats.lookups_dropped += 1,
+        }
+    }
+
+    fn handle_join(&mut self, now: Instant, me: HcLabel, joiner: S) {
+        if joiner == self.me || self.neighbours.values().any(|n| n.substrate == joiner) {
+            return; // already in the cube (a late retry)
+        }
+        if self.is_root {
+            let label = HcLabel::gray(index(me).wrapping_add(1));
+            self.transmits
+                .push_back((joiner.clone(), Message::Assign { label }));
+            self.upsert(now, label, joiner.clone());
+            self.root = Some(RootInfo {
+                label,
+                substrate: joiner,
+                seq: self.seq,
+                heard: now,
+            });
+            self.set_root_flag(false);
+            self.timers[Timer::Beacon as usize] = None;
+            return;
+        }
+        match &self.root {
+            // The joiner is the HRoot we know of: its Assign was lost; repeat it.
+            Some(r) if r.substrate == joiner => {
+                let label = r.label;
+                self.transmits
+                    .push_back((joiner, Message::Assign { label }));
+            }
+            Some(r) if r.substrate != self.me => {
+                let to = r.substrate.clone();
+                self.transmits.push_back((to, Message::Join { joiner }));
+            }
+            _ => self.stats.wrong_state += 1,
+        }
+    }
+
+    /// Neighbour `gone` left or timed out.
+    fn missing(&mut self, now: Instant, me: HcLabel, gone: HcLabel) {
+        let root = self.root.as_ref().map(|r| (r.label, r.substrate.clone()));
+        match root {
+            Some((rl, _)) if rl == gone => {
+                // The top left: the label below it becomes the top.
+                self.root = None;
+                if index(me).wrapping_add(1) == index(gone) {
+                    self.become_root(now, me);
+                }
+            }
+            Some((rl, rs)) if index(gone) < index(rl) => {
+                if self.is_root {
+                    self.handle_hole(now, me, gone);
+                } else {
+                    self.transmits
+                        .push_back((rs, Message::Hole { label: gone }));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn handle_hole(&mut self, now: Instant, me: HcLabel, label: HcLabel) {
+        if label == me || index(label) >= index(me) {
+            return;
+        }
+        if !self.is_root {
+            if let Some(r) = &self.root {
+                if r.substrate != self.me {
+                    let to = r.substrate.clone();
+                    self.transmits.push_back((to, Message::Hole { label }));
+                }
+            }
+            return;
+        }
+        // Move into the hole: leave the top, the label below becomes HRoot.
+        let below = HcLabel::gray(index(me) - 1);
+        let below_sub = self.neighbours.get(&below).map(|n| n.substrate.clone());
+        for n in self.neighbours.values() {
+            self.transmits
+                .push_back((n.substrate.clone(), Message::Leave { src: me }));
+        }
+        self.set_root_flag(false);
+        self.timers[Timer::Beacon as usize] = None;
+        self.root = below_sub.map(|s| RootInfo {
+            label: below,
+            substrate: s,
+            seq: 0,
+            heard: now,
+        });
+        self.take_label(now, label);
+    }
+
+    fn duplicate(&mut self, now: Instant, label: HcLabel, other: S) {
+        if other == self.me {
+            return;
+        }
+        self.stats.duplicates += 1;
+        if self.me < other {
+            self.transmits
+                .push_back((other, Message::Duplicate { label }));
+        } else {
+            self.drop_label(now);
+        }
+    }
+
+    /// Handles every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        match self.state {
+            State::Left => {}
+            State::Joining { since } => {
+                if self.timers[Timer::Ping as usize].is_some_and(|t| t <= now) {
+                    let first = self.config.buddies.first() == Some(&self.me);
+                    if first && now >= since + self.config.bootstrap_after {
+                        self.take_label(now, HcLabel::gray(0));
+                        self.become_root(now, HcLabel::gray(0));
+                    } else {
+                        for b in &self.config.buddies {
+                            if *b != self.me {
+                                self.transmits.push_back((
+                                    b.clone(),
+                                    Message::Join {
+                                        joiner: self.me.clone(),
+                                    },
+                                ));
+                            }
+                        }
+                        self.timers[Timer::Ping as usize] = Some(now + self.config.ping);
+                    }
+                }
+            }
+            State::Labelled(me) => self.labelled_timeout(now, me),
+        }
+    }
+
+    fn labelled_timeout(&mut self, now: Instant, me: HcLabel) {
+        let timeout = self.config.neighbour_timeout;
+        let dead: Vec<HcLabel> = self
+            .neighbours
+            .iter()
+            .filter(|(_, n)| n.last_heard + timeout <= now)
+            .map(|(l, _)| *l)
+            .collect();
+        for l in dead {
+            self.neighbours.remove(&l);
+            self.events.push_back(Event::NeighbourRemoved(l));
+            self.missing(now, me, l);
+        }
+        let Some(me) = self.label() else { return };
+        if self.timers[Timer::Ping as usize].is_some_and(|t| t <= now) {
+            // Claim the root if no live root is known and no neighbour is above us.
+            let stale = self.root.as_ref().is_none_or(|r| {
+                r.substrate != self.me && now >= r.heard + self.config.root_timeout
+            });
+            if stale && !self.is_root && self.neighbours.keys().all(|l| index(*l) < index(me)) {
+                self.become_root(now, me);
+            }
+            for n in self.neighbours.values() {
+                self.transmits
+                    .push_back((n.substrate.clone(), Message::Ping { src: me }));
+            }
+            let top = self.top_index();
+            for b in 0..32 {
+                let want = me.flip(b);
+                if index(want) <= top && !self.neighbours.contains_key(&want) {
+                    self.route_lookup(me, want, me, self.me.clone(), self.config.lookup_hops);
+                }
+            }
+            self.timers[Timer::Ping as usize] = Some(now + self.config.ping);
+        }
+        if self.timers[Timer::Beacon as usize].is_some_and(|t| t <= now) {
+            if self.is_root {
+                self.seq = self.seq.wrapping_add(1);
+                if let Some(r) = self.root.as_mut() {
+                    r.seq = self.seq;
+                    r.heard = now;
+                }
+                let msg = Message::Beacon {
+                    root: me,
+                    seq: self.seq,
+                    root_substrate: self.me.clone(),
+                };
+                let mut to: Vec<S> = self
+                    .neighbours
+                    .values()
+                    .map(|n| n.substrate.clone())
+                    .collect();
+                to.extend(
+                    self.config
+                        .buddies
+                        .iter()
+                        .filter(|b| **b != self.me)
+                        .cloned(),
+                );
+                to.sort();
+                to.dedup();
+                for t in to {
+                    self.transmits.push_back((t, msg.clone()));
+                }
+                self.timers[Timer::Beacon as usize] = Some(now + self.config.beacon);
+            } else {
+                self.timers[Timer::Beacon as usize] = None;
+            }
+        }
+    }
+
+    /// The next message to send, with its destination.
+    pub fn poll_transmit(&mut self) -> Option<(S, Message<S>)> {
+        self.transmits.pop_front()
+    }
+
+    /// The next change.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`Node::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let expiry = self
+            .neighbours
+            .values()
+            .map(|n| n.last_heard + self.config.neighbour_timeout)
+            .min();
+        self.timers.iter().flatten().copied().chain(expiry).min()
+    }
+}

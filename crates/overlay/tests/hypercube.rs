@@ -1,0 +1,214 @@
+//! The hypercube protocol over seeds: nodes join at random times through the buddy list over a
+//! network that loses, duplicates and reorders messages for the first 15 virtual seconds; once
+//! quiet, the cube must be compact and consistent — the labels are exactly G(0) … G(N−1), each
+//! held once; every node's neighbours are exactly the present labels one bit away; every node
+//! knows the HRoot G(N−1), which alone is root — and every bit-rule tree spans the cube without
+//! a cycle. Then nodes leave and crash, and the cube must be compact again.
+
+#![allow(clippy::unwrap_used)]
+
+mod util;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use util::{Engine, Faults, Net};
+use viastack_kernel::{Duration, Instant};
+use viastack_overlay::hypercube::{Config, Message, Node};
+use viastack_overlay::tree::{hc_children, hc_parent};
+use viastack_overlay::{HcLabel, SimAddr};
+
+impl Engine for Node<SimAddr> {
+    type Msg = Message<SimAddr>;
+    fn handle_message(&mut self, now: Instant, from: SimAddr, msg: Self::Msg) {
+        Node::handle_message(self, now, from, msg)
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        Node::handle_timeout(self, now)
+    }
+    fn poll_transmit(&mut self) -> Option<(SimAddr, Self::Msg)> {
+        Node::poll_transmit(self)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        Node::poll_timeout(self)
+    }
+    fn drain_events(&mut self) -> usize {
+        let mut n = 0;
+        while self.poll_event().is_some() {
+            n += 1;
+        }
+        n
+    }
+}
+
+const STEP_CAP: u64 = 5_000_000;
+
+fn network(seed: u64, n: usize, start_within: Duration) -> Net<Node<SimAddr>> {
+    let mut net = Net::new(seed, n);
+    let config = Config {
+        buddies: vec![SimAddr(0), SimAddr(1)],
+        ..Config::default()
+    };
+    for i in 0..n {
+        let at = Instant::from_nanos(net.rng.gen_range(0..=start_within.as_nanos() as u64));
+        net.start_at(i, at, Node::new(config.clone(), SimAddr(i as u32), at));
+    }
+    net
+}
+
+fn check_compact(net: &Net<Node<SimAddr>>) -> Result<(), String> {
+    let live: Vec<&Node<SimAddr>> = net.nodes.iter().flatten().collect();
+    let n = live.len() as u32;
+    let mut labels = BTreeMap::new();
+    for node in &live {
+        let l = node.label().ok_or("a live node without a label")?;
+        if labels.insert(l, *node).is_some() {
+            return Err(format!("label {l} held twice"));
+        }
+    }
+    let want: BTreeSet<HcLabel> = (0..n).map(HcLabel::gray).collect();
+    let have: BTreeSet<HcLabel> = labels.keys().copied().collect();
+    if have != want {
+        return Err(format!("labels {have:?} are not G(0..{n})"));
+    }
+    let top = HcLabel::gray(n - 1);
+    for (&l, node) in &labels {
+        let nb: BTreeSet<HcLabel> = node.neighbour_labels().collect();
+        let want_nb: BTreeSet<HcLabel> = (0..32)
+            .map(|b| l.flip(b))
+            .filter(|x| want.contains(x))
+            .collect();
+        if nb != want_nb {
+            return Err(format!("{l}: neighbours {nb:?}, expected {want_nb:?}"));
+        }
+        if node.root_label() != Some(top) {
+            return Err(format!(
+                "{l} knows root {:?}, expected {top}",
+                node.root_label()
+            ));
+        }
+        if node.is_root() != (l == top) {
+            return Err(format!("{l}: is_root {}", node.is_root()));
+        }
+    }
+    Ok(())
+}
+
+fn check_trees(net: &Net<Node<SimAddr>>) -> Result<(), String> {
+    let by_label: BTreeMap<HcLabel, &Node<SimAddr>> = net
+        .nodes
+        .iter()
+        .flatten()
+        .filter_map(|n| Some((n.label()?, n)))
+        .collect();
+    let n = by_label.len() as u32;
+    for &root in by_label.keys() {
+        for (&l, node) in &by_label {
+            let mut cur = l;
+            let mut hops = 0;
+            while cur != root {
+                cur =
+                    hc_parent(cur, root, n - 1).ok_or(format!("{cur} has no parent to {root}"))?;
+                if !by_label.contains_key(&cur) {
+                    return Err(format!("parent {cur} is not in the cube"));
+                }
+                hops += 1;
+                if hops > 32 {
+                    return Err(format!("cycle from {l} to {root}"));
+                }
+            }
+            let children: BTreeSet<HcLabel> = hc_children(node, root).collect();
+            let want: BTreeSet<HcLabel> = by_label
+                .keys()
+                .copied()
+                .filter(|&c| c != root && hc_parent(c, root, n - 1) == Some(l))
+                .collect();
+            if children != want {
+                return Err(format!(
+                    "children of {l} towards {root}: {children:?}, expected {want:?}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_seed(seed: u64, n: usize) -> Result<Net<Node<SimAddr>>, String> {
+    let mut net = network(seed, n, Duration::from_secs(5));
+    net.faults = Faults {
+        loss: 0.05,
+        duplicate: 0.02,
+        reorder: 0.05,
+    };
+    net.run_until(Instant::from_millis(15_000), STEP_CAP)?;
+    net.faults = Faults::default();
+    net.run_until_quiet(
+        Instant::from_millis(20_000),
+        Duration::from_secs(10),
+        Instant::from_millis(600_000),
+        STEP_CAP,
+    )?;
+    check_compact(&net)?;
+    Ok(net)
+}
+
+#[test]
+fn hypercube_is_compact_and_consistent_over_seeds() {
+    let only: Option<u64> = std::env::var("HC_SEED").ok().and_then(|s| s.parse().ok());
+    let mut failures = Vec::new();
+    let mut count = 0;
+    for seed in 0..300u64 {
+        if only.is_some_and(|o| o != seed) {
+            continue;
+        }
+        let n = if seed < 250 {
+            2 + (seed as usize * 7) % 30
+        } else {
+            33 + (seed as usize * 13) % 68
+        };
+        count += 1;
+        match run_seed(seed, n) {
+            Ok(net) => {
+                if seed % 10 == 0 {
+                    if let Err(e) = check_trees(&net) {
+                        failures.push(format!("seed {seed} ({n} nodes) trees: {e}"));
+                    }
+                }
+            }
+            Err(e) => failures.push(format!("seed {seed} ({n} nodes): {e}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {count} seeds failed (rerun one with HC_SEED=N):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn leaves_and_crashes_are_repaired_compactly() {
+    for seed in 0..40u64 {
+        let n = 20 + (seed as usize % 13);
+        let mut net = run_seed(seed, n).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        // Never the bootstrap buddy (node 0): a crash of the rendezvous is out of scope.
+        let victims: BTreeSet<usize> = (0..4).map(|_| rng.gen_range(2..n)).collect();
+        for (k, &i) in victims.iter().enumerate() {
+            if k % 2 == 0 {
+                net.with_node(i, |node, now| node.leave(now));
+            }
+            net.crash(i);
+        }
+        let t = net.now;
+        net.run_until_quiet(
+            t + Duration::from_secs(1),
+            Duration::from_secs(10),
+            t + Duration::from_secs(600),
+            STEP_CAP,
+        )
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        check_compact(&net).unwrap_or_else(|e| panic!("seed {seed} after {victims:?} left: {e}"));
+    }
+}
