@@ -20,8 +20,10 @@
 //! - `Leave { src }`: a node leaves; `Hole { label }`: a node below the top is missing (left or
 //!   timed out), reported to the HRoot, which **moves** into the hole (leaving the top), so the
 //!   cube stays compact; the node below the old top becomes HRoot.
-//! - `Duplicate { label }`: two nodes hold one label (a hole filled twice, a lost message): the
-//!   one with the greater substrate address gives its label up and joins again.
+//! - `Duplicate { label, holder }`: two nodes hold one label (a hole filled twice, two nodes
+//!   that claimed the root at once): the one with the greater substrate address gives its label
+//!   up and joins again. The holders find out when one hears the other, or when a neighbour of
+//!   the label hears pings from both.
 //!
 //! # Call order
 //! As [`crate::dt`]: `handle_message`/`handle_timeout` with the current time, then drain
@@ -86,10 +88,13 @@ pub enum Message<S> {
         /// The missing label.
         label: HcLabel,
     },
-    /// Two nodes hold `label`; the receiver must give it up if its substrate is greater.
+    /// Two nodes hold `label`; the receiver must give it up if its substrate address is
+    /// greater than `holder`'s (and otherwise tell `holder` to).
     Duplicate {
         /// The contested label.
         label: HcLabel,
+        /// The other node holding it.
+        holder: S,
     },
 }
 
@@ -195,6 +200,11 @@ pub struct Node<S> {
     me: S,
     state: State,
     neighbours: BTreeMap<HcLabel, Neighbour<S>>,
+    /// Neighbour labels missing, with when to start reporting them: at once for a neighbour
+    /// that left or timed out, after a neighbour timeout for one never found by lookups.
+    /// Reported to the HRoot every ping while below the top, until held again (bounded: at
+    /// most one per bit).
+    holes: BTreeMap<HcLabel, Instant>,
     root: Option<RootInfo<S>>,
     seq: u32,
     is_root: bool,
@@ -224,6 +234,7 @@ impl<S: Clone + Ord> Node<S> {
             me: substrate,
             state: State::Joining { since: now },
             neighbours: BTreeMap::new(),
+            holes: BTreeMap::new(),
             root: None,
             seq: 0,
             is_root: false,
@@ -305,6 +316,7 @@ impl<S: Clone + Ord> Node<S> {
         for l in std::mem::take(&mut self.neighbours).into_keys() {
             self.events.push_back(Event::NeighbourRemoved(l));
         }
+        self.holes.clear();
         self.state = State::Labelled(label);
         self.events.push_back(Event::Labelled(label));
         self.timers[Timer::Ping as usize] = Some(now);
@@ -314,6 +326,7 @@ impl<S: Clone + Ord> Node<S> {
         for l in std::mem::take(&mut self.neighbours).into_keys() {
             self.events.push_back(Event::NeighbourRemoved(l));
         }
+        self.holes.clear();
         self.state = State::Joining { since: now };
         self.root = None;
         self.set_root_flag(false);
@@ -370,7 +383,27 @@ impl<S: Clone + Ord> Node<S> {
                 if src == me {
                     self.duplicate(now, me, from);
                 } else if one_bit_apart(src, me) {
-                    self.upsert(now, src, from);
+                    // Two live nodes pinging with one label: tell the greater to give it up.
+                    let fresh = now < self.heard(src) + self.config.ping * 2;
+                    match self.neighbours.get(&src).map(|n| n.substrate.clone()) {
+                        Some(other) if other != from && fresh => {
+                            self.stats.duplicates += 1;
+                            let (winner, loser) = if other < from {
+                                (other, from)
+                            } else {
+                                (from, other)
+                            };
+                            self.transmits.push_back((
+                                loser,
+                                Message::Duplicate {
+                                    label: src,
+                                    holder: winner.clone(),
+                                },
+                            ));
+                            self.upsert(now, src, winner);
+                        }
+                        _ => self.upsert(now, src, from),
+                    }
                 } else {
                     self.stats.not_neighbour += 1;
                 }
@@ -417,12 +450,18 @@ impl<S: Clone + Ord> Node<S> {
                 }
             }
             (Some(me), Message::Hole { label }) => self.handle_hole(now, me, label),
-            (Some(me), Message::Duplicate { label }) => {
+            (Some(me), Message::Duplicate { label, holder }) => {
                 if label == me {
-                    self.duplicate(now, me, from);
+                    self.duplicate(now, me, holder);
                 }
             }
         }
+    }
+
+    fn heard(&self, l: HcLabel) -> Instant {
+        self.neighbours
+            .get(&l)
+            .map_or(Instant::ZERO, |n| n.last_heard)
     }
 
     fn handle_beacon(
@@ -478,8 +517,8 @@ impl<S: Clone + Ord> Node<S> {
 
     /// Forwards a lookup to the neighbour whose Gray index is nearest the target's, if nearer
     /// than ours (consecutive labels are neighbours, so in a consistent cube each hop gets
-    /// nearer). The origin without such a neighbour (a node that just moved into a hole) asks
-    /// the HRoot to route it.
+    /// nearer). The origin without such a neighbour (a node that just moved into a hole, or an
+    /// HRoot cut off by a hole) asks the HRoot, or else a buddy, to route it.
     fn route_lookup(&mut self, me: HcLabel, target: HcLabel, origin: HcLabel, sub: S, hops: u8) {
         let dist = |l: HcLabel| index(l).abs_diff(index(target));
         let mine = dist(me);
@@ -490,11 +529,9 @@ impl<S: Clone + Ord> Node<S> {
             .min_by_key(|(l, _)| (dist(**l), hamming(**l, target), **l))
             .map(|(_, n)| n.substrate.clone());
         if next.is_none() && origin == me {
-            next = self
-                .root
-                .as_ref()
-                .filter(|r| r.substrate != self.me)
-                .map(|r| r.substrate.clone());
+            let root = self.root.as_ref().map(|r| r.substrate.clone());
+            let buddy = self.config.buddies.iter().find(|b| **b != self.me).cloned();
+            next = root.filter(|r| *r != self.me).or(buddy);
         }
         match next {
             Some(to) if hops > 0 => self.transmits.push_back((
@@ -546,24 +583,41 @@ impl<S: Clone + Ord> Node<S> {
 
     /// Neighbour `gone` left or timed out.
     fn missing(&mut self, now: Instant, me: HcLabel, gone: HcLabel) {
-        let root = self.root.as_ref().map(|r| (r.label, r.substrate.clone()));
-        match root {
-            Some((rl, _)) if rl == gone => {
-                // The top left: the label below it becomes the top.
-                self.root = None;
-                if index(me).wrapping_add(1) == index(gone) {
-                    self.become_root(now, me);
-                }
+        if self.root.as_ref().is_some_and(|r| r.label == gone) {
+            // The top left: the label below it becomes the top.
+            self.root = None;
+            if index(me).wrapping_add(1) == index(gone) {
+                self.become_root(now, me);
             }
-            Some((rl, rs)) if index(gone) < index(rl) => {
-                if self.is_root {
-                    self.handle_hole(now, me, gone);
-                } else {
-                    self.transmits
-                        .push_back((rs, Message::Hole { label: gone }));
-                }
+            return;
+        }
+        self.holes.insert(gone, now);
+        self.report_holes(now, me);
+    }
+
+    /// Reports the holes still open to the HRoot (or fills one, at the HRoot).
+    fn report_holes(&mut self, now: Instant, me: HcLabel) {
+        let Some((root_label, root_sub)) =
+            self.root.as_ref().map(|r| (r.label, r.substrate.clone()))
+        else {
+            return;
+        };
+        let top = index(root_label);
+        let open: Vec<(HcLabel, Instant)> = self.holes.iter().map(|(h, t)| (*h, *t)).collect();
+        for (h, at) in open {
+            if self.neighbours.contains_key(&h) {
+                self.holes.remove(&h);
+            } else if index(h) >= top || now < at {
+                // Above the top as known here (kept, in case this view is stale), or not yet
+                // given up on.
+            } else if self.is_root {
+                self.holes.remove(&h);
+                self.handle_hole(now, me, h);
+                return; // moved: the rest is reported from the new position's view
+            } else {
+                self.transmits
+                    .push_back((root_sub.clone(), Message::Hole { label: h }));
             }
-            _ => {}
         }
     }
 
@@ -604,8 +658,9 @@ impl<S: Clone + Ord> Node<S> {
         }
         self.stats.duplicates += 1;
         if self.me < other {
+            let holder = self.me.clone();
             self.transmits
-                .push_back((other, Message::Duplicate { label }));
+                .push_back((other, Message::Duplicate { label, holder }));
         } else {
             self.drop_label(now);
         }
@@ -670,9 +725,13 @@ impl<S: Clone + Ord> Node<S> {
             for b in 0..32 {
                 let want = me.flip(b);
                 if index(want) <= top && !self.neighbours.contains_key(&want) {
+                    self.holes
+                        .entry(want)
+                        .or_insert(now + self.config.neighbour_timeout);
                     self.route_lookup(me, want, me, self.me.clone(), self.config.lookup_hops);
                 }
             }
+            self.report_holes(now, me);
             self.timers[Timer::Ping as usize] = Some(now + self.config.ping);
         }
         if self.timers[Timer::Beacon as usize].is_some_and(|t| t <= now) {

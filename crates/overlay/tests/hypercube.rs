@@ -202,13 +202,24 @@ fn leaves_and_crashes_are_repaired_compactly() {
             net.crash(i);
         }
         let t = net.now;
-        net.run_until_quiet(
+        let quiet = net.run_until_quiet(
             t + Duration::from_secs(1),
             Duration::from_secs(10),
             t + Duration::from_secs(600),
             STEP_CAP,
-        )
-        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-        check_compact(&net).unwrap_or_else(|e| panic!("seed {seed} after {victims:?} left: {e}"));
+        );
+        if let Err(e) = quiet.map(|_| ()).and_then(|_| check_compact(&net)) {
+            for node in net.nodes.iter().flatten() {
+                eprintln!(
+                    "{:?} root {:?} is_root {} nbrs {:?} stats {:?}",
+                    node.label(),
+                    node.root_label(),
+                    node.is_root(),
+                    node.neighbour_labels().collect::<Vec<_>>(),
+                    node.stats()
+                );
+            }
+            panic!("seed {seed} after {victims:?} left: {e}");
+        }
     }
 }

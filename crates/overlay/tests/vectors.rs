@@ -333,13 +333,13 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
             },
         ),
         (
-            "Duplicate of 0b011",
+            "Duplicate of 0b011, also held by sim:3",
             hc::Repr {
                 kind: hc::MessageKind::Duplicate,
                 hops: 0,
                 label: HcLabel::new(0b011),
                 value: 0,
-                substrate: None,
+                substrate: Some(sim),
             },
         ),
         (
@@ -600,4 +600,48 @@ fn protocol_messages_round_trip_through_the_wire() {
         dt::Repr::parse_bytes(&b).unwrap().to_message::<SimAddr>(),
         Some(m)
     );
+}
+
+#[test]
+fn hypercube_messages_round_trip_through_the_wire() {
+    use viastack_overlay::hypercube::Message;
+    let s = SimAddr(9);
+    let l = HcLabel::new(0b101);
+    let all: Vec<Message<SimAddr>> = vec![
+        Message::Beacon {
+            root: l,
+            seq: 7,
+            root_substrate: s,
+        },
+        Message::Ping { src: l },
+        Message::Lookup {
+            target: l,
+            origin: HcLabel::new(4),
+            origin_substrate: s,
+            hops: 3,
+        },
+        Message::Join { joiner: s },
+        Message::Assign { label: l },
+        Message::Leave { src: l },
+        Message::Hole { label: l },
+        Message::Duplicate {
+            label: l,
+            holder: s,
+        },
+    ];
+    for m in all {
+        let mut b = Vec::new();
+        hc::Repr::from_message(&m).emit_into(&mut b).unwrap();
+        let back: Option<Message<SimAddr>> = hc::Repr::parse_bytes(&b).unwrap().to_message();
+        assert_eq!(back, Some(m));
+    }
+    // A Join without its substrate address is refused, not misread.
+    let r = hc::Repr {
+        kind: hc::MessageKind::Join,
+        hops: 0,
+        label: l,
+        value: 0,
+        substrate: None,
+    };
+    assert_eq!(r.to_message::<SimAddr>(), None);
 }

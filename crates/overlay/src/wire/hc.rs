@@ -11,13 +11,14 @@
 //!                Assign the label given, Hole the missing one, Duplicate the contested one
 //!  8       4     value: Beacon its sequence number, Lookup the origin's label; 0 otherwise
 //!  12      …     substrate address (Beacon: the HRoot's, Lookup: the origin's, Join: the
-//!                joining node's): kind (1), length (1), bytes
+//!                joining node's, Duplicate: the other holder's): kind (1), length (1), bytes
 //! ```
 //!
 //! Unknown types are kept as [`MessageKind::Unknown`].
 
-use super::{Reader, SubstrateRepr, WireError, Writer, VERSION};
+use super::{Reader, SubstrateRepr, WireError, WireSubstrate, Writer, VERSION};
 use crate::addr::HcLabel;
+use crate::hypercube::Message;
 
 /// Length of the fixed part.
 pub const FIXED_LEN: usize = 12;
@@ -200,5 +201,76 @@ impl Repr {
         let start = out.len();
         out.resize(start + self.buffer_len(), 0);
         self.emit(&mut out[start..]).map(|_| ())
+    }
+}
+
+impl Repr {
+    /// The wire form of a protocol message.
+    pub fn from_message<S: WireSubstrate>(m: &Message<S>) -> Repr {
+        let r = |kind, label, value, substrate: Option<&S>| Repr {
+            kind,
+            hops: 0,
+            label,
+            value,
+            substrate: substrate.map(WireSubstrate::to_wire),
+        };
+        match m {
+            Message::Beacon {
+                root,
+                seq,
+                root_substrate,
+            } => r(MessageKind::Beacon, *root, *seq, Some(root_substrate)),
+            Message::Ping { src } => r(MessageKind::Ping, *src, 0, None),
+            Message::Lookup {
+                target,
+                origin,
+                origin_substrate,
+                hops,
+            } => Repr {
+                hops: *hops,
+                ..r(
+                    MessageKind::Lookup,
+                    *target,
+                    origin.value(),
+                    Some(origin_substrate),
+                )
+            },
+            Message::Join { joiner } => r(MessageKind::Join, HcLabel::new(0), 0, Some(joiner)),
+            Message::Assign { label } => r(MessageKind::Assign, *label, 0, None),
+            Message::Leave { src } => r(MessageKind::Leave, *src, 0, None),
+            Message::Hole { label } => r(MessageKind::Hole, *label, 0, None),
+            Message::Duplicate { label, holder } => {
+                r(MessageKind::Duplicate, *label, 0, Some(holder))
+            }
+        }
+    }
+
+    /// The protocol message, or `None` for an unknown type, a missing substrate address or one
+    /// of a kind `S` cannot hold (the caller counts and drops it).
+    pub fn to_message<S: WireSubstrate>(&self) -> Option<Message<S>> {
+        let sub = || self.substrate.as_ref().and_then(S::from_wire);
+        Some(match self.kind {
+            MessageKind::Beacon => Message::Beacon {
+                root: self.label,
+                seq: self.value,
+                root_substrate: sub()?,
+            },
+            MessageKind::Ping => Message::Ping { src: self.label },
+            MessageKind::Lookup => Message::Lookup {
+                target: self.label,
+                origin: HcLabel::new(self.value),
+                origin_substrate: sub()?,
+                hops: self.hops,
+            },
+            MessageKind::Join => Message::Join { joiner: sub()? },
+            MessageKind::Assign => Message::Assign { label: self.label },
+            MessageKind::Leave => Message::Leave { src: self.label },
+            MessageKind::Hole => Message::Hole { label: self.label },
+            MessageKind::Duplicate => Message::Duplicate {
+                label: self.label,
+                holder: sub()?,
+            },
+            MessageKind::Unknown(_) => return None,
+        })
     }
 }
