@@ -244,15 +244,15 @@ fn run_seed(seed: u64, n: usize) -> Result<(Vec<DtAddr>, Net<Node<SimAddr>>), St
 }
 
 fn sizes() -> Vec<(u64, usize)> {
-    // 1,050 seeds: many small overlays, fewer large ones (3–200 nodes).
+    // 1,200 seeds: many small overlays, fewer large ones (3–200 nodes).
     let mut v = Vec::new();
     for s in 0..700u64 {
         v.push((s, 3 + (s as usize * 7) % 18)); // 3–20
     }
-    for s in 700..960u64 {
+    for s in 700..1000u64 {
         v.push((s, 21 + (s as usize * 13) % 40)); // 21–60
     }
-    for s in 960..1050u64 {
+    for s in 1000..1200u64 {
         v.push((s, 61 + (s as usize * 31) % 140)); // 61–200
     }
     v
@@ -268,8 +268,15 @@ fn dt_equals_central_delaunay_over_seeds() {
             continue;
         }
         count += 1;
-        if let Err(e) = run_seed(seed, n) {
-            failures.push(format!("seed {seed} ({n} nodes): {e}"));
+        match run_seed(seed, n) {
+            // Every 25th converged overlay also checks its trees from a few roots.
+            Ok((points, net)) if seed % 25 == 0 => {
+                if let Err(e) = check_trees(&net, &points, 4) {
+                    failures.push(format!("seed {seed} ({n} nodes) trees: {e}"));
+                }
+            }
+            Ok(_) => {}
+            Err(e) => failures.push(format!("seed {seed} ({n} nodes): {e}")),
         }
     }
     assert!(
