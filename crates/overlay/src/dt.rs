@@ -605,3 +605,153 @@ impl<S: Clone + PartialEq> Node<S> {
         self.timers.iter().flatten().copied().chain(expiry).min()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::SimAddr;
+
+    fn p(x: i32, y: i32) -> DtAddr {
+        DtAddr::new(x, y).unwrap()
+    }
+
+    fn drain(n: &mut Node<SimAddr>) -> Vec<(SimAddr, Message<SimAddr>)> {
+        std::iter::from_fn(|| n.poll_transmit()).collect()
+    }
+
+    fn hello(x: i32, y: i32) -> Message<SimAddr> {
+        Message::HelloNeighbor {
+            src: p(x, y),
+            cw: None,
+            ccw: None,
+        }
+    }
+
+    #[test]
+    fn alone_node_asks_buddies_then_hellos_neighbours() {
+        let cfg = Config {
+            buddies: vec![SimAddr(0), SimAddr(9)],
+            ..Config::default()
+        };
+        let t0 = Instant::ZERO;
+        let mut n = Node::new(cfg, p(0, 0), SimAddr(9), t0);
+        assert_eq!(n.poll_timeout(), Some(t0));
+        n.handle_timeout(t0);
+        let out = drain(&mut n);
+        assert_eq!(out.len(), 1, "NewNode to the other buddy only");
+        assert!(matches!(
+            out[0],
+            (SimAddr(0), Message::NewNode { hops: 64, .. })
+        ));
+        // A hello from a stranger that passes the test: added, answered, event.
+        n.handle_message(t0, SimAddr(1), hello(10, 0));
+        assert_eq!(n.poll_event(), Some(Event::NeighbourAdded(p(10, 0))));
+        assert_eq!(n.poll_event(), Some(Event::Leader(false)));
+        assert!(matches!(
+            drain(&mut n).as_slice(),
+            [(SimAddr(1), Message::HelloNeighbor { .. })]
+        ));
+        // Handling the same timeout twice is harmless: the second sends nothing new.
+        let t1 = n.poll_timeout().unwrap();
+        n.handle_timeout(t1);
+        let first = drain(&mut n).len();
+        n.handle_timeout(t1);
+        assert_eq!(drain(&mut n).len(), 0);
+        assert_eq!(first, 1);
+    }
+
+    #[test]
+    fn not_neighbour_is_refused_and_told_why() {
+        let mut n = Node::new(Config::default(), p(0, 0), SimAddr(0), Instant::ZERO);
+        n.handle_message(Instant::ZERO, SimAddr(1), hello(10, 0));
+        drain(&mut n);
+        // (20,0) lies beyond (10,0) on the same line: not a Delaunay neighbour of (0,0).
+        n.handle_message(Instant::ZERO, SimAddr(2), hello(20, 0));
+        let out = drain(&mut n);
+        assert!(matches!(
+            out.as_slice(),
+            [(SimAddr(2), Message::HelloNotNeighbor { .. })]
+        ));
+        assert_eq!(n.neighbour_addrs().collect::<Vec<_>>(), vec![p(10, 0)]);
+        // HelloNotNeighbor removes, with the reason.
+        while n.poll_event().is_some() {}
+        n.handle_message(
+            Instant::ZERO,
+            SimAddr(1),
+            Message::HelloNotNeighbor {
+                src: p(10, 0),
+                cw: None,
+                ccw: None,
+            },
+        );
+        assert_eq!(
+            n.poll_event(),
+            Some(Event::NeighbourRemoved(p(10, 0), RemoveReason::Refused))
+        );
+    }
+
+    #[test]
+    fn timeout_capacity_duplicates_and_leave() {
+        let cfg = Config {
+            max_neighbours: 2,
+            ..Config::default()
+        };
+        let t0 = Instant::ZERO;
+        let mut n = Node::new(cfg, p(0, 0), SimAddr(0), t0);
+        n.handle_message(t0, SimAddr(1), hello(10, 0));
+        n.handle_message(t0, SimAddr(2), hello(0, 10));
+        n.handle_message(t0, SimAddr(3), hello(-10, -10));
+        assert_eq!(n.stats().table_full, 1);
+        n.handle_message(t0, SimAddr(4), hello(0, 0));
+        assert_eq!(n.stats().own_address, 1);
+        // Nothing heard for the neighbour timeout: both removed.
+        while n.poll_event().is_some() {}
+        let t = t0 + Duration::from_secs(10);
+        n.handle_timeout(t);
+        let removed: Vec<Event> = std::iter::from_fn(|| n.poll_event()).collect();
+        assert!(removed.contains(&Event::NeighbourRemoved(p(10, 0), RemoveReason::Timeout)));
+        assert!(removed.contains(&Event::NeighbourRemoved(p(0, 10), RemoveReason::Timeout)));
+        // Leave: a goodbye to each neighbour, then silence.
+        n.handle_message(t, SimAddr(1), hello(10, 0));
+        drain(&mut n);
+        n.leave(t);
+        assert!(matches!(
+            drain(&mut n).as_slice(),
+            [(SimAddr(1), Message::Goodbye { .. })]
+        ));
+        assert_eq!(n.poll_timeout(), None);
+        n.handle_message(t, SimAddr(1), hello(10, 0));
+        assert_eq!(n.stats().after_leave, 1);
+    }
+
+    #[test]
+    fn new_node_is_routed_greedily_to_the_nearest() {
+        let t0 = Instant::ZERO;
+        let mut n = Node::new(Config::default(), p(0, 0), SimAddr(0), t0);
+        n.handle_message(t0, SimAddr(1), hello(100, 0));
+        n.handle_message(t0, SimAddr(2), hello(0, 100));
+        drain(&mut n);
+        let joining = Peer {
+            addr: p(120, 10),
+            substrate: SimAddr(7),
+        };
+        n.handle_message(
+            t0,
+            SimAddr(5),
+            Message::NewNode {
+                node: joining,
+                hops: 3,
+            },
+        );
+        assert_eq!(
+            drain(&mut n),
+            vec![(
+                SimAddr(1),
+                Message::NewNode {
+                    node: joining,
+                    hops: 2
+                }
+            )]
+        );
+    }
+}

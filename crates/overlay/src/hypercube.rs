@@ -790,3 +790,117 @@ impl<S: Clone + Ord> Node<S> {
         self.timers.iter().flatten().copied().chain(expiry).min()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::SimAddr;
+
+    fn drain(n: &mut Node<SimAddr>) -> Vec<(SimAddr, Message<SimAddr>)> {
+        std::iter::from_fn(|| n.poll_transmit()).collect()
+    }
+
+    fn cfg() -> Config<SimAddr> {
+        Config {
+            buddies: vec![SimAddr(0), SimAddr(1)],
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn first_buddy_bootstraps_and_the_root_assigns_the_next_gray_code() {
+        let t0 = Instant::ZERO;
+        let mut a = Node::new(cfg(), SimAddr(0), t0);
+        a.handle_timeout(t0);
+        assert_eq!(
+            a.label(),
+            None,
+            "waits bootstrap_after before labelling itself"
+        );
+        let t = t0 + Duration::from_secs(2);
+        a.handle_timeout(t);
+        assert_eq!(a.label(), Some(HcLabel::gray(0)));
+        assert!(a.is_root());
+        drain(&mut a);
+        // A join: G(1) is assigned, the joiner becomes HRoot as far as `a` knows.
+        a.handle_message(t, SimAddr(5), Message::Join { joiner: SimAddr(5) });
+        assert_eq!(
+            drain(&mut a),
+            vec![(
+                SimAddr(5),
+                Message::Assign {
+                    label: HcLabel::gray(1)
+                }
+            )]
+        );
+        assert!(!a.is_root());
+        assert_eq!(a.root_label(), Some(HcLabel::gray(1)));
+        let mut b = Node::new(cfg(), SimAddr(5), t);
+        b.handle_message(
+            t,
+            SimAddr(0),
+            Message::Assign {
+                label: HcLabel::gray(1),
+            },
+        );
+        assert_eq!(b.label(), Some(HcLabel::gray(1)));
+        assert!(b.is_root());
+        assert_eq!(
+            b.neighbour_labels().collect::<Vec<_>>(),
+            vec![HcLabel::gray(0)]
+        );
+        // A second join reaching `a` is forwarded to the HRoot it knows.
+        a.handle_message(t, SimAddr(1), Message::Join { joiner: SimAddr(6) });
+        assert_eq!(
+            drain(&mut a),
+            vec![(SimAddr(5), Message::Join { joiner: SimAddr(6) })]
+        );
+    }
+
+    #[test]
+    fn duplicate_label_the_greater_substrate_gives_up() {
+        let t0 = Instant::ZERO;
+        let l = HcLabel::gray(3);
+        let mut lo = Node::new(cfg(), SimAddr(2), t0);
+        let mut hi = Node::new(cfg(), SimAddr(7), t0);
+        lo.handle_message(t0, SimAddr(9), Message::Assign { label: l });
+        hi.handle_message(t0, SimAddr(9), Message::Assign { label: l });
+        drain(&mut lo);
+        // lo hears hi's ping with its own label: tells hi to give it up.
+        lo.handle_message(t0, SimAddr(7), Message::Ping { src: l });
+        assert_eq!(
+            drain(&mut lo),
+            vec![(
+                SimAddr(7),
+                Message::Duplicate {
+                    label: l,
+                    holder: SimAddr(2)
+                }
+            )]
+        );
+        assert_eq!(lo.label(), Some(l));
+        hi.handle_message(
+            t0,
+            SimAddr(2),
+            Message::Duplicate {
+                label: l,
+                holder: SimAddr(2),
+            },
+        );
+        assert_eq!(hi.label(), None);
+        assert_eq!(lo.stats().duplicates, 1);
+        // A third node hearing both holders ping tells the greater one.
+        let mut n = Node::new(cfg(), SimAddr(4), t0);
+        n.handle_message(t0, SimAddr(9), Message::Assign { label: l.flip(0) });
+        drain(&mut n);
+        n.handle_message(t0, SimAddr(7), Message::Ping { src: l });
+        n.handle_message(t0, SimAddr(2), Message::Ping { src: l });
+        assert!(drain(&mut n).contains(&(
+            SimAddr(7),
+            Message::Duplicate {
+                label: l,
+                holder: SimAddr(2)
+            }
+        )));
+    }
+}
