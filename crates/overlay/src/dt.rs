@@ -122,9 +122,11 @@ pub enum RemoveReason {
     Goodbye,
 }
 
-/// Protocol parameters. The seed gives no numbers for the DT protocol (seed 000 only names the
-/// overlay node's role, §3.1.1.2); the defaults follow HyperCast's DT configuration: a heartbeat
-/// of a few seconds when stable, a timeout of several missed heartbeats.
+/// Protocol parameters. Seed 000 has no table of DT timers (its timer tables, 3.2 and 3.4, are
+/// the hop-to-hop and end-to-end acknowledgment services'; §3.1.1.2 only names the overlay
+/// node's role), so the defaults are chosen here: a heartbeat of a few seconds once stable, a
+/// fast one while the neighbourhood changes, a timeout of five missed slow heartbeats. They are
+/// what the convergence tests run with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config<S> {
     /// Rendezvous: substrate addresses to send `NewNode` to when alone, and leader beacons.

@@ -113,8 +113,9 @@ pub enum Event {
     Root(bool),
 }
 
-/// Protocol parameters. Seed 000 gives no numbers for the hypercube; these follow HyperCast's
-/// scale (heartbeats of about a second, timeouts of several heartbeats).
+/// Protocol parameters. Seed 000 gives no numbers for the hypercube protocol, so the defaults
+/// are chosen here (heartbeats of half a second, timeouts of several heartbeats); they are what
+/// the convergence tests run with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config<S> {
     /// Rendezvous: where to send `Join`; the first one bootstraps the cube.
