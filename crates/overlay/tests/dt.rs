@@ -3,7 +3,8 @@
 //! messages for the first 20 virtual seconds; once the network has been quiet (no neighbour
 //! change for 15 s) every node's neighbour set must equal its neighbours in the Delaunay
 //! triangulation of all coordinates, and exactly one node must be leader. Also: partitions
-//! (two leaders) merged when the network heals, crashes and goodbyes repaired, and the
+//! (two leaders) merged when the network heals, crashes and goodbyes repaired, late joiners
+//! routed into a converged overlay, and the
 //! embedded compass-routing trees spanning the overlay without a cycle.
 //!
 //! Coordinates are drawn distinct and in general position: a draw with four cocircular points
@@ -367,4 +368,50 @@ fn small_square_forms_one_diagonal() {
     assert_eq!(nb(1), BTreeSet::from([pt(0, 0), pt(0, 10), pt(12, 12)]));
     assert!(net.nodes[3].as_ref().unwrap().is_leader());
     assert!(!net.nodes[0].as_ref().unwrap().is_leader());
+}
+
+#[test]
+fn late_joiners_are_routed_into_a_converged_overlay() {
+    for seed in 0..30u64 {
+        let (first, late) = (25usize, 15usize);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x1a7e);
+        let (points, _) = draw_points(&mut rng, first + late, 50_000);
+        let mut net: Net<Node<SimAddr>> = Net::new(seed, points.len());
+        for (i, &p) in points.iter().enumerate() {
+            // The first 25 join within 3 s; the others within 60–65 s, once the rest is quiet.
+            let base = if i < first { 0 } else { 60_000 };
+            let at = Instant::from_millis(base + net.rng.gen_range(0..3_000));
+            net.start_at(i, at, Node::new(config(&[0]), p, SimAddr(i as u32), at));
+        }
+        net.faults = Faults {
+            loss: 0.05,
+            duplicate: 0.02,
+            reorder: 0.05,
+        };
+        net.run_until(Instant::from_millis(30_000), STEP_CAP)
+            .unwrap();
+        net.faults = Faults::default();
+        net.run_until(Instant::from_millis(59_000), STEP_CAP)
+            .unwrap();
+        // Before the late wave: the first 25 (the only live nodes) form their own triangulation.
+        if central_dt(&points[..first]).is_some() {
+            check_dt(&net, &points).unwrap_or_else(|e| panic!("seed {seed} before: {e}"));
+        }
+        net.faults = Faults {
+            loss: 0.05,
+            duplicate: 0.02,
+            reorder: 0.05,
+        };
+        net.run_until(Instant::from_millis(70_000), STEP_CAP)
+            .unwrap();
+        net.faults = Faults::default();
+        net.run_until_quiet(
+            Instant::from_millis(70_000),
+            Duration::from_secs(15),
+            Instant::from_millis(600_000),
+            STEP_CAP,
+        )
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        check_dt(&net, &points).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    }
 }

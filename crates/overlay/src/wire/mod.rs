@@ -21,7 +21,7 @@ mod substrate;
 
 use thiserror::Error;
 
-pub use substrate::{SubstrateKind, SubstrateRepr, WireSubstrate};
+pub use substrate::{SubstrateKind, SubstrateRepr, WireSubstrate, MAX_SUBSTRATE};
 
 use crate::addr::{AddrError, DtAddr};
 
