@@ -4,8 +4,8 @@
 //! change for 15 s) every node's neighbour set must equal its neighbours in the Delaunay
 //! triangulation of all coordinates, and exactly one node must be leader. Also: partitions
 //! (two leaders) merged when the network heals, crashes and goodbyes repaired, late joiners
-//! routed into a converged overlay, and the
-//! embedded compass-routing trees spanning the overlay without a cycle.
+//! routed into a converged overlay, and the embedded compass-routing trees spanning the
+//! overlay without a cycle.
 //!
 //! Coordinates are drawn distinct and in general position: a draw with four cocircular points
 //! around an edge or three collinear points on the hull (where the triangulation is not
