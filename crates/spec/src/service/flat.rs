@@ -28,11 +28,14 @@
 //! As in the engine, an action that fails ends its block (the rest of the block is skipped;
 //! the `error.execution` the engine would raise selects no transition in such a chart).
 
+use viastack_kernel::time::Duration;
+
 use crate::chart::compile::descriptor_matches;
 use crate::chart::compile::{Chart, Kind, Op, StateInfo};
 
-use super::action::Action;
+use super::action::{Action, Field, Prim, Value};
 use super::data::ServiceData;
+use super::message::Attr;
 
 /// One transition's effect: where it goes and the action blocks it runs, in order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -43,6 +46,147 @@ pub(crate) struct Step {
     pub ends: bool,
     /// Action blocks; a failing action ends its block.
     pub blocks: Box<[Box<[Action]>]>,
+    /// The same blocks resolved into [`FastOp`]s (what the store runs).
+    pub ops: Box<[Box<[FastOp]>]>,
+    /// Whether an op uses the drafts (they are cleared after the step only then).
+    pub drafts: bool,
+}
+
+/// A flat step's action resolved at load time (issue 15 §2): the shapes nearly every
+/// delivery service is made of — a timer with constant fields, a message built from a fresh
+/// one / `last(E)` / `msg` plus attribute writes, then performed — run without the
+/// interpreter's value dispatch, without `Result<_, String>` and without cloning a payload the
+/// primitive drops. Anything else stays an [`Action`] run by [`action::run`](super::action::run).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum FastOp {
+    /// `setTimer` with constant id and duration.
+    SetTimer {
+        /// TimerIdentifier.
+        id: u32,
+        /// Delay.
+        after: Duration,
+    },
+    /// `cancelTimer` with a constant id.
+    CancelTimer {
+        /// TimerIdentifier.
+        id: u32,
+    },
+    /// Build a message and perform `prim` (a send, a forward or `toApplication`).
+    Send {
+        /// The primitive.
+        prim: Prim,
+        /// The message it starts from.
+        base: Base,
+        /// Attributes written on top, in order.
+        sets: Box<[(Attr, Src)]>,
+    },
+    /// `terminate`.
+    Terminate,
+    /// Anything else, interpreted.
+    Action(Action),
+}
+
+/// Where a [`FastOp::Send`] message starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Base {
+    /// A new message (HopLimit 255).
+    Fresh,
+    /// `last(E)` by history slot.
+    Last(u8),
+    /// The message that triggered the step.
+    Current,
+}
+
+/// An integer a [`FastOp::Send`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Src {
+    /// A constant.
+    Int(i64),
+    /// `last(E).Attr`.
+    LastAttr(u8, Attr),
+    /// `msg.Attr`.
+    CurrentAttr(Attr),
+    /// `node.address`.
+    NodeAddress,
+    /// `node.parent`.
+    NodeParent,
+}
+
+impl FastOp {
+    /// Resolves one action.
+    fn resolve(a: &Action) -> FastOp {
+        let keep = || FastOp::Action(a.clone());
+        match a {
+            Action::Timer { prim, sets } => {
+                let (mut id, mut ms) = (0u32, 0u64);
+                for (f, v) in sets.iter() {
+                    let Value::Int(x) = v else { return keep() };
+                    match f {
+                        Field::TimerId => id = *x as u32,
+                        _ => ms = (*x).max(0) as u64,
+                    }
+                }
+                match prim {
+                    Prim::SetTimer => FastOp::SetTimer {
+                        id,
+                        after: Duration::from_millis(ms),
+                    },
+                    _ => FastOp::CancelTimer { id },
+                }
+            }
+            Action::Run {
+                prim: Prim::Terminate,
+                draft: None,
+                base: None,
+                sets,
+            } if sets.is_empty() => FastOp::Terminate,
+            Action::Run {
+                prim,
+                draft: None,
+                base,
+                sets,
+            } if matches!(
+                prim,
+                Prim::ToApplication
+                    | Prim::SendData
+                    | Prim::SendControl
+                    | Prim::Send
+                    | Prim::Forward
+            ) =>
+            {
+                let base = match base {
+                    None => Base::Fresh,
+                    Some(Value::Last(s)) => Base::Last(*s),
+                    Some(Value::Current) => Base::Current,
+                    Some(_) => return keep(),
+                };
+                let mut out = Vec::with_capacity(sets.len());
+                for (f, v) in sets.iter() {
+                    let Field::Attr(at) = f else { return keep() };
+                    let src = match v {
+                        Value::Int(x) => Src::Int(*x),
+                        Value::LastAttr(s, x) => Src::LastAttr(*s, *x),
+                        Value::CurrentAttr(x) => Src::CurrentAttr(*x),
+                        Value::NodeAddress => Src::NodeAddress,
+                        Value::NodeParent => Src::NodeParent,
+                        _ => return keep(),
+                    };
+                    out.push((*at, src));
+                }
+                FastOp::Send {
+                    prim: *prim,
+                    base,
+                    sets: out.into(),
+                }
+            }
+            _ => keep(),
+        }
+    }
+
+    /// Whether it may touch the drafts.
+    fn uses_drafts(&self) -> bool {
+        matches!(self, FastOp::Action(a) if !a.drafts().is_empty())
+    }
 }
 
 /// A chart compiled to (event × state) → step.
@@ -167,10 +311,17 @@ impl Flat {
                     st.onexit.iter().for_each(|b| push(b));
                 }
             }
+            let ops: Box<[Box<[FastOp]>]> = blocks
+                .iter()
+                .map(|b| b.iter().map(FastOp::resolve).collect())
+                .collect();
+            let drafts = ops.iter().flatten().any(FastOp::uses_drafts);
             Step {
                 target: target.map(|t| t as u16),
                 ends,
                 blocks: blocks.into(),
+                ops,
+                drafts,
             }
         };
         let start = step_to(None, Some(start_state), &[]);
