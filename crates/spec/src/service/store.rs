@@ -182,16 +182,8 @@ impl Store {
                     .collect()
             })
             .collect();
-        let recycled = services
-            .iter()
-            .map(|s| match s.flat {
-                // The pool of a flat service is histories ready for reuse.
-                Some(_) => (0..config.pool)
-                    .map(|_| History::new(&s.layout, s.logic.new_state()))
-                    .collect(),
-                None => Vec::new(),
-            })
-            .collect();
+        let recycled = vec![Vec::new(); services.len()];
+        // The pool of a flat service: its map's room, reserved.
         let flat = services
             .iter()
             .map(|s| {
@@ -252,7 +244,12 @@ impl Store {
             .collect()
     }
 
+    #[inline]
     fn service_index(&self, id: u32) -> Option<usize> {
+        // One service is the usual case.
+        if let [s] = self.services.as_slice() {
+            return (s.id() == id).then_some(0);
+        }
         self.services.iter().position(|s| s.id() == id)
     }
 
@@ -493,7 +490,6 @@ impl Store {
             services,
             node,
             flat,
-            recycled,
             hits,
             comps,
             fire_flat,
@@ -514,15 +510,17 @@ impl Store {
                 if map.len() + *flat_live >= config.capacity {
                     return Err(RunnerError::Full(map.len() + *flat_live));
                 }
-                let hist = match recycled[si].pop() {
-                    Some(h) => h,
-                    None => History::new(&svc.layout, svc.logic.new_state()),
-                };
+                *flat_live += 1;
+                // Built in place in the map, then entered.
+                let inst = v.insert(FlatInst {
+                    state: 0,
+                    hist: History::new(&svc.layout, svc.logic.new_state()),
+                });
                 let mut ctx = Ctx {
                     now,
                     key,
                     node,
-                    history: &hist,
+                    history: &inst.hist,
                     current: Some(m),
                     drafts,
                     net,
@@ -530,17 +528,14 @@ impl Store {
                     each: 0,
                 };
                 let step = machine.start();
-                if run_flat(step, &mut 0, &mut ctx) {
-                    let mut hist = hist;
-                    hist.reset();
-                    recycled[si].push(hist);
+                let mut state = 0;
+                if run_flat(step, &mut state, &mut ctx) {
+                    instances.remove(&key.message);
+                    *flat_live -= 1;
                     return Ok(());
                 }
-                *flat_live += 1;
-                v.insert(FlatInst {
-                    state: step.target.unwrap_or(0),
-                    hist,
-                })
+                inst.state = state;
+                inst
             }
         };
         let ended = flat_step(
@@ -564,10 +559,8 @@ impl Store {
             0,
         );
         if ended {
-            if let Some(mut f) = instances.remove(&key.message) {
+            if instances.remove(&key.message).is_some() {
                 *flat_live -= 1;
-                f.hist.reset();
-                recycled[si].push(f.hist);
             }
         }
         Ok(())
@@ -586,7 +579,6 @@ impl Store {
             services,
             node,
             flat,
-            recycled,
             hits,
             comps,
             fire_flat,
@@ -628,10 +620,8 @@ impl Store {
             id,
         );
         if ended {
-            if let Some(mut f) = instances.remove(&key.message) {
+            if instances.remove(&key.message).is_some() {
                 *flat_live -= 1;
-                f.hist.reset();
-                recycled[si].push(f.hist);
             }
         }
         Ok(())
