@@ -59,14 +59,9 @@ impl Layout {
     }
 }
 
-/// History slots held inline in an instance record.
-pub const INLINE_SLOTS: usize = 3;
-
 /// One instance's history.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct History {
-    /// Inline for up to [`INLINE_SLOTS`] slots, so a flat-machine instance is one record in
-    /// the store's map (issue 15 §2); more spill to the heap.
     last: Box<[Option<Message>]>,
     /// The composite events' indexes.
     pub logic: logic::State,

@@ -660,8 +660,7 @@ pub struct Entry<'a> {
 /// Per-instance state of a program's indexes: compact, updated on arrival.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct State {
-    /// Inline for the usual few indexes (the record stays in the store's map slot).
-    slots: smallvec::SmallVec<[Slot; 2]>,
+    slots: Vec<Slot>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -687,7 +686,7 @@ impl State {
 
     /// Heap bytes held.
     pub fn heap_bytes(&self) -> usize {
-        usize::from(self.slots.spilled()) * self.slots.capacity() * std::mem::size_of::<Slot>()
+        self.slots.capacity() * std::mem::size_of::<Slot>()
             + self
                 .slots
                 .iter()
