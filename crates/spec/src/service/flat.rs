@@ -80,6 +80,18 @@ pub(crate) enum FastOp {
         /// Attributes written on top, in order.
         sets: Box<[(Attr, Src)]>,
     },
+    /// A send with `foreach`: the nodes are selected first, then [`FastOp::Send`] runs once
+    /// per node with [`Src::Each`] its address; the first failure ends it.
+    Each {
+        /// The nodes addressed.
+        selector: super::logic::Selector,
+        /// The primitive.
+        prim: Prim,
+        /// The message it starts from.
+        base: Base,
+        /// Attributes written on top, in order.
+        sets: Box<[(Attr, Src)]>,
+    },
     /// `terminate`.
     Terminate,
     /// Anything else, interpreted.
@@ -110,6 +122,8 @@ pub(crate) enum Src {
     NodeAddress,
     /// `node.parent`.
     NodeParent,
+    /// The address a `foreach` is at.
+    Each,
 }
 
 impl FastOp {
@@ -169,6 +183,7 @@ impl FastOp {
                         Value::CurrentAttr(x) => Src::CurrentAttr(*x),
                         Value::NodeAddress => Src::NodeAddress,
                         Value::NodeParent => Src::NodeParent,
+                        Value::Each => Src::Each,
                         _ => return keep(),
                     };
                     out.push((*at, src));
@@ -179,6 +194,15 @@ impl FastOp {
                     sets: out.into(),
                 }
             }
+            Action::Each { selector, action } => match FastOp::resolve(action) {
+                FastOp::Send { prim, base, sets } => FastOp::Each {
+                    selector: selector.clone(),
+                    prim,
+                    base,
+                    sets,
+                },
+                _ => keep(),
+            },
             _ => keep(),
         }
     }

@@ -36,7 +36,7 @@ use super::action::{self, Action, Ctx, Draft, Network};
 use super::flat::{Base, FastOp, Flat, Src, Step};
 use super::history::History;
 use super::load::Service;
-use super::message::{InstanceKey, Message, NodeInfo};
+use super::message::{Addr, Attr, InstanceKey, Message, NodeInfo, PAYLOAD_TYPE};
 use super::{Runner, RunnerError};
 
 /// Store limits. (The per-event step limit is the service's: [`Service::set_step_limit`].)
@@ -747,52 +747,103 @@ fn run_op<N: Network>(op: &FastOp, ctx: &mut Ctx<'_, N>) -> bool {
             ctx.net.perform(ctx.now, ctx.key, Primitive::Terminate);
             ctx.terminated = true;
         }
-        FastOp::Send { prim, base, sets } => {
-            // A control message drops the payload: it is not copied.
-            let payload = *prim != Prim::SendControl;
-            let mut msg = match base {
-                Base::Fresh => Message {
-                    hop_limit: 255,
-                    ..Message::default()
-                },
-                Base::Last(s) => match ctx.history.last(*s) {
-                    Some(m) => m.copy(payload),
-                    None => return false,
-                },
-                Base::Current => match ctx.current {
-                    Some(m) => m.copy(payload),
-                    None => return false,
-                },
-            };
-            for &(a, src) in sets.iter() {
-                let x = match src {
-                    Src::Int(x) => x,
-                    Src::LastAttr(s, b) => match ctx.history.last(s) {
-                        Some(m) => m.get(b),
-                        None => return false,
-                    },
-                    Src::CurrentAttr(b) => match ctx.current {
-                        Some(m) => m.get(b),
-                        None => return false,
-                    },
-                    Src::NodeAddress => ctx.node.address.0 as i64,
-                    Src::NodeParent => ctx.node.parent.0 as i64,
-                };
-                msg.set(a, x);
+        FastOp::Send { prim, base, sets } => return send(*prim, *base, sets, ctx),
+        FastOp::Each {
+            selector,
+            prim,
+            base,
+            sets,
+        } => {
+            // The selection is made before any send (as the interpreter does): on the stack
+            // for the usual few nodes.
+            let mut near = [Addr(0); 16];
+            let mut n = 0;
+            let mut spill = Vec::new();
+            selector.for_each(&ctx.history.logic, ctx.node, ctx.now, |a| {
+                if n < near.len() {
+                    near[n] = a;
+                    n += 1;
+                } else {
+                    spill.push(a);
+                }
+            });
+            let outer = ctx.each;
+            let mut ok = true;
+            for a in near[..n].iter().chain(&spill) {
+                ctx.each = a.0 as i64;
+                if !send(*prim, *base, sets, ctx) {
+                    ok = false;
+                    break;
+                }
             }
-            if action::emit(
-                *prim,
-                &mut msg,
-                (0, 0),
-                ctx.now,
-                ctx.key,
-                ctx.node.address,
-                ctx.net,
-            ) {
-                ctx.terminated = true;
-            }
+            ctx.each = outer;
+            return ok;
         }
         FastOp::Action(a) => return action::run(a, ctx, &()).is_ok(),
+    }
+    true
+}
+
+/// Builds a message (its base, then the attribute writes) and performs `prim`; false, with
+/// nothing performed, when a value cannot be read now. The payload is shared only when the
+/// primitive carries it (a control message does not; `sendMessage` only for type Payload), so
+/// no reference count is taken to be dropped.
+#[inline]
+fn send<N: Network>(prim: Prim, base: Base, sets: &[(Attr, Src)], ctx: &mut Ctx<'_, N>) -> bool {
+    let (mut msg, from) = match base {
+        Base::Fresh => (
+            Message {
+                hop_limit: 255,
+                ..Message::default()
+            },
+            None,
+        ),
+        Base::Last(s) => match ctx.history.last(s) {
+            Some(m) => (m.copy(false), Some(m)),
+            None => return false,
+        },
+        Base::Current => match ctx.current {
+            Some(m) => (m.copy(false), Some(m)),
+            None => return false,
+        },
+    };
+    for &(a, src) in sets {
+        let x = match src {
+            Src::Int(x) => x,
+            Src::LastAttr(s, b) => match ctx.history.last(s) {
+                Some(m) => m.get(b),
+                None => return false,
+            },
+            Src::CurrentAttr(b) => match ctx.current {
+                Some(m) => m.get(b),
+                None => return false,
+            },
+            Src::NodeAddress => ctx.node.address.0 as i64,
+            Src::NodeParent => ctx.node.parent.0 as i64,
+            Src::Each => ctx.each,
+        };
+        msg.set(a, x);
+    }
+    let carries = match prim {
+        Prim::SendControl => false,
+        Prim::Send => msg.message_type == PAYLOAD_TYPE,
+        _ => true,
+    };
+    if carries {
+        if let Some(m) = from {
+            msg.payload.clone_from(&m.payload);
+        }
+    }
+    if action::emit(
+        prim,
+        &mut msg,
+        (0, 0),
+        ctx.now,
+        ctx.key,
+        ctx.node.address,
+        ctx.net,
+    ) {
+        ctx.terminated = true;
     }
     true
 }
