@@ -168,12 +168,23 @@ impl FastOp {
                     | Prim::Forward
             ) =>
             {
-                let base = match base {
+                let mut base = match base {
                     None => Base::Fresh,
                     Some(Value::Last(s)) => Base::Last(*s),
                     Some(Value::Current) => Base::Current,
                     Some(_) => return keep(),
                 };
+                // A fused create/set/execute run starts by copying a whole message: that is
+                // its base.
+                let mut sets = &sets[..];
+                if let (Base::Fresh, [(Field::Message, v), rest @ ..]) = (base, sets) {
+                    base = match v {
+                        Value::Last(s) => Base::Last(*s),
+                        Value::Current => Base::Current,
+                        _ => return keep(),
+                    };
+                    sets = rest;
+                }
                 let mut out = Vec::with_capacity(sets.len());
                 for (f, v) in sets.iter() {
                     let Field::Attr(at) = f else { return keep() };

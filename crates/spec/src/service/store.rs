@@ -182,8 +182,16 @@ impl Store {
                     .collect()
             })
             .collect();
-        let recycled = vec![Vec::new(); services.len()];
-        // The pool of a flat service: its map's room, reserved.
+        let recycled = services
+            .iter()
+            .map(|s| match s.flat {
+                Some(_) => (0..config.pool)
+                    .map(|_| History::new(&s.layout, s.logic.new_state()))
+                    .collect(),
+                None => Vec::new(),
+            })
+            .collect();
+        // The pool of a flat service: its map's room, reserved (and its histories, below).
         let flat = services
             .iter()
             .map(|s| {
@@ -490,6 +498,7 @@ impl Store {
             services,
             node,
             flat,
+            recycled,
             hits,
             comps,
             fire_flat,
@@ -512,10 +521,11 @@ impl Store {
                 }
                 *flat_live += 1;
                 // Built in place in the map, then entered.
-                let inst = v.insert(FlatInst {
-                    state: 0,
-                    hist: History::new(&svc.layout, svc.logic.new_state()),
-                });
+                let hist = match recycled[si].pop() {
+                    Some(h) => h,
+                    None => History::new(&svc.layout, svc.logic.new_state()),
+                };
+                let inst = v.insert(FlatInst { state: 0, hist });
                 let mut ctx = Ctx {
                     now,
                     key,
@@ -530,7 +540,10 @@ impl Store {
                 let step = machine.start();
                 let mut state = 0;
                 if run_flat(step, &mut state, &mut ctx) {
-                    instances.remove(&key.message);
+                    if let Some(mut f) = instances.remove(&key.message) {
+                        f.hist.reset();
+                        recycled[si].push(f.hist);
+                    }
                     *flat_live -= 1;
                     return Ok(());
                 }
@@ -559,8 +572,10 @@ impl Store {
             0,
         );
         if ended {
-            if instances.remove(&key.message).is_some() {
+            if let Some(mut f) = instances.remove(&key.message) {
                 *flat_live -= 1;
+                f.hist.reset();
+                recycled[si].push(f.hist);
             }
         }
         Ok(())
@@ -579,6 +594,7 @@ impl Store {
             services,
             node,
             flat,
+            recycled,
             hits,
             comps,
             fire_flat,
@@ -620,8 +636,10 @@ impl Store {
             id,
         );
         if ended {
-            if instances.remove(&key.message).is_some() {
+            if let Some(mut f) = instances.remove(&key.message) {
                 *flat_live -= 1;
+                f.hist.reset();
+                recycled[si].push(f.hist);
             }
         }
         Ok(())
