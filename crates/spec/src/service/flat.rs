@@ -554,4 +554,30 @@ mod tests {
         assert!(matches!(block[4], Action::Run { .. }), "{block:?}");
         assert_eq!(block.len(), 5);
     }
+
+    /// Every action of the shipped h2hack (timers, sends from `last(E)`, the fused
+    /// create/set/execute run, the `foreach` send) resolves to a fast op: none is left to the
+    /// interpreter, so `bench spec`'s run-time lane measures the resolved path.
+    #[test]
+    fn h2hack_resolves_every_action_to_a_fast_op() {
+        let src = include_str!("../../../../specs/h2hack.scxml");
+        let (svc, _) = Service::load("h2hack.scxml", src).unwrap();
+        let flat = svc.flat.as_ref().unwrap();
+        let mut ops = 0;
+        let steps = flat.entries().map(|(_, _, s)| s).chain([flat.start()]);
+        for step in steps {
+            assert!(!step.drafts, "{step:?}");
+            for op in step.ops.iter().flatten() {
+                assert!(!matches!(op, FastOp::Action(_)), "interpreted: {op:?}");
+                ops += 1;
+            }
+        }
+        assert!(ops > 40, "{ops}");
+        let each = flat
+            .entries()
+            .flat_map(|(_, _, s)| s.ops.iter().flatten())
+            .filter(|op| matches!(op, FastOp::Each { .. }))
+            .count();
+        assert_eq!(each, 1);
+    }
 }
