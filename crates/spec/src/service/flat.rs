@@ -258,13 +258,36 @@ impl Flat {
         }
         for s in &states[1..] {
             let name = &s.id;
-            if !(matches!(s.kind, Kind::Atomic | Kind::Final) && s.parent == 0) {
-                return Err(format!(
-                    "state `{name}` is nested, parallel or a history state"
-                ));
+            match s.kind {
+                Kind::Atomic | Kind::Compound => {}
+                // A <final> inside a compound state raises done.state.*, which only the
+                // engine delivers.
+                Kind::Final if s.parent == 0 => {}
+                Kind::Final => {
+                    return Err(format!(
+                        "state `{name}` is a <final> inside a compound state (done.state events)"
+                    ))
+                }
+                Kind::Parallel | Kind::History { .. } => {
+                    return Err(format!("state `{name}` is parallel or a history state"))
+                }
             }
             if !s.data.is_empty() || s.donedata.is_some() {
                 return Err(format!("state `{name}` has a datamodel or donedata"));
+            }
+            if s.kind == Kind::Compound {
+                let init = s
+                    .initial
+                    .and_then(|i| chart.transitions().get(i as usize))
+                    .filter(|t| t.targets.len() == 1 && !t.history_target);
+                match init {
+                    Some(t) if actions_only(chart, &t.body) => {}
+                    _ => {
+                        return Err(format!(
+                            "state `{name}`: its initial transition is not one target with only the service's actions"
+                        ))
+                    }
+                }
             }
         }
         let blocks_ok = |blocks: &[Vec<Op>]| blocks.iter().all(|b| actions_only(chart, b));
@@ -312,20 +335,37 @@ impl Flat {
                 ));
             }
         }
-        // The initial configuration: the root and one of its children.
-        let start_state = match chart.initial_entry.as_slice() {
-            [(0, _), (s, _)] | [(s, _)] if *s != 0 => *s,
-            _ => return Err("the initial configuration is not one top-level state".into()),
-        };
+        // The initial configuration: a chain of states from the root to one atomic state.
+        for w in chart.initial_entry.windows(2) {
+            if states[w[1].0 as usize].parent != w[0].0 {
+                return Err("the initial configuration is not one chain of states".into());
+            }
+        }
+        match chart.initial_entry.last() {
+            Some(&(s, _)) if s != 0 && states[s as usize].kind != Kind::Compound => {}
+            _ => return Err("the initial configuration is not one chain of states".into()),
+        }
         let all_blocks = || {
             let state_blocks = states
                 .iter()
                 .flat_map(|s| s.onentry.iter().chain(&s.onexit).map(Vec::as_slice));
             let bodies = states.iter().flat_map(own).map(|t| t.body.as_slice());
-            state_blocks.chain(bodies).map(|ops| custom(chart, ops))
+            let initials = states
+                .iter()
+                .filter_map(|s| chart.transitions().get(s.initial? as usize))
+                .map(|t| t.body.as_slice());
+            state_blocks
+                .chain(bodies)
+                .chain(initials)
+                .map(|ops| custom(chart, ops))
         };
         let fusable = fusable_drafts(all_blocks());
-        let step_to = |source: Option<u32>, target: Option<u32>, body: &[Op]| -> Step {
+        // Whether `a` is `d` or one of its ancestors.
+        let contains = |a: u32, d: u32| a <= d && d < states[a as usize].desc_end.max(a + 1);
+        // One step: exit `exits` (deepest first), run `body`, then enter from below `domain`
+        // down to `target` and on through the initial transitions of the compound states
+        // entered by default, as the engine's entry order does.
+        let step_to = |leaf: Option<u32>, domain: u32, target: Option<u32>, body: &[Op]| -> Step {
             let mut blocks: Vec<Box<[Action]>> = Vec::new();
             let mut push = |ops: &[Op]| {
                 let actions = fuse(&custom(chart, ops), &fusable);
@@ -333,14 +373,52 @@ impl Flat {
                     blocks.push(actions.into());
                 }
             };
-            if let (Some(s), Some(_)) = (source, target) {
-                states[s as usize].onexit.iter().for_each(|b| push(b));
+            if let (Some(mut x), Some(_)) = (leaf, target) {
+                while x != 0 && !contains(x, domain) {
+                    states[x as usize].onexit.iter().for_each(|b| push(b));
+                    x = states[x as usize].parent;
+                }
             }
             push(body);
             let mut ends = false;
+            let mut at = target;
             if let Some(t) = target {
-                let st = &states[t as usize];
-                st.onentry.iter().for_each(|b| push(b));
+                // The ancestors of the target below the domain, top-down, then the target.
+                let mut path = vec![t];
+                let mut x = states[t as usize].parent;
+                while x != domain && x != 0 {
+                    path.push(x);
+                    x = states[x as usize].parent;
+                }
+                let mut cur = t;
+                for &x in path.iter().rev() {
+                    states[x as usize].onentry.iter().for_each(|b| push(b));
+                }
+                // Default entry of compound states.
+                while states[cur as usize].kind == Kind::Compound {
+                    let Some(init) = states[cur as usize]
+                        .initial
+                        .and_then(|i| chart.transitions().get(i as usize))
+                    else {
+                        break;
+                    };
+                    let Some(&next) = init.targets.first() else {
+                        break;
+                    };
+                    push(&init.body);
+                    let mut path = vec![next];
+                    let mut x = states[next as usize].parent;
+                    while x != cur && x != 0 {
+                        path.push(x);
+                        x = states[x as usize].parent;
+                    }
+                    for &x in path.iter().rev() {
+                        states[x as usize].onentry.iter().for_each(|b| push(b));
+                    }
+                    cur = next;
+                }
+                at = Some(cur);
+                let st = &states[cur as usize];
                 if st.kind == Kind::Final {
                     ends = true;
                     st.onexit.iter().for_each(|b| push(b));
@@ -352,27 +430,91 @@ impl Flat {
                 .collect();
             let drafts = ops.iter().flatten().any(FastOp::uses_drafts);
             Step {
-                target: target.map(|t| t as u16),
+                target: at.map(|t| t as u16),
                 ends,
                 blocks: blocks.into(),
                 ops,
                 drafts,
             }
         };
-        let start = step_to(None, Some(start_state), &[]);
+        // Starting: the engine's initial entry, in its order (the root's initial transition
+        // content, then each state's <onentry> and, for one entered by default, the content
+        // of its initial transition).
+        let start = {
+            let mut blocks: Vec<Box<[Action]>> = Vec::new();
+            let mut push = |ops: &[Op]| {
+                let actions = fuse(&custom(chart, ops), &fusable);
+                if !actions.is_empty() {
+                    blocks.push(actions.into());
+                }
+            };
+            let mut last = 0;
+            for &(x, default_entry) in &chart.initial_entry {
+                let st = &states[x as usize];
+                st.onentry.iter().for_each(|b| push(b));
+                if default_entry && st.kind == Kind::Compound {
+                    if let Some(init) = st.initial.and_then(|i| chart.transitions().get(i as usize))
+                    {
+                        push(&init.body);
+                    }
+                }
+                last = x;
+            }
+            let st = &states[last as usize];
+            let ends = st.kind == Kind::Final;
+            if ends {
+                st.onexit.iter().for_each(|b| push(b));
+            }
+            let ops: Box<[Box<[FastOp]>]> = blocks
+                .iter()
+                .map(|b| b.iter().map(FastOp::resolve).collect())
+                .collect();
+            let drafts = ops.iter().flatten().any(FastOp::uses_drafts);
+            Step {
+                target: Some(last as u16),
+                ends,
+                blocks: blocks.into(),
+                ops,
+                drafts,
+            }
+        };
         let mut steps = Vec::new();
         let mut table = vec![0u16; names.len() * n];
         for (e, name) in names.iter().enumerate() {
             for s in 1..n {
                 let st = &states[s];
-                if st.kind == Kind::Final {
+                // Only atomic states are ever the machine's state.
+                if st.kind != Kind::Atomic {
                     continue;
                 }
-                let first = own(st)
-                    .iter()
-                    .find(|t| t.events.iter().any(|d| descriptor_matches(d, name)));
+                // The first matching transition of the state, else of its nearest ancestor
+                // that has one (the engine's selection for one atomic state).
+                let mut x = s as u32;
+                let first = loop {
+                    if x == 0 {
+                        break None;
+                    }
+                    let found = own(&states[x as usize])
+                        .iter()
+                        .find(|t| t.events.iter().any(|d| descriptor_matches(d, name)));
+                    if found.is_some() {
+                        break found;
+                    }
+                    x = states[x as usize].parent;
+                };
                 if let Some(t) = first {
-                    steps.push(step_to(Some(s as u32), t.targets.first().copied(), &t.body));
+                    let target = t.targets.first().copied();
+                    let domain = match (target, t.domain) {
+                        (None, _) => 0,
+                        (Some(_), Some(d)) => d,
+                        (Some(_), None) => {
+                            return Err(format!(
+                                "state `{}`: a transition whose domain is known only at run time",
+                                states[x as usize].id
+                            ))
+                        }
+                    };
+                    steps.push(step_to(Some(s as u32), domain, target, &t.body));
                     if steps.len() >= usize::from(u16::MAX) {
                         return Err("more than 65,534 (event, state) steps".into());
                     }

@@ -232,9 +232,17 @@ impl Store {
     /// The active states of a live instance, in document order.
     pub fn states(&self, key: InstanceKey) -> Vec<&str> {
         if let Some((si, f)) = self.flat_inst(key) {
+            // The atomic state and its ancestors, in document order.
             let chart = &self.services[si].chart;
-            return [0, u32::from(f.state)]
+            let mut chain = vec![u32::from(f.state)];
+            let mut x = u32::from(f.state);
+            while x != 0 {
+                x = chart.states().get(x as usize).map_or(0, |s| s.parent);
+                chain.push(x);
+            }
+            return chain
                 .into_iter()
+                .rev()
                 .map(|s| chart.state_name(StateId(s)))
                 .collect();
         }
