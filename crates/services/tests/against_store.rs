@@ -57,7 +57,14 @@ fn every_shipped_flat_service_is_compiled() {
         .collect();
     assert_eq!(
         compiled,
-        ["dupelim", "e2eack", "h2hack", "handshake", "selection", "sync"]
+        [
+            "dupelim",
+            "e2eack",
+            "h2hack",
+            "handshake",
+            "selection",
+            "sync"
+        ]
     );
 }
 
