@@ -3,24 +3,30 @@
 //! generic engine was the prior system's bottleneck; issue 5 "compile to a table").
 //!
 //! Most delivery services (h2hack, e2eack, duplicate elimination, handshake, selection,
-//! synchronization) are written as the seed writes them: atomic states under the root, each
-//! transition named by a basic or composite event, executable content made only of the
-//! service's actions. For such a chart every (state, event) pair has at most one transition
-//! and its whole effect is known at load time: the source's `<onexit>` blocks, the
-//! transition's body, the target's `<onentry>` blocks (and, on reaching a top-level `<final>`,
-//! its `<onexit>` as the interpreter exits). [`Flat`] stores exactly that — a table indexed by
-//! (service event, state) of steps, each a target and its action blocks — so an instance is
-//! one state number and an event is one table read.
+//! synchronization) are written as the seed writes them: states, each transition named by a
+//! basic or composite event, executable content made only of the service's actions. For such
+//! a chart the configuration is one atomic state with its ancestors, every (atomic state,
+//! event) pair selects at most one transition (the state's first matching one, else its
+//! nearest ancestor's) and its whole effect is known at load time: the `<onexit>` blocks of
+//! the states it leaves (deepest first, up to the transition's domain), the transition's body,
+//! the `<onentry>` blocks of the states it enters (top-down, then through the initial
+//! transitions of compound states entered by default, their content after the parent's
+//! `<onentry>`) and, on reaching a top-level `<final>`, its `<onexit>` as the interpreter
+//! exits. [`Flat`] stores exactly that — a table indexed by (service event, atomic state) of
+//! steps, each a target and its action blocks, the blocks also resolved into [`FastOp`]s — so
+//! an instance is one state number and an event is one table read (issue 15 §2).
 //!
 //! [`Flat::compile`] accepts a chart only when the flat run is indistinguishable from the
-//! general engine's ([`chart::Instance`](crate::chart::Instance)); a test drives every shipped
-//! service both ways with random traces and compares the actions and states. A chart qualifies
-//! when:
-//! - every state but the root is an atomic `<state>` or a `<final>` child of the root (no
-//!   nesting, `<parallel>` or `<history>`), and the root's initial state is one of them;
-//! - every transition names an event (no eventless ones), has no `cond`, and every descriptor names a basic or composite event (or
-//!   matches them by prefix or `*`) — none can match `error.*` or `done.*`, which only the
-//!   engine raises;
+//! general engine's ([`chart::Instance`](crate::chart::Instance)); tests drive every shipped
+//! service and corner-case charts both ways with random traces and compare the actions and
+//! states. A chart qualifies when:
+//! - its states are atomic, compound or top-level `<final>`s (no `<parallel>`, `<history>`,
+//!   or `<final>` inside a compound state, whose `done.state.*` only the engine raises), none
+//!   with a datamodel or donedata, and every compound state's initial transition has one
+//!   target and only the service's actions; the initial configuration is one chain of states;
+//! - every transition names an event (no eventless ones), has no `cond` and at most one
+//!   target, and every descriptor names a basic or composite event (or matches them by prefix
+//!   or `*`) — none can match `error.*` or `done.*`, which only the engine raises;
 //! - executable content is only the service's actions (no `<raise>`, `<send>`, `<assign>`,
 //!   `<log>`, `<if>`, `<foreach>`), none reads a datamodel variable (`$x`), and the document
 //!   never reads `_event`.

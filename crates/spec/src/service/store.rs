@@ -3,9 +3,13 @@
 //!
 //! One instance per (ServiceID, MessageID), created on the first message of a new id that
 //! triggers at least one basic event (a message no filter accepts creates nothing), freed when
-//! it reaches a final state or runs `terminate`. Instances live in a slab indexed through a
-//! hash map; freed slots are reused. A pool of instances can be pre-built (the seed's
-//! pre-allocation of FSMs, §6.3.4.1) so the first messages do not pay for construction.
+//! it reaches a final state or runs `terminate`. Instances of a service on the general engine
+//! live in a slab indexed through a hash map; freed slots are reused. Instances of a service
+//! on the flat machine (`service::flat`, issue 15 §2: the fast path of a service loaded at run
+//! time) live in that service's own map, MessageID → (atomic state, history), one probe per
+//! input, and their steps run the load-time-resolved fast ops; their histories are recycled.
+//! A pool of instances can be pre-built (the seed's pre-allocation of FSMs, §6.3.4.1) so the
+//! first messages do not pay for construction.
 //!
 //! One input runs, in order (§5.1.4.3): the basic events it triggers are recorded in the
 //! instance's history, each is delivered to the chart (one macrostep each, declaration order);
