@@ -28,6 +28,8 @@ compiled! {
     e2eack,
     /// Hop-by-hop acknowledgement (`specs/h2hack.scxml`, seed Tables 3.1, 3.2, Figure 3.6).
     h2hack,
+    /// Connection handshake (`specs/handshake.scxml`: nested states, flattened at load time).
+    handshake,
     /// Message selection (`specs/selection.scxml`, seed Table 4.7).
     selection,
     /// Synchronization (`specs/sync.scxml`).

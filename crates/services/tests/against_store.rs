@@ -57,7 +57,14 @@ fn every_shipped_flat_service_is_compiled() {
         .collect();
     assert_eq!(
         compiled,
-        ["dupelim", "e2eack", "h2hack", "selection", "sync"]
+        [
+            "dupelim",
+            "e2eack",
+            "h2hack",
+            "handshake",
+            "selection",
+            "sync"
+        ]
     );
 }
 
@@ -71,6 +78,12 @@ fn h2hack_matches_the_store() {
 fn e2eack_matches_the_store() {
     use viastack_services::e2eack::{Compiled, SERVICE_ID};
     same_as_store::<Compiled>("e2eack", SERVICE_ID);
+}
+
+#[test]
+fn handshake_matches_the_store() {
+    use viastack_services::handshake::{Compiled, SERVICE_ID};
+    same_as_store::<Compiled>("handshake", SERVICE_ID);
 }
 
 #[test]

@@ -29,11 +29,11 @@ const SPECS: &[(&str, &str, bool)] = &[
         true,
     ),
     ("sync", include_str!("../../../specs/sync.scxml"), true),
-    // Nested states: the general engine.
+    // Nested states, flattened to (event, atomic state) steps.
     (
         "handshake",
         include_str!("../../../specs/handshake.scxml"),
-        false,
+        true,
     ),
     // Datamodel, `cond` and `_event`: the general engine.
     ("incast", include_str!("../../../specs/incast.scxml"), false),
@@ -163,6 +163,84 @@ fn corner_cases_of_the_flat_form_match_the_general_engine() {
         checked += a.len();
     }
     assert!(checked > 10_000, "{checked}");
+}
+
+/// Nesting the flat form resolves at load time: a transition of an ancestor taken from a
+/// deeper state, exits deepest first up to the transition's domain, entries top-down with the
+/// initial transitions' content of states entered by default (the root's initial state is
+/// itself compound), an internal transition of a compound state (its source not exited), an
+/// external self-transition of a compound state (exited and re-entered), and a targetless one
+/// inherited from an ancestor.
+const NESTED: &str = r#"<scxml xmlns="http://www.w3.org/2005/07/scxml"
+       xmlns:action="http://my.custom-actions.domain/action" initial="outer">
+  <datamodel>
+    <data name="service"><ServiceID>4</ServiceID></data>
+    <data name="events"><Basic>
+      <Event name="a"><Message><MessageType>1</MessageType></Message></Event>
+      <Event name="b"><Message><MessageType>2</MessageType></Message></Event>
+      <Event name="c"><Message><MessageType>3</MessageType></Message></Event>
+      <Event name="t"><Timer><TimerIdentifier>1</TimerIdentifier></Timer></Event>
+    </Basic></data>
+  </datamodel>
+  <state id="outer">
+    <onentry><action:setTimer id="10" ms="1"/></onentry>
+    <onexit><action:cancelTimer id="10"/></onexit>
+    <initial><transition target="inner"><action:setTimer id="11" ms="1"/></transition></initial>
+    <transition event="t" target="done"><action:toApplication message="last(a)"/></transition>
+    <transition event="c"><action:setTimer id="12" ms="1"/></transition>
+    <state id="inner" initial="x">
+      <onentry><action:setTimer id="20" ms="1"/></onentry>
+      <onexit><action:cancelTimer id="20"/><action:toApplication message="last(b)"/></onexit>
+      <transition event="b" type="internal" target="y"><action:setTimer id="21" ms="1"/></transition>
+      <transition event="a" target="inner"><action:setTimer id="22" ms="1"/></transition>
+      <state id="x">
+        <onentry><action:setTimer id="30" ms="1"/></onentry>
+        <onexit><action:cancelTimer id="30"/></onexit>
+        <transition event="a" target="z"><action:sendControlMessage from="last(a)" MessageType="9"/></transition>
+      </state>
+      <state id="y">
+        <onentry><action:setTimer id="40" ms="1"/></onentry>
+        <onexit><action:cancelTimer id="40"/></onexit>
+        <transition event="c" target="x"/>
+      </state>
+    </state>
+    <state id="z">
+      <onentry><action:setTimer id="50" ms="1"/></onentry>
+      <transition event="b" target="outer"/>
+    </state>
+  </state>
+  <final id="done"><onentry><action:setTimer id="60" ms="1"/></onentry></final>
+</scxml>"#;
+
+#[test]
+fn nested_states_on_the_flat_form_match_the_general_engine() {
+    assert_eq!(load("nested", NESTED).path(), ("flat", None));
+    let mut checked = 0;
+    for seed in 0..300 {
+        let inputs = random_trace(4, seed);
+        for auto in [false, true] {
+            let opts = Options {
+                auto_timers: auto,
+                end_ms: None,
+            };
+            let a = trace::run(&mut store(load("nested", NESTED)), &inputs, opts);
+            let mut general = load("nested", NESTED);
+            general.disable_flat();
+            let b = trace::run(&mut store(general), &inputs, opts);
+            assert_eq!(a, b, "seed {seed} auto_timers {auto}: inputs {inputs:?}");
+            checked += a.len();
+        }
+    }
+    assert!(checked > 10_000, "{checked}");
+    // A <final> inside a compound state raises done.state.*: the engine, with the reason.
+    let src = NESTED.replace(r#"<state id="z">"#, r#"<final id="f"/><state id="z">"#);
+    let svc = load("nested-final", &src);
+    assert_eq!(svc.path().0, "engine");
+    assert!(
+        svc.path().1.is_some_and(|w| w.contains("done.state")),
+        "{:?}",
+        svc.path()
+    );
 }
 
 #[test]

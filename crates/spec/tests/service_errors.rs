@@ -159,3 +159,69 @@ fn capacity_unknown_service_and_pool() {
     assert_eq!(store.live(), 3);
     assert!(store.memory_bytes() > 0);
 }
+
+/// A store running a flat-machine service (instances in its own map) and an engine service
+/// (instances in the slab) at once: one capacity for both, each instance found by its key,
+/// timers and states per service, and freed instances no longer counted.
+#[test]
+fn flat_and_engine_services_share_one_store_and_its_capacity() {
+    let flat_body = r#"  <state id="a"><transition event="ping" target="b"><action:setTimer id="1" ms="5"/></transition></state>
+  <state id="b"><transition event="t" target="z"/></state>
+  <final id="z"/>"#;
+    let events = r#"      <Basic><Event name="ping"><Message><MessageType>1</MessageType></Message></Event>
+        <Event name="t"><Timer><TimerIdentifier>1</TimerIdentifier></Timer></Event></Basic>"#;
+    let flat = Service::load("f.scxml", &spec(events, flat_body))
+        .unwrap()
+        .0;
+    assert_eq!(flat.path().0, "flat");
+    // The same machine with a `cond`: the engine.
+    let engine_src = spec(
+        events,
+        &flat_body.replace(r#"event="t""#, r#"event="t" cond="true""#),
+    )
+    .replace("<ServiceID>3</ServiceID>", "<ServiceID>4</ServiceID>");
+    let engine = Service::load("e.scxml", &engine_src).unwrap().0;
+    assert_eq!(engine.path().0, "engine");
+    let mut store = Store::new(
+        vec![Arc::new(flat), Arc::new(engine)],
+        StoreConfig {
+            pool: 1,
+            capacity: 3,
+        },
+    );
+    let mut rec = Recorder::default();
+    let key = |service, message| viastack_spec::service::InstanceKey { service, message };
+    for (id, service) in [(1, 3), (2, 3), (1, 4)] {
+        store
+            .handle_message(Instant::ZERO, &ping(id, service), &mut rec)
+            .unwrap();
+        assert_eq!(store.state(key(service, id)), Some("b"), "{service}/{id}");
+    }
+    assert_eq!(store.live(), 3);
+    assert_eq!(store.states(key(3, 1)), vec!["scxml", "b"]);
+    assert_eq!(
+        store.handle_message(Instant::ZERO, &ping(7, 4), &mut rec),
+        Err(RunnerError::Full(3))
+    );
+    assert_eq!(
+        store.handle_message(Instant::ZERO, &ping(7, 3), &mut rec),
+        Err(RunnerError::Full(3))
+    );
+    // The timer ends the flat instance 3/1 only; then there is room again.
+    store
+        .handle_timer(Instant::ZERO, key(3, 1), 1, &mut rec)
+        .unwrap();
+    assert_eq!(store.state(key(3, 1)), None);
+    assert_eq!(store.state(key(3, 2)), Some("b"));
+    assert_eq!(store.live(), 2);
+    store
+        .handle_timer(Instant::ZERO, key(4, 1), 1, &mut rec)
+        .unwrap();
+    assert_eq!(store.state(key(4, 1)), None);
+    assert_eq!(store.live(), 1);
+    store
+        .handle_message(Instant::ZERO, &ping(7, 3), &mut rec)
+        .unwrap();
+    assert_eq!(store.live(), 2);
+    assert!(store.memory_bytes() > 0);
+}

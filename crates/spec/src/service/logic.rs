@@ -1445,6 +1445,33 @@ fn compile_pred(f: &F, indexes: &[IndexDef]) -> Pred {
                     }
                 });
             }
+            // ∀/∃ d in set : (an event keyed by d) — "every child acknowledged" — fused into
+            // one loop over the set and the index, without a closure call per node.
+            if let F::Idx(id) = **body {
+                if let Some(ix) = indexes.get(usize::from(id)) {
+                    if let Some((_, KeyTerm::Var(x))) = ix.key {
+                        if usize::from(x) == slot {
+                            let (within, id) = (ix.within, usize::from(id));
+                            return Pred::new(move |_, s| {
+                                let entries: &[(i64, u64)] = match s.state.slots.get(id) {
+                                    Some(Slot::Keyed(e)) => e,
+                                    _ => &[],
+                                };
+                                for a in node_set(set, s.node) {
+                                    let k = a.0 as i64;
+                                    let seen = entries
+                                        .iter()
+                                        .any(|&(kk, t)| kk == k && in_window(t, within, s.now));
+                                    if seen != all {
+                                        return !all;
+                                    }
+                                }
+                                all
+                            });
+                        }
+                    }
+                }
+            }
             let body = compile_pred(body, indexes);
             Pred::new(move |v, s| {
                 let saved = (v.value[slot], v.bound);

@@ -284,6 +284,30 @@ impl Message {
         }
     }
 
+    /// A copy, with the payload shared (`payload`) or left out (a control message built from
+    /// a data message: no reference count is taken only to be dropped).
+    #[inline]
+    pub fn copy(&self, payload: bool) -> Message {
+        Message {
+            service_id: self.service_id,
+            message_id: self.message_id,
+            message_type: self.message_type,
+            delivery_mode: self.delivery_mode,
+            hop_limit: self.hop_limit,
+            source: self.source,
+            destination: self.destination,
+            previous_hop: self.previous_hop,
+            root: self.root,
+            seq: self.seq,
+            payload: if payload { self.payload.clone() } else { None },
+            extra: if self.extra.is_empty() {
+                Vec::new()
+            } else {
+                self.extra.clone()
+            },
+        }
+    }
+
     /// An attribute that is not a known field, by name.
     pub fn extra(&self, name: &str) -> Option<&str> {
         self.extra

@@ -3,9 +3,13 @@
 //!
 //! One instance per (ServiceID, MessageID), created on the first message of a new id that
 //! triggers at least one basic event (a message no filter accepts creates nothing), freed when
-//! it reaches a final state or runs `terminate`. Instances live in a slab indexed through a
-//! hash map; freed slots are reused. A pool of instances can be pre-built (the seed's
-//! pre-allocation of FSMs, §6.3.4.1) so the first messages do not pay for construction.
+//! it reaches a final state or runs `terminate`. Instances of a service on the general engine
+//! live in a slab indexed through a hash map; freed slots are reused. Instances of a service
+//! on the flat machine (`service::flat`, issue 15 §2: the fast path of a service loaded at run
+//! time) live in that service's own map, MessageID → (atomic state, history), one probe per
+//! input, and their steps run the load-time-resolved fast ops; their histories are recycled.
+//! A pool of instances can be pre-built (the seed's pre-allocation of FSMs, §6.3.4.1) so the
+//! first messages do not pay for construction.
 //!
 //! One input runs, in order (§5.1.4.3): the basic events it triggers are recorded in the
 //! instance's history, each is delivered to the chart (one macrostep each, declaration order);
@@ -19,6 +23,7 @@
 //! A store that holds [`StoreConfig::capacity`] instances refuses new ones
 //! ([`RunnerError::Full`]).
 
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use viastack_kernel::time::Instant;
@@ -29,11 +34,13 @@ use crate::chart::{
     self, EventName, ExternalEvent, Instance, RunError, StateId, Status, Symbol, Value, Vars,
 };
 
+use super::action::Prim;
+use super::action::Primitive;
 use super::action::{self, Action, Ctx, Draft, Network};
-use super::flat::Step;
+use super::flat::{Base, FastOp, Flat, Src, Step};
 use super::history::History;
 use super::load::Service;
-use super::message::{InstanceKey, Message, NodeInfo};
+use super::message::{Addr, Attr, InstanceKey, Message, NodeInfo, PAYLOAD_TYPE};
 use super::{Runner, RunnerError};
 
 /// Store limits. (The per-event step limit is the service's: [`Service::set_step_limit`].)
@@ -55,42 +62,34 @@ impl Default for StoreConfig {
     }
 }
 
-/// An instance's machine: the general chart engine's, or a state of the service's
-/// [`Flat`] machine (see [`flat`](super::flat)).
-enum Machine {
-    Chart(Box<Instance>),
-    Flat(u16),
-}
+/// An instance of a service on the general chart engine.
+struct Machine(Box<Instance>);
 
 impl Machine {
     fn new(svc: &Service) -> Machine {
-        match svc.flat {
-            Some(_) => Machine::Flat(0),
-            None => Machine::Chart(Box::new(Instance::new(&svc.chart))),
-        }
+        Machine(Box::new(Instance::new(&svc.chart)))
     }
 
     fn is_active(&self, s: StateId) -> bool {
-        match self {
-            Machine::Chart(inst) => inst.is_active(s),
-            Machine::Flat(state) => s.0 == 0 || s.0 == u32::from(*state),
-        }
+        self.0.is_active(s)
     }
 
     /// Active states in document order.
     fn active_states(&self) -> Vec<StateId> {
-        match self {
-            Machine::Chart(inst) => inst.active_states().collect(),
-            Machine::Flat(state) => vec![StateId(0), StateId(u32::from(*state))],
-        }
+        self.0.active_states().collect()
     }
 
     fn heap_bytes(&self) -> usize {
-        match self {
-            Machine::Chart(inst) => std::mem::size_of::<Instance>() + inst.heap_bytes(),
-            Machine::Flat(_) => 0,
-        }
+        std::mem::size_of::<Instance>() + self.0.heap_bytes()
     }
+}
+
+/// An instance of a service on the flat machine: its state and history, stored inline in the
+/// service's map (one probe per input, no slab, no engine instance).
+#[derive(Debug)]
+struct FlatInst {
+    state: u16,
+    hist: History,
 }
 
 struct Live {
@@ -109,6 +108,11 @@ pub struct Store {
     free: Vec<u32>,
     map: FastMap<InstanceKey, u32>,
     pool: Vec<Vec<(Machine, History)>>,
+    /// Per service on the flat machine: its live instances by MessageID (empty for the
+    /// others, whose instances live in the slab).
+    flat: Vec<FastMap<u64, FlatInst>>,
+    /// Live instances in `flat`.
+    flat_live: usize,
     /// Histories of freed instances, per service, for reuse.
     recycled: Vec<Vec<History>>,
     hits: Vec<u16>,
@@ -171,7 +175,8 @@ impl Store {
         let pool: Vec<Vec<(Machine, History)>> = services
             .iter()
             .map(|s| {
-                (0..config.pool)
+                let n = if s.flat.is_some() { 0 } else { config.pool };
+                (0..n)
                     .map(|_| {
                         (
                             Machine::new(s),
@@ -181,14 +186,33 @@ impl Store {
                     .collect()
             })
             .collect();
+        let recycled = services
+            .iter()
+            .map(|s| match s.flat {
+                Some(_) => (0..config.pool)
+                    .map(|_| History::new(&s.layout, s.logic.new_state()))
+                    .collect(),
+                None => Vec::new(),
+            })
+            .collect();
+        // The pool of a flat service: its map's room, reserved (and its histories, below).
+        let flat = services
+            .iter()
+            .map(|s| {
+                let n = if s.flat.is_some() { config.pool } else { 0 };
+                FastMap::with_capacity_and_hasher(n, Default::default())
+            })
+            .collect();
         Store {
+            recycled,
+            flat,
+            flat_live: 0,
             services,
             config,
             node: NodeInfo::default(),
             slab: Vec::with_capacity(config.pool),
             free: Vec::new(),
             map: FastMap::with_capacity_and_hasher(config.pool, Default::default()),
-            recycled: vec![Vec::new(); pool.len()],
             pool,
             hits: Vec::new(),
             comps: Vec::new(),
@@ -211,6 +235,21 @@ impl Store {
 
     /// The active states of a live instance, in document order.
     pub fn states(&self, key: InstanceKey) -> Vec<&str> {
+        if let Some((si, f)) = self.flat_inst(key) {
+            // The atomic state and its ancestors, in document order.
+            let chart = &self.services[si].chart;
+            let mut chain = vec![u32::from(f.state)];
+            let mut x = u32::from(f.state);
+            while x != 0 {
+                x = chart.states().get(x as usize).map_or(0, |s| s.parent);
+                chain.push(x);
+            }
+            return chain
+                .into_iter()
+                .rev()
+                .map(|s| chart.state_name(StateId(s)))
+                .collect();
+        }
         let Some(&i) = self.map.get(&key) else {
             return Vec::new();
         };
@@ -225,8 +264,23 @@ impl Store {
             .collect()
     }
 
+    #[inline]
     fn service_index(&self, id: u32) -> Option<usize> {
+        // One service is the usual case.
+        if let [s] = self.services.as_slice() {
+            return (s.id() == id).then_some(0);
+        }
         self.services.iter().position(|s| s.id() == id)
+    }
+
+    /// The flat-machine instance of `key`, with its service's index.
+    fn flat_inst(&self, key: InstanceKey) -> Option<(usize, &FlatInst)> {
+        let si = self.service_index(key.service)?;
+        self.flat[si].get(&key.message).map(|f| (si, f))
+    }
+
+    fn live_count(&self) -> usize {
+        self.map.len() + self.flat_live
     }
 
     fn free_slot(&mut self, i: u32) {
@@ -248,8 +302,8 @@ impl Store {
         current: &Message,
         net: &mut N,
     ) -> Result<u32, RunnerError> {
-        if self.map.len() >= self.config.capacity {
-            return Err(RunnerError::Full(self.map.len()));
+        if self.live_count() >= self.config.capacity {
+            return Err(RunnerError::Full(self.live_count()));
         }
         let svc = &self.services[si];
         let (mut inst, hist) = match self.pool[si].pop() {
@@ -275,20 +329,7 @@ impl Store {
                 each: 0,
             },
         };
-        let status = match (&mut inst, &svc.flat) {
-            (Machine::Flat(state), Some(flat)) => {
-                let step = flat.start();
-                run_step(step, &mut host.ctx);
-                *state = step.target.unwrap_or(0);
-                if step.ends {
-                    Ok(Status::Final)
-                } else {
-                    Ok(Status::Running)
-                }
-            }
-            (Machine::Chart(inst), _) => inst.start(&svc.chart, now, &mut host),
-            (Machine::Flat(_), None) => Ok(Status::Final),
-        };
+        let status = inst.0.start(&svc.chart, now, &mut host);
         let terminated = host.ctx.terminated;
         clear_drafts(&mut self.drafts);
         let status = status.map_err(|e| step_error(key, e))?;
@@ -358,10 +399,7 @@ impl Store {
             } else {
                 ExternalEvent::symbol(sym)
             };
-            let Machine::Chart(inst) = &mut live.inst else {
-                break;
-            };
-            match inst.handle_event(&svc.chart, now, ev, &mut host) {
+            match live.inst.0.handle_event(&svc.chart, now, ev, &mut host) {
                 Ok(Status::Final) => {
                     result = Ok(false);
                     break;
@@ -406,9 +444,6 @@ impl Store {
             if svc.logic.listens(e) {
                 svc.logic.record(&mut live.hist.logic, e, now, m, timer);
             }
-        }
-        if svc.flat.is_some() {
-            return self.step_flat(now, i, m, net);
         }
         // Basic events, in declaration order.
         self.fire.clear();
@@ -461,108 +496,386 @@ impl Store {
 }
 
 impl Store {
-    /// [`Store::step`] for a service with a [`Flat`] machine: the same order of basic and
-    /// composite events, each one table read.
-    fn step_flat<N: Network>(
+    /// A message for service `si`, which runs on the flat machine (`self.hits` holds the basic
+    /// events it triggers): finds or creates the instance in the service's map and steps it.
+    fn flat_message<N: Network>(
         &mut self,
         now: Instant,
-        i: u32,
-        m: Option<&Message>,
+        si: usize,
+        m: &Message,
         net: &mut N,
     ) -> Result<(), RunnerError> {
-        let Some(live) = self.slab[i as usize].as_mut() else {
+        let key = m.key();
+        let Store {
+            services,
+            node,
+            flat,
+            recycled,
+            hits,
+            comps,
+            fire_flat,
+            drafts,
+            flat_live,
+            config,
+            map,
+            ..
+        } = self;
+        let svc = &*services[si];
+        let Some(machine) = &svc.flat else {
             return Ok(());
         };
-        let svc = &self.services[usize::from(live.svc)];
-        let (Some(flat), Machine::Flat(state)) = (&svc.flat, &mut live.inst) else {
-            return Ok(());
-        };
-        let mut ctx = Ctx {
-            now,
-            key: live.key,
-            node: &mut self.node,
-            history: &live.hist,
-            current: m,
-            drafts: &mut self.drafts,
-            net,
-            terminated: false,
-            each: 0,
-        };
-        let mut ended = false;
-        // Basic events, in declaration order.
-        for &e in &self.hits {
-            if let Some(step) = flat.step(usize::from(e), *state) {
-                ended = run_flat(step, state, &mut ctx);
-                if ended {
-                    break;
+        let instances = &mut flat[si];
+        let inst = match instances.entry(key.message) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => {
+                if map.len() + *flat_live >= config.capacity {
+                    return Err(RunnerError::Full(map.len() + *flat_live));
                 }
+                *flat_live += 1;
+                // Built in place in the map, then entered.
+                let hist = match recycled[si].pop() {
+                    Some(h) => h,
+                    None => History::new(&svc.layout, svc.logic.new_state()),
+                };
+                let inst = v.insert(FlatInst { state: 0, hist });
+                let mut ctx = Ctx {
+                    now,
+                    key,
+                    node,
+                    history: &inst.hist,
+                    current: Some(m),
+                    drafts,
+                    net,
+                    terminated: false,
+                    each: 0,
+                };
+                let step = machine.start();
+                let mut state = 0;
+                if run_flat(step, &mut state, &mut ctx) {
+                    if let Some(mut f) = instances.remove(&key.message) {
+                        f.hist.reset();
+                        recycled[si].push(f.hist);
+                    }
+                    *flat_live -= 1;
+                    return Ok(());
+                }
+                inst.state = state;
+                inst
             }
-        }
-        // Composite events whose constituents fired and whose expression holds, each given
-        // to the state the machine is in when its turn comes.
-        if !ended {
-            let candidates: &[u16] = match self.hits.as_slice() {
-                [e] => &svc.comp_by_basic[usize::from(*e)],
-                hits => {
-                    self.comps.clear();
-                    for &e in hits {
-                        self.comps
-                            .extend_from_slice(&svc.comp_by_basic[usize::from(e)]);
-                    }
-                    self.comps.sort_unstable();
-                    self.comps.dedup();
-                    &self.comps
-                }
-            };
-            if !candidates.is_empty() {
-                let basics = svc.data.basic.len();
-                let before = *state;
-                self.fire_flat.clear();
-                for &c in candidates {
-                    if flat.step(basics + usize::from(c), before).is_some()
-                        && svc
-                            .logic
-                            .eval(usize::from(c), &live.hist.logic, ctx.node, now)
-                    {
-                        self.fire_flat.push(c);
-                    }
-                }
-                for &c in &self.fire_flat {
-                    if let Some(step) = flat.step(basics + usize::from(c), *state) {
-                        ended = run_flat(step, state, &mut ctx);
-                        if ended {
-                            break;
-                        }
-                    }
-                }
-            }
-        }
+        };
+        let ended = flat_step(
+            svc,
+            machine,
+            inst,
+            hits,
+            comps,
+            fire_flat,
+            Ctx {
+                now,
+                key,
+                node,
+                history: &History::default(),
+                current: Some(m),
+                drafts,
+                net,
+                terminated: false,
+                each: 0,
+            },
+            0,
+        );
         if ended {
-            self.free_slot(i);
+            if let Some(mut f) = instances.remove(&key.message) {
+                *flat_live -= 1;
+                f.hist.reset();
+                recycled[si].push(f.hist);
+            }
+        }
+        Ok(())
+    }
+
+    /// Timer `id` of `key`, whose service `si` runs on the flat machine.
+    fn flat_timer<N: Network>(
+        &mut self,
+        now: Instant,
+        si: usize,
+        key: InstanceKey,
+        id: u32,
+        net: &mut N,
+    ) -> Result<(), RunnerError> {
+        let Store {
+            services,
+            node,
+            flat,
+            recycled,
+            hits,
+            comps,
+            fire_flat,
+            drafts,
+            flat_live,
+            ..
+        } = self;
+        let svc = &*services[si];
+        let Some(machine) = &svc.flat else {
+            return Ok(());
+        };
+        let instances = &mut flat[si];
+        let Some(inst) = instances.get_mut(&key.message) else {
+            return Ok(());
+        };
+        hits.clear();
+        svc.matcher.timer(id, hits);
+        if hits.is_empty() {
+            return Ok(());
+        }
+        let ended = flat_step(
+            svc,
+            machine,
+            inst,
+            hits,
+            comps,
+            fire_flat,
+            Ctx {
+                now,
+                key,
+                node,
+                history: &History::default(),
+                current: None,
+                drafts,
+                net,
+                terminated: false,
+                each: 0,
+            },
+            id,
+        );
+        if ended {
+            if let Some(mut f) = instances.remove(&key.message) {
+                *flat_live -= 1;
+                f.hist.reset();
+                recycled[si].push(f.hist);
+            }
         }
         Ok(())
     }
 }
 
-/// Runs one flat step's actions (a failing action ends its block, as in the engine) and
-/// moves to its target; whether the instance ended (a final state or `terminate`).
-fn run_flat<N: Network>(step: &Step, state: &mut u16, ctx: &mut Ctx<'_, N>) -> bool {
-    run_step(step, ctx);
-    if let Some(t) = step.target {
-        *state = t;
+/// One input to a flat-machine instance (the order of [`Store::step`]): the hits recorded in
+/// its history, each basic event's step, then every composite event whose constituents
+/// fired and whose expression holds, each given to the state the machine is in when its turn
+/// comes. `ctx.history` is replaced by the instance's. Whether the instance ended.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn flat_step<N: Network>(
+    svc: &Service,
+    machine: &Flat,
+    inst: &mut FlatInst,
+    hits: &[u16],
+    comps: &mut Vec<u16>,
+    fire: &mut Vec<u16>,
+    ctx: Ctx<'_, N>,
+    timer: u32,
+) -> bool {
+    let now = ctx.now;
+    for &e in hits {
+        if let Some(m) = ctx.current {
+            inst.hist.record(&svc.layout, e, m);
+        }
+        if svc.logic.listens(e) {
+            svc.logic
+                .record(&mut inst.hist.logic, e, now, ctx.current, timer);
+        }
     }
-    clear_drafts(ctx.drafts);
-    step.ends || ctx.terminated
+    let FlatInst { state, hist } = inst;
+    let mut ctx = Ctx {
+        history: hist,
+        ..ctx
+    };
+    // Basic events, in declaration order.
+    for &e in hits {
+        if let Some(step) = machine.step(usize::from(e), *state) {
+            if run_flat(step, state, &mut ctx) {
+                return true;
+            }
+        }
+    }
+    let candidates: &[u16] = match hits {
+        [e] => &svc.comp_by_basic[usize::from(*e)],
+        hits => {
+            comps.clear();
+            for &e in hits {
+                comps.extend_from_slice(&svc.comp_by_basic[usize::from(e)]);
+            }
+            comps.sort_unstable();
+            comps.dedup();
+            comps
+        }
+    };
+    if candidates.is_empty() {
+        return false;
+    }
+    let basics = svc.data.basic.len();
+    let before = *state;
+    fire.clear();
+    for &c in candidates {
+        if machine.step(basics + usize::from(c), before).is_some()
+            && svc
+                .logic
+                .eval(usize::from(c), &ctx.history.logic, ctx.node, now)
+        {
+            fire.push(c);
+        }
+    }
+    for &c in fire.iter() {
+        if let Some(step) = machine.step(basics + usize::from(c), *state) {
+            if run_flat(step, state, &mut ctx) {
+                return true;
+            }
+        }
+    }
+    false
 }
 
-fn run_step<N: Network>(step: &Step, ctx: &mut Ctx<'_, N>) {
-    for block in step.blocks.iter() {
-        for a in block.iter() {
-            if action::run(a, ctx, &()).is_err() {
+/// Runs one flat step's ops (a failing op ends its block, as in the engine) and moves to its
+/// target; whether the instance ended (a final state or `terminate`).
+#[inline]
+fn run_flat<N: Network>(step: &Step, state: &mut u16, ctx: &mut Ctx<'_, N>) -> bool {
+    for block in step.ops.iter() {
+        for op in block.iter() {
+            if !run_op(op, ctx) {
                 break;
             }
         }
     }
+    if let Some(t) = step.target {
+        *state = t;
+    }
+    if step.drafts {
+        clear_drafts(ctx.drafts);
+    }
+    step.ends || ctx.terminated
+}
+
+/// Runs one resolved op; false when it fails (a value that cannot be read now: nothing is
+/// performed and the rest of its block is skipped).
+#[inline]
+fn run_op<N: Network>(op: &FastOp, ctx: &mut Ctx<'_, N>) -> bool {
+    match op {
+        FastOp::SetTimer { id, after } => {
+            ctx.net.perform(
+                ctx.now,
+                ctx.key,
+                Primitive::SetTimer {
+                    id: *id,
+                    after: *after,
+                },
+            );
+        }
+        FastOp::CancelTimer { id } => {
+            ctx.net
+                .perform(ctx.now, ctx.key, Primitive::CancelTimer { id: *id });
+        }
+        FastOp::Terminate => {
+            ctx.net.perform(ctx.now, ctx.key, Primitive::Terminate);
+            ctx.terminated = true;
+        }
+        FastOp::Send { prim, base, sets } => return send(*prim, *base, sets, ctx),
+        FastOp::Each {
+            selector,
+            prim,
+            base,
+            sets,
+        } => {
+            // The selection is made before any send (as the interpreter does): on the stack
+            // for the usual few nodes.
+            let mut near = [Addr(0); 16];
+            let mut n = 0;
+            let mut spill = Vec::new();
+            selector.for_each(&ctx.history.logic, ctx.node, ctx.now, |a| {
+                if n < near.len() {
+                    near[n] = a;
+                    n += 1;
+                } else {
+                    spill.push(a);
+                }
+            });
+            let outer = ctx.each;
+            let mut ok = true;
+            for a in near[..n].iter().chain(&spill) {
+                ctx.each = a.0 as i64;
+                if !send(*prim, *base, sets, ctx) {
+                    ok = false;
+                    break;
+                }
+            }
+            ctx.each = outer;
+            return ok;
+        }
+        FastOp::Action(a) => return action::run(a, ctx, &()).is_ok(),
+    }
+    true
+}
+
+/// Builds a message (its base, then the attribute writes) and performs `prim`; false, with
+/// nothing performed, when a value cannot be read now. The payload is shared only when the
+/// primitive carries it (a control message does not; `sendMessage` only for type Payload), so
+/// no reference count is taken to be dropped.
+#[inline]
+fn send<N: Network>(prim: Prim, base: Base, sets: &[(Attr, Src)], ctx: &mut Ctx<'_, N>) -> bool {
+    let (mut msg, from) = match base {
+        Base::Fresh => (
+            Message {
+                hop_limit: 255,
+                ..Message::default()
+            },
+            None,
+        ),
+        Base::Last(s) => match ctx.history.last(s) {
+            Some(m) => (m.copy(false), Some(m)),
+            None => return false,
+        },
+        Base::Current => match ctx.current {
+            Some(m) => (m.copy(false), Some(m)),
+            None => return false,
+        },
+    };
+    for &(a, src) in sets {
+        let x = match src {
+            Src::Int(x) => x,
+            Src::LastAttr(s, b) => match ctx.history.last(s) {
+                Some(m) => m.get(b),
+                None => return false,
+            },
+            Src::CurrentAttr(b) => match ctx.current {
+                Some(m) => m.get(b),
+                None => return false,
+            },
+            Src::NodeAddress => ctx.node.address.0 as i64,
+            Src::NodeParent => ctx.node.parent.0 as i64,
+            Src::Each => ctx.each,
+        };
+        msg.set(a, x);
+    }
+    let carries = match prim {
+        Prim::SendControl => false,
+        Prim::Send => msg.message_type == PAYLOAD_TYPE,
+        _ => true,
+    };
+    if carries {
+        if let Some(m) = from {
+            msg.payload.clone_from(&m.payload);
+        }
+    }
+    if action::emit(
+        prim,
+        &mut msg,
+        (0, 0),
+        ctx.now,
+        ctx.key,
+        ctx.node.address,
+        ctx.net,
+    ) {
+        ctx.terminated = true;
+    }
+    true
 }
 
 fn clear_drafts(d: &mut [Draft]) {
@@ -601,6 +914,9 @@ impl Runner for Store {
         if self.hits.is_empty() {
             return Ok(());
         }
+        if self.services[si].flat.is_some() {
+            return self.flat_message(now, si, m, net);
+        }
         let key = m.key();
         let i = match self.map.get(&key) {
             Some(&i) => i,
@@ -622,6 +938,11 @@ impl Runner for Store {
         id: u32,
         net: &mut N,
     ) -> Result<(), RunnerError> {
+        if let Some(si) = self.service_index(key.service) {
+            if self.services[si].flat.is_some() {
+                return self.flat_timer(now, si, key, id, net);
+            }
+        }
         let Some(&i) = self.map.get(&key) else {
             return Ok(());
         };
@@ -643,6 +964,13 @@ impl Runner for Store {
     }
 
     fn state(&self, key: InstanceKey) -> Option<&str> {
+        if let Some((si, f)) = self.flat_inst(key) {
+            return Some(
+                self.services[si]
+                    .chart
+                    .state_name(StateId(u32::from(f.state))),
+            );
+        }
         let &i = self.map.get(&key)?;
         let l = self.slab[i as usize].as_ref()?;
         let chart = &self.services[usize::from(l.svc)].chart;
@@ -650,7 +978,7 @@ impl Runner for Store {
     }
 
     fn live(&self) -> usize {
-        self.map.len()
+        self.live_count()
     }
 
     fn memory_bytes(&self) -> usize {
@@ -669,6 +997,14 @@ impl Runner for Store {
             .flatten()
             .map(|l| l.inst.heap_bytes() + l.hist.heap_bytes())
             .sum();
-        map + slab + recycled + live
+        let flat: usize = self
+            .flat
+            .iter()
+            .map(|f| {
+                f.capacity() * (std::mem::size_of::<(u64, FlatInst)>() + 1)
+                    + f.values().map(|x| x.hist.heap_bytes()).sum::<usize>()
+            })
+            .sum();
+        map + slab + recycled + live + flat
     }
 }
