@@ -414,7 +414,10 @@ impl<A: LogicalAddr> Forwarder<A> {
             }
             DeliveryMode::Flood => {
                 self.deliver(src, id, mode, &payload);
-                topo.neighbours().into_iter().filter(|&n| n != prev).collect()
+                topo.neighbours()
+                    .into_iter()
+                    .filter(|&n| n != prev)
+                    .collect()
             }
             _ => {
                 if dest == me {
@@ -555,7 +558,10 @@ mod tests {
         let mut centre = Forwarder::new(Config::default(), 0);
         centre.handle_message(&star(0), &bytes);
         let d = centre.poll_delivery().unwrap();
-        assert_eq!((d.src, d.id, &d.payload[..]), (HcLabel::new(1), 100, &b"hi"[..]));
+        assert_eq!(
+            (d.src, d.id, &d.payload[..]),
+            (HcLabel::new(1), 100, &b"hi"[..])
+        );
         let out: Vec<HcLabel> = std::iter::from_fn(|| centre.poll_transmit())
             .map(|(a, _)| a)
             .collect();

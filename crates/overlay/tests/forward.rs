@@ -23,9 +23,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use util::{Engine, Faults, Net};
 use viastack_kernel::{Duration, Instant};
-use viastack_overlay::forward::{
-    Config, DtTopology, Forwarder, HcTopology, LogicalAddr, Topology,
-};
+use viastack_overlay::forward::{Config, DtTopology, Forwarder, HcTopology, LogicalAddr, Topology};
 use viastack_overlay::wire::app::DeliveryMode;
 use viastack_overlay::{dt, hypercube, DtAddr, SimAddr};
 
@@ -163,7 +161,9 @@ fn check_trees<T: Topology>(topos: &BTreeMap<T::Addr, T>) -> Result<(), String> 
                 .filter(|(_, u)| u.parent(root) == Some(a))
                 .count();
             if kids != t.children(root).len() {
-                return Err(format!("{a:?}: children and parents disagree (root {root:?})"));
+                return Err(format!(
+                    "{a:?}: children and parents disagree (root {root:?})"
+                ));
             }
         }
     }
@@ -237,8 +237,15 @@ fn check_forwarding<T: Topology>(topos: &BTreeMap<T::Addr, T>, seed: u64) -> Res
             }
         }
         let dest = addrs[(k * 7 + 3) % addrs.len()];
-        let got = propagate(topos, &mut fwd, origin, DeliveryMode::Unicast, Some(dest), 1)
-            .map_err(tag)?;
+        let got = propagate(
+            topos,
+            &mut fwd,
+            origin,
+            DeliveryMode::Unicast,
+            Some(dest),
+            1,
+        )
+        .map_err(tag)?;
         let want: BTreeMap<T::Addr, usize> = [(dest, 1)].into();
         if got != want {
             return Err(tag(format!(
@@ -249,10 +256,14 @@ fn check_forwarding<T: Topology>(topos: &BTreeMap<T::Addr, T>, seed: u64) -> Res
     let not_from_parent: u64 = fwd.values().map(|f| f.stats().not_from_parent).sum();
     let duplicates: u64 = fwd.values().map(|f| f.stats().duplicates).sum();
     if not_from_parent != 0 {
-        return Err(tag(format!("{not_from_parent} copies failed the previous-hop check")));
+        return Err(tag(format!(
+            "{not_from_parent} copies failed the previous-hop check"
+        )));
     }
     if addrs.len() > 1 && duplicates == 0 {
-        return Err(tag("doubled flood copies were not counted as duplicates".into()));
+        return Err(tag(
+            "doubled flood copies were not counted as duplicates".into()
+        ));
     }
     Ok(())
 }
