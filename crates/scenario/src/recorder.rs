@@ -134,8 +134,10 @@ impl Recorder {
             if s.deliveries.len() < o.deliveries.len() {
                 s.deliveries.resize(o.deliveries.len(), 0);
             }
+            let broadcast = key.2 == BROADCAST;
             for (a, b) in s.deliveries.iter_mut().zip(&o.deliveries) {
-                *a += b;
+                // A multicast counts once, plus every node's extra copies (see `delivered`).
+                *a += b - u32::from(broadcast && *a > 0 && *b > 0);
             }
             s.out_of_order += o.out_of_order;
             s.highest = s.highest.max(o.highest);
