@@ -558,7 +558,11 @@ fn overlay_stacks_check_and_run_with_their_expectations() {
         assert_exit(&o, 0);
         let out = stdout(&o);
         assert!(out.contains(topology), "{file}: {out}");
-        assert_eq!(route(&out, "overlay", "Sendable"), "dev -> sum -> net", "{file}");
+        assert_eq!(
+            route(&out, "overlay", "Sendable"),
+            "dev -> sum -> net",
+            "{file}"
+        );
         let o = viastack(["run", file, "--json"]);
         assert_exit(&o, 0);
         let r = json(&o);

@@ -448,7 +448,7 @@ impl OverlaySession {
         self.flush(ctx);
     }
 
-    fn from_below(&mut self, ctx: &mut Context<'_>, from: NodeId, bytes: &[u8]) {
+    fn on_datagram(&mut self, ctx: &mut Context<'_>, from: NodeId, bytes: &[u8]) {
         let now = ctx.now();
         match wire::classify(bytes) {
             Ok(Kind::Application) => match (&self.engine, &mut self.fwd) {
@@ -481,7 +481,7 @@ impl OverlaySession {
         self.flush(ctx);
     }
 
-    fn from_above(&mut self, ctx: &mut Context<'_>, dest: Dest, upper: &[u8]) {
+    fn on_send(&mut self, ctx: &mut Context<'_>, dest: Dest, upper: &[u8]) {
         let mut payload = Vec::with_capacity(4 + upper.len());
         payload.extend_from_slice(&self.node.0.to_be_bytes());
         payload.extend_from_slice(upper);
@@ -560,12 +560,12 @@ impl Session for OverlaySession {
             Direction::Down => {
                 let dest = s.dest;
                 let bytes = std::mem::take(&mut s.message).into_vec();
-                self.from_above(ctx, dest, &bytes);
+                self.on_send(ctx, dest, &bytes);
             }
             Direction::Up => {
                 let from = s.source;
                 let bytes = std::mem::take(&mut s.message).into_vec();
-                self.from_below(ctx, from, &bytes);
+                self.on_datagram(ctx, from, &bytes);
             }
         }
     }

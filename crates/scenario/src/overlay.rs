@@ -237,10 +237,10 @@ fn multicast(rec: &Recorder, stayed: &BTreeSet<NodeId>, v: &mut Vec<String>) {
 fn central_dt(points: &[DtAddr]) -> Option<Vec<BTreeSet<DtAddr>>> {
     let mut nbrs = vec![BTreeSet::new(); points.len()];
     if points.len() < 3 {
-        for i in 0..points.len() {
+        for (i, set) in nbrs.iter_mut().enumerate() {
             for (j, b) in points.iter().enumerate() {
                 if i != j {
-                    nbrs[i].insert(*b);
+                    set.insert(*b);
                 }
             }
         }

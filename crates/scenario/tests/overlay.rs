@@ -103,7 +103,10 @@ fn overlays_converge_under_loss_duplication_reordering_and_churn() {
                 r.verdict.holds,
                 "seed {seed}, {topology}, {nodes} nodes: {r}"
             );
-            assert!(r.network.lost > 0 && r.network.duplicated > 0, "seed {seed}: {r}");
+            assert!(
+                r.network.lost > 0 && r.network.duplicated > 0,
+                "seed {seed}: {r}"
+            );
         }
     }
 }
