@@ -181,3 +181,23 @@ fn a_crash_not_yet_noticed_fails_convergence() {
         );
     }
 }
+
+/// Leaving says goodbye: within 200 ms of node 2's leave at 12 s its neighbours have removed it
+/// (a crash would take the 10 s neighbour timeout).
+#[test]
+fn a_leave_is_noticed_at_once() {
+    for (topology, seed) in [("dt", 1u64), ("hypercube", 2)] {
+        let removed = |duration: &str| {
+            let src = scenario(topology, "multicast", 10, 0.0, "none", "multicast", 30, 50)
+                .replace("duration = \"50s\"", &format!("duration = \"{duration}\""));
+            let r = run_src(&src, seed);
+            r.notices
+                .get("OverlayNeighbourRemoved")
+                .copied()
+                .unwrap_or(0)
+        };
+        let before = removed("11900ms");
+        let after = removed("12200ms");
+        assert!(after > before, "{topology}: {before} → {after} removals");
+    }
+}
