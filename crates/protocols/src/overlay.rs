@@ -18,7 +18,7 @@
 //! - A sendable from above addressed to [`Dest::Broadcast`] is multicast down the tree rooted
 //!   at this node (or flooded, `broadcast = "flood"`); one addressed to a node is unicast up the
 //!   tree rooted at that node's point (DT only: a hypercube node cannot name another node's
-//!   label, so such sends are refused and counted `overlay.no_route`).
+//!   label, so such sends are refused and counted `refused`).
 //! - Messages for this node go up as sendables from their source node, to this node.
 //! - Neighbourhood changes go up every bound channel as [`NEIGHBOUR_ADDED`] /
 //!   [`NEIGHBOUR_REMOVED`] notices about the neighbour's node.
@@ -34,13 +34,13 @@
 //!
 //! # Counters
 //!
-//! `overlay.malformed` (not an overlay datagram), `overlay.unsupported` (a control message of
-//! the other topology or with an unknown type), `overlay.sent`, `overlay.delivered`,
-//! `overlay.forwarded`, `overlay.no_route` (a send before the node has an address, or a
-//! unicast with no next hop), `overlay.not_from_parent` (the previous-hop check), `overlay.
-//! duplicates`, `overlay.hop_limit`, `overlay.forgotten` (duplicate-suppression memory full),
-//! `overlay.short_payload` (a payload without its 4-byte source), `overlay.neighbour_added`,
-//! `overlay.neighbour_removed`. Forwarding counters are added as they change.
+//! Under the layer's name: `malformed` (not an overlay datagram, or an undecodable one),
+//! `unsupported` (a message of the other topology), `refused` (a send before the node has an
+//! address, or a node send on the hypercube), and the forwarder's `sent`, `delivered`,
+//! `forwarded`, `no_route` (no next hop), `not_from_parent` (the previous-hop check),
+//! `duplicates`, `hop_limit`, `forgotten` (duplicate-suppression memory full), `own` (its own
+//! messages coming back); `short_payload` (a payload without its 4-byte source),
+//! `neighbour_added`, `neighbour_removed`.
 //!
 //! # Memory
 //!
