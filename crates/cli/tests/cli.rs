@@ -546,6 +546,36 @@ fn run_diamond_holds_its_property() {
     assert!(out.contains("seed 1"), "{out}");
 }
 
+/// Issue 16 §2: the shipped overlay stacks check, run in the simulator and pass their
+/// `overlay-multicast` expectation (16 nodes with late starts, a leave and a crash).
+#[test]
+fn overlay_stacks_check_and_run_with_their_expectations() {
+    for (file, topology) in [
+        ("stacks/overlay-dt.toml", "topology=\"dt\""),
+        ("stacks/overlay-hc.toml", "topology=\"hypercube\""),
+    ] {
+        let o = viastack(["check", file]);
+        assert_exit(&o, 0);
+        let out = stdout(&o);
+        assert!(out.contains(topology), "{file}: {out}");
+        assert_eq!(
+            route(&out, "overlay", "Sendable"),
+            "dev -> sum -> net",
+            "{file}"
+        );
+        let o = viastack(["run", file, "--json"]);
+        assert_exit(&o, 0);
+        let r = json(&o);
+        assert_eq!(r["verdict"]["holds"], Value::Bool(true), "{file}: {r}");
+        assert_eq!(r["verdict"]["expect"], "overlay-multicast", "{file}: {r}");
+        // 14 nodes stay up (node 5 leaves, node 6 crashes), 10 multicasts each, each delivered
+        // at the 13 others.
+        assert_eq!(num(&r, "sent"), 140.0, "{file}: {r}");
+        assert_eq!(r["counters"]["net.delivered"], 140 * 13, "{file}: {r}");
+        assert_eq!(num(&r, "duplicated"), 0.0, "{file}: {r}");
+    }
+}
+
 #[test]
 fn run_diamond_json_reports_every_message_delivered() {
     let o = viastack(["run", "stacks/diamond.toml", "--json"]);

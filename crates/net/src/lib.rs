@@ -79,6 +79,9 @@ pub fn ignored_settings(file: &StackFile) -> Vec<String> {
     if !s.crashes.is_empty() {
         out.push("crashes".to_string());
     }
+    if !s.leaves.is_empty() {
+        out.push("leaves".to_string());
+    }
     out
 }
 

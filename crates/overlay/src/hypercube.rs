@@ -438,7 +438,7 @@ impl<S: Clone + Ord> Node<S> {
                     self.route_lookup(me, target, origin, origin_substrate, hops);
                 }
             }
-            (Some(me), Message::Join { joiner }) => self.handle_join(now, me, joiner),
+            (Some(me), Message::Join { joiner }) => self.handle_join(now, me, joiner, &from),
             (Some(me), Message::Leave { src }) => {
                 if self
                     .neighbours
@@ -450,7 +450,7 @@ impl<S: Clone + Ord> Node<S> {
                     self.missing(now, me, src);
                 }
             }
-            (Some(me), Message::Hole { label }) => self.handle_hole(now, me, label),
+            (Some(me), Message::Hole { label }) => self.handle_hole(now, me, label, Some(&from)),
             (Some(me), Message::Duplicate { label, holder }) => {
                 if label == me {
                     self.duplicate(now, me, holder);
@@ -548,7 +548,7 @@ impl<S: Clone + Ord> Node<S> {
         }
     }
 
-    fn handle_join(&mut self, now: Instant, me: HcLabel, joiner: S) {
+    fn handle_join(&mut self, now: Instant, me: HcLabel, joiner: S, from: &S) {
         if joiner == self.me || self.neighbours.values().any(|n| n.substrate == joiner) {
             return; // already in the cube (a late retry)
         }
@@ -574,7 +574,12 @@ impl<S: Clone + Ord> Node<S> {
                 self.transmits
                     .push_back((joiner, Message::Assign { label }));
             }
-            Some(r) if r.substrate != self.me => {
+            // Forwarded towards a higher Gray index, and never back to the node it came from:
+            // two nodes that each take the other for the HRoot (stale views) would otherwise
+            // bounce a join forever, which duplicating links turn into a storm.
+            Some(r)
+                if r.substrate != self.me && r.substrate != *from && index(r.label) > index(me) =>
+            {
                 let to = r.substrate.clone();
                 self.transmits.push_back((to, Message::Join { joiner }));
             }
@@ -613,7 +618,7 @@ impl<S: Clone + Ord> Node<S> {
                 // given up on.
             } else if self.is_root {
                 self.holes.remove(&h);
-                self.handle_hole(now, me, h);
+                self.handle_hole(now, me, h, None);
                 return; // moved: the rest is reported from the new position's view
             } else {
                 self.transmits
@@ -622,13 +627,17 @@ impl<S: Clone + Ord> Node<S> {
         }
     }
 
-    fn handle_hole(&mut self, now: Instant, me: HcLabel, label: HcLabel) {
+    fn handle_hole(&mut self, now: Instant, me: HcLabel, label: HcLabel, from: Option<&S>) {
         if label == me || index(label) >= index(me) {
             return;
         }
         if !self.is_root {
             if let Some(r) = &self.root {
-                if r.substrate != self.me {
+                // Towards a higher index only, as joins: no forwarding cycle.
+                if r.substrate != self.me
+                    && Some(&r.substrate) != from
+                    && index(r.label) > index(me)
+                {
                     let to = r.substrate.clone();
                     self.transmits.push_back((to, Message::Hole { label }));
                 }

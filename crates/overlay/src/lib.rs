@@ -8,6 +8,7 @@
 //! - [`hypercube`]: the hypercube protocol (compact Gray-code labels, HRoot).
 //! - [`tree`]: trees embedded in the overlay, computed locally (compass routing on DT, the bit
 //!   rule on the hypercube).
+//! - [`forward`]: the forwarding engine (multicast, flood, unicast over the embedded trees).
 //! - [`wire`]: the wire formats (application header and extensions, control messages).
 //!
 //! Every engine takes the current time as an argument, keeps its timers as data and returns
@@ -17,6 +18,7 @@
 
 pub mod addr;
 pub mod dt;
+pub mod forward;
 pub mod geometry;
 pub mod hypercube;
 pub mod tree;

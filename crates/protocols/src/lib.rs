@@ -20,6 +20,8 @@
 //!   kernel's seeded generator and timers, on real sockets as in the simulator.
 //! - [`compress`]: LZ4 above a size threshold, marked per message, bounded decompression.
 //! - [`encrypt`]: ChaCha20-Poly1305 under a pre-shared key, with a replay window.
+//! - [`overlay`]: an overlay network (Delaunay triangulation or hypercube) with its forwarding
+//!   engine, as a layer over a device (seed 000 §3.1.1).
 //! - [`events`]: notices shared by layers and the application (peer unreachable, send refused,
 //!   suspect, alive).
 //! - [`peers`]: bounded per-peer state (sliding sequence window, LRU map) those layers share.
@@ -35,6 +37,7 @@ pub mod fault;
 pub mod fifo;
 pub mod fragment;
 pub mod heartbeat;
+pub mod overlay;
 pub mod peers;
 pub mod reliable;
 pub mod sync;

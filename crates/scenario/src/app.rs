@@ -17,7 +17,7 @@ use viastack_protocols::events::{notice_peer, send_failure};
 use viastack_stack::model::{Pattern, Workload};
 
 use crate::payload::{self, Stamp};
-use crate::recorder::Recorder;
+use crate::recorder::{Recorder, BROADCAST};
 
 /// One workload as this node's application runs it.
 struct Sender {
@@ -102,6 +102,7 @@ impl Application {
             Pattern::AllToAll => me,
             Pattern::Ring => (me + 1) % n,
             Pattern::ToFirst => 0,
+            Pattern::Multicast => return BROADCAST,
         };
         NodeId(dst as u32)
     }
@@ -131,8 +132,16 @@ impl Application {
                     SENDABLE.id(),
                     Direction::Down,
                     channel,
-                    Sendable::new(self.id, Dest::Node(dst), Message::from_payload(&bytes))
-                        .with_tag(tag_of(index, seq)),
+                    Sendable::new(
+                        self.id,
+                        if dst == BROADCAST {
+                            Dest::Broadcast
+                        } else {
+                            Dest::Node(dst)
+                        },
+                        Message::from_payload(&bytes),
+                    )
+                    .with_tag(tag_of(index, seq)),
                 );
                 if let Err(e) = kernel.inject(now, ev) {
                     tracing::debug!(node = %self.id, error = %e, "workload message refused");

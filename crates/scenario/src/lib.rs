@@ -5,6 +5,7 @@
 //! - [`payload`]: the self-checking message format of the workloads;
 //! - [`recorder`]: sends and deliveries, shared across nodes and restarts;
 //! - [`node`]: a kernel + application as a simulator [`viastack_sim::Node`];
+//! - [`overlay`]: the overlay properties (`overlay-converged`, `overlay-multicast`);
 //! - [`plan`]: `[scenario]` → [`viastack_sim::SimConfig`];
 //! - [`report`]: the report and the property check.
 //!
@@ -13,6 +14,7 @@
 
 pub mod app;
 pub mod node;
+pub mod overlay;
 pub mod payload;
 pub mod plan;
 pub mod recorder;
@@ -159,6 +161,7 @@ pub fn run_recorded(
         let catalog = catalog.clone();
         let recorder = Rc::clone(&recorder);
         let workloads = scenario.workloads.clone();
+        let leaves = scenario.leaves.clone();
         move |id: NodeId, now: Instant| {
             let env = BuildEnv {
                 node: id,
@@ -173,7 +176,14 @@ pub fn run_recorded(
                 ..KernelConfig::default()
             };
             match build_node(&file, &catalog, &env, config.clone()) {
-                Ok(built) => SimNode::new(id, nodes, built, &workloads, Rc::clone(&recorder), now),
+                Ok(built) => {
+                    let mut node =
+                        SimNode::new(id, nodes, built, &workloads, Rc::clone(&recorder), now);
+                    if let Some(l) = leaves.iter().filter(|l| l.node == id.0).map(|l| l.at).min() {
+                        node.leave_at((Instant::ZERO + l).max(now));
+                    }
+                    node
+                }
                 Err(e) => {
                     // Unreachable in practice: node 0 built above and building is deterministic.
                     tracing::error!(node = %id, error = %e, "stack failed to build; node runs empty");
@@ -208,6 +218,15 @@ pub fn run_recorded(
             }
         }
     }
+    let overlay_violations = {
+        let rec = recorder.borrow();
+        overlay::check(
+            scenario.expect,
+            &scenario,
+            (0..nodes).map(|n| (NodeId(n), sim.node(NodeId(n)))),
+            &rec,
+        )
+    };
     let network = sim.stats().into();
     let (steps, trace_hash) = (sim.steps(), format!("{:016x}", sim.trace_hash()));
     drop(sim); // releases the factory's handle on the recorder
@@ -232,6 +251,10 @@ pub fn run_recorded(
         steps,
         trace_hash,
     };
-    let report = report::build(&info, observed);
+    let mut report = report::build(&info, observed);
+    if !overlay_violations.is_empty() {
+        report.verdict.holds = false;
+        report.verdict.violations.extend(overlay_violations);
+    }
     Ok((report, recorder))
 }

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 
-use viastack_kernel::{Instant, Kernel, Message, NodeId, Output, SessionId};
+use viastack_kernel::{ChannelId, Instant, Kernel, Message, NodeId, Output, SessionId};
 use viastack_sim::{Node, Transmit};
 use viastack_stack::model::Workload;
 use viastack_stack::BuiltNode;
@@ -21,6 +21,10 @@ pub struct SimNode {
     devices: Vec<(u16, SessionId)>,
     app: Application,
     transmits: VecDeque<Transmit>,
+    channels: Vec<(String, ChannelId)>,
+    /// When the application leaves (`[[scenario.leave]]`), until it has.
+    leave_at: Option<Instant>,
+    left: bool,
 }
 
 impl SimNode {
@@ -46,9 +50,28 @@ impl SimNode {
             devices,
             app,
             transmits: VecDeque::new(),
+            channels,
+            leave_at: None,
+            left: false,
         };
         node.drain();
         node
+    }
+
+    /// Makes the application leave at `at`: it closes every channel (its layers say goodbye)
+    /// and sends nothing more.
+    pub fn leave_at(&mut self, at: Instant) {
+        self.leave_at = Some(at);
+    }
+
+    /// Whether the application has left.
+    pub fn has_left(&self) -> bool {
+        self.left
+    }
+
+    /// The node's channels by name, in file order.
+    pub fn channels(&self) -> &[(String, ChannelId)] {
+        &self.channels
     }
 
     /// The node's kernel (for counters and inspection).
@@ -85,15 +108,31 @@ impl Node for SimNode {
 
     fn handle_timeout(&mut self, now: Instant) {
         self.kernel.handle_timeout(now);
-        self.app.send_due(&mut self.kernel, now);
+        if self.leave_at.is_some_and(|t| t <= now) {
+            self.leave_at = None;
+            self.left = true;
+            for (_, ch) in &self.channels {
+                if let Err(e) = self.kernel.close_channel(*ch, now) {
+                    tracing::debug!(node = %self.id, error = %e, "leaving: channel not open");
+                }
+            }
+        }
+        if !self.left {
+            self.app.send_due(&mut self.kernel, now);
+        }
         self.drain();
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        match (self.kernel.poll_timeout(), self.app.next_send()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let send = if self.left {
+            None
+        } else {
+            self.app.next_send()
+        };
+        [self.kernel.poll_timeout(), send, self.leave_at]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn poll_transmit(&mut self) -> Option<Transmit> {

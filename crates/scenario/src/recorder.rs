@@ -79,7 +79,13 @@ pub struct Recorder {
     pub app_events: BTreeMap<NodeId, u64>,
     /// Nodes whose application has started at least once.
     pub booted: BTreeSet<NodeId>,
+    /// Deliveries of each `multicast` workload message, keyed by (workload, source, sequence
+    /// number): how many times each node received it.
+    pub multicast: BTreeMap<(u16, NodeId, u64), BTreeMap<NodeId, u32>>,
 }
+
+/// The addressee written in the stamp of a `multicast` workload message: every node.
+pub const BROADCAST: NodeId = NodeId(u32::MAX);
 
 impl Default for Recorder {
     fn default() -> Self {
@@ -96,6 +102,7 @@ impl Default for Recorder {
             channel_deliveries: BTreeMap::new(),
             app_events: BTreeMap::new(),
             booted: BTreeSet::new(),
+            multicast: BTreeMap::new(),
         }
     }
 }
@@ -127,8 +134,10 @@ impl Recorder {
             if s.deliveries.len() < o.deliveries.len() {
                 s.deliveries.resize(o.deliveries.len(), 0);
             }
+            let broadcast = key.2 == BROADCAST;
             for (a, b) in s.deliveries.iter_mut().zip(&o.deliveries) {
-                *a += b;
+                // A multicast counts once, plus every node's extra copies (see `delivered`).
+                *a += b - u32::from(broadcast && *a > 0 && *b > 0);
             }
             s.out_of_order += o.out_of_order;
             s.highest = s.highest.max(o.highest);
@@ -149,6 +158,12 @@ impl Recorder {
             *self.app_events.entry(node).or_insert(0) += n;
         }
         self.booted.extend(other.booted);
+        for (key, per_node) in other.multicast {
+            let m = self.multicast.entry(key).or_default();
+            for (node, n) in per_node {
+                *m.entry(node).or_insert(0) += n;
+            }
+        }
         for (key, n) in other.progress {
             *self.progress.entry(key).or_insert(0) += n;
         }
@@ -240,7 +255,8 @@ impl Recorder {
             self.corrupted += 1;
             return;
         };
-        if stamp.dst != node {
+        let broadcast = stamp.dst == BROADCAST;
+        if !broadcast && stamp.dst != node {
             self.misdelivered += 1;
             return;
         }
@@ -259,6 +275,20 @@ impl Recorder {
             stream.deliveries.resize(index + 1, 0);
         }
         let count = &mut stream.deliveries[index];
+        if broadcast {
+            // The stream counts the message delivered once, plus every node's extra copy.
+            let at_node = self
+                .multicast
+                .entry((stamp.workload, stamp.src, stamp.seq))
+                .or_default()
+                .entry(node)
+                .or_insert(0);
+            *at_node += 1;
+            if *at_node > 1 || *count > 0 {
+                *count += u32::from(*at_node > 1);
+                return;
+            }
+        }
         *count += 1;
         if *count > 1 {
             return; // a duplicate; counted from `deliveries`

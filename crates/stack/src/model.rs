@@ -97,11 +97,26 @@ pub enum Expect {
     Reliable,
     /// Every message arrives exactly once, in send order per sender.
     ReliableFifo,
+    /// An `overlay` layer's topology has converged by the end: on DT every live node's
+    /// neighbours are its neighbours in the Delaunay triangulation of the live nodes' points,
+    /// with one leader; on the hypercube the labels are G(0)…G(N−1), each held once, and every
+    /// node's neighbours are the labels one bit away.
+    OverlayConverged,
+    /// `overlay-converged`, and every `multicast` workload message from a node that stayed up
+    /// reached every other node that stayed up exactly once (and no node twice).
+    OverlayMulticast,
 }
 
 impl Expect {
     /// The names accepted in a file.
-    pub const NAMES: &'static [&'static str] = &["none", "fifo", "reliable", "reliable-fifo"];
+    pub const NAMES: &'static [&'static str] = &[
+        "none",
+        "fifo",
+        "reliable",
+        "reliable-fifo",
+        "overlay-converged",
+        "overlay-multicast",
+    ];
 
     /// The value named `name`.
     pub fn from_name(name: &str) -> Option<Expect> {
@@ -110,6 +125,8 @@ impl Expect {
             "fifo" => Some(Expect::Fifo),
             "reliable" => Some(Expect::Reliable),
             "reliable-fifo" => Some(Expect::ReliableFifo),
+            "overlay-converged" => Some(Expect::OverlayConverged),
+            "overlay-multicast" => Some(Expect::OverlayMulticast),
             _ => None,
         }
     }
@@ -121,6 +138,8 @@ impl Expect {
             Expect::Fifo => "fifo",
             Expect::Reliable => "reliable",
             Expect::ReliableFifo => "reliable-fifo",
+            Expect::OverlayConverged => "overlay-converged",
+            Expect::OverlayMulticast => "overlay-multicast",
         }
     }
 }
@@ -135,11 +154,14 @@ pub enum Pattern {
     Ring,
     /// Everything to node 0.
     ToFirst,
+    /// To every node ([`viastack_kernel::Dest::Broadcast`]): a multicast, delivered at every
+    /// other node (an `overlay` layer carries it down its tree).
+    Multicast,
 }
 
 impl Pattern {
     /// The names accepted in a file.
-    pub const NAMES: &'static [&'static str] = &["all-to-all", "ring", "to-first"];
+    pub const NAMES: &'static [&'static str] = &["all-to-all", "ring", "to-first", "multicast"];
 
     /// The value named `name`.
     pub fn from_name(name: &str) -> Option<Pattern> {
@@ -147,6 +169,7 @@ impl Pattern {
             "all-to-all" => Some(Pattern::AllToAll),
             "ring" => Some(Pattern::Ring),
             "to-first" => Some(Pattern::ToFirst),
+            "multicast" => Some(Pattern::Multicast),
             _ => None,
         }
     }
@@ -157,6 +180,7 @@ impl Pattern {
             Pattern::AllToAll => "all-to-all",
             Pattern::Ring => "ring",
             Pattern::ToFirst => "to-first",
+            Pattern::Multicast => "multicast",
         }
     }
 }
@@ -269,6 +293,18 @@ pub struct CrashSpec {
     pub line: usize,
 }
 
+/// `[[scenario.leave]]`: node `node`'s application leaves at `at`: it closes its channels, so
+/// its layers say goodbye (an `overlay` layer leaves the overlay), and it sends nothing more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaveSpec {
+    /// The node.
+    pub node: u32,
+    /// When it leaves.
+    pub at: Duration,
+    /// Line of the entry.
+    pub line: usize,
+}
+
 /// `[[scenario.workload]]`: messages the application sends on a channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workload {
@@ -309,6 +345,8 @@ pub struct Scenario {
     pub partitions: Vec<PartitionSpec>,
     /// Crashes, in file order.
     pub crashes: Vec<CrashSpec>,
+    /// Graceful leaves, in file order.
+    pub leaves: Vec<LeaveSpec>,
     /// Workloads, in file order.
     pub workloads: Vec<Workload>,
     /// Line of `[scenario]` (or its first key).

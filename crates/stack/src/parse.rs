@@ -21,8 +21,8 @@ use viastack_kernel::{Duration, LayerRef, NodeId, Qos};
 use crate::catalog::{BuildEnv, Catalog, LayerKind, ParamKind, ParamSpec, ParamValue, Params};
 use crate::diag::{closest, did_you_mean, list, Diagnostic, Diagnostics, LineIndex};
 use crate::model::{
-    ChannelDecl, CrashSpec, Expect, LayerDecl, LinkOverride, LinkSpec, PartitionSpec, Pattern,
-    QosDecl, Scenario, SessionDecl, StackFile, Workload,
+    ChannelDecl, CrashSpec, Expect, LayerDecl, LeaveSpec, LinkOverride, LinkSpec, PartitionSpec,
+    Pattern, QosDecl, Scenario, SessionDecl, StackFile, Workload,
 };
 use crate::tree::{Located, Node};
 
@@ -163,6 +163,20 @@ const CRASH_PARAMS: &[ParamSpec] = &[
         kind: ParamKind::Duration,
         default: None,
         doc: "when it crashes",
+    },
+];
+const LEAVE_PARAMS: &[ParamSpec] = &[
+    ParamSpec {
+        name: "node",
+        kind: NODE_INDEX,
+        default: None,
+        doc: "the node",
+    },
+    ParamSpec {
+        name: "at",
+        kind: ParamKind::Duration,
+        default: None,
+        doc: "when its application leaves (closes its channels)",
     },
 ];
 const RESTART_PARAMS: &[ParamSpec] = &[ParamSpec {
@@ -994,7 +1008,7 @@ impl<'a> Cx<'a> {
         let (p, mut ok) = self.read_params(
             &t,
             &[(SCENARIO_PARAMS, Mode::Fill)],
-            &["link", "links", "partition", "crash", "workload"],
+            &["link", "links", "partition", "crash", "leave", "workload"],
             &subject,
             "scenario",
         );
@@ -1015,6 +1029,7 @@ impl<'a> Cx<'a> {
             links: Vec::new(),
             partitions: Vec::new(),
             crashes: Vec::new(),
+            leaves: Vec::new(),
             workloads: Vec::new(),
             line: t.line,
         };
@@ -1126,6 +1141,26 @@ impl<'a> Cx<'a> {
                 node,
                 at,
                 restart,
+                line: item.line,
+            });
+        }
+        for (i, item) in self.array_of_tables(&t, "leave", &mut ok) {
+            let owner = format!("[[scenario.leave]] #{}", i + 1);
+            let s = Subject {
+                noun: "key",
+                prep: "in",
+                owner: &owner,
+            };
+            let (lp, lok) =
+                self.read_params(&item, &[(LEAVE_PARAMS, Mode::Fill)], &[], &s, "leave");
+            ok &= lok;
+            let node = lp.get_int("node").map_or(0, u32_of);
+            if lok {
+                ok &= self.check_node(node, nodes, item.line, &owner);
+            }
+            scenario.leaves.push(LeaveSpec {
+                node,
+                at: lp.get_duration("at").unwrap_or_default(),
                 line: item.line,
             });
         }

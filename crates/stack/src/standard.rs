@@ -13,11 +13,13 @@ use crate::catalog::{BuildEnv, BuildError, Catalog, LayerKind, Params, DEVICE};
 
 mod coordination;
 mod filters;
+mod overlay;
 mod reliable;
 mod sp;
 
 pub use coordination::{HEARTBEAT, SYNC};
 pub use filters::{COMPRESS, CORRUPT, DEDUP, DELAY, DROP, DUPLICATE, ENCRYPT, REORDER, TTL};
+pub use overlay::OVERLAY;
 pub use reliable::{BUNDLE, CHECKSUM, FRAGMENT, RELIABLE_FIFO};
 pub use sp::SP;
 
@@ -59,6 +61,7 @@ pub fn standard_catalog() -> Catalog {
         REORDER,
         COMPRESS,
         ENCRYPT,
+        OVERLAY,
     ] {
         // Names are distinct and specs valid; the test below holds it.
         if let Err(e) = c.register(kind) {
@@ -94,6 +97,7 @@ mod tests {
                 "fragment",
                 "ghost",
                 "heartbeat",
+                "overlay",
                 "reliable-fifo",
                 "reorder",
                 "sp",

@@ -142,6 +142,10 @@ pub mod ext {
     pub const MESSAGE_STORE: u8 = 2;
     /// Body length of the MessageStore extension.
     pub const MESSAGE_STORE_LEN: usize = 13;
+    /// The message id the forwarding engine ([`crate::forward`]) gives every message it
+    /// originates: a u64 per source, for duplicate suppression. Parsed as
+    /// [`super::Extension::Unknown`] (its body is the engine's business).
+    pub const MESSAGE_ID: u8 = 3;
 }
 
 /// One extension of the chain.

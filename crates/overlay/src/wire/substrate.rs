@@ -130,6 +130,17 @@ impl WireSubstrate for SimAddr {
     }
 }
 
+/// A kernel node id (a device address in a stack) travels as a simulated node number: in a
+/// stack the device maps node ids to where they are.
+impl WireSubstrate for viastack_kernel::NodeId {
+    fn to_wire(&self) -> SubstrateRepr {
+        SimAddr(self.0).to_wire()
+    }
+    fn from_wire(r: &SubstrateRepr) -> Option<Self> {
+        SimAddr::from_wire(r).map(|a| viastack_kernel::NodeId(a.0))
+    }
+}
+
 impl WireSubstrate for SocketAddr {
     fn to_wire(&self) -> SubstrateRepr {
         let mut bytes = [0u8; MAX_SUBSTRATE];

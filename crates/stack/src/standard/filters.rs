@@ -67,8 +67,8 @@ pub const TTL: LayerKind = LayerKind {
     name: "ttl",
     doc: "Hop limit (seed 004's TTL component): the sender stamps each message with `ttl` \
           hops; a receiver takes one off and drops (and counts, `expired`) a message that \
-          arrives with none left. Until overlays forward messages, every message makes one \
-          hop.",
+          arrives with none left. Between two kernels every message makes one hop; the \
+          `overlay` layer keeps its own hop limit for messages it forwards.",
     params: &[ParamSpec {
         name: "ttl",
         kind: ParamKind::Int { min: 1, max: 255 },

@@ -1,0 +1,572 @@
+//! `overlay`: an overlay network as a stack layer (issue 16 §2; seed 000 §3.1.1, the overlay
+//! socket: "an overlay node runs a protocol that establishes and maintains the overlay network
+//! topology", and "all application messages are transmitted along trees that are embedded in
+//! the overlay network topology").
+//!
+//! # Role
+//!
+//! The session runs one topology engine of `viastack-overlay` — the Delaunay triangulation
+//! ([`viastack_overlay::dt`]) or the hypercube ([`viastack_overlay::hypercube`]) — and the
+//! forwarding engine ([`viastack_overlay::forward`]) over the device below. The substrate
+//! address of a node is its device address (its [`NodeId`]); its logical address is, on DT, a
+//! point drawn from the scenario seed and the node id ([`dt_coordinates`], the same on every
+//! node, so any node can name any other), and on the hypercube the label the protocol assigns.
+//!
+//! - It starts with the first channel that starts (`ChannelInit`), joins through the
+//!   `buddies`, and keeps its timers as kernel one-shot timers (one pending at a time, at the
+//!   engine's `poll_timeout`).
+//! - A sendable from above addressed to [`Dest::Broadcast`] is multicast down the tree rooted
+//!   at this node (or flooded, `broadcast = "flood"`); one addressed to a node is unicast up the
+//!   tree rooted at that node's point (DT only: a hypercube node cannot name another node's
+//!   label, so such sends are refused and counted `refused`).
+//! - Messages for this node go up as sendables from their source node, to this node.
+//! - Neighbourhood changes go up every bound channel as [`NEIGHBOUR_ADDED`] /
+//!   [`NEIGHBOUR_REMOVED`] notices about the neighbour's node.
+//! - When the channel closes (the node leaves) it says goodbye (DT `Goodbye`, hypercube
+//!   `Leave`) and stops.
+//!
+//! # Wire format
+//!
+//! Every datagram is an overlay datagram of `docs/WIRE.md` ("Overlay"): DT or hypercube
+//! control, or an application message whose payload extension is the source's node id (u32,
+//! big-endian) followed by the upper layers' bytes. Substrate addresses in control messages
+//! are of kind 1 (a node number).
+//!
+//! # Counters
+//!
+//! Under the layer's name: `malformed` (not an overlay datagram, or an undecodable one),
+//! `unsupported` (a message of the other topology), `refused` (a send before the node has an
+//! address, or a node send on the hypercube), and the forwarder's `sent`, `delivered`,
+//! `forwarded`, `no_route` (no next hop), `not_from_parent` (the previous-hop check),
+//! `duplicates`, `hop_limit`, `forgotten` (duplicate-suppression memory full), `own` (its own
+//! messages coming back); `short_payload` (a payload without its 4-byte source),
+//! `neighbour_added`, `neighbour_removed`.
+//!
+//! # Memory
+//!
+//! Bounded by the engines: the DT neighbour table (`max_neighbours`), the hypercube's
+//! neighbour table (one per bit), the forwarder's duplicate memory (`remember`).
+
+use std::collections::BTreeMap;
+
+use rand::RngCore;
+
+use viastack_kernel::event::{
+    EventTypeDef, CHANNEL_CLOSE, CHANNEL_EVENT, CHANNEL_INIT, INBOUND, SENDABLE, TIMER,
+};
+use viastack_kernel::{
+    Body, ChannelId, Context, Delivery, Dest, Direction, Event, EventType, Instant, Layer, Message,
+    NodeId, Sendable, Session, TimerId,
+};
+use viastack_overlay::forward::{self, Change, DtTopology, Forwarder, HcTopology, Topology};
+use viastack_overlay::wire::app::DeliveryMode;
+use viastack_overlay::wire::{self, Kind};
+use viastack_overlay::{dt, hypercube, DtAddr, HcLabel};
+
+use crate::events;
+
+/// A neighbour joined this node's neighbourhood (a [`events::PeerNotice`] about its node).
+pub static NEIGHBOUR_ADDED: EventTypeDef =
+    EventTypeDef::new("OverlayNeighbourAdded", Some(&CHANNEL_EVENT));
+/// A neighbour left this node's neighbourhood.
+pub static NEIGHBOUR_REMOVED: EventTypeDef =
+    EventTypeDef::new("OverlayNeighbourRemoved", Some(&CHANNEL_EVENT));
+
+/// Which topology the layer builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopologyKind {
+    /// The Delaunay triangulation.
+    Dt,
+    /// The hypercube.
+    Hypercube,
+}
+
+/// The layer's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The topology.
+    pub topology: TopologyKind,
+    /// DT protocol parameters (buddies included).
+    pub dt: dt::Config<NodeId>,
+    /// Hypercube protocol parameters (buddies included).
+    pub hypercube: hypercube::Config<NodeId>,
+    /// Forwarding parameters.
+    pub forward: forward::Config,
+    /// How a broadcast from above travels: multicast or flood.
+    pub broadcast: DeliveryMode,
+    /// DT coordinates are drawn in `0..span` on each axis.
+    pub span: u32,
+}
+
+/// The DT point of node `node` in a run seeded with `seed`: a SplitMix64 draw per axis in
+/// `0..span`, so every node computes every other node's point.
+pub fn dt_coordinates(seed: u64, node: NodeId, span: u32) -> DtAddr {
+    let mix = |mut z: u64| {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let base = seed
+        ^ u64::from(node.0)
+            .wrapping_add(1)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let span = u64::from(span.clamp(1, DtAddr::MAX_COORD as u32));
+    let x = (mix(base) % span) as i32;
+    let y = (mix(base ^ 0x5555_5555_5555_5555) % span) as i32;
+    // In range by construction (span ≤ MAX_COORD).
+    DtAddr::new(x, y).unwrap_or_else(|_| unreachable!("coordinates below MAX_COORD"))
+}
+
+/// The `overlay` layer for one node.
+#[derive(Debug, Clone)]
+pub struct Overlay {
+    name: String,
+    node: NodeId,
+    seed: u64,
+    config: Config,
+}
+
+impl Overlay {
+    /// The layer named `name` on node `node` of a run seeded with `seed`.
+    pub fn new(name: impl Into<String>, node: NodeId, seed: u64, config: Config) -> Self {
+        Overlay {
+            name: name.into(),
+            node,
+            seed,
+            config,
+        }
+    }
+}
+
+impl Layer for Overlay {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn accepts(&self) -> Vec<EventType> {
+        vec![SENDABLE.id(), CHANNEL_INIT.id(), CHANNEL_CLOSE.id()]
+    }
+    fn requires(&self) -> Vec<EventType> {
+        vec![INBOUND.id()]
+    }
+    fn provides(&self) -> Vec<EventType> {
+        vec![NEIGHBOUR_ADDED.id(), NEIGHBOUR_REMOVED.id()]
+    }
+    /// Datagrams may be lost on the way; duplicates are suppressed but order is not kept.
+    fn delivery(&self, _below: Delivery) -> Delivery {
+        Delivery::NONE
+    }
+    fn create_session(&self) -> Box<dyn Session> {
+        Box::new(OverlaySession::new(
+            self.node,
+            self.seed,
+            self.config.clone(),
+        ))
+    }
+}
+
+/// The running topology engine.
+#[derive(Debug)]
+pub enum Engine {
+    /// Not started yet (no channel started).
+    Idle,
+    /// A DT node.
+    Dt(dt::Node<NodeId>),
+    /// A hypercube node.
+    Hypercube(hypercube::Node<NodeId>),
+}
+
+/// The forwarder, typed by topology.
+#[derive(Debug)]
+enum Fwd {
+    Dt(Forwarder<DtAddr>),
+    Hc(Forwarder<HcLabel>),
+}
+
+/// Session of [`Overlay`]: one per node.
+#[derive(Debug)]
+pub struct OverlaySession {
+    node: NodeId,
+    seed: u64,
+    config: Config,
+    engine: Engine,
+    fwd: Fwd,
+    channel: Option<ChannelId>,
+    timer: Option<(TimerId, Instant)>,
+    left: bool,
+    stats: forward::Stats,
+    /// Current neighbours' nodes, to name a removed neighbour in its notice.
+    peers_dt: BTreeMap<DtAddr, NodeId>,
+    peers_hc: BTreeMap<HcLabel, NodeId>,
+}
+
+impl OverlaySession {
+    fn new(node: NodeId, seed: u64, config: Config) -> Self {
+        let fwd = match config.topology {
+            TopologyKind::Dt => Fwd::Dt(Forwarder::new(config.forward, 0)),
+            TopologyKind::Hypercube => Fwd::Hc(Forwarder::new(config.forward, 0)),
+        };
+        OverlaySession {
+            node,
+            seed,
+            config,
+            engine: Engine::Idle,
+            fwd,
+            channel: None,
+            timer: None,
+            left: false,
+            stats: forward::Stats::default(),
+            peers_dt: BTreeMap::new(),
+            peers_hc: BTreeMap::new(),
+        }
+    }
+
+    /// The topology engine (for inspection: neighbours, leader, labels).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Whether the node has left the overlay (its channel closed).
+    pub fn has_left(&self) -> bool {
+        self.left
+    }
+
+    /// The forwarding counters.
+    pub fn forward_stats(&self) -> forward::Stats {
+        match &self.fwd {
+            Fwd::Dt(f) => f.stats(),
+            Fwd::Hc(f) => f.stats(),
+        }
+    }
+
+    fn start(&mut self, ctx: &mut Context<'_>) {
+        let now = ctx.now();
+        self.channel = Some(ctx.channel());
+        // Fresh message ids per incarnation: a restarted node must not look like a duplicate.
+        let first_id = ctx.rng().next_u64() & !(u64::MAX >> 1);
+        let first_id = first_id | (now.as_nanos() & (u64::MAX >> 2));
+        match self.config.topology {
+            TopologyKind::Dt => {
+                let me = dt_coordinates(self.seed, self.node, self.config.span);
+                self.engine = Engine::Dt(dt::Node::new(self.config.dt.clone(), me, self.node, now));
+                self.fwd = Fwd::Dt(Forwarder::new(self.config.forward, first_id));
+            }
+            TopologyKind::Hypercube => {
+                self.engine = Engine::Hypercube(hypercube::Node::new(
+                    self.config.hypercube.clone(),
+                    self.node,
+                    now,
+                ));
+                self.fwd = Fwd::Hc(Forwarder::new(self.config.forward, first_id));
+            }
+        }
+        self.flush(ctx);
+    }
+
+    /// Drains the engines: control messages and forwarded copies down, deliveries and
+    /// neighbourhood changes up, counters, and the next timer.
+    fn flush(&mut self, ctx: &mut Context<'_>) {
+        let Some(channel) = self.channel else { return };
+        let me = self.node;
+        let mut down: Vec<(NodeId, Vec<u8>)> = Vec::new();
+        let mut changes: Vec<(bool, NodeId)> = Vec::new();
+        match (&mut self.engine, &mut self.fwd) {
+            (Engine::Dt(n), Fwd::Dt(f)) => {
+                while let Some((to, m)) = n.poll_transmit() {
+                    let mut b = Vec::new();
+                    if wire::dt::Repr::from_message(&m).emit_into(&mut b).is_ok() {
+                        down.push((to, b));
+                    }
+                }
+                while let Some(ev) = n.poll_event() {
+                    match ev {
+                        dt::Event::NeighbourAdded(a) => f.neighbour_added(a),
+                        dt::Event::NeighbourRemoved(a, _) => f.neighbour_removed(a),
+                        dt::Event::Leader(_) => {}
+                    }
+                }
+                let topo = DtTopology(&*n);
+                while let Some((to, b)) = f.poll_transmit() {
+                    if let Some(s) = topo.substrate(to) {
+                        down.push((s, b));
+                    }
+                }
+                while let Some(c) = f.poll_event() {
+                    match c {
+                        Change::Added(a) => {
+                            if let Some(s) = topo.substrate(a) {
+                                self.peers_dt.insert(a, s);
+                                changes.push((true, s));
+                            }
+                        }
+                        Change::Removed(a) => {
+                            if let Some(s) = self.peers_dt.remove(&a) {
+                                changes.push((false, s));
+                            }
+                        }
+                    }
+                }
+            }
+            (Engine::Hypercube(n), Fwd::Hc(f)) => {
+                while let Some((to, m)) = n.poll_transmit() {
+                    let mut b = Vec::new();
+                    if wire::hc::Repr::from_message(&m).emit_into(&mut b).is_ok() {
+                        down.push((to, b));
+                    }
+                }
+                while let Some(ev) = n.poll_event() {
+                    match ev {
+                        hypercube::Event::NeighbourAdded(a) => f.neighbour_added(a),
+                        hypercube::Event::NeighbourRemoved(a) => f.neighbour_removed(a),
+                        _ => {}
+                    }
+                }
+                let topo = HcTopology(&*n);
+                while let Some((to, b)) = f.poll_transmit() {
+                    if let Some(s) = topo.substrate(to) {
+                        down.push((s, b));
+                    }
+                }
+                while let Some(c) = f.poll_event() {
+                    match c {
+                        Change::Added(a) => {
+                            if let Some(s) = topo.substrate(a) {
+                                self.peers_hc.insert(a, s);
+                                changes.push((true, s));
+                            }
+                        }
+                        Change::Removed(a) => {
+                            if let Some(s) = self.peers_hc.remove(&a) {
+                                changes.push((false, s));
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        for (to, bytes) in down {
+            let s = Sendable::new(me, Dest::Node(to), Message::from_wire(bytes));
+            ctx.go(Event::sendable(SENDABLE.id(), Direction::Down, channel, s));
+        }
+        for (added, peer) in changes {
+            let (def, what) = if added {
+                (&NEIGHBOUR_ADDED, "neighbour_added")
+            } else {
+                (&NEIGHBOUR_REMOVED, "neighbour_removed")
+            };
+            ctx.count(what);
+            for ch in ctx.my_channels() {
+                ctx.go(events::notice(def, ch, peer));
+            }
+        }
+        self.deliver(ctx, channel);
+        self.count(ctx);
+        self.arm(ctx);
+    }
+
+    fn deliver(&mut self, ctx: &mut Context<'_>, channel: ChannelId) {
+        let me = self.node;
+        let mut up = Vec::new();
+        match &mut self.fwd {
+            Fwd::Dt(f) => {
+                while let Some(d) = f.poll_delivery() {
+                    up.push(d.payload);
+                }
+            }
+            Fwd::Hc(f) => {
+                while let Some(d) = f.poll_delivery() {
+                    up.push(d.payload);
+                }
+            }
+        }
+        for p in up {
+            let Some((src, rest)) = p.split_first_chunk::<4>() else {
+                ctx.count("short_payload");
+                continue;
+            };
+            let src = NodeId(u32::from_be_bytes(*src));
+            let s = Sendable::new(src, Dest::Node(me), Message::from_payload(rest));
+            ctx.go(Event::sendable(SENDABLE.id(), Direction::Up, channel, s));
+        }
+    }
+
+    /// Adds the forwarder's counter increments since the last call to the kernel counters.
+    fn count(&mut self, ctx: &mut Context<'_>) {
+        let now = self.forward_stats();
+        let was = self.stats;
+        let pairs: [(&'static str, u64, u64); 11] = [
+            ("sent", now.sent, was.sent),
+            ("delivered", now.delivered, was.delivered),
+            ("forwarded", now.forwarded, was.forwarded),
+            ("malformed", now.malformed, was.malformed),
+            ("unsupported", now.unsupported, was.unsupported),
+            ("not_from_parent", now.not_from_parent, was.not_from_parent),
+            ("duplicates", now.duplicates, was.duplicates),
+            ("hop_limit", now.hop_limit, was.hop_limit),
+            ("no_route", now.no_route, was.no_route),
+            ("forgotten", now.forgotten, was.forgotten),
+            ("own", now.own, was.own),
+        ];
+        for (name, a, b) in pairs {
+            if a > b {
+                ctx.count_n(name, a - b);
+            }
+        }
+        self.stats = now;
+    }
+
+    /// Keeps one kernel timer at the engine's next deadline.
+    fn arm(&mut self, ctx: &mut Context<'_>) {
+        let want = match &self.engine {
+            Engine::Dt(n) => n.poll_timeout(),
+            Engine::Hypercube(n) => n.poll_timeout(),
+            Engine::Idle => None,
+        };
+        if self.timer.map(|(_, t)| t) == want {
+            return;
+        }
+        if let Some((id, _)) = self.timer.take() {
+            ctx.cancel_timer(id);
+        }
+        if let Some(t) = want {
+            let t = t.max(ctx.now());
+            self.timer = Some((ctx.set_timer_at(t, 1), t));
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut Context<'_>, id: TimerId) {
+        if self.timer.map(|(i, _)| i) != Some(id) {
+            return;
+        }
+        self.timer = None;
+        let now = ctx.now();
+        match &mut self.engine {
+            Engine::Dt(n) => n.handle_timeout(now),
+            Engine::Hypercube(n) => n.handle_timeout(now),
+            Engine::Idle => {}
+        }
+        self.flush(ctx);
+    }
+
+    fn on_datagram(&mut self, ctx: &mut Context<'_>, from: NodeId, bytes: &[u8]) {
+        let now = ctx.now();
+        match wire::classify(bytes) {
+            Ok(Kind::Application) => match (&self.engine, &mut self.fwd) {
+                (Engine::Dt(n), Fwd::Dt(f)) => f.handle_message(&DtTopology(n), bytes),
+                (Engine::Hypercube(n), Fwd::Hc(f)) => f.handle_message(&HcTopology(n), bytes),
+                _ => ctx.count("unsupported"),
+            },
+            Ok(Kind::DtControl) => {
+                let msg = wire::dt::Repr::parse_bytes(bytes)
+                    .ok()
+                    .and_then(|r| r.to_message::<NodeId>());
+                match (&mut self.engine, msg) {
+                    (Engine::Dt(n), Some(m)) => n.handle_message(now, from, m),
+                    (_, None) => ctx.count("malformed"),
+                    _ => ctx.count("unsupported"),
+                }
+            }
+            Ok(Kind::HcControl) => {
+                let msg = wire::hc::Repr::parse_bytes(bytes)
+                    .ok()
+                    .and_then(|r| r.to_message::<NodeId>());
+                match (&mut self.engine, msg) {
+                    (Engine::Hypercube(n), Some(m)) => n.handle_message(now, from, m),
+                    (_, None) => ctx.count("malformed"),
+                    _ => ctx.count("unsupported"),
+                }
+            }
+            Ok(Kind::Unknown(_)) | Err(_) => ctx.count("malformed"),
+        }
+        self.flush(ctx);
+    }
+
+    fn on_send(&mut self, ctx: &mut Context<'_>, dest: Dest, upper: &[u8]) {
+        let mut payload = Vec::with_capacity(4 + upper.len());
+        payload.extend_from_slice(&self.node.0.to_be_bytes());
+        payload.extend_from_slice(upper);
+        let (mode, to) = match dest {
+            Dest::Broadcast => (self.config.broadcast, None),
+            Dest::Node(n) => (DeliveryMode::Unicast, Some(n)),
+        };
+        let result = match (&self.engine, &mut self.fwd) {
+            (Engine::Dt(n), Fwd::Dt(f)) => {
+                let dest = to.map(|k| dt_coordinates(self.seed, k, self.config.span));
+                f.send(&DtTopology(n), mode, dest, &payload).map(|_| ())
+            }
+            (Engine::Hypercube(n), Fwd::Hc(f)) => {
+                if to.is_some() {
+                    Err(forward::SendError::NoDestination)
+                } else {
+                    f.send(&HcTopology(n), mode, None, &payload).map(|_| ())
+                }
+            }
+            _ => Err(forward::SendError::NoAddress),
+        };
+        if result.is_err() {
+            ctx.count("refused");
+        }
+        self.flush(ctx);
+    }
+
+    fn leave(&mut self, ctx: &mut Context<'_>) {
+        let now = ctx.now();
+        match &mut self.engine {
+            Engine::Dt(n) => n.leave(now),
+            Engine::Hypercube(n) => n.leave(now),
+            Engine::Idle => {}
+        }
+        self.flush(ctx);
+        self.left = true;
+        if let Some((id, _)) = self.timer.take() {
+            ctx.cancel_timer(id);
+        }
+    }
+}
+
+impl Session for OverlaySession {
+    fn handle(&mut self, mut event: Event, ctx: &mut Context<'_>) {
+        let ty = event.ty();
+        if ty == TIMER.id() {
+            if let Body::Timer(t) = &event.body {
+                let id = t.id;
+                self.on_timer(ctx, id);
+            }
+            return;
+        }
+        if ty == CHANNEL_INIT.id() {
+            if matches!(self.engine, Engine::Idle) {
+                self.start(ctx);
+            }
+            ctx.go(event);
+            return;
+        }
+        if ty == CHANNEL_CLOSE.id() {
+            if self.channel == Some(event.channel()) && !self.left {
+                self.leave(ctx);
+            }
+            ctx.go(event);
+            return;
+        }
+        if self.left {
+            return;
+        }
+        let dir = event.dir();
+        let Some(s) = event.sendable_mut() else {
+            ctx.go(event);
+            return;
+        };
+        match dir {
+            Direction::Down => {
+                let dest = s.dest;
+                let bytes = std::mem::take(&mut s.message).into_vec();
+                self.on_send(ctx, dest, &bytes);
+            }
+            Direction::Up => {
+                let from = s.source;
+                let bytes = std::mem::take(&mut s.message).into_vec();
+                self.on_datagram(ctx, from, &bytes);
+            }
+        }
+    }
+}

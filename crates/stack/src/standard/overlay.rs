@@ -1,0 +1,235 @@
+//! Stack-file kind `overlay`: an overlay network (seed 000 §3.1.1; issue 16 §2) — the Delaunay
+//! triangulation or the hypercube protocol, with the forwarding engine, over the device below.
+
+use std::sync::Arc;
+
+use viastack_kernel::{Duration, LayerRef, NodeId};
+use viastack_overlay::wire::app::DeliveryMode;
+use viastack_overlay::{dt, forward, hypercube};
+use viastack_protocols::overlay::{Config, Overlay, TopologyKind};
+
+use crate::catalog::{BuildEnv, BuildError, LayerKind, ParamKind, ParamSpec, Params};
+
+const fn duration(name: &'static str, default: &'static str, doc: &'static str) -> ParamSpec {
+    ParamSpec {
+        name,
+        kind: ParamKind::Duration,
+        default: Some(default),
+        doc,
+    }
+}
+
+/// `overlay`: the overlay network layer.
+pub const OVERLAY: LayerKind = LayerKind {
+    name: "overlay",
+    doc: "Overlay network (seed 000 §3.1.1, HyperCast): builds a Delaunay triangulation \
+          (`topology = \"dt\"`, each node at a point drawn from the seed and its node id) or a \
+          compact hypercube (`\"hypercube\"`, Gray-code labels) over the device below, joining \
+          through the `buddies`, and carries the upper layers' messages along trees embedded in \
+          it: a broadcast is multicast down the tree rooted at the sender (or flooded), a \
+          message to one node is unicast up the tree rooted at it (DT only). Duplicates are \
+          suppressed; neighbourhood changes go up as `OverlayNeighbourAdded`/`Removed` notices; \
+          closing the channel leaves the overlay with a goodbye. Datagrams are overlay \
+          messages (docs/WIRE.md \"Overlay\"). Seed 000 gives no timer values: the defaults are \
+          the ones the convergence tests of `viastack-overlay` run with.",
+    params: &[
+        ParamSpec {
+            name: "topology",
+            kind: ParamKind::Choice(&["dt", "hypercube"]),
+            default: Some("\"dt\""),
+            doc: "the overlay topology: Delaunay triangulation or hypercube",
+        },
+        ParamSpec {
+            name: "buddies",
+            kind: ParamKind::Str,
+            default: Some("\"0\""),
+            doc: "rendezvous: comma-separated node ids a lone node asks to join through (and, on \
+                  DT, where leaders beacon so partitions merge); on the hypercube the first one \
+                  bootstraps the cube",
+        },
+        ParamSpec {
+            name: "broadcast",
+            kind: ParamKind::Choice(&["multicast", "flood"]),
+            default: Some("\"multicast\""),
+            doc: "how a message to every node travels: down the tree rooted at the sender \
+                  (each node receives one copy) or flooded (every edge, duplicates suppressed)",
+        },
+        ParamSpec {
+            name: "hop_limit",
+            kind: ParamKind::Int { min: 1, max: 255 },
+            default: Some("64"),
+            doc: "hops a message may travel; a tree path in an N-node overlay is below N hops",
+        },
+        ParamSpec {
+            name: "remember",
+            kind: ParamKind::Int {
+                min: 1,
+                max: 1 << 20,
+            },
+            default: Some("4096"),
+            doc: "(source, message id) pairs remembered for duplicate suppression (the oldest \
+                  is forgotten first and counted `overlay.forgotten`): the memory bound",
+        },
+        ParamSpec {
+            name: "span",
+            kind: ParamKind::Int {
+                min: 1,
+                max: (1 << 29) - 1,
+            },
+            default: Some("10000"),
+            doc: "DT: coordinates are drawn in 0..span on each axis",
+        },
+        duration(
+            "fast_heartbeat",
+            "\"250ms\"",
+            "DT: hello period while the neighbourhood changes or the node is alone",
+        ),
+        duration(
+            "slow_heartbeat",
+            "\"2s\"",
+            "DT: hello period once the neighbourhood is stable",
+        ),
+        duration(
+            "stable_after",
+            "\"2s\"",
+            "DT: the neighbourhood counts as stable this long after its last change",
+        ),
+        duration(
+            "neighbour_timeout",
+            "\"10s\"",
+            "DT: a neighbour not heard from this long is removed (five slow heartbeats)",
+        ),
+        duration(
+            "probe_timeout",
+            "\"2s\"",
+            "DT: a candidate learned second-hand that does not answer within this is dropped",
+        ),
+        duration(
+            "leader_beacon",
+            "\"4s\"",
+            "DT: a leader sends NewNode about itself to the buddies this often (partition merge)",
+        ),
+        duration(
+            "hc_ping",
+            "\"500ms\"",
+            "hypercube: neighbour ping, join retry and neighbour lookup period",
+        ),
+        duration("hc_beacon", "\"1s\"", "hypercube: HRoot beacon period"),
+        duration(
+            "hc_neighbour_timeout",
+            "\"3s\"",
+            "hypercube: a neighbour not heard from this long is missing",
+        ),
+        duration(
+            "hc_root_timeout",
+            "\"4s\"",
+            "hypercube: knowledge of the HRoot without a beacon this long is stale",
+        ),
+        duration(
+            "hc_bootstrap_after",
+            "\"2s\"",
+            "hypercube: the first buddy labels itself G(0) after this long without a label",
+        ),
+    ],
+    one_of: &[],
+    device: false,
+    build: build_overlay,
+};
+
+fn buddies(params: &Params) -> Result<Vec<NodeId>, BuildError> {
+    let s = params.get_str("buddies")?;
+    let list: Result<Vec<NodeId>, _> = s
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| p.parse::<u32>().map(NodeId))
+        .collect();
+    match list {
+        Ok(l) if !l.is_empty() => Ok(l),
+        Ok(_) => Err(BuildError::param(
+            "buddies",
+            "no node id: name at least one",
+        )),
+        Err(e) => Err(BuildError::param(
+            "buddies",
+            format!("`{s}` is not a comma-separated list of node ids: {e}"),
+        )),
+    }
+}
+
+fn build_overlay(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, BuildError> {
+    let buddies = buddies(params)?;
+    if let Some(b) = buddies.iter().find(|b| b.0 >= env.nodes) {
+        return Err(BuildError::param(
+            "buddies",
+            format!(
+                "node {} is not a node of the scenario (0..{})",
+                b.0, env.nodes
+            ),
+        ));
+    }
+    let topology = match params.get_str("topology")?.as_str() {
+        "hypercube" => TopologyKind::Hypercube,
+        _ => TopologyKind::Dt,
+    };
+    let broadcast = match params.get_str("broadcast")?.as_str() {
+        "flood" => DeliveryMode::Flood,
+        _ => DeliveryMode::Multicast,
+    };
+    let d = |n: &str| params.get_duration(n);
+    let dt = dt::Config {
+        buddies: buddies.clone(),
+        fast_heartbeat: d("fast_heartbeat")?,
+        slow_heartbeat: d("slow_heartbeat")?,
+        stable_after: d("stable_after")?,
+        neighbour_timeout: d("neighbour_timeout")?,
+        probe_timeout: d("probe_timeout")?,
+        leader_beacon: d("leader_beacon")?,
+        ..dt::Config::default()
+    };
+    let hypercube = hypercube::Config {
+        buddies,
+        ping: d("hc_ping")?,
+        beacon: d("hc_beacon")?,
+        neighbour_timeout: d("hc_neighbour_timeout")?,
+        root_timeout: d("hc_root_timeout")?,
+        bootstrap_after: d("hc_bootstrap_after")?,
+        ..hypercube::Config::default()
+    };
+    for (p, v) in [
+        ("fast_heartbeat", dt.fast_heartbeat),
+        ("slow_heartbeat", dt.slow_heartbeat),
+        ("leader_beacon", dt.leader_beacon),
+        ("hc_ping", hypercube.ping),
+        ("hc_beacon", hypercube.beacon),
+    ] {
+        if v < Duration::from_millis(1) {
+            return Err(BuildError::param(p, "must be at least 1ms"));
+        }
+    }
+    if dt.neighbour_timeout <= dt.slow_heartbeat {
+        return Err(BuildError::param(
+            "neighbour_timeout",
+            "must exceed `slow_heartbeat`, or every neighbour times out between two hellos",
+        ));
+    }
+    if hypercube.neighbour_timeout <= hypercube.ping {
+        return Err(BuildError::param(
+            "hc_neighbour_timeout",
+            "must exceed `hc_ping`, or every neighbour times out between two pings",
+        ));
+    }
+    let int = |n: &str| params.get_int(n);
+    let config = Config {
+        topology,
+        dt,
+        hypercube,
+        forward: forward::Config {
+            hop_limit: u8::try_from(int("hop_limit")?).unwrap_or(u8::MAX),
+            remember: usize::try_from(int("remember")?).unwrap_or(1),
+        },
+        broadcast,
+        span: u32::try_from(int("span")?).unwrap_or(1),
+    };
+    Ok(Arc::new(Overlay::new(name, env.node, env.seed, config)))
+}
