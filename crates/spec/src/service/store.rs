@@ -57,6 +57,7 @@ impl Default for StoreConfig {
 
 /// An instance's machine: the general chart engine's, or a state of the service's
 /// [`Flat`] machine (see [`flat`](super::flat)).
+#[derive(Clone)]
 enum Machine {
     Chart(Box<Instance>),
     Flat(u16),
@@ -93,6 +94,7 @@ impl Machine {
     }
 }
 
+#[derive(Clone)]
 struct Live {
     key: InstanceKey,
     svc: u16,
@@ -100,7 +102,9 @@ struct Live {
     hist: History,
 }
 
-/// The instances of one node's services.
+/// The instances of one node's services. `Clone` copies every live instance (the explorer
+/// branches a whole node this way).
+#[derive(Clone)]
 pub struct Store {
     services: Vec<Arc<Service>>,
     config: StoreConfig,
@@ -581,6 +585,50 @@ fn step_error(key: InstanceKey, e: RunError) -> RunnerError {
     match e {
         RunError::StepLimit { steps } => RunnerError::StepLimit { key, steps },
         _ => RunnerError::StepLimit { key, steps: 0 },
+    }
+}
+
+/// For the explorer ([`explore`](super::explore)): a canonical view of the live instances.
+impl Store {
+    /// The keys of the live instances, ascending.
+    pub fn keys(&self) -> Vec<InstanceKey> {
+        let mut k: Vec<InstanceKey> = self.map.keys().copied().collect();
+        k.sort_unstable();
+        k
+    }
+
+    /// Feeds the node information and every live instance (key, service, machine state,
+    /// history; in key order, whatever the slab layout) to `h`. Two stores of the same services
+    /// with equal fingerprints react alike to every input; times are hashed as ages at `now`.
+    pub fn fingerprint<H: std::hash::Hasher>(&self, now: Instant, h: &mut H) {
+        use std::hash::Hash;
+        self.node.address.hash(h);
+        self.node.parent.hash(h);
+        self.node.children.hash(h);
+        self.node.neighbours.hash(h);
+        for key in self.keys() {
+            let Some(l) = self
+                .map
+                .get(&key)
+                .and_then(|&i| self.slab[i as usize].as_ref())
+            else {
+                continue;
+            };
+            key.service.hash(h);
+            key.message.hash(h);
+            l.svc.hash(h);
+            match &l.inst {
+                Machine::Flat(s) => {
+                    h.write_u8(0);
+                    s.hash(h);
+                }
+                Machine::Chart(inst) => {
+                    h.write_u8(1);
+                    inst.fingerprint(h);
+                }
+            }
+            l.hist.fingerprint(now.as_nanos(), h);
+        }
     }
 }
 
