@@ -200,7 +200,8 @@ impl Sel {
     }
 }
 
-/// An address in a declaration: a number, or `@self`, `@parent`, `@root`, `@N` (node N's).
+/// An address in a declaration: a number, or `@self` (the node injected at), `@parent` (its
+/// parent), `@root`, `@N` (node N's).
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum AddrRef {
     Fixed(i64),
@@ -221,7 +222,9 @@ impl AddrRef {
 }
 
 /// One `<Inject>`: a message given to node(s) `at` by the local application, or, with `from`,
-/// sent to them over the network by node `from` (then it can be lost or duplicated).
+/// sent to them over the network by node `from` (then it can be lost or duplicated). Its
+/// attributes are the seed's names; ServiceID is the service's, MessageID 1, SourceAddress
+/// the sender's unless given; `{node}` in the Payload is the node's number.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Inject {
     at: Sel,
@@ -655,11 +658,12 @@ impl Explorer<'_> {
                     ..Message::default()
                 };
                 for (a, r) in &inj.attrs {
-                    m.set(*a, r.resolve(self.topo, origin));
+                    m.set(*a, r.resolve(self.topo, at));
                 }
                 if let Some(p) = &inj.payload {
+                    let p = p.replace("{node}", &at.to_string());
                     m.payload = Some(p.as_bytes().into());
-                    self.injected.push(p.as_bytes().to_vec());
+                    self.injected.push(p.into_bytes());
                 }
                 flights.push(Flight {
                     to: at as u16,
@@ -767,7 +771,9 @@ impl Explorer<'_> {
                 take(&mut w, f);
                 let n = usize::from(f.to);
                 let dest = self.topo.node_of(f.msg.destination);
-                let passing = f.msg.delivery_mode == 3 && dest.is_some_and(|d| d != n);
+                let passing = f.from.is_some()
+                    && f.msg.delivery_mode == 3
+                    && dest.is_some_and(|d| d != n);
                 let World {
                     stores,
                     timers,
