@@ -116,7 +116,7 @@ pub fn run(args: &ExploreArgs) -> anyhow::Result<ExitCode> {
     let secs = t0.elapsed().as_secs_f64();
     if let (Some(v), Some(path)) = (&report.violation, &args.trace_out) {
         let mut text = v.trace.join("\n");
-        text.push('\n');
+        text.push_str(&format!("\n# violation of `{}`: {}\n", v.property, v.message));
         std::fs::write(path, text).with_context(|| format!("{}: cannot write", path.display()))?;
     }
     if args.json {
