@@ -62,7 +62,8 @@ pub struct ExploreArgs {
 /// A file that cannot be read or written, or stdout closing.
 pub fn run(args: &ExploreArgs) -> anyhow::Result<ExitCode> {
     let name = args.file.display().to_string();
-    let src = std::fs::read_to_string(&args.file).with_context(|| format!("{name}: cannot read"))?;
+    let src =
+        std::fs::read_to_string(&args.file).with_context(|| format!("{name}: cannot read"))?;
     let svc = match Service::load(&name, &src) {
         Ok((svc, warnings)) => {
             for w in &warnings {
@@ -78,7 +79,9 @@ pub fn run(args: &ExploreArgs) -> anyhow::Result<ExitCode> {
     let decl = match Declaration::read(&name, &src) {
         Ok(Some(d)) => d,
         Ok(None) => {
-            eprintln!("{name}: no <data name=\"explore\"> declaration (what to inject, which properties)");
+            eprintln!(
+                "{name}: no <data name=\"explore\"> declaration (what to inject, which properties)"
+            );
             return Ok(ExitCode::FAILURE);
         }
         Err(e) => {
@@ -106,17 +109,14 @@ pub fn run(args: &ExploreArgs) -> anyhow::Result<ExitCode> {
     };
     // Wall time for the states/s figure only (the explorer itself has no clock).
     let t0 = std::time::Instant::now();
-    let report = match explore::explore(&svc, &decl, &topo, opts) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("{e}");
-            return Ok(ExitCode::FAILURE);
-        }
-    };
+    let report = explore::explore(&svc, &decl, &topo, opts);
     let secs = t0.elapsed().as_secs_f64();
     if let (Some(v), Some(path)) = (&report.violation, &args.trace_out) {
         let mut text = v.trace.join("\n");
-        text.push_str(&format!("\n# violation of `{}`: {}\n", v.property, v.message));
+        text.push_str(&format!(
+            "\n# violation of `{}`: {}\n",
+            v.property, v.message
+        ));
         std::fs::write(path, text).with_context(|| format!("{}: cannot write", path.display()))?;
     }
     if args.json {
@@ -127,7 +127,11 @@ pub fn run(args: &ExploreArgs) -> anyhow::Result<ExitCode> {
         j["dup"] = serde_json::json!(args.dup);
         outln!("{j}")?;
     } else {
-        let rate = if secs > 0.0 { report.states as f64 / secs } else { 0.0 };
+        let rate = if secs > 0.0 {
+            report.states as f64 / secs
+        } else {
+            0.0
+        };
         outln!(
             "{}: {} on {} (loss {}, dup {}): {} states, {} transitions, depth {}, {} terminal, {:.3} s, {:.0} states/s, {}",
             name,
@@ -141,7 +145,9 @@ pub fn run(args: &ExploreArgs) -> anyhow::Result<ExitCode> {
             report.terminal,
             secs,
             rate,
-            if report.exhausted {
+            if report.violation.is_some() {
+                "stopped at the first violation".to_string()
+            } else if report.exhausted {
                 "exhausted within the bound".to_string()
             } else {
                 format!("NOT exhausted (bound {} states, depth {})", args.bound, args.depth)

@@ -7,9 +7,7 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use viastack_spec::service::explore::{
-    explore, Declaration, Options, Report, TimerMode, Topology,
-};
+use viastack_spec::service::explore::{explore, Declaration, Options, Report, TimerMode, Topology};
 use viastack_spec::service::trace;
 use viastack_spec::service::{Service, Store, StoreConfig};
 
@@ -27,7 +25,7 @@ fn load(path: &str) -> (Arc<Service>, Declaration) {
 
 fn run(path: &str, topo: &str, opts: Options) -> Report {
     let (svc, decl) = load(path);
-    explore(&svc, &decl, &Topology::parse(topo).unwrap(), opts).unwrap()
+    explore(&svc, &decl, &Topology::parse(topo).unwrap(), opts)
 }
 
 fn opts(loss: u32, dup: u32, max_states: usize) -> Options {
@@ -57,7 +55,11 @@ fn topologies_are_what_they_say() {
     assert_eq!(t.nodes.len(), 7);
     assert_eq!(t.nodes[0].parent.0, 0, "node 0 is the root");
     let kids: Vec<u64> = t.nodes[0].children.iter().map(|a| a.0).collect();
-    assert_eq!(kids, [2, 3], "node i has address i+1; root's children are nodes 1, 2");
+    assert_eq!(
+        kids,
+        [2, 3],
+        "node i has address i+1; root's children are nodes 1, 2"
+    );
     let kids: Vec<u64> = t.nodes[2].children.iter().map(|a| a.0).collect();
     assert_eq!(kids, [6, 7]);
     assert_eq!(t.nodes[6].parent.0, 3);
@@ -77,9 +79,16 @@ fn every_shipped_service_holds_its_properties_with_one_loss() {
         // sync resynchronises every second for its whole lifetime: bounded here, and by the
         // depth the others never reach.
         let bound = if name == "sync" { 3_000 } else { 200_000 };
-        let r = run(&format!("../../specs/{name}.scxml"), "tree:7", opts(1, 0, bound));
+        let r = run(
+            &format!("../../specs/{name}.scxml"),
+            "tree:7",
+            opts(1, 0, bound),
+        );
         assert!(r.violation.is_none(), "{name}: {:?}", r.violation);
-        assert!(r.states > 1 && r.transitions >= r.states - 1, "{name}: {r:?}");
+        assert!(
+            r.states > 1 && r.transitions >= r.states - 1,
+            "{name}: {r:?}"
+        );
         if name != "sync" {
             assert!(r.exhausted, "{name}: not exhausted: {r:?}");
             assert!(r.terminal > 0, "{name}: no terminal state: {r:?}");
@@ -89,8 +98,18 @@ fn every_shipped_service_holds_its_properties_with_one_loss() {
 
 #[test]
 fn small_services_hold_their_properties_with_a_loss_and_a_duplicate() {
-    for name in ["dupelim", "ordering", "selection", "handshake", "leakybucket"] {
-        let r = run(&format!("../../specs/{name}.scxml"), "tree:7", opts(1, 1, 100_000));
+    for name in [
+        "dupelim",
+        "ordering",
+        "selection",
+        "handshake",
+        "leakybucket",
+    ] {
+        let r = run(
+            &format!("../../specs/{name}.scxml"),
+            "tree:7",
+            opts(1, 1, 100_000),
+        );
         assert!(r.violation.is_none(), "{name}: {:?}", r.violation);
         assert!(r.exhausted, "{name}: {r:?}");
     }
@@ -106,7 +125,10 @@ fn a_loss_adds_states_and_a_duplicate_more() {
     let a = run(p, "tree:7", opts(0, 0, 100_000));
     let b = run(p, "tree:7", opts(1, 0, 100_000));
     let c = run(p, "tree:7", opts(1, 1, 100_000));
-    assert!(a.states < b.states && b.states < c.states, "{a:?} {b:?} {c:?}");
+    assert!(
+        a.states < b.states && b.states < c.states,
+        "{a:?} {b:?} {c:?}"
+    );
 }
 
 const BROKEN: &str = "tests/data/h2hack_no_retransmit.scxml";
@@ -141,12 +163,21 @@ fn a_service_without_retransmission_is_caught_and_its_trace_replays() {
     assert!(ok.violation.is_none(), "{:?}", ok.violation);
     // ... one loss is enough to lose a subtree silently.
     let r = run(BROKEN, "tree:7", opts(1, 0, 100_000));
-    let v = r.violation.expect("the broken service must violate its property");
+    let v = r
+        .violation
+        .expect("the broken service must violate its property");
     assert_eq!(v.property, "reaches-every-node");
-    assert!(v.trace.iter().any(|l| l.starts_with("# lost")), "{:?}", v.trace);
+    assert!(
+        v.trace.iter().any(|l| l.starts_with("# lost")),
+        "{:?}",
+        v.trace
+    );
     let (got, states) = replay(BROKEN, &v.trace);
     assert!(got.contains(&0), "the root's application got it: {got:?}");
-    assert!(got.len() < 7, "replay must reproduce a node without the payload: {got:?}");
+    assert!(
+        got.len() < 7,
+        "replay must reproduce a node without the payload: {got:?}"
+    );
     assert!(
         !states.iter().any(|s| s == "reset"),
         "nobody reset (the property is not waived): {states:?}"
@@ -191,7 +222,10 @@ fn the_reported_trace_is_a_shortest_one() {
                 ..opts(1, 0, 100_000)
             },
         );
-        assert!(shallow.violation.is_none(), "a shorter one at depth {depth}");
+        assert!(
+            shallow.violation.is_none(),
+            "a shorter one at depth {depth}"
+        );
     }
 }
 
@@ -221,7 +255,7 @@ fn an_instance_left_without_timer_is_stuck_and_growth_is_bounded() {
     let decl = Declaration::read("stuck.scxml", STUCK).unwrap().unwrap();
     let svc = Arc::new(svc);
     let topo = Topology::parse("tree:3").unwrap();
-    let r = explore(&svc, &decl, &topo, Options::default()).unwrap();
+    let r = explore(&svc, &decl, &topo, Options::default());
     let v = r.violation.unwrap();
     assert_eq!(v.property, "stuck");
     assert!(v.message.contains("waiting"), "{}", v.message);
@@ -234,8 +268,7 @@ fn an_instance_left_without_timer_is_stuck_and_growth_is_bounded() {
             max_inflight: 1,
             ..Options::default()
         },
-    )
-    .unwrap();
+    );
     assert_eq!(r.violation.unwrap().property, "growth");
 }
 
@@ -276,7 +309,10 @@ fn declarations_are_checked() {
     let bad = STUCK.replace("<Inject at=\"root\"", "<Inject at=\"everywhere\"");
     let e = Declaration::read("x.scxml", &bad).unwrap_err().to_string();
     assert!(e.starts_with("x.scxml:6:"), "{e}");
-    let bad = STUCK.replace("MessageType=\"-128\" DeliveryMode", "Colour=\"red\" DeliveryMode");
+    let bad = STUCK.replace(
+        "MessageType=\"-128\" DeliveryMode",
+        "Colour=\"red\" DeliveryMode",
+    );
     assert!(Declaration::read("x.scxml", &bad).is_err());
     assert!(Declaration::read("x.scxml", "<scxml/>").unwrap().is_none());
 }

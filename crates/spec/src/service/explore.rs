@@ -771,9 +771,8 @@ impl Explorer<'_> {
                 take(&mut w, f);
                 let n = usize::from(f.to);
                 let dest = self.topo.node_of(f.msg.destination);
-                let passing = f.from.is_some()
-                    && f.msg.delivery_mode == 3
-                    && dest.is_some_and(|d| d != n);
+                let passing =
+                    f.from.is_some() && f.msg.delivery_mode == 3 && dest.is_some_and(|d| d != n);
                 let World {
                     stores,
                     timers,
@@ -874,12 +873,13 @@ impl Explorer<'_> {
                             .any(|x| x.message_id == m.message_id && x.payload == m.payload)
                             .then(|| format!("node {n} got message {} twice", m.message_id))
                     }),
-                    Kind::InOrder => got.windows(2).find_map(|p| {
-                        (p[0].message_id == p[1].message_id && p[1].seq <= p[0].seq).then(|| {
-                            format!(
-                                "node {n} got SequenceNumber {} after {}",
-                                p[1].seq, p[0].seq
-                            )
+                    Kind::InOrder => got.iter().enumerate().find_map(|(i, m)| {
+                        let before = got[..i]
+                            .iter()
+                            .rev()
+                            .find(|x| x.message_id == m.message_id)?;
+                        (m.seq <= before.seq).then(|| {
+                            format!("node {n} got SequenceNumber {} after {}", m.seq, before.seq)
                         })
                     }),
                     Kind::OnlyFrom(srcs) => got.iter().find_map(|m| {
@@ -955,15 +955,7 @@ impl Explorer<'_> {
 }
 
 /// Explores `svc` on `topo` as its declaration says, within `opts`.
-///
-/// # Errors
-/// None yet beyond the declaration's (reserved).
-pub fn explore(
-    svc: &Arc<Service>,
-    decl: &Declaration,
-    topo: &Topology,
-    opts: Options,
-) -> Result<Report, ExploreError> {
+pub fn explore(svc: &Arc<Service>, decl: &Declaration, topo: &Topology, opts: Options) -> Report {
     let mut ex = Explorer {
         svc,
         decl,
@@ -998,7 +990,7 @@ pub fn explore(
     };
     if let Some((p, m)) = ex.safety(&start) {
         report.violation = Some(found(&ex, &parents, 0, p, m));
-        return Ok(report);
+        return report;
     }
     queue.push_back((0, 0, start));
     while let Some((idx, depth, w)) = queue.pop_front() {
@@ -1008,7 +1000,7 @@ pub fn explore(
             report.terminal += 1;
             if let Some((p, m)) = ex.terminal(&w) {
                 report.violation = Some(found(&ex, &parents, idx, p, m));
-                return Ok(report);
+                return report;
             }
             continue;
         }
@@ -1036,12 +1028,12 @@ pub fn explore(
             if let Some((p, m)) = bad {
                 report.depth = report.depth.max(depth + 1);
                 report.violation = Some(found(&ex, &parents, nidx, p, m));
-                return Ok(report);
+                return report;
             }
             queue.push_back((nidx, depth + 1, next));
         }
     }
-    Ok(report)
+    report
 }
 
 fn path(parents: &[(u32, Option<Ev>)], mut idx: u32) -> Vec<Ev> {
