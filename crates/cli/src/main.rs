@@ -44,6 +44,7 @@ mod node;
 mod run;
 mod sp;
 mod spec;
+mod spec_explore;
 mod spec_run;
 
 /// The embedded default scenario of `viastack demo`.

@@ -8,7 +8,9 @@
 //! - `spec conformance DIR [--json]` runs the W3C SCXML test suite in DIR (a folder with
 //!   `manifest.json` and `txml/`) and prints one line per test, then `N passed, N failed, N
 //!   skipped`; exits 1 if a test failed;
-//! - `spec run FILE… --trace TRACE.jsonl` runs services on a trace ([`crate::spec_run`]).
+//! - `spec run FILE… --trace TRACE.jsonl` runs services on a trace ([`crate::spec_run`]);
+//! - `spec explore FILE --topology tree:7 --loss 1` explores a service exhaustively
+//!   ([`crate::spec_explore`]).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -37,6 +39,9 @@ pub enum SpecCommand {
     },
     /// Run services (SCXML with service data) on a JSONL trace; print every action as JSONL.
     Run(crate::spec_run::RunArgs),
+    /// Explore every interleaving of a service over a small overlay (losses, duplicates,
+    /// timers), breadth first; exits 1 with the shortest trace on a violation.
+    Explore(crate::spec_explore::ExploreArgs),
     /// Compile a delivery service to Rust (a `Runner` named `Compiled`, to `include!` in a
     /// crate depending on viastack-spec and viastack-kernel); exits 1 if it cannot be.
     Compile {
@@ -163,6 +168,7 @@ pub fn run(cmd: SpecCommand) -> anyhow::Result<ExitCode> {
             }
         }
         SpecCommand::Run(args) => crate::spec_run::run(&args),
+        SpecCommand::Explore(args) => crate::spec_explore::run(&args),
         SpecCommand::Compile { file } => {
             let name = file.display().to_string();
             let src = read(&file)?;

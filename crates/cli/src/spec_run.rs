@@ -1,6 +1,8 @@
 //! `viastack spec run FILE… --trace TRACE.jsonl`: runs seed-000 services (SCXML with service
 //! data and `<action:…>` elements) on a trace of basic inputs and prints every action, one JSON
 //! object a line (the formats: `viastack_spec::service::trace`, docs/spec-format.md, Part II).
+//! A trace whose lines name nodes (`"at": N`, as `spec explore` writes counterexamples) runs
+//! one store per node and tags every output line with its node.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -58,6 +60,26 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let tname = args.trace.display().to_string();
     let tsrc =
         std::fs::read_to_string(&args.trace).with_context(|| format!("{tname}: cannot read"))?;
+    if trace::is_multi_node(&tsrc) {
+        // A multi-node trace (`"at"` on its lines, as `spec explore` writes them): one store
+        // per node.
+        if args.auto_timers {
+            eprintln!("{tname}: --auto-timers does not apply to a multi-node trace (\"at\")");
+            return Ok(ExitCode::FAILURE);
+        }
+        let inputs = match trace::parse_nodes(&tsrc) {
+            Ok(i) => i,
+            Err(e) => {
+                eprintln!("{tname}:{e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        let make = || Store::new(services.clone(), StoreConfig::default());
+        for line in trace::run_nodes(make, &inputs) {
+            outln!("{line}")?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let inputs = match trace::parse(&tsrc) {
         Ok(i) => i,
         Err(e) => {

@@ -23,6 +23,7 @@ pub mod basic;
 pub mod codegen;
 pub mod data;
 pub mod diag;
+pub mod explore;
 mod flat;
 pub mod h2hack_handwritten;
 pub mod history;

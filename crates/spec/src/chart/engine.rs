@@ -236,6 +236,73 @@ pub struct Instance {
     phase: Phase,
 }
 
+impl Instance {
+    /// Feeds the instance's observable state to `h`: configuration, history, initialised data,
+    /// variables, queued and pending events and phase (not its session id, which every instance
+    /// has its own). Two instances of one chart with equal fingerprints behave alike; the
+    /// service explorer ([`explore`](crate::service::explore)) hashes them to merge states.
+    pub fn fingerprint<H: std::hash::Hasher>(&self, h: &mut H) {
+        use std::hash::Hash;
+        self.config.hash(h);
+        self.history.hash(h);
+        self.inited.hash(h);
+        for v in self.vars.iter() {
+            match v {
+                Some(v) => {
+                    h.write_u8(1);
+                    hash_value(v, h);
+                }
+                None => h.write_u8(0),
+            }
+        }
+        // Events and pending sends rarely exist between steps; their debug form is canonical.
+        h.write_usize(self.internal.len() + self.external.len() + self.pending.len());
+        for e in self.internal.iter().chain(self.external.iter()) {
+            format!("{e:?}").hash(h);
+        }
+        for p in &self.pending {
+            format!("{:?}{:?}{:?}{}", p.event, p.id, p.at, p.seq).hash(h);
+        }
+        self.next_seq.hash(h);
+        (self.phase as u8).hash(h);
+    }
+}
+
+/// Hashes a datamodel value (numbers by their bits).
+fn hash_value<H: std::hash::Hasher>(v: &Value, h: &mut H) {
+    use std::hash::Hash;
+    match v {
+        Value::Null => h.write_u8(0),
+        Value::Bool(b) => {
+            h.write_u8(1);
+            b.hash(h);
+        }
+        Value::Number(n) => {
+            h.write_u8(2);
+            h.write_u64(n.to_bits());
+        }
+        Value::String(s) => {
+            h.write_u8(3);
+            s.hash(h);
+        }
+        Value::List(l) => {
+            h.write_u8(4);
+            h.write_usize(l.len());
+            for x in l.iter() {
+                hash_value(x, h);
+            }
+        }
+        Value::Map(m) => {
+            h.write_u8(5);
+            h.write_usize(m.len());
+            for (k, x) in m.iter() {
+                k.hash(h);
+                hash_value(x, h);
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 struct Scratch {
     filtered: Vec<u32>,

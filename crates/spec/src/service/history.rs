@@ -100,6 +100,21 @@ impl History {
         self.last.get(usize::from(slot)).and_then(Option::as_ref)
     }
 
+    /// Feeds the kept messages and the indexes to `h` (see [`logic::State::fingerprint`]).
+    /// For the explorer.
+    pub fn fingerprint<H: std::hash::Hasher>(&self, now_ns: u64, h: &mut H) {
+        for m in self.last.iter() {
+            match m {
+                Some(m) => {
+                    h.write_u8(1);
+                    m.fingerprint(h);
+                }
+                None => h.write_u8(0),
+            }
+        }
+        self.logic.fingerprint(now_ns, h);
+    }
+
     /// Bytes held on the heap, payloads excluded (for the memory figures).
     pub fn heap_bytes(&self) -> usize {
         self.last.len() * std::mem::size_of::<Option<Message>>()

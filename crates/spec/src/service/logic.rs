@@ -684,6 +684,31 @@ impl State {
         }
     }
 
+    /// Feeds the indexes to `h`, arrival times as their age at `now_ns` (so that two states
+    /// shifted in time hash alike; the expressions only compare ages). For the explorer.
+    pub fn fingerprint<H: std::hash::Hasher>(&self, now_ns: u64, h: &mut H) {
+        let age = |t: u64| {
+            if t == NONE {
+                u64::MAX
+            } else {
+                now_ns.saturating_sub(t)
+            }
+        };
+        h.write_usize(self.slots.len());
+        for s in &self.slots {
+            match s {
+                Slot::Last(t) => h.write_u64(age(*t)),
+                Slot::Keyed(v) => {
+                    h.write_usize(v.len());
+                    for &(k, t) in v {
+                        h.write_i64(k);
+                        h.write_u64(age(t));
+                    }
+                }
+            }
+        }
+    }
+
     /// Heap bytes held.
     pub fn heap_bytes(&self) -> usize {
         self.slots.capacity() * std::mem::size_of::<Slot>()

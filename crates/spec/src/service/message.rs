@@ -325,6 +325,17 @@ impl Message {
         }
     }
 
+    /// Feeds every attribute, the payload and the extra attributes to `h` (the explorer's
+    /// state hashing; `Message` is not `Hash` so that the store's map stays on its own hash).
+    pub fn fingerprint<H: std::hash::Hasher>(&self, h: &mut H) {
+        use std::hash::Hash;
+        for a in Attr::ALL {
+            h.write_i64(self.get(a));
+        }
+        self.payload.as_deref().hash(h);
+        self.extra.hash(h);
+    }
+
     /// Heap bytes held besides the payload (for the memory figures).
     pub fn heap_bytes(&self) -> usize {
         self.extra.capacity() * std::mem::size_of::<(Box<str>, Box<str>)>()

@@ -63,6 +63,7 @@ impl Default for StoreConfig {
 }
 
 /// An instance of a service on the general chart engine.
+#[derive(Clone)]
 struct Machine(Box<Instance>);
 
 impl Machine {
@@ -86,12 +87,13 @@ impl Machine {
 
 /// An instance of a service on the flat machine: its state and history, stored inline in the
 /// service's map (one probe per input, no slab, no engine instance).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct FlatInst {
     state: u16,
     hist: History,
 }
 
+#[derive(Clone)]
 struct Live {
     key: InstanceKey,
     svc: u16,
@@ -99,7 +101,9 @@ struct Live {
     hist: History,
 }
 
-/// The instances of one node's services.
+/// The instances of one node's services. `Clone` copies every live instance (the explorer
+/// branches a whole node this way).
+#[derive(Clone)]
 pub struct Store {
     services: Vec<Arc<Service>>,
     config: StoreConfig,
@@ -894,6 +898,54 @@ fn step_error(key: InstanceKey, e: RunError) -> RunnerError {
     match e {
         RunError::StepLimit { steps } => RunnerError::StepLimit { key, steps },
         _ => RunnerError::StepLimit { key, steps: 0 },
+    }
+}
+
+/// For the explorer ([`explore`](super::explore)): a canonical view of the live instances.
+impl Store {
+    /// The keys of the live instances, ascending (engine and flat-machine instances alike).
+    pub fn keys(&self) -> Vec<InstanceKey> {
+        let mut k: Vec<InstanceKey> = self.map.keys().copied().collect();
+        for (si, instances) in self.flat.iter().enumerate() {
+            let service = self.services[si].id();
+            k.extend(instances.keys().map(|&message| InstanceKey { service, message }));
+        }
+        k.sort_unstable();
+        k
+    }
+
+    /// Feeds the node information and every live instance (key, service, machine state,
+    /// history; in key order, whatever the storage layout) to `h`. Two stores of the same
+    /// services with equal fingerprints react alike to every input; times are hashed as ages
+    /// at `now`.
+    pub fn fingerprint<H: std::hash::Hasher>(&self, now: Instant, h: &mut H) {
+        use std::hash::Hash;
+        self.node.address.hash(h);
+        self.node.parent.hash(h);
+        self.node.children.hash(h);
+        self.node.neighbours.hash(h);
+        for key in self.keys() {
+            key.service.hash(h);
+            key.message.hash(h);
+            if let Some((si, f)) = self.flat_inst(key) {
+                si.hash(h);
+                h.write_u8(0);
+                f.state.hash(h);
+                f.hist.fingerprint(now.as_nanos(), h);
+                continue;
+            }
+            let Some(l) = self
+                .map
+                .get(&key)
+                .and_then(|&i| self.slab[i as usize].as_ref())
+            else {
+                continue;
+            };
+            usize::from(l.svc).hash(h);
+            h.write_u8(1);
+            l.inst.0.fingerprint(h);
+            l.hist.fingerprint(now.as_nanos(), h);
+        }
     }
 }
 
