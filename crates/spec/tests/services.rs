@@ -248,16 +248,17 @@ fn ordering_delivers_in_sequence_with_holes() {
 
 #[test]
 fn sync_repeats_until_every_neighbour_holds_the_message() {
-    // Seed 000 Table 3.5: the message is synchronised with every neighbour, and again
-    // periodically with those that have not shown they hold it: 2 shows it before the
-    // timeout, so only 3 is asked again (a multicast to all children could not tell them apart).
+    // Seed 000 Table 3.5: the message is synchronised with every neighbour — the one it came
+    // from too, so that neighbour learns this node holds it — and again periodically with
+    // those that have not shown they hold it. A neighbour shows it by sending a copy (the
+    // previous hop; a forwarded copy keeps its SourceAddress): 2 did, so only 3 is asked again.
     let out = run(
         "sync",
         r#"{"t_ms":0,"node":{"address":1,"neighbours":[2,3]}}
-           {"t_ms":1,"message":{"ServiceID":5,"MessageID":4,"MessageType":128,"SourceAddress":9,"Payload":"s"}}
-           {"t_ms":500,"message":{"ServiceID":5,"MessageID":4,"MessageType":128,"SourceAddress":2,"Payload":"s"}}
+           {"t_ms":1,"message":{"ServiceID":5,"MessageID":4,"MessageType":128,"SourceAddress":9,"PreviousHopAddress":2,"Payload":"s"}}
+           {"t_ms":500,"message":{"ServiceID":5,"MessageID":4,"MessageType":128,"SourceAddress":9,"PreviousHopAddress":2,"Payload":"s"}}
            {"t_ms":1001,"timer":{"ServiceID":5,"MessageID":4,"TimerIdentifier":2}}
-           {"t_ms":1200,"message":{"ServiceID":5,"MessageID":4,"MessageType":128,"SourceAddress":3,"Payload":"s"}}"#,
+           {"t_ms":1200,"message":{"ServiceID":5,"MessageID":4,"MessageType":128,"SourceAddress":9,"PreviousHopAddress":3,"Payload":"s"}}"#,
         false,
     );
     assert_eq!(

@@ -908,7 +908,11 @@ impl Store {
         let mut k: Vec<InstanceKey> = self.map.keys().copied().collect();
         for (si, instances) in self.flat.iter().enumerate() {
             let service = self.services[si].id();
-            k.extend(instances.keys().map(|&message| InstanceKey { service, message }));
+            k.extend(
+                instances
+                    .keys()
+                    .map(|&message| InstanceKey { service, message }),
+            );
         }
         k.sort_unstable();
         k
