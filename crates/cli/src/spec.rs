@@ -195,6 +195,7 @@ pub fn run(cmd: SpecCommand) -> anyhow::Result<ExitCode> {
                             conformance::Outcome::Pass => String::new(),
                             conformance::Outcome::Fail(why) => why.clone(),
                             conformance::Outcome::Skipped(what) => format!("needs {what}"),
+                            conformance::Outcome::Excluded(why) => why.clone(),
                         };
                         serde_json::json!({
                             "id": r.id,

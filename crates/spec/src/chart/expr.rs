@@ -941,6 +941,132 @@ fn binary(op: BinOp, a: &Value, b: &Value) -> Result<Value, String> {
     })
 }
 
+
+/// One statement of a `<script>` (W3C SCXML §5.8, in viastack's language).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stmt {
+    /// `var x`, `var x = e`: declares `x` (null when no value).
+    Var(Location, Option<Expr>),
+    /// `loc = e`; also `loc += e`, `loc -= e`, `loc++`, `loc--` (as `loc = loc op e`).
+    Assign(Location, Expr),
+    /// An expression evaluated for its errors alone.
+    Expr(Expr),
+}
+
+/// Splits script text into statements at `;` and line ends outside strings and brackets.
+fn statements(src: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let (mut depth, mut quote, mut start) = (0i32, None::<char>, 0usize);
+    let mut prev = ' ';
+    for (i, c) in src.char_indices() {
+        match quote {
+            Some(q) if c == q && prev != '\\' => quote = None,
+            Some(_) => {}
+            None => match c {
+                '\'' | '"' => quote = Some(c),
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' | '}' => depth -= 1,
+                ';' | '\n' if depth <= 0 => {
+                    out.push((start, &src[start..i]));
+                    start = i + 1;
+                }
+                _ => {}
+            },
+        }
+        prev = c;
+    }
+    out.push((start, &src[start..]));
+    out.retain(|(_, s)| !s.trim().is_empty());
+    out
+}
+
+/// The byte offset of a top-level `=` (not `==`, `!=`, `<=`, `>=`), with the operator before
+/// it (`+` or `-` for `+=`/`-=`).
+fn assignment_at(s: &str) -> Option<(usize, Option<BinOp>)> {
+    let b = s.as_bytes();
+    let (mut depth, mut quote) = (0i32, None::<u8>);
+    for i in 0..b.len() {
+        let c = b[i];
+        if let Some(q) = quote {
+            if c == q && (i == 0 || b[i - 1] != b'\\') {
+                quote = None;
+            }
+            continue;
+        }
+        match c {
+            b'\'' | b'"' => quote = Some(c),
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' => depth -= 1,
+            b'=' if depth == 0 => {
+                let next = b.get(i + 1).copied();
+                let before = if i > 0 { b[i - 1] } else { b' ' };
+                if next == Some(b'=') || matches!(before, b'=' | b'!' | b'<' | b'>') {
+                    return None;
+                }
+                let op = match before {
+                    b'+' => Some(BinOp::Add),
+                    b'-' => Some(BinOp::Sub),
+                    b'*' => Some(BinOp::Mul),
+                    b'/' => Some(BinOp::Div),
+                    _ => None,
+                };
+                return Some((i, op));
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Parses `<script>` text: statements separated by `;` or line ends — `var x [= e]`,
+/// `loc = e`, `loc += e` / `-=` / `*=` / `/=`, `loc++`, `loc--`, or an expression.
+///
+/// # Errors
+/// The first statement that does not parse (offset into the whole text).
+pub fn parse_script(src: &str, names: &mut dyn Names) -> Result<Vec<Stmt>, SyntaxError> {
+    if src.len() > MAX_LEN * 4 {
+        return Err(SyntaxError {
+            offset: 0,
+            message: format!("script longer than {} bytes", MAX_LEN * 4),
+        });
+    }
+    let mut out = Vec::new();
+    for (start, text) in statements(src) {
+        let at = |e: SyntaxError| SyntaxError {
+            offset: src[..start].chars().count() + e.offset,
+            message: e.message,
+        };
+        let t = text.trim();
+        if let Some(rest) = t.strip_prefix("var ") {
+            let (name, value) = match assignment_at(rest) {
+                Some((i, None)) => (&rest[..i], Some(parse(&rest[i + 1..], names).map_err(at)?)),
+                _ => (rest, None),
+            };
+            out.push(Stmt::Var(parse_location(name.trim(), names).map_err(at)?, value));
+        } else if let Some(loc) = t.strip_suffix("++").or_else(|| t.strip_suffix("--")) {
+            let op = if t.ends_with("++") { BinOp::Add } else { BinOp::Sub };
+            let l = parse_location(loc.trim(), names).map_err(at)?;
+            let cur = parse(loc.trim(), names).map_err(at)?;
+            let one = Box::new(Expr::Lit(Value::Number(1.0)));
+            out.push(Stmt::Assign(l, Expr::Bin(op, Box::new(cur), one)));
+        } else if let Some((i, op)) = assignment_at(t) {
+            let lhs = if op.is_some() { &t[..i - 1] } else { &t[..i] };
+            let l = parse_location(lhs.trim(), names).map_err(at)?;
+            let e = parse(&t[i + 1..], names).map_err(at)?;
+            out.push(match op {
+                Some(op) => {
+                    let cur = parse(lhs.trim(), names).map_err(at)?;
+                    Stmt::Assign(l, Expr::Bin(op, Box::new(cur), Box::new(e)))
+                }
+                None => Stmt::Assign(l, e),
+            });
+        } else {
+            out.push(Stmt::Expr(parse(t, names).map_err(at)?));
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
