@@ -650,7 +650,12 @@ impl Instance {
             }
         }
         for (name, v) in overrides {
-            if let Some(&slot) = chart.var_map.get(&name) {
+            // Only top-level data the document declares (W3C SCXML §6.4.4).
+            if let Some(&slot) = chart
+                .var_map
+                .get(&name)
+                .filter(|&&slot| chart.states[0].data.iter().any(|(d, _)| *d == slot))
+            {
                 if let Some(x) = self.vars.get_mut(slot as usize) {
                     *x = Some(v);
                 }

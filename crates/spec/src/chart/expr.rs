@@ -19,7 +19,10 @@
 //! Identifiers are variables, resolved to slots when the chart is compiled (no string lookup
 //! at run time); `_event`, `_sessionid`, `_name` and `_ioprocessors` are the system variables.
 //! Functions: `In('state')` (resolved to a state index at compile time), `isBound(x)`,
-//! `len(x)`, `str(x)`, `num(x)`, `typeof(x)`, `contains(list_or_map_or_string, x)`.
+//! `len(x)`, `str(x)`, `num(x)`, `typeof(x)`, `contains(list_or_map_or_string, x)`,
+//! `startsWith(string, prefix)`; `isBound` also takes a system variable (`isBound(_event)`).
+//!
+//! `<script>` holds statements ([`parse_script`]): `var x = e`, `loc = e`, `loc += e`, …
 //!
 //! Types are strict: `!`, `&&`, `||` and conditions need booleans, arithmetic needs numbers
 //! (`+` also concatenates when either side is a string); a type error, an unknown member, an
@@ -135,6 +138,10 @@ pub enum Func {
     Num,
     Typeof,
     Contains,
+    /// `startsWith(s, prefix)`.
+    StartsWith,
+    /// `isBound(_event)` and the like: the system variable has a value.
+    Bound,
 }
 
 /// A compiled expression.
@@ -702,6 +709,7 @@ impl Parser<'_> {
                 arity(1)?;
                 match &args[0] {
                     Expr::Var(slot) => Ok(Expr::IsBound(*slot)),
+                    Expr::System(_) => Ok(Expr::Call(Func::Bound, args)),
                     _ => Err(SyntaxError {
                         offset: start,
                         message: "isBound() takes a variable name".into(),
@@ -722,10 +730,14 @@ impl Parser<'_> {
                 arity(2)?;
                 Ok(Expr::Call(Func::Contains, args))
             }
+            "startsWith" => {
+                arity(2)?;
+                Ok(Expr::Call(Func::StartsWith, args))
+            }
             _ => Err(SyntaxError {
                 offset: start,
                 message: format!(
-                    "unknown function {name}() (expected In, isBound, len, str, num, typeof or contains)"
+                    "unknown function {name}() (expected In, isBound, len, str, num, typeof, contains or startsWith)"
                 ),
             }),
         }
@@ -809,6 +821,9 @@ pub fn eval(e: &Expr, s: &dyn Scope) -> Result<Value, String> {
             Value::Bool(eval_cond(e, s)?)
         }
         Expr::Bin(op, a, b) => binary(*op, &eval(a, s)?, &eval(b, s)?)?,
+        Expr::Call(Func::Bound, args) => {
+            Value::Bool(eval(&args[0], s).is_ok_and(|v| v != Value::Null))
+        }
         Expr::Call(f, args) => {
             let a = eval(&args[0], s)?;
             match f {
@@ -833,6 +848,20 @@ pub fn eval(e: &Expr, s: &dyn Scope) -> Result<Value, String> {
                     other => return Err(format!("num() of a {}", other.type_name())),
                 },
                 Func::Typeof => Value::str(a.type_name()),
+                Func::Bound => Value::Bool(a != Value::Null),
+                Func::StartsWith => {
+                    let b = eval(&args[1], s)?;
+                    match (&a, &b) {
+                        (Value::String(h), Value::String(p)) => Value::Bool(h.starts_with(&**p)),
+                        (x, y) => {
+                            return Err(format!(
+                                "startsWith() needs strings, got {} and {}",
+                                x.type_name(),
+                                y.type_name()
+                            ))
+                        }
+                    }
+                }
                 Func::Contains => {
                     let b = eval(&args[1], s)?;
                     Value::Bool(match (&a, &b) {
