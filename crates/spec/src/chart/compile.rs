@@ -737,13 +737,14 @@ impl<E: Extension> Compiler<'_, E> {
     }
 
     fn invoke(&mut self, i: &InvokeNode) -> Option<InvokeOp> {
-        let spec = |c: &mut Self, lit: &Option<super::model::Src>, ex: &Option<super::model::Src>| {
-            if let Some(l) = lit {
-                Some(Spec::Lit(Value::str(l.text.trim())))
-            } else {
-                ex.as_ref().and_then(|e| c.expr(e)).map(Spec::Expr)
-            }
-        };
+        let spec =
+            |c: &mut Self, lit: &Option<super::model::Src>, ex: &Option<super::model::Src>| {
+                if let Some(l) = lit {
+                    Some(Spec::Lit(Value::str(l.text.trim())))
+                } else {
+                    ex.as_ref().and_then(|e| c.expr(e)).map(Spec::Expr)
+                }
+            };
         let type_ = spec(self, &i.type_, &i.typeexpr);
         let src = spec(self, &i.src, &i.srcexpr);
         let content = match &i.content {
@@ -987,7 +988,10 @@ impl<E: Extension> Compiler<'_, E> {
                             Err(e) => {
                                 self.error(
                                     text.pos,
-                                    format!("bad <script> at character {}: {}", e.offset, e.message),
+                                    format!(
+                                        "bad <script> at character {}: {}",
+                                        e.offset, e.message
+                                    ),
                                 );
                                 continue;
                             }

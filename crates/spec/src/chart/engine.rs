@@ -913,6 +913,18 @@ impl Instance {
     }
 
     fn raise_error<A, H>(&mut self, rt: &Rt<'_, A, H>, communication: bool, msg: &str) {
+        self.raise_error_for(rt, communication, msg, None);
+    }
+
+    /// `error.execution` / `error.communication`, with the `sendid` of the `<send>` that
+    /// failed (W3C SCXML §5.10.1).
+    fn raise_error_for<A, H>(
+        &mut self,
+        rt: &Rt<'_, A, H>,
+        communication: bool,
+        msg: &str,
+        sendid: Option<Arc<str>>,
+    ) {
         let sym = if communication {
             rt.chart.sym_error_communication
         } else {
@@ -922,7 +934,12 @@ impl Instance {
             name: EvName::Sym(sym),
             kind: EvKind::Platform,
             data: Value::str(msg),
-            meta: None,
+            meta: sendid.map(|id| {
+                Box::new(Meta {
+                    sendid: Some(id),
+                    ..Meta::default()
+                })
+            }),
         });
     }
 
@@ -1754,6 +1771,23 @@ impl Instance {
         } else {
             None
         };
+        match self.send_with_id(rt, s, sendid.clone()) {
+            Err((comm, msg)) if !msg.is_empty() && sendid.is_some() => {
+                self.raise_error_for(rt, comm, &msg, sendid);
+                Err((comm, String::new()))
+            }
+            r => r,
+        }
+    }
+
+    fn send_with_id<A, H: Host<A>>(
+        &mut self,
+        rt: &mut Rt<'_, A, H>,
+        s: &super::compile::SendOp,
+        sendid: Option<Arc<str>>,
+    ) -> Result<(), (bool, String)> {
+        let chart = rt.chart;
+        let x = |m: String| (false, m);
         let name = match &s.event {
             Some(Ok(sym)) => EvName::Sym(*sym),
             Some(Err(e)) => {

@@ -970,7 +970,6 @@ fn binary(op: BinOp, a: &Value, b: &Value) -> Result<Value, String> {
     })
 }
 
-
 /// One statement of a `<script>` (W3C SCXML §5.8, in viastack's language).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
@@ -1071,9 +1070,16 @@ pub fn parse_script(src: &str, names: &mut dyn Names) -> Result<Vec<Stmt>, Synta
                 Some((i, None)) => (&rest[..i], Some(parse(&rest[i + 1..], names).map_err(at)?)),
                 _ => (rest, None),
             };
-            out.push(Stmt::Var(parse_location(name.trim(), names).map_err(at)?, value));
+            out.push(Stmt::Var(
+                parse_location(name.trim(), names).map_err(at)?,
+                value,
+            ));
         } else if let Some(loc) = t.strip_suffix("++").or_else(|| t.strip_suffix("--")) {
-            let op = if t.ends_with("++") { BinOp::Add } else { BinOp::Sub };
+            let op = if t.ends_with("++") {
+                BinOp::Add
+            } else {
+                BinOp::Sub
+            };
             let l = parse_location(loc.trim(), names).map_err(at)?;
             let cur = parse(loc.trim(), names).map_err(at)?;
             let one = Box::new(Expr::Lit(Value::Number(1.0)));

@@ -652,11 +652,16 @@ impl Builder<'_> {
 
     fn data(&mut self, e: &Element) -> DataNode {
         self.check_attrs(e, &["id", "expr", "src", "name"]);
-        let given = [e.attr("expr").is_some(), e.attr("src").is_some(), !e.text.trim().is_empty() || !e.children.is_empty()];
+        let given = [
+            e.attr("expr").is_some(),
+            e.attr("src").is_some(),
+            !e.text.trim().is_empty() || !e.children.is_empty(),
+        ];
         if given.iter().filter(|&&g| g).count() > 1 {
             self.error(
                 e.pos,
-                "<data> with more than one of expr=, src= and content (expected at most one)".into(),
+                "<data> with more than one of expr=, src= and content (expected at most one)"
+                    .into(),
             );
         }
         let d = DataNode {
@@ -751,7 +756,13 @@ impl Builder<'_> {
                         pos: c.pos,
                         location: self.required(c, "location"),
                         expr: src(c, "expr"),
-                        text: c.text.clone(),
+                        // Inline XML (W3C SCXML §5.4) is kept as its text: viastack's
+                        // datamodel has no DOM; the text can be a document to invoke.
+                        text: if c.children.is_empty() {
+                            c.text.clone()
+                        } else {
+                            c.children.iter().map(super::xml::write).collect()
+                        },
                     }
                 }
                 "if" => {
@@ -875,7 +886,10 @@ impl Builder<'_> {
         ] {
             if a.is_some() && b.is_some() {
                 let pos = b.as_ref().map_or(c.pos, |b| b.pos);
-                self.error(pos, format!("<invoke> with both {what} (expected at most one)"));
+                self.error(
+                    pos,
+                    format!("<invoke> with both {what} (expected at most one)"),
+                );
             }
         }
         for p in &c.children {
@@ -890,7 +904,10 @@ impl Builder<'_> {
                 }
                 "content" if p.is_scxml() => {
                     self.check_attrs(p, &["expr"]);
-                    let doc = p.children.iter().find(|d| d.is_scxml() && d.name == "scxml");
+                    let doc = p
+                        .children
+                        .iter()
+                        .find(|d| d.is_scxml() && d.name == "scxml");
                     inv.content = Some(if let Some(e) = src(p, "expr") {
                         InvokeContent::Expr(e)
                     } else if let Some(d) = doc {

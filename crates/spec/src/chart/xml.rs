@@ -211,7 +211,6 @@ fn convert(
     })
 }
 
-
 fn escape(s: &str, out: &mut String) {
     for c in s.chars() {
         match c {

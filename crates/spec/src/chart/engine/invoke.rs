@@ -195,7 +195,10 @@ impl Instance {
         let n = self.next_seq;
         let id: Arc<str> = match &inv.id {
             Some(id) => id.clone(),
-            None => Arc::from(format!("{}.{}.{n}", chart.states[s as usize].id, self.session)),
+            None => Arc::from(format!(
+                "{}.{}.{n}",
+                chart.states[s as usize].id, self.session
+            )),
         };
         if let Some(loc) = &inv.idlocation {
             self.assign(chart, loc, Value::String(id.clone()), false)?;
@@ -369,7 +372,12 @@ impl Instance {
     }
 
     /// Sends `event` (from a `<send>` of ours, now due) where it goes.
-    pub(super) fn dispatch<A, H: Host<A>>(&mut self, rt: &mut Rt<'_, A, H>, dest: Dest, event: Event) {
+    pub(super) fn dispatch<A, H: Host<A>>(
+        &mut self,
+        rt: &mut Rt<'_, A, H>,
+        dest: Dest,
+        event: Event,
+    ) {
         match dest {
             Dest::Own => self.external.push_back(event),
             Dest::Parent => {
@@ -399,7 +407,12 @@ impl Instance {
     }
 
     /// Runs child `i`'s timers due at `at`.
-    pub(super) fn child_timeout<A, H: Host<A>>(&mut self, rt: &mut Rt<'_, A, H>, i: usize, at: Instant) {
+    pub(super) fn child_timeout<A, H: Host<A>>(
+        &mut self,
+        rt: &mut Rt<'_, A, H>,
+        i: usize,
+        at: Instant,
+    ) {
         let Some(c) = self.children.get_mut(i) else {
             return;
         };
