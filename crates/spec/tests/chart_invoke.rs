@@ -369,3 +369,28 @@ fn data_src_is_loaded_and_a_failed_load_is_an_execution_error() {
     let i = run(&c, &mut host, 1, 10);
     assert_eq!(top(&c, &i), ["pass"]);
 }
+
+#[test]
+fn a_childs_delayed_send_runs_on_the_parents_clock() {
+    let c = chart(
+        r###"initial="s0">
+        <state id="s0">
+          <onentry><send event="timeout" delay="3s"/></onentry>
+          <invoke id="kid">
+            <content><scxml xmlns="http://www.w3.org/2005/07/scxml" initial="c0">
+              <state id="c0"><onentry><send target="#_parent" event="tick" delay="2s"/></onentry></state>
+            </scxml></content>
+          </invoke>
+          <transition event="tick" target="pass"/>
+          <transition event="timeout" target="fail"/>
+        </state>
+        <final id="pass"/><final id="fail"/>"###,
+    );
+    let mut host = Files::default();
+    let mut i = Instance::with_session(&c, 1);
+    i.start(&c, Instant::ZERO, &mut host).unwrap();
+    let t = i.poll_timeout().unwrap();
+    assert_eq!(t, Instant::ZERO + Duration::from_secs(2));
+    assert_eq!(i.handle_timeout(&c, t, &mut host).unwrap(), Status::Final);
+    assert_eq!(top(&c, &i), ["pass"]);
+}
