@@ -230,6 +230,28 @@ pub fn run_dir(dir: &Path) -> Result<Vec<TestResult>, String> {
 /// Most virtual-clock jumps one test may take.
 const MAX_TIMEOUTS: usize = 1_000;
 
+/// Placeholders of `confEcma.xsl` that have no rewriting, because only the tests of the HTTP
+/// Event I/O Processor use them (all in [`EXCLUDED`]): they name its URI
+/// (`_ioprocessors['basichttp']`), read the raw HTTP message (`_event.raw` searched with
+/// ECMAScript regular expressions) or set up the HTTP test server.
+pub const HTTP_ONLY_PLACEHOLDERS: &[&str] = &[
+    "testOnServer",
+    "setUpHTTPTest",
+    "basicHTTPAccessURI",
+    "basicHTTPAccessURITarget",
+    "methodIsPost",
+    "eventIdParamHasValue",
+    "eventNamedParamHasValue",
+    "messageBodyEquals",
+    "getNamedParamVal",
+    "getIDParamVal",
+    "getNthParamName",
+    "getNthParamVal",
+    "scxmlEventExpr",
+    "msgContent",
+    "msgIsBody",
+];
+
 /// The `_sessionid` of every test's top-level session: runs are a function of their inputs.
 pub const SESSION_SEED: u64 = 1;
 
