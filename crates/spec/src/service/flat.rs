@@ -74,6 +74,9 @@ impl Flat {
                 n.saturating_sub(1)
             ));
         }
+        if !chart.scripts.is_empty() {
+            return Err("the document has a top-level <script>".into());
+        }
         if src.contains("_event") {
             return Err("the document reads `_event`".into());
         }
@@ -86,6 +89,9 @@ impl Flat {
             }
             if !s.data.is_empty() || s.donedata.is_some() {
                 return Err(format!("state `{name}` has a datamodel or donedata"));
+            }
+            if !s.invokes.is_empty() {
+                return Err(format!("state `{name}` invokes a session"));
             }
         }
         let blocks_ok = |blocks: &[Vec<Op>]| blocks.iter().all(|b| actions_only(chart, b));
