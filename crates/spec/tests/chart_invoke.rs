@@ -86,7 +86,10 @@ fn inline_content_ends_with_done_invoke_and_its_donedata() {
     let bare = chart(
         r###"initial="s0"><state id="s0"><transition event="done.invoke.kid" target="pass"/></state><final id="pass"/>"###,
     );
-    assert_eq!(top(&bare, &run(&bare, &mut Files::default(), 1, 10)), ["s0"]);
+    assert_eq!(
+        top(&bare, &run(&bare, &mut Files::default(), 1, 10)),
+        ["s0"]
+    );
 }
 
 #[test]
@@ -198,13 +201,19 @@ fn exiting_the_invoking_state_cancels_the_child_and_its_timers() {
     i.start(&c, Instant::ZERO, &mut host).unwrap();
     assert_eq!(i.invoked().count(), 1);
     // The child's 2 s send and our own 1 s send share one clock.
-    assert_eq!(i.poll_timeout(), Some(Instant::ZERO + Duration::from_secs(1)));
+    assert_eq!(
+        i.poll_timeout(),
+        Some(Instant::ZERO + Duration::from_secs(1))
+    );
     let t = i.poll_timeout().unwrap();
     i.handle_timeout(&c, t, &mut host).unwrap();
     assert_eq!(top(&c, &i), ["s1"]);
     assert_eq!(i.invoked().count(), 0, "the child is cancelled on exit");
     // Only our own 5 s timer is left: the child's 2 s send went with it.
-    assert_eq!(i.poll_timeout(), Some(Instant::ZERO + Duration::from_secs(6)));
+    assert_eq!(
+        i.poll_timeout(),
+        Some(Instant::ZERO + Duration::from_secs(6))
+    );
     let t = i.poll_timeout().unwrap();
     assert_eq!(i.handle_timeout(&c, t, &mut host).unwrap(), Status::Final);
     assert_eq!(i.var(&c, "late"), Some(&Value::Number(0.0)));
@@ -238,7 +247,10 @@ fn parent_and_child_talk_through_hash_parent_and_hash_invokeid() {
           <transition event="error.communication" target="pass"/><transition event="*" target="fail"/></state>
         <final id="pass"/><final id="fail"/>"##,
     );
-    assert_eq!(top(&bad, &run(&bad, &mut Files::default(), 1, 10)), ["pass"]);
+    assert_eq!(
+        top(&bad, &run(&bad, &mut Files::default(), 1, 10)),
+        ["pass"]
+    );
 }
 
 #[test]
@@ -279,11 +291,7 @@ fn session_ids_are_a_function_of_the_seed() {
     let ids = |seed: u64| {
         let i = run(&c, &mut Files::default(), seed, 10);
         let kid: Vec<u64> = i.invoked().map(|(_, s)| s).collect();
-        (
-            i.var(&c, "me").cloned(),
-            i.var(&c, "kid").cloned(),
-            kid,
-        )
+        (i.var(&c, "me").cloned(), i.var(&c, "kid").cloned(), kid)
     };
     let (a, b) = (ids(7), ids(7));
     assert_eq!(a, b);

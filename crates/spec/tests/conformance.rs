@@ -55,7 +55,11 @@ fn w3c_suite_passes_or_names_what_it_needs() {
     // Only the listed exclusions are not run (in the shared folder: the HTTP processor's).
     for r in &results {
         if let Outcome::Excluded(_) = r.outcome {
-            assert!(conformance::EXCLUDED.iter().any(|(id, _)| *id == r.id), "{}", r.id);
+            assert!(
+                conformance::EXCLUDED.iter().any(|(id, _)| *id == r.id),
+                "{}",
+                r.id
+            );
         }
     }
     assert!(t.passed >= 119, "only {t}");
@@ -98,7 +102,9 @@ fn every_conf_ecma_template_has_a_rewriting() {
         // Nothing of the conf: namespace is left.
         fn conf_left(e: &xml::Element) -> bool {
             e.ns == xml::CONF_NS
-                || e.attrs.iter().any(|a| a.ns.as_deref() == Some(xml::CONF_NS))
+                || e.attrs
+                    .iter()
+                    .any(|a| a.ns.as_deref() == Some(xml::CONF_NS))
                 || e.children.iter().any(conf_left)
         }
         assert!(!conf_left(&root), "{line}: a conf: placeholder is left");
