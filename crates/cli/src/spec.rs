@@ -210,6 +210,7 @@ pub fn run(cmd: SpecCommand) -> anyhow::Result<ExitCode> {
                     "passed": t.passed,
                     "failed": t.failed,
                     "skipped": t.skipped,
+                    "excluded": t.excluded,
                 });
                 outln!("{}", serde_json::to_string_pretty(&v)?)?;
             } else {

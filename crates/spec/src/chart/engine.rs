@@ -856,6 +856,12 @@ impl Instance {
             + self.vars.len() * size_of::<Option<Value>>()
             + (self.internal.capacity() + self.external.capacity()) * size_of::<Event>()
             + self.pending.capacity() * size_of::<Pending>()
+            + self.children.capacity() * size_of::<invoke::Child>()
+            + self
+                .children
+                .iter()
+                .map(|c| c.inst.heap_bytes())
+                .sum::<usize>()
     }
 
     // ---- the algorithm ----
