@@ -20,8 +20,9 @@
 //! else. Processing an interned event without data allocates nothing (the scratch sets of a
 //! microstep live in a per-thread buffer reused across calls).
 //!
-//! `<send>` routing and delays are in the [`send`] module. `<invoke>` (W3C SCXML §6.4) runs child sessions inside their parent's instance, on the
-//! same virtual clock (the [`invoke`] module): see there for ids, cancellation, `#_parent`
+//! `<send>` routing and delays are in `engine/send.rs`. `<invoke>` (W3C SCXML §6.4) runs
+//! child sessions inside their parent's instance, on the same virtual clock
+//! (`engine/invoke.rs`): see there for ids, cancellation, `#_parent`
 //! and `#_<invokeid>` routing. `_sessionid` is given by the caller ([`Instance::with_session`]);
 //! a child's is derived from its parent's, so a run is a function of its inputs.
 //!
