@@ -10,7 +10,7 @@
 //!
 //! A test with several `start` documents passes when each does. Documents a test fetches
 //! (`<invoke src>`, `<data src>`, `<script src>`; `file:` URIs relative to the suite's
-//! `txml/`) come through the runner's [`Host::load`](super::Host::load), rewritten the same
+//! `txml/`) come through the runner's [`Host::load`], rewritten the same
 //! way when they are `.txml`.
 //!
 //! A test listed in [`EXCLUDED`] (the HTTP Event I/O Processor, which a sans-IO engine has no
