@@ -201,6 +201,7 @@ pub fn run(cmd: SpecCommand) -> anyhow::Result<ExitCode> {
                             conformance::Outcome::Pass => String::new(),
                             conformance::Outcome::Fail(why) => why.clone(),
                             conformance::Outcome::Skipped(what) => format!("needs {what}"),
+                            conformance::Outcome::Excluded(why) => why.clone(),
                         };
                         serde_json::json!({
                             "id": r.id,
@@ -215,6 +216,7 @@ pub fn run(cmd: SpecCommand) -> anyhow::Result<ExitCode> {
                     "passed": t.passed,
                     "failed": t.failed,
                     "skipped": t.skipped,
+                    "excluded": t.excluded,
                 });
                 outln!("{}", serde_json::to_string_pretty(&v)?)?;
             } else {

@@ -21,7 +21,8 @@ use viastack_kernel::time::Duration;
 
 use super::expr::{self, Expr, Location, Names};
 use super::model::{
-    Content, DataNode, Document, Exec, Param, StateKind, StateNode, TransitionNode,
+    Content, DataNode, Document, Exec, InvokeContent, InvokeNode, Param, StateKind, StateNode,
+    TransitionNode,
 };
 use super::value::Value;
 use super::{validate, verify, Diagnostic, Diagnostics, Extension, Pos};
@@ -59,6 +60,44 @@ pub enum Spec {
     Lit(Value),
     /// Evaluated at run time.
     Expr(Expr),
+    /// `<data src=…>`: fetched through the host's loader when the data is bound.
+    Src(Arc<str>),
+}
+
+/// What a compiled `<invoke>` starts.
+#[derive(Clone, Debug)]
+pub enum InvokeSource {
+    /// An inline `<content><scxml>` document, compiled with the parent.
+    Chart(Arc<Chart<()>>),
+    /// `<content expr=…>`: the document's text, compiled when the invoke runs.
+    Expr(Expr),
+    /// `<content>` text.
+    Text(Arc<str>),
+}
+
+/// A compiled `<invoke>` (W3C SCXML §6.4).
+#[derive(Clone, Debug)]
+pub struct InvokeOp {
+    /// Where.
+    pub pos: Pos,
+    /// `type` / `typeexpr`.
+    pub type_: Option<Spec>,
+    /// `src` / `srcexpr`: a URI the host's loader fetches.
+    pub src: Option<Spec>,
+    /// `<content>`.
+    pub content: Option<InvokeSource>,
+    /// `id`.
+    pub id: Option<Arc<str>>,
+    /// `idlocation`.
+    pub idlocation: Option<Location>,
+    /// `namelist`: (name, slot).
+    pub namelist: Vec<(Arc<str>, u32)>,
+    /// `<param>`s.
+    pub params: Vec<(Arc<str>, Expr)>,
+    /// `autoforward="true"`.
+    pub autoforward: bool,
+    /// `<finalize>`.
+    pub finalize: Vec<Op>,
 }
 
 /// A compiled `<send>`.
@@ -114,7 +153,11 @@ pub enum Op {
     },
     /// A custom action (index into the chart's actions).
     Custom(u32),
-    /// Skipped (`<script>`).
+    /// `<script>` with inline statements.
+    Script(Vec<expr::Stmt>),
+    /// `<script src=…>`: fetched through the host's loader and run.
+    ScriptSrc(Arc<str>),
+    /// Does nothing (an empty `<script>`).
     Nop,
 }
 
@@ -154,6 +197,8 @@ pub struct StateInfo {
     pub done: Option<Symbol>,
     /// Index among the chart's history states (history only).
     pub history_slot: u32,
+    /// `<invoke>`s in document order.
+    pub invokes: Vec<InvokeOp>,
     /// Where the element starts.
     pub pos: Pos,
 }
@@ -215,6 +260,8 @@ pub struct Chart<A> {
     pub(crate) root_initial: u32,
     pub(crate) sym_error_execution: Symbol,
     pub(crate) sym_error_communication: Symbol,
+    /// Top-level `<script>`s, run once after the datamodel is bound.
+    pub(crate) scripts: Vec<Op>,
 }
 
 impl<A> std::fmt::Debug for Chart<A> {
@@ -313,6 +360,7 @@ struct Compiler<'e, E: Extension> {
     /// (owner state, transition node) for initial/history-default transitions, built later.
     pending_initial: Vec<(u32, TransitionNode)>,
     n_history: u32,
+    scripts: Vec<Op>,
 }
 
 impl<A> Chart<A> {
@@ -347,6 +395,7 @@ impl<A> Chart<A> {
             trans: Vec::new(),
             pending_initial: Vec::new(),
             n_history: 0,
+            scripts: Vec::new(),
         };
         // Pass 1: number states so In() and targets resolve.
         number_states(&doc.root, &mut c.res.states, &mut 0);
@@ -578,6 +627,7 @@ impl<E: Extension> Compiler<'_, E> {
             donedata: None,
             done,
             history_slot,
+            invokes: Vec::new(),
             pos: st.pos,
         });
         let data: Vec<(u32, Option<Spec>)> = st.data.iter().filter_map(|d| self.data(d)).collect();
@@ -600,8 +650,12 @@ impl<E: Extension> Compiler<'_, E> {
             }
         }
         let t1 = u32::try_from(self.trans.len()).unwrap_or(u32::MAX);
+        let invokes = st.invokes.iter().filter_map(|i| self.invoke(i)).collect();
+        let scripts = self.block(&st.scripts);
+        self.scripts.extend(scripts);
         {
             let s = &mut self.states[me as usize];
+            s.invokes = invokes;
             s.data = data;
             s.onentry = onentry;
             s.onexit = onexit;
@@ -665,7 +719,9 @@ impl<E: Extension> Compiler<'_, E> {
             return Some((slot, None));
         }
         let slot = self.res.var(&id.text);
-        let init = if let Some(e) = &d.expr {
+        let init = if let Some(src) = &d.src {
+            Some(Spec::Src(Arc::from(src.text.trim())))
+        } else if let Some(e) = &d.expr {
             self.expr(e).map(Spec::Expr)
         } else {
             inline_value(&d.text).map(Spec::Lit)
@@ -678,6 +734,56 @@ impl<E: Extension> Compiler<'_, E> {
             return self.expr(e).map(Spec::Expr);
         }
         Some(Spec::Lit(inline_value(&c.text).unwrap_or(Value::Null)))
+    }
+
+    fn invoke(&mut self, i: &InvokeNode) -> Option<InvokeOp> {
+        let spec =
+            |c: &mut Self, lit: &Option<super::model::Src>, ex: &Option<super::model::Src>| {
+                if let Some(l) = lit {
+                    Some(Spec::Lit(Value::str(l.text.trim())))
+                } else {
+                    ex.as_ref().and_then(|e| c.expr(e)).map(Spec::Expr)
+                }
+            };
+        let type_ = spec(self, &i.type_, &i.typeexpr);
+        let src = spec(self, &i.src, &i.srcexpr);
+        let content = match &i.content {
+            None => None,
+            Some(InvokeContent::Doc(doc)) => match Chart::<()>::compile(doc, &super::NoExtension) {
+                Ok((chart, _)) => Some(InvokeSource::Chart(Arc::new(chart))),
+                Err(ds) => {
+                    self.diags.extend(ds.0);
+                    return None;
+                }
+            },
+            Some(InvokeContent::Expr(e)) => Some(InvokeSource::Expr(self.expr(e)?)),
+            Some(InvokeContent::Text(t)) => Some(InvokeSource::Text(Arc::from(t.as_str()))),
+        };
+        let idlocation = i.idlocation.as_ref().and_then(|l| self.location(l));
+        let namelist = i
+            .namelist
+            .as_ref()
+            .map(|n| {
+                n.text
+                    .split_whitespace()
+                    .map(|v| (Arc::from(v), self.res.var(v)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let params = self.params(&i.params);
+        let finalize = self.block(&i.finalize);
+        Some(InvokeOp {
+            pos: i.pos,
+            type_,
+            src,
+            content,
+            id: i.id.as_ref().map(|s| Arc::from(s.text.trim())),
+            idlocation,
+            namelist,
+            params,
+            autoforward: i.autoforward,
+            finalize,
+        })
     }
 
     fn params(&mut self, params: &[Param]) -> Vec<(Arc<str>, Expr)> {
@@ -871,7 +977,27 @@ impl<E: Extension> Compiler<'_, E> {
                         body: self.block(body),
                     }
                 }
-                Exec::Script { .. } => Op::Nop,
+                Exec::Script { text, src, .. } => {
+                    if let Some(s) = src {
+                        Op::ScriptSrc(Arc::from(s.text.trim()))
+                    } else if text.text.trim().is_empty() {
+                        Op::Nop
+                    } else {
+                        match expr::parse_script(&text.text, &mut self.res) {
+                            Ok(stmts) => Op::Script(stmts),
+                            Err(e) => {
+                                self.error(
+                                    text.pos,
+                                    format!(
+                                        "bad <script> at character {}: {}",
+                                        e.offset, e.message
+                                    ),
+                                );
+                                continue;
+                            }
+                        }
+                    }
+                }
                 Exec::Custom(el) => {
                     for ev in self.ext.action_events(el) {
                         self.symbol(&ev);
@@ -1072,13 +1198,14 @@ impl<E: Extension> Compiler<'_, E> {
             root_initial,
             sym_error_execution,
             sym_error_communication,
+            scripts: self.scripts,
         })
     }
 }
 
 /// Inline content of `<data>`/`<content>`/`<assign>`: an expression, else JSON, else the
 /// whitespace-normalised text as a string; empty text is `None`.
-fn inline_value(text: &str) -> Option<Value> {
+pub(crate) fn inline_value(text: &str) -> Option<Value> {
     let t = text.trim();
     if t.is_empty() {
         return None;

@@ -20,20 +20,28 @@
 //! else. Processing an interned event without data allocates nothing (the scratch sets of a
 //! microstep live in a per-thread buffer reused across calls).
 //!
+//! `<send>` routing and delays are in `engine/send.rs`. `<invoke>` (W3C SCXML §6.4) runs
+//! child sessions inside their parent's instance, on the same virtual clock
+//! (`engine/invoke.rs`): see there for ids, cancellation, `#_parent`
+//! and `#_<invokeid>` routing. `_sessionid` is given by the caller ([`Instance::with_session`]);
+//! a child's is derived from its parent's, so a run is a function of its inputs.
+//!
 //! After the machine reaches a top-level final state, the configuration keeps that state
 //! (after the `onexit` handlers ran) so callers can see where it ended; further events are
 //! ignored.
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use viastack_kernel::time::{Duration, Instant};
+use viastack_kernel::time::Instant;
 
-use super::compile::{descriptor_matches, parse_delay, Chart, Kind, Op, Spec, StateId, Symbol};
+use super::compile::{descriptor_matches, Chart, Kind, Op, Spec, StateId, Symbol};
 use super::expr::{self, EventField, Location, PathStep, Scope, System};
 use super::value::Value;
+
+mod invoke;
+mod send;
 
 /// The name of an event given to [`Instance::handle_event`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -104,6 +112,15 @@ pub trait Host<A> {
     fn execute(&mut self, action: &A, vars: &mut Vars<'_>) -> Result<(), String>;
     /// A `<log>`.
     fn log(&mut self, _label: &str, _value: &Value) {}
+    /// Fetches the resource `uri` named by `<invoke src>`, `<script src>` or `<data src>` in
+    /// the document `base` (the chart's file name), as text. The engine does no IO itself.
+    ///
+    /// # Errors
+    /// The resource cannot be fetched (the default: this host has no loader).
+    fn load(&mut self, base: &str, uri: &str) -> Result<String, String> {
+        let _ = base;
+        Err(format!("cannot fetch \"{uri}\": the host has no loader"))
+    }
 }
 
 /// A [`Host`] for charts without custom actions (any custom action fails).
@@ -174,6 +191,7 @@ struct Meta {
     sendid: Option<Arc<str>>,
     origin: Option<Arc<str>>,
     origintype: Option<Arc<str>>,
+    invokeid: Option<Arc<str>>,
 }
 
 /// An event inside the machine.
@@ -194,11 +212,23 @@ impl Event {
     }
 }
 
+/// Where a `<send>`'s event goes.
+#[derive(Clone, Debug, PartialEq)]
+enum Dest {
+    /// This session's external queue.
+    Own,
+    /// The invoking session (`#_parent`).
+    Parent,
+    /// An invoked child (`#_<invokeid>`).
+    Child(Arc<str>),
+}
+
 #[derive(Clone, Debug)]
 struct Pending {
     at: Instant,
     seq: u64,
     id: Option<Arc<str>>,
+    dest: Dest,
     event: Event,
 }
 
@@ -213,8 +243,6 @@ enum Phase {
 }
 
 const SCXML_PROCESSOR: &str = "http://www.w3.org/TR/scxml/#SCXMLEventProcessor";
-
-static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
 /// Most events one instance may hold in each of its internal queue, external queue and
 /// pending delayed sends; a `<raise>`/`<send>` beyond it raises `error.execution`.
@@ -234,6 +262,16 @@ pub struct Instance {
     session: u64,
     next_seq: u64,
     phase: Phase,
+    /// Invoked child sessions (W3C SCXML §6.4).
+    children: Vec<invoke::Child>,
+    /// States entered in this macrostep whose `<invoke>`s run at its end.
+    to_invoke: Vec<u32>,
+    /// Events for the invoking session (`#_parent`), when this is a child: (name, data).
+    outbox: Vec<(Arc<str>, Value)>,
+    /// Whether this session was invoked (so `#_parent` exists).
+    is_child: bool,
+    /// `<donedata>` of the top-level final state reached (`done.invoke` data).
+    done_value: Value,
 }
 
 impl Instance {
@@ -571,7 +609,7 @@ fn field<A>(chart: &Chart<A>, ev: &Event, f: EventField) -> Value {
         EventField::SendId => meta(|m| &m.sendid),
         EventField::Origin => meta(|m| &m.origin),
         EventField::OriginType => meta(|m| &m.origintype),
-        EventField::InvokeId => Value::Null,
+        EventField::InvokeId => meta(|m| &m.invokeid),
         EventField::Data => ev.data.clone(),
     }
 }
@@ -593,13 +631,26 @@ impl Instance {
             external: VecDeque::new(),
             pending: Vec::new(),
             last_event: None,
-            session: NEXT_SESSION.fetch_add(1, Ordering::Relaxed),
+            session: 0,
             next_seq: 0,
             phase: Phase::New,
+            children: Vec::new(),
+            to_invoke: Vec::new(),
+            outbox: Vec::new(),
+            is_child: false,
+            done_value: Value::Null,
         }
     }
 
-    /// Sets `_sessionid` (by default a process-wide counter).
+    /// A new instance whose `_sessionid` is `session` (callers derive it from their seed or
+    /// their own numbering, so a run is a function of its inputs).
+    pub fn with_session<A>(chart: &Chart<A>, session: u64) -> Instance {
+        let mut i = Instance::new(chart);
+        i.session = session;
+        i
+    }
+
+    /// Sets `_sessionid` (0 unless given; see [`Instance::with_session`]).
     pub fn set_session_id(&mut self, id: u64) {
         self.session = id;
     }
@@ -636,6 +687,18 @@ impl Instance {
         now: Instant,
         host: &mut H,
     ) -> Result<Status, RunError> {
+        self.start_with(chart, now, host, Vec::new())
+    }
+
+    /// [`Instance::start`], with values for top-level data given at instantiation time (an
+    /// invoke's `<param>`s and `namelist`, W3C SCXML §5.3): they replace the documents' own.
+    pub(crate) fn start_with<A, H: Host<A>>(
+        &mut self,
+        chart: &Chart<A>,
+        now: Instant,
+        host: &mut H,
+        overrides: Vec<(Arc<str>, Value)>,
+    ) -> Result<Status, RunError> {
         if self.phase != Phase::New {
             return Ok(self.status());
         }
@@ -654,6 +717,21 @@ impl Instance {
             for s in 0..chart.states.len() {
                 self.init_data(&mut rt, u32::try_from(s).unwrap_or(0));
             }
+        }
+        for (name, v) in overrides {
+            // Only top-level data the document declares (W3C SCXML §6.4.4).
+            if let Some(&slot) = chart
+                .var_map
+                .get(&name)
+                .filter(|&&slot| chart.states[0].data.iter().any(|(d, _)| *d == slot))
+            {
+                if let Some(x) = self.vars.get_mut(slot as usize) {
+                    *x = Some(v);
+                }
+            }
+        }
+        if !chart.scripts.is_empty() {
+            let _ = self.exec_block(&mut rt, &chart.scripts);
         }
         // The initial entry set is the same for every instance: computed once by the compiler.
         for &(s, default_entry) in &chart.initial_entry {
@@ -705,6 +783,22 @@ impl Instance {
             data: ev.data,
             meta: None,
         };
+        self.handle_internal_event(chart, now, event, host)
+    }
+
+    /// [`Instance::handle_event`] for an event built inside the engine (with its metadata).
+    fn handle_internal_event<A, H: Host<A>>(
+        &mut self,
+        chart: &Chart<A>,
+        now: Instant,
+        event: Event,
+        host: &mut H,
+    ) -> Result<Status, RunError> {
+        match self.phase {
+            Phase::New => return Err(RunError::NotStarted),
+            Phase::Final => return Ok(Status::Final),
+            Phase::Running => {}
+        }
         let mut rt = Rt {
             chart,
             host,
@@ -731,7 +825,15 @@ impl Instance {
         if self.phase != Phase::Running {
             return None;
         }
-        self.pending.iter().map(|p| p.at).min()
+        let own = self.pending.iter().map(|p| p.at).min();
+        if self.children.is_empty() {
+            return own;
+        }
+        self.children
+            .iter()
+            .filter_map(|c| c.inst.poll_timeout())
+            .chain(own)
+            .min()
     }
 
     /// Delivers the delayed sends due at `now` (in deadline order) and processes them.
@@ -765,10 +867,21 @@ impl Instance {
                 .enumerate()
                 .filter(|(_, p)| p.at <= now)
                 .min_by_key(|(_, p)| (p.at, p.seq))
-                .map(|(i, _)| i);
-            let Some(i) = due else { break };
+                .map(|(i, p)| (i, p.at));
+            // A child's timer due no later than our own runs first (one clock for all).
+            if let Some((c, at)) = self.child_due(now) {
+                if due.is_none_or(|(_, own)| at <= own) {
+                    self.child_timeout(&mut rt, c, at);
+                    r = self.drain_external(&mut rt);
+                    if r.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+            }
+            let Some((i, _)) = due else { break };
             let p = self.pending.remove(i);
-            self.external.push_back(p.event);
+            self.dispatch(&mut rt, p.dest, p.event);
             r = self.drain_external(&mut rt);
             if r.is_err() {
                 break;
@@ -812,6 +925,12 @@ impl Instance {
             + self.vars.len() * size_of::<Option<Value>>()
             + (self.internal.capacity() + self.external.capacity()) * size_of::<Event>()
             + self.pending.capacity() * size_of::<Pending>()
+            + self.children.capacity() * size_of::<invoke::Child>()
+            + self
+                .children
+                .iter()
+                .map(|c| c.inst.heap_bytes())
+                .sum::<usize>()
     }
 
     // ---- the algorithm ----
@@ -832,6 +951,11 @@ impl Instance {
             session: 0,
             next_seq: 0,
             phase: Phase::New,
+            children: Vec::new(),
+            to_invoke: Vec::new(),
+            outbox: Vec::new(),
+            is_child: false,
+            done_value: Value::Null,
         };
         let mut sc = Scratch::default();
         reset(&mut sc.enter, chart.words);
@@ -864,6 +988,18 @@ impl Instance {
     }
 
     fn raise_error<A, H>(&mut self, rt: &Rt<'_, A, H>, communication: bool, msg: &str) {
+        self.raise_error_for(rt, communication, msg, None);
+    }
+
+    /// `error.execution` / `error.communication`, with the `sendid` of the `<send>` that
+    /// failed (W3C SCXML §5.10.1).
+    fn raise_error_for<A, H>(
+        &mut self,
+        rt: &Rt<'_, A, H>,
+        communication: bool,
+        msg: &str,
+        sendid: Option<Arc<str>>,
+    ) {
         let sym = if communication {
             rt.chart.sym_error_communication
         } else {
@@ -873,7 +1009,12 @@ impl Instance {
             name: EvName::Sym(sym),
             kind: EvKind::Platform,
             data: Value::str(msg),
-            meta: None,
+            meta: sendid.map(|id| {
+                Box::new(Meta {
+                    sendid: Some(id),
+                    ..Meta::default()
+                })
+            }),
         });
     }
 
@@ -897,7 +1038,14 @@ impl Instance {
         rt: &mut Rt<'_, A, H>,
         ev: Event,
     ) -> Result<(), RunError> {
+        if !self.children.is_empty() && !self.route_to_children(rt, &ev) {
+            // An event of a cancelled invocation: dropped (W3C SCXML §6.4.2).
+            return Ok(());
+        }
         self.last_event = Some(ev);
+        if !self.children.is_empty() {
+            self.finalize(rt);
+        }
         self.select_transitions(rt, false);
         if !rt.enabled.is_empty() {
             self.microstep(rt)?;
@@ -915,7 +1063,12 @@ impl Instance {
             }
             if rt.enabled.is_empty() {
                 let Some(ev) = self.internal.pop_front() else {
-                    break;
+                    if self.to_invoke.is_empty() {
+                        break;
+                    }
+                    // The end of a macrostep: start the invokes of the states entered.
+                    self.run_invokes(rt);
+                    continue;
                 };
                 // Internal events count as steps too: an eventless transition whose `cond`
                 // fails raises `error.execution` on every evaluation, without ever firing.
@@ -955,6 +1108,7 @@ impl Instance {
                     let _ = self.exec_block(rt, block);
                 }
                 clear_bit(&mut self.config, tr.source);
+                self.cancel_invokes(tr.source);
                 let _ = self.exec_block(rt, &tr.body);
                 self.enter_state(rt, tr.targets[0], false, &[]);
                 if self.phase == Phase::Final {
@@ -1194,6 +1348,7 @@ impl Instance {
                 let _ = self.exec_block(rt, block);
             }
             clear_bit(&mut self.config, s);
+            self.cancel_invokes(s);
         }
         if let Some(sc) = rt.sc.as_mut() {
             sc.exit = exit;
@@ -1254,6 +1409,9 @@ impl Instance {
         let chart = rt.chart;
         set_bit(&mut self.config, s);
         let st = &chart.states[s as usize];
+        if !st.invokes.is_empty() && !self.to_invoke.contains(&s) {
+            self.to_invoke.push(s);
+        }
         if chart.late_binding && !bit(&self.inited, s) {
             self.init_data(rt, s);
         }
@@ -1273,6 +1431,9 @@ impl Instance {
         if st.kind == Kind::Final {
             let parent = st.parent;
             if parent == 0 {
+                if st.donedata.is_some() {
+                    self.done_value = self.done_data(rt, s);
+                }
                 self.phase = Phase::Final;
             } else {
                 let data = self.done_data(rt, s);
@@ -1301,6 +1462,8 @@ impl Instance {
         self.internal.clear();
         self.external.clear();
         self.pending.clear();
+        self.children.clear();
+        self.to_invoke.clear();
     }
 
     fn raise_done<A>(&mut self, chart: &Chart<A>, state: u32, data: Value) {
@@ -1406,6 +1569,10 @@ impl Instance {
                 None => Ok(Value::Null),
                 Some(Spec::Lit(v)) => Ok(v.clone()),
                 Some(Spec::Expr(e)) => expr::eval(e, &self.env(chart)),
+                Some(Spec::Src(uri)) => rt
+                    .host
+                    .load(&chart.file, uri)
+                    .map(|text| super::compile::inline_value(&text).unwrap_or(Value::Null)),
             };
             let v = match v {
                 Ok(v) => v,
@@ -1439,10 +1606,7 @@ impl Instance {
         };
         let r = (|| -> Result<Value, String> {
             if let Some(c) = content {
-                return match c {
-                    Spec::Lit(v) => Ok(v.clone()),
-                    Spec::Expr(e) => expr::eval(e, &self.env(chart)),
-                };
+                return self.eval_spec(chart, c);
             }
             let mut m = BTreeMap::new();
             for (k, e) in params {
@@ -1478,6 +1642,7 @@ impl Instance {
         match s {
             Spec::Lit(v) => Ok(v.clone()),
             Spec::Expr(e) => expr::eval(e, &self.env(chart)),
+            Spec::Src(uri) => Err(format!("src=\"{uri}\" is only read by <data>")),
         }
     }
 
@@ -1566,7 +1731,36 @@ impl Instance {
                 };
                 rt.host.execute(action, &mut vars).map_err(x)?;
             }
+            Op::Script(stmts) => self.script(chart, stmts).map_err(x)?,
+            Op::ScriptSrc(uri) => {
+                let text = rt.host.load(&chart.file, uri).map_err(x)?;
+                let stmts = invoke::parse_runtime_script(chart, &text).map_err(x)?;
+                self.script(chart, &stmts).map_err(x)?;
+            }
             Op::Nop => {}
+        }
+        Ok(())
+    }
+
+    /// Runs `<script>` statements in order; the first error stops the script.
+    fn script<A>(&mut self, chart: &Chart<A>, stmts: &[expr::Stmt]) -> Result<(), String> {
+        for st in stmts {
+            match st {
+                expr::Stmt::Var(loc, e) => {
+                    let v = match e {
+                        Some(e) => expr::eval(e, &self.env(chart))?,
+                        None => Value::Null,
+                    };
+                    self.assign(chart, loc, v, true)?;
+                }
+                expr::Stmt::Assign(loc, e) => {
+                    let v = expr::eval(e, &self.env(chart))?;
+                    self.assign(chart, loc, v, false)?;
+                }
+                expr::Stmt::Expr(e) => {
+                    expr::eval(e, &self.env(chart))?;
+                }
+            }
         }
         Ok(())
     }
@@ -1630,132 +1824,6 @@ impl Instance {
             };
         }
         *cur = v;
-        Ok(())
-    }
-
-    fn send<A, H: Host<A>>(
-        &mut self,
-        rt: &mut Rt<'_, A, H>,
-        s: &super::compile::SendOp,
-    ) -> Result<(), (bool, String)> {
-        let chart = rt.chart;
-        let x = |m: String| (false, m);
-        let sendid: Option<Arc<str>> = if let Some(id) = &s.id {
-            Some(id.clone())
-        } else if let Some(loc) = &s.idlocation {
-            self.next_seq += 1;
-            let id: Arc<str> =
-                Arc::from(format!("send.{}.{}", self.session, self.next_seq).as_str());
-            self.assign(chart, loc, Value::String(id.clone()), false)
-                .map_err(x)?;
-            Some(id)
-        } else {
-            None
-        };
-        let name = match &s.event {
-            Some(Ok(sym)) => EvName::Sym(*sym),
-            Some(Err(e)) => {
-                let v = expr::eval(e, &self.env(chart)).map_err(x)?;
-                let n = v.to_string();
-                match chart.symbol(&n) {
-                    Some(sym) => EvName::Sym(sym),
-                    None => EvName::Dyn(Arc::from(n)),
-                }
-            }
-            None => return Err(x("<send> without an event".into())),
-        };
-        let target = match &s.target {
-            Some(t) => Some(self.eval_spec(chart, t).map_err(x)?.to_string()),
-            None => None,
-        };
-        if let Some(t) = &s.type_ {
-            let ty = self.eval_spec(chart, t).map_err(x)?.to_string();
-            if ty != SCXML_PROCESSOR && ty != "scxml" {
-                return Err(x(format!("unsupported send type \"{ty}\"")));
-            }
-        }
-        let delay = match &s.delay {
-            None => Duration::ZERO,
-            Some(Ok(d)) => *d,
-            Some(Err(e)) => match expr::eval(e, &self.env(chart)).map_err(x)? {
-                Value::String(st) => parse_delay(&st)
-                    .ok_or_else(|| x(format!("bad delay \"{st}\" (expected e.g. 1s or 200ms)")))?,
-                Value::Number(n) if n >= 0.0 => Duration::from_secs_f64(n / 1000.0),
-                other => return Err(x(format!("bad delay {other}"))),
-            },
-        };
-        let data = if let Some(c) = &s.content {
-            self.eval_spec(chart, c).map_err(x)?
-        } else if s.params.is_empty() && s.namelist.is_empty() {
-            Value::Null
-        } else {
-            let mut m = BTreeMap::new();
-            for (name, slot) in &s.namelist {
-                match self.vars.get(*slot as usize).and_then(Option::as_ref) {
-                    Some(v) => {
-                        m.insert(name.to_string(), v.clone());
-                    }
-                    None => return Err(x(format!("namelist variable {name} is not declared"))),
-                }
-            }
-            for (k, e) in &s.params {
-                let v = expr::eval(e, &self.env(chart)).map_err(x)?;
-                m.insert(k.to_string(), v);
-            }
-            Value::map(m)
-        };
-        let own = format!("#_scxml_{}", self.session);
-        let queued = match target.as_deref() {
-            Some("#_internal") => self.internal.len(),
-            _ if delay.is_zero() => self.external.len(),
-            _ => self.pending.len(),
-        };
-        if queued >= MAX_QUEUED {
-            return Err(x(format!("queue full ({MAX_QUEUED} events)")));
-        }
-        match target.as_deref() {
-            Some("#_internal") => {
-                self.internal.push_back(Event {
-                    name,
-                    kind: EvKind::Internal,
-                    data,
-                    meta: sendid.map(|id| {
-                        Box::new(Meta {
-                            sendid: Some(id),
-                            ..Meta::default()
-                        })
-                    }),
-                });
-                return Ok(());
-            }
-            None => {}
-            Some(t) if t == own => {}
-            Some(t) if t.starts_with("#_") => {
-                return Err((true, format!("cannot reach target \"{t}\"")));
-            }
-            Some(t) => return Err(x(format!("unsupported target \"{t}\""))),
-        }
-        let event = Event {
-            name,
-            kind: EvKind::External,
-            data,
-            meta: Some(Box::new(Meta {
-                sendid: sendid.clone(),
-                origin: Some(Arc::from(own.as_str())),
-                origintype: Some(Arc::from(SCXML_PROCESSOR)),
-            })),
-        };
-        if delay.is_zero() {
-            self.external.push_back(event);
-        } else {
-            self.next_seq += 1;
-            self.pending.push(Pending {
-                at: rt.now + delay,
-                seq: self.next_seq,
-                id: sendid,
-                event,
-            });
-        }
         Ok(())
     }
 }

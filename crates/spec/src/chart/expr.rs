@@ -19,7 +19,10 @@
 //! Identifiers are variables, resolved to slots when the chart is compiled (no string lookup
 //! at run time); `_event`, `_sessionid`, `_name` and `_ioprocessors` are the system variables.
 //! Functions: `In('state')` (resolved to a state index at compile time), `isBound(x)`,
-//! `len(x)`, `str(x)`, `num(x)`, `typeof(x)`, `contains(list_or_map_or_string, x)`.
+//! `len(x)`, `str(x)`, `num(x)`, `typeof(x)`, `contains(list_or_map_or_string, x)`,
+//! `startsWith(string, prefix)`; `isBound` also takes a system variable (`isBound(_event)`).
+//!
+//! `<script>` holds statements ([`parse_script`]): `var x = e`, `loc = e`, `loc += e`, …
 //!
 //! Types are strict: `!`, `&&`, `||` and conditions need booleans, arithmetic needs numbers
 //! (`+` also concatenates when either side is a string); a type error, an unknown member, an
@@ -135,6 +138,10 @@ pub enum Func {
     Num,
     Typeof,
     Contains,
+    /// `startsWith(s, prefix)`.
+    StartsWith,
+    /// `isBound(_event)` and the like: the system variable has a value.
+    Bound,
 }
 
 /// A compiled expression.
@@ -702,6 +709,7 @@ impl Parser<'_> {
                 arity(1)?;
                 match &args[0] {
                     Expr::Var(slot) => Ok(Expr::IsBound(*slot)),
+                    Expr::System(_) => Ok(Expr::Call(Func::Bound, args)),
                     _ => Err(SyntaxError {
                         offset: start,
                         message: "isBound() takes a variable name".into(),
@@ -722,10 +730,14 @@ impl Parser<'_> {
                 arity(2)?;
                 Ok(Expr::Call(Func::Contains, args))
             }
+            "startsWith" => {
+                arity(2)?;
+                Ok(Expr::Call(Func::StartsWith, args))
+            }
             _ => Err(SyntaxError {
                 offset: start,
                 message: format!(
-                    "unknown function {name}() (expected In, isBound, len, str, num, typeof or contains)"
+                    "unknown function {name}() (expected In, isBound, len, str, num, typeof, contains or startsWith)"
                 ),
             }),
         }
@@ -809,6 +821,9 @@ pub fn eval(e: &Expr, s: &dyn Scope) -> Result<Value, String> {
             Value::Bool(eval_cond(e, s)?)
         }
         Expr::Bin(op, a, b) => binary(*op, &eval(a, s)?, &eval(b, s)?)?,
+        Expr::Call(Func::Bound, args) => {
+            Value::Bool(eval(&args[0], s).is_ok_and(|v| v != Value::Null))
+        }
         Expr::Call(f, args) => {
             let a = eval(&args[0], s)?;
             match f {
@@ -833,6 +848,20 @@ pub fn eval(e: &Expr, s: &dyn Scope) -> Result<Value, String> {
                     other => return Err(format!("num() of a {}", other.type_name())),
                 },
                 Func::Typeof => Value::str(a.type_name()),
+                Func::Bound => Value::Bool(a != Value::Null),
+                Func::StartsWith => {
+                    let b = eval(&args[1], s)?;
+                    match (&a, &b) {
+                        (Value::String(h), Value::String(p)) => Value::Bool(h.starts_with(&**p)),
+                        (x, y) => {
+                            return Err(format!(
+                                "startsWith() needs strings, got {} and {}",
+                                x.type_name(),
+                                y.type_name()
+                            ))
+                        }
+                    }
+                }
                 Func::Contains => {
                     let b = eval(&args[1], s)?;
                     Value::Bool(match (&a, &b) {
@@ -939,6 +968,138 @@ fn binary(op: BinOp, a: &Value, b: &Value) -> Result<Value, String> {
         BinOp::Div => Value::Number(num_of(a, "'/'")? / num_of(b, "'/'")?),
         BinOp::Rem => Value::Number(num_of(a, "'%'")? % num_of(b, "'%'")?),
     })
+}
+
+/// One statement of a `<script>` (W3C SCXML §5.8, in viastack's language).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stmt {
+    /// `var x`, `var x = e`: declares `x` (null when no value).
+    Var(Location, Option<Expr>),
+    /// `loc = e`; also `loc += e`, `loc -= e`, `loc++`, `loc--` (as `loc = loc op e`).
+    Assign(Location, Expr),
+    /// An expression evaluated for its errors alone.
+    Expr(Expr),
+}
+
+/// Splits script text into statements at `;` and line ends outside strings and brackets.
+fn statements(src: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let (mut depth, mut quote, mut start) = (0i32, None::<char>, 0usize);
+    let mut prev = ' ';
+    for (i, c) in src.char_indices() {
+        match quote {
+            Some(q) if c == q && prev != '\\' => quote = None,
+            Some(_) => {}
+            None => match c {
+                '\'' | '"' => quote = Some(c),
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' | '}' => depth -= 1,
+                ';' | '\n' if depth <= 0 => {
+                    out.push((start, &src[start..i]));
+                    start = i + 1;
+                }
+                _ => {}
+            },
+        }
+        prev = c;
+    }
+    out.push((start, &src[start..]));
+    out.retain(|(_, s)| !s.trim().is_empty());
+    out
+}
+
+/// The byte offset of a top-level `=` (not `==`, `!=`, `<=`, `>=`), with the operator before
+/// it (`+` or `-` for `+=`/`-=`).
+fn assignment_at(s: &str) -> Option<(usize, Option<BinOp>)> {
+    let b = s.as_bytes();
+    let (mut depth, mut quote) = (0i32, None::<u8>);
+    for i in 0..b.len() {
+        let c = b[i];
+        if let Some(q) = quote {
+            if c == q && (i == 0 || b[i - 1] != b'\\') {
+                quote = None;
+            }
+            continue;
+        }
+        match c {
+            b'\'' | b'"' => quote = Some(c),
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' => depth -= 1,
+            b'=' if depth == 0 => {
+                let next = b.get(i + 1).copied();
+                let before = if i > 0 { b[i - 1] } else { b' ' };
+                if next == Some(b'=') || matches!(before, b'=' | b'!' | b'<' | b'>') {
+                    return None;
+                }
+                let op = match before {
+                    b'+' => Some(BinOp::Add),
+                    b'-' => Some(BinOp::Sub),
+                    b'*' => Some(BinOp::Mul),
+                    b'/' => Some(BinOp::Div),
+                    _ => None,
+                };
+                return Some((i, op));
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Parses `<script>` text: statements separated by `;` or line ends — `var x [= e]`,
+/// `loc = e`, `loc += e` / `-=` / `*=` / `/=`, `loc++`, `loc--`, or an expression.
+///
+/// # Errors
+/// The first statement that does not parse (offset into the whole text).
+pub fn parse_script(src: &str, names: &mut dyn Names) -> Result<Vec<Stmt>, SyntaxError> {
+    if src.len() > MAX_LEN * 4 {
+        return Err(SyntaxError {
+            offset: 0,
+            message: format!("script longer than {} bytes", MAX_LEN * 4),
+        });
+    }
+    let mut out = Vec::new();
+    for (start, text) in statements(src) {
+        let at = |e: SyntaxError| SyntaxError {
+            offset: src[..start].chars().count() + e.offset,
+            message: e.message,
+        };
+        let t = text.trim();
+        if let Some(rest) = t.strip_prefix("var ") {
+            let (name, value) = match assignment_at(rest) {
+                Some((i, None)) => (&rest[..i], Some(parse(&rest[i + 1..], names).map_err(at)?)),
+                _ => (rest, None),
+            };
+            out.push(Stmt::Var(
+                parse_location(name.trim(), names).map_err(at)?,
+                value,
+            ));
+        } else if let Some(loc) = t.strip_suffix("++").or_else(|| t.strip_suffix("--")) {
+            let op = if t.ends_with("++") {
+                BinOp::Add
+            } else {
+                BinOp::Sub
+            };
+            let l = parse_location(loc.trim(), names).map_err(at)?;
+            let cur = parse(loc.trim(), names).map_err(at)?;
+            let one = Box::new(Expr::Lit(Value::Number(1.0)));
+            out.push(Stmt::Assign(l, Expr::Bin(op, Box::new(cur), one)));
+        } else if let Some((i, op)) = assignment_at(t) {
+            let lhs = if op.is_some() { &t[..i - 1] } else { &t[..i] };
+            let l = parse_location(lhs.trim(), names).map_err(at)?;
+            let e = parse(&t[i + 1..], names).map_err(at)?;
+            out.push(match op {
+                Some(op) => {
+                    let cur = parse(lhs.trim(), names).map_err(at)?;
+                    Stmt::Assign(l, Expr::Bin(op, Box::new(cur), Box::new(e)))
+                }
+                None => Stmt::Assign(l, e),
+            });
+        } else {
+            out.push(Stmt::Expr(parse(t, names).map_err(at)?));
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -7,8 +7,10 @@
 //! executable content become [`Exec::Custom`] (the seed's `<action:…>`), kept whole for the
 //! [`Extension`](super::Extension); `<data>` with element children is kept opaque.
 //!
-//! Not supported: `<invoke>` (an error), `<script>` (a warning; skipped at run time),
-//! `src=` on `<data>` and `<script>` (an error).
+//! `<invoke>` (W3C SCXML §6.4) is kept as an [`InvokeNode`]; an inline `<content><scxml>…`
+//! child document is built here too (its errors are the invoking document's). `<script>`
+//! (§5.8) holds statements of viastack's language ([`super::expr::parse_script`]); `src=`
+//! on `<data>` and `<script>` names a resource the host's loader fetches at run time.
 
 use super::xml::{Element, CONF_NS};
 use super::{Diagnostic, Diagnostics, Pos};
@@ -65,6 +67,39 @@ pub struct StateNode {
     pub data: Vec<DataNode>,
     /// `<donedata>` of a final state.
     pub donedata: Option<DoneData>,
+    /// `<invoke>` children in document order.
+    pub invokes: Vec<InvokeNode>,
+    /// Top-level `<script>` blocks (root only), run at load time.
+    pub scripts: Vec<Exec>,
+}
+
+/// What an `<invoke>` starts.
+#[derive(Clone, Debug, PartialEq)]
+pub enum InvokeContent {
+    /// An inline `<content><scxml>…</scxml></content>` document.
+    Doc(Box<Document>),
+    /// `<content expr=…>`: an expression giving the document's text.
+    Expr(Src),
+    /// `<content>` text.
+    Text(String),
+}
+
+/// `<invoke>` (W3C SCXML §6.4).
+#[derive(Clone, Debug, PartialEq, Default)]
+#[allow(missing_docs)]
+pub struct InvokeNode {
+    pub pos: Pos,
+    pub type_: Option<Src>,
+    pub typeexpr: Option<Src>,
+    pub src: Option<Src>,
+    pub srcexpr: Option<Src>,
+    pub id: Option<Src>,
+    pub idlocation: Option<Src>,
+    pub namelist: Option<Src>,
+    pub autoforward: bool,
+    pub params: Vec<Param>,
+    pub content: Option<InvokeContent>,
+    pub finalize: Vec<Exec>,
 }
 
 impl StateNode {
@@ -81,6 +116,8 @@ impl StateNode {
             children: Vec::new(),
             data: Vec::new(),
             donedata: None,
+            invokes: Vec::new(),
+            scripts: Vec::new(),
         }
     }
 
@@ -122,6 +159,8 @@ pub struct DataNode {
     pub text: String,
     /// Whether it has element children (kept opaque).
     pub has_elements: bool,
+    /// `src`: a resource the host's loader fetches.
+    pub src: Option<Src>,
 }
 
 /// `<param>`.
@@ -286,10 +325,14 @@ pub enum Exec {
         /// Body.
         body: Vec<Exec>,
     },
-    /// `<script>`: not supported, skipped.
+    /// `<script>`: statements of viastack's language, inline or from `src`.
     Script {
         /// Where.
         pos: Pos,
+        /// Inline text (with its position).
+        text: Src,
+        /// `src`.
+        src: Option<Src>,
     },
     /// A custom element (another namespace).
     Custom(CustomElement),
@@ -515,17 +558,13 @@ impl Builder<'_> {
                     }
                     st.donedata = Some(dd);
                 }
-                "invoke" => self.error(
-                    c.pos,
-                    "<invoke> is not supported (expected states, transitions and executable content)"
-                        .into(),
-                ),
+                "invoke" if matches!(st.kind, StateKind::State | StateKind::Parallel) => {
+                    let inv = self.invoke(c);
+                    st.invokes.push(inv);
+                }
                 "script" if st.kind == StateKind::Root => {
-                    self.diags.push(Diagnostic::warning(
-                        self.file,
-                        c.pos,
-                        "<script> is not supported and is ignored",
-                    ));
+                    let s = self.script(c);
+                    st.scripts.push(s);
                 }
                 _ => {
                     let expected = match st.kind {
@@ -613,13 +652,20 @@ impl Builder<'_> {
 
     fn data(&mut self, e: &Element) -> DataNode {
         self.check_attrs(e, &["id", "expr", "src", "name"]);
-        if let Some(a) = e.attr("src") {
+        let given = [
+            e.attr("expr").is_some(),
+            e.attr("src").is_some(),
+            !e.text.trim().is_empty() || !e.children.is_empty(),
+        ];
+        if given.iter().filter(|&&g| g).count() > 1 {
             self.error(
-                a.pos,
-                "src= on <data> is not supported (expected expr= or inline content)".into(),
+                e.pos,
+                "<data> with more than one of expr=, src= and content (expected at most one)"
+                    .into(),
             );
         }
         let d = DataNode {
+            src: src(e, "src"),
             pos: e.pos,
             id: src(e, "id"),
             name: e.get("name").map(str::to_string),
@@ -710,7 +756,13 @@ impl Builder<'_> {
                         pos: c.pos,
                         location: self.required(c, "location"),
                         expr: src(c, "expr"),
-                        text: c.text.clone(),
+                        // Inline XML (W3C SCXML §5.4) is kept as its text: viastack's
+                        // datamodel has no DOM; the text can be a document to invoke.
+                        text: if c.children.is_empty() {
+                            c.text.clone()
+                        } else {
+                            c.children.iter().map(super::xml::write).collect()
+                        },
                     }
                 }
                 "if" => {
@@ -755,14 +807,7 @@ impl Builder<'_> {
                         body: self.block(c),
                     }
                 }
-                "script" => {
-                    self.diags.push(Diagnostic::warning(
-                        self.file,
-                        c.pos,
-                        "<script> is not supported and is skipped",
-                    ));
-                    Exec::Script { pos: c.pos }
-                }
+                "script" => self.script(c),
                 _ => {
                     self.unknown_child(
                         parent,
@@ -775,6 +820,118 @@ impl Builder<'_> {
             out.push(ex);
         }
         out
+    }
+
+    fn script(&mut self, c: &Element) -> Exec {
+        self.check_attrs(c, &["src"]);
+        let src_attr = src(c, "src");
+        if src_attr.is_some() && !c.text.trim().is_empty() {
+            self.error(
+                c.pos,
+                "<script> with both src= and inline text (expected one)".into(),
+            );
+        }
+        Exec::Script {
+            pos: c.pos,
+            text: Src {
+                text: c.text.clone(),
+                pos: c.pos,
+            },
+            src: src_attr,
+        }
+    }
+
+    fn invoke(&mut self, c: &Element) -> InvokeNode {
+        self.check_attrs(
+            c,
+            &[
+                "type",
+                "typeexpr",
+                "src",
+                "srcexpr",
+                "id",
+                "idlocation",
+                "namelist",
+                "autoforward",
+            ],
+        );
+        let autoforward = match c.get("autoforward") {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                let pos = c.attr("autoforward").map_or(c.pos, |a| a.pos);
+                self.error(
+                    pos,
+                    format!("autoforward \"{other}\" (expected \"true\" or \"false\")"),
+                );
+                false
+            }
+        };
+        let mut inv = InvokeNode {
+            pos: c.pos,
+            type_: src(c, "type"),
+            typeexpr: src(c, "typeexpr"),
+            src: src(c, "src"),
+            srcexpr: src(c, "srcexpr"),
+            id: src(c, "id"),
+            idlocation: src(c, "idlocation"),
+            namelist: src(c, "namelist"),
+            autoforward,
+            ..InvokeNode::default()
+        };
+        for (a, b, what) in [
+            (&inv.type_, &inv.typeexpr, "type= and typeexpr="),
+            (&inv.src, &inv.srcexpr, "src= and srcexpr="),
+            (&inv.id, &inv.idlocation, "id= and idlocation="),
+        ] {
+            if a.is_some() && b.is_some() {
+                let pos = b.as_ref().map_or(c.pos, |b| b.pos);
+                self.error(
+                    pos,
+                    format!("<invoke> with both {what} (expected at most one)"),
+                );
+            }
+        }
+        for p in &c.children {
+            match p.name.as_str() {
+                "param" if p.is_scxml() => {
+                    let param = self.param(p);
+                    inv.params.push(param);
+                }
+                "finalize" if p.is_scxml() => {
+                    self.check_attrs(p, &[]);
+                    inv.finalize = self.block(p);
+                }
+                "content" if p.is_scxml() => {
+                    self.check_attrs(p, &["expr"]);
+                    let doc = p
+                        .children
+                        .iter()
+                        .find(|d| d.is_scxml() && d.name == "scxml");
+                    inv.content = Some(if let Some(e) = src(p, "expr") {
+                        InvokeContent::Expr(e)
+                    } else if let Some(d) = doc {
+                        match build(self.file, d) {
+                            Ok(doc) => InvokeContent::Doc(Box::new(doc)),
+                            Err(ds) => {
+                                self.diags.extend(ds.0);
+                                InvokeContent::Text(String::new())
+                            }
+                        }
+                    } else {
+                        InvokeContent::Text(p.text.clone())
+                    });
+                }
+                _ => self.unknown_child(c, p, "<param>, <content> or <finalize>"),
+            }
+        }
+        if inv.content.is_some() && (inv.src.is_some() || inv.srcexpr.is_some()) {
+            self.error(
+                c.pos,
+                "<invoke> with both <content> and src=/srcexpr= (expected one)".into(),
+            );
+        }
+        inv
     }
 
     fn send(&mut self, c: &Element) -> SendNode {

@@ -211,6 +211,60 @@ fn convert(
     })
 }
 
+fn escape(s: &str, out: &mut String) {
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+}
+
+fn write_el(e: &Element, parent_ns: &str, out: &mut String) {
+    out.push('<');
+    out.push_str(&e.name);
+    if e.ns != parent_ns {
+        out.push_str(" xmlns=\"");
+        escape(&e.ns, out);
+        out.push('"');
+    }
+    for a in &e.attrs {
+        if a.ns.is_some() {
+            continue;
+        }
+        out.push(' ');
+        out.push_str(&a.name);
+        out.push_str("=\"");
+        escape(&a.value, out);
+        out.push('"');
+    }
+    if e.children.is_empty() && e.text.is_empty() {
+        out.push_str("/>");
+        return;
+    }
+    out.push('>');
+    escape(&e.text, out);
+    for c in &e.children {
+        write_el(c, &e.ns, out);
+    }
+    out.push_str("</");
+    out.push_str(&e.name);
+    out.push('>');
+}
+
+/// Writes an element tree back as XML text: each element in its namespace (as the default
+/// namespace), plain attributes only (prefixed ones are dropped), the element's text before
+/// its children (the tree keeps no interleaving). Used to hand a rewritten conformance
+/// document to the engine's loader.
+pub fn write(root: &Element) -> String {
+    let mut out = String::new();
+    write_el(root, "", &mut out);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -259,6 +259,9 @@ impl Flat {
                 n.saturating_sub(1)
             ));
         }
+        if !chart.scripts.is_empty() {
+            return Err("the document has a top-level <script>".into());
+        }
         if src.contains("_event") {
             return Err("the document reads `_event`".into());
         }
@@ -294,6 +297,9 @@ impl Flat {
                         ))
                     }
                 }
+            }
+            if !s.invokes.is_empty() {
+                return Err(format!("state `{name}` invokes a session"));
             }
         }
         let blocks_ok = |blocks: &[Vec<Op>]| blocks.iter().all(|b| actions_only(chart, b));
