@@ -37,6 +37,7 @@ pub mod fault;
 pub mod fifo;
 pub mod fragment;
 pub mod heartbeat;
+pub mod messagestore;
 pub mod overlay;
 pub mod peers;
 pub mod reliable;

@@ -22,6 +22,9 @@
 //! - Messages for this node go up as sendables from their source node, to this node.
 //! - Neighbourhood changes go up every bound channel as [`NEIGHBOUR_ADDED`] /
 //!   [`NEIGHBOUR_REMOVED`] notices about the neighbour's node.
+//! - A [`TREE_QUERY`] from above (a root node) is answered at once with a [`TREE`] event: this
+//!   node's parent, children and neighbours in the tree rooted at that node (the `messagestore`
+//!   layer reads its services' node information this way).
 //! - When the channel closes (the node leaves) it says goodbye (DT `Goodbye`, hypercube
 //!   `Leave`) and stops.
 //!
@@ -71,6 +74,39 @@ pub static NEIGHBOUR_ADDED: EventTypeDef =
 /// A neighbour left this node's neighbourhood.
 pub static NEIGHBOUR_REMOVED: EventTypeDef =
     EventTypeDef::new("OverlayNeighbourRemoved", Some(&CHANNEL_EVENT));
+
+/// A layer above asks for this node's place in the tree rooted at a node (a down-going event
+/// whose body is a [`TreeQuery`]); the overlay answers at once with an up-going [`TREE`].
+pub static TREE_QUERY: EventTypeDef = EventTypeDef::new("OverlayTreeQuery", Some(&CHANNEL_EVENT));
+/// The answer to a [`TREE_QUERY`]: a [`TreeInfo`] (this node's parent, children and
+/// neighbours, as node ids, in the tree rooted at the queried node).
+pub static TREE: EventTypeDef = EventTypeDef::new("OverlayTree", Some(&CHANNEL_EVENT));
+
+/// The body of a [`TREE_QUERY`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeQuery {
+    /// The root of the tree.
+    pub root: NodeId,
+    /// Given back in the answer.
+    pub token: u64,
+}
+
+/// The body of a [`TREE`] answer. On the hypercube, where a node cannot name another node's
+/// label, and before the node has joined, only the neighbours are given (no parent, no
+/// children).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TreeInfo {
+    /// The queried root.
+    pub root: NodeId,
+    /// The query's token.
+    pub token: u64,
+    /// This node's parent in the tree (`None` at the root, or unknown).
+    pub parent: Option<NodeId>,
+    /// This node's children in the tree.
+    pub children: Vec<NodeId>,
+    /// This node's current neighbours.
+    pub neighbours: Vec<NodeId>,
+}
 
 /// Which topology the layer builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,13 +179,18 @@ impl Layer for Overlay {
         &self.name
     }
     fn accepts(&self) -> Vec<EventType> {
-        vec![SENDABLE.id(), CHANNEL_INIT.id(), CHANNEL_CLOSE.id()]
+        vec![
+            SENDABLE.id(),
+            CHANNEL_INIT.id(),
+            CHANNEL_CLOSE.id(),
+            TREE_QUERY.id(),
+        ]
     }
     fn requires(&self) -> Vec<EventType> {
         vec![INBOUND.id()]
     }
     fn provides(&self) -> Vec<EventType> {
-        vec![NEIGHBOUR_ADDED.id(), NEIGHBOUR_REMOVED.id()]
+        vec![NEIGHBOUR_ADDED.id(), NEIGHBOUR_REMOVED.id(), TREE.id()]
     }
     /// Datagrams may be lost on the way; duplicates are suppressed but order is not kept.
     fn delivery(&self, _below: Delivery) -> Delivery {
@@ -509,6 +550,42 @@ impl OverlaySession {
         self.flush(ctx);
     }
 
+    /// This node's place in the tree rooted at `q.root` (see [`TREE_QUERY`]).
+    pub fn tree(&self, q: TreeQuery) -> TreeInfo {
+        let mut info = TreeInfo {
+            root: q.root,
+            token: q.token,
+            ..TreeInfo::default()
+        };
+        match &self.engine {
+            Engine::Dt(n) => {
+                let topo = DtTopology(n);
+                let root = dt_coordinates(self.seed, q.root, self.config.span);
+                info.parent = topo.parent(root).and_then(|a| topo.substrate(a));
+                info.children = topo
+                    .children(root)
+                    .into_iter()
+                    .filter_map(|a| topo.substrate(a))
+                    .collect();
+                info.neighbours = topo
+                    .neighbours()
+                    .into_iter()
+                    .filter_map(|a| topo.substrate(a))
+                    .collect();
+            }
+            Engine::Hypercube(n) => {
+                let topo = HcTopology(n);
+                info.neighbours = topo
+                    .neighbours()
+                    .into_iter()
+                    .filter_map(|a| topo.substrate(a))
+                    .collect();
+            }
+            Engine::Idle => {}
+        }
+        info
+    }
+
     fn leave(&mut self, ctx: &mut Context<'_>) {
         let now = ctx.now();
         match &mut self.engine {
@@ -546,6 +623,22 @@ impl Session for OverlaySession {
                 self.leave(ctx);
             }
             ctx.go(event);
+            return;
+        }
+        if ty == TREE_QUERY.id() {
+            let q = match &event.body {
+                Body::Custom(b) => b.downcast_ref::<TreeQuery>().copied(),
+                _ => None,
+            };
+            if let Some(q) = q {
+                let info = self.tree(q);
+                ctx.go(Event::new(
+                    TREE.id(),
+                    Direction::Up,
+                    event.channel(),
+                    Body::Custom(Box::new(info)),
+                ));
+            }
             return;
         }
         if self.left {

@@ -19,7 +19,7 @@ mod sp;
 
 pub use coordination::{HEARTBEAT, SYNC};
 pub use filters::{COMPRESS, CORRUPT, DEDUP, DELAY, DROP, DUPLICATE, ENCRYPT, REORDER, TTL};
-pub use overlay::OVERLAY;
+pub use overlay::{MESSAGESTORE, OVERLAY};
 pub use reliable::{BUNDLE, CHECKSUM, FRAGMENT, RELIABLE_FIFO};
 pub use sp::SP;
 
@@ -62,6 +62,7 @@ pub fn standard_catalog() -> Catalog {
         COMPRESS,
         ENCRYPT,
         OVERLAY,
+        MESSAGESTORE,
     ] {
         // Names are distinct and specs valid; the test below holds it.
         if let Err(e) = c.register(kind) {

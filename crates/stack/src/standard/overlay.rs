@@ -233,3 +233,66 @@ fn build_overlay(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef
     };
     Ok(Arc::new(Overlay::new(name, env.node, env.seed, config)))
 }
+
+/// `messagestore`: delivery services run per message above the overlay (issue 16 §3).
+pub const MESSAGESTORE: LayerKind = LayerKind {
+    name: "messagestore",
+    doc: "MessageStore (seed 000 §4.3, issue 16 §3): runs a delivery service written in SCXML \
+          (`specs/*.scxml`, seed 000 §5.1.2) above an `overlay` layer, one service instance per \
+          (ServiceID, MessageID). An application message becomes a Payload message of the \
+          service rooted at its sender; before each message or timer the layer asks the \
+          overlay for this node's parent, children and neighbours in the tree rooted at the \
+          message's root (`OverlayTreeQuery`/`OverlayTree`) and gives them to the service. \
+          The service's sends go one hop to the children (multicast), to the destination \
+          (unicast) or to the neighbours (flood); `toApplication` delivers up; its timers are \
+          kernel timers. Bounded: `capacity` live instances (more are refused, counted `full`), \
+          `queue` inputs waiting for their tree (the oldest is evicted, counted \
+          `queue_evicted`).",
+    params: &[
+        ParamSpec {
+            name: "service",
+            kind: ParamKind::Str,
+            default: None,
+            doc: "path of the service's SCXML specification (relative to the working \
+                  directory), loaded and verified when the stack is built",
+        },
+        ParamSpec {
+            name: "capacity",
+            kind: ParamKind::Int {
+                min: 1,
+                max: 1 << 24,
+            },
+            default: Some("10000"),
+            doc: "live service instances at most",
+        },
+        ParamSpec {
+            name: "queue",
+            kind: ParamKind::Int {
+                min: 1,
+                max: 1 << 20,
+            },
+            default: Some("1024"),
+            doc: "inputs (messages, timers) waiting for the overlay's tree answer at most",
+        },
+    ],
+    one_of: &[],
+    device: false,
+    build: build_messagestore,
+};
+
+fn build_messagestore(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, BuildError> {
+    let path = params.get_str("service")?;
+    let src = std::fs::read_to_string(&path)
+        .map_err(|e| BuildError::param("service", format!("cannot read `{path}`: {e}")))?;
+    let (service, _warnings) = viastack_spec::service::Service::load(&path, &src)
+        .map_err(|e| BuildError::param("service", format!("`{path}` does not load:\n{e}")))?;
+    let int = |n: &str| params.get_int(n);
+    let config = viastack_protocols::messagestore::Config {
+        service: Arc::new(service),
+        capacity: usize::try_from(int("capacity")?).unwrap_or(1),
+        queue: usize::try_from(int("queue")?).unwrap_or(1),
+    };
+    Ok(Arc::new(
+        viastack_protocols::messagestore::MessageStore::new(name, env.node, config),
+    ))
+}

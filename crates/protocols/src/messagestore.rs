@@ -1,0 +1,556 @@
+//! `messagestore`: delivery services (SCXML specifications) run per message above the
+//! `overlay` layer (issue 16 §3; seed 000 §4.2–§4.3, the MessageStore, and §5.1.2, the
+//! executable specification of a service).
+//!
+//! # Role
+//!
+//! The session holds one [`Store`] of `viastack-spec` running one service: one service
+//! instance per (ServiceID, MessageID), created by the store on the first message or timer for
+//! it. The layer is the store's host: it implements the spec layer's [`Network`] trait on the
+//! overlay below.
+//!
+//! - A sendable from the application becomes a data message of the service (type Payload,
+//!   `0x80`), with this node as its SourceAddress and RootAddress: multicast (DeliveryMode 1)
+//!   for a broadcast, unicast (3) to the node for a node send. It is given to the store like a
+//!   message from the network (seed §4.3.2: the local application's message starts an
+//!   instance).
+//! - A sendable from below is a service message of another node (format below); its
+//!   PreviousHopAddress is the node it came from.
+//! - Before the store handles an input (message or timer), the layer asks the overlay for this
+//!   node's place in the tree rooted at the input's root ([`TREE_QUERY`]) and waits for the
+//!   answer ([`TREE`]), queueing the input; the answer becomes the store's [`NodeInfo`]
+//!   (address, parent, children, neighbours) for that input — the seed's `updateNodeInfo`,
+//!   done by the host before each step, so neighbourhood changes reach every live instance at
+//!   its next input.
+//! - Primitives: `toApplication` delivers the payload up, from the message's root (a node's
+//!   own messages are not delivered back to it: counted `own`); `sendDataMessage`,
+//!   `sendControlMessage` and `forwardMessage` send one overlay datagram per target: the
+//!   children of the tree for DeliveryMode 1 (multicast, one hop each), the DestinationAddress
+//!   for 3 (unicast), the neighbours but the previous hop for 2 (flood); `setTimer` /
+//!   `cancelTimer` are kernel one-shot timers; `terminate` and `updateNodeInfo` need nothing.
+//! - Metaop `messageStoreWillForwardMessage`: when `true`, the layer itself forwards a
+//!   received multicast data message to the children before the service sees it.
+//!
+//! # Addresses
+//!
+//! A service address is the node id plus one (`0` means "none" in the spec layer).
+//!
+//! # Wire format
+//!
+//! Carried in the overlay's application payload: version `1` (u8), ServiceID (u32),
+//! MessageID (u64), MessageType (u8), DeliveryMode (u8), HopLimit (u8), SourceAddress,
+//! DestinationAddress, RootAddress, SequenceNumber (u64 each), a payload flag (u8, 1 if a
+//! payload follows) and the payload. All big-endian.
+//!
+//! # Counters
+//!
+//! Under the layer's name: `malformed`, `unknown_service`, `sent`, `no_target` (a send with
+//! no target: a unicast to address 0, a multicast at a leaf), `to_application`, `own`,
+//! `queue_evicted` (an input dropped because `queue` inputs already wait for their tree: the
+//! oldest goes), `full` (an input refused because `capacity` instances live), `step_limit`,
+//! `timers_evicted`.
+//!
+//! # Memory
+//!
+//! Bounded: at most `capacity` live instances (the store's bound), `queue` inputs waiting for
+//! their tree, and per instance its timers (the timer table holds at most `8 × capacity`
+//! entries; beyond, the oldest are cancelled and counted).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use rand::RngCore;
+
+use viastack_kernel::event::{CHANNEL_INIT, SENDABLE, TIMER};
+use viastack_kernel::{
+    Body, ChannelId, Context, Delivery, Dest, Direction, Event, EventType, Layer, Message, NodeId,
+    Sendable, Session, TimerId,
+};
+use viastack_spec::service::message::PAYLOAD_TYPE;
+use viastack_spec::service::store::StoreConfig;
+use viastack_spec::service::Runner;
+use viastack_spec::service::{
+    Addr, InstanceKey, Message as SMsg, Network, NodeInfo, Primitive, Service, Store,
+};
+
+use crate::overlay::{TreeInfo, TreeQuery, TREE, TREE_QUERY};
+
+/// The layer's configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The service (loaded and verified).
+    pub service: Arc<Service>,
+    /// Most live instances.
+    pub capacity: usize,
+    /// Most inputs waiting for their tree.
+    pub queue: usize,
+}
+
+/// The `messagestore` layer for one node.
+#[derive(Debug, Clone)]
+pub struct MessageStore {
+    name: String,
+    node: NodeId,
+    config: Config,
+}
+
+impl MessageStore {
+    /// The layer named `name` on node `node`.
+    pub fn new(name: impl Into<String>, node: NodeId, config: Config) -> Self {
+        MessageStore {
+            name: name.into(),
+            node,
+            config,
+        }
+    }
+}
+
+impl Layer for MessageStore {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn accepts(&self) -> Vec<EventType> {
+        vec![SENDABLE.id(), CHANNEL_INIT.id(), TREE.id()]
+    }
+    fn requires(&self) -> Vec<EventType> {
+        vec![TREE.id()]
+    }
+    fn provides(&self) -> Vec<EventType> {
+        vec![TREE_QUERY.id()]
+    }
+    /// What the service guarantees is its own; the layer promises nothing beyond the overlay.
+    fn delivery(&self, _below: Delivery) -> Delivery {
+        Delivery::NONE
+    }
+    fn create_session(&self) -> Box<dyn Session> {
+        Box::new(MessageStoreSession::new(self.node, &self.config))
+    }
+}
+
+/// The service address of node `n`.
+pub fn addr(n: NodeId) -> Addr {
+    Addr(u64::from(n.0) + 1)
+}
+
+/// The node of service address `a` (`None` for 0 or out of range).
+pub fn node_of(a: Addr) -> Option<NodeId> {
+    a.0.checked_sub(1)
+        .and_then(|v| u32::try_from(v).ok())
+        .map(NodeId)
+}
+
+/// Encodes a service message (the module's wire format).
+pub fn encode(m: &SMsg) -> Vec<u8> {
+    let p = m.payload.as_deref();
+    let mut b = Vec::with_capacity(49 + p.map_or(0, <[u8]>::len));
+    b.push(1);
+    b.extend_from_slice(&m.service_id.to_be_bytes());
+    b.extend_from_slice(&m.message_id.to_be_bytes());
+    b.push(m.message_type);
+    b.push(m.delivery_mode);
+    b.push(m.hop_limit);
+    for v in [m.source.0, m.destination.0, m.root.0, m.seq] {
+        b.extend_from_slice(&v.to_be_bytes());
+    }
+    match p {
+        Some(p) => {
+            b.push(1);
+            b.extend_from_slice(p);
+        }
+        None => b.push(0),
+    }
+    b
+}
+
+/// Decodes a service message; `None` if malformed.
+pub fn decode(b: &[u8]) -> Option<SMsg> {
+    fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+        Some(u64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
+    }
+    if *b.first()? != 1 {
+        return None;
+    }
+    let service_id = u32::from_be_bytes(b.get(1..5)?.try_into().ok()?);
+    let message_id = u64_at(b, 5)?;
+    let message_type = *b.get(13)?;
+    let delivery_mode = *b.get(14)?;
+    let hop_limit = *b.get(15)?;
+    let source = Addr(u64_at(b, 16)?);
+    let destination = Addr(u64_at(b, 24)?);
+    let root = Addr(u64_at(b, 32)?);
+    let seq = u64_at(b, 40)?;
+    let payload = match *b.get(48)? {
+        0 if b.len() == 49 => None,
+        1 => Some(Arc::from(&b[49..])),
+        _ => return None,
+    };
+    Some(SMsg {
+        service_id,
+        message_id,
+        message_type,
+        delivery_mode,
+        hop_limit,
+        source,
+        destination,
+        root,
+        seq,
+        payload,
+        ..SMsg::default()
+    })
+}
+
+/// An input waiting for its tree.
+#[derive(Debug)]
+enum Input {
+    Msg(SMsg),
+    Timer(InstanceKey, u32),
+}
+
+/// What a step asked for, performed once the store returns.
+#[derive(Debug)]
+enum Out {
+    App(SMsg),
+    Send(SMsg),
+    SetTimer(InstanceKey, u32, viastack_kernel::Duration),
+    Cancel(InstanceKey, u32),
+}
+
+/// The [`Network`] the store runs against: it records the primitives.
+#[derive(Default)]
+struct Recording(Vec<Out>);
+
+impl Network for Recording {
+    fn perform(&mut self, _now: viastack_kernel::Instant, key: InstanceKey, p: Primitive<'_>) {
+        match p {
+            Primitive::ToApplication(m) => self.0.push(Out::App(m.clone())),
+            Primitive::SendData(m) | Primitive::SendControl(m) | Primitive::Forward(m) => {
+                self.0.push(Out::Send(m.clone()));
+            }
+            Primitive::SetTimer { id, after } => self.0.push(Out::SetTimer(key, id, after)),
+            Primitive::CancelTimer { id } => self.0.push(Out::Cancel(key, id)),
+            Primitive::Terminate | Primitive::UpdateNodeInfo(_) => {}
+        }
+    }
+}
+
+/// Session of [`MessageStore`]: one per node.
+pub struct MessageStoreSession {
+    node: NodeId,
+    service_id: u32,
+    store_forwards: bool,
+    store: Store,
+    capacity: usize,
+    queue: usize,
+    channel: Option<ChannelId>,
+    pending: VecDeque<(u64, NodeId, Input)>,
+    next_token: u64,
+    next_message: u64,
+    /// The root of each instance's tree (for its timers).
+    roots: BTreeMap<InstanceKey, NodeId>,
+    /// Armed timers by (instance, TimerIdentifier): kernel timer and token.
+    timers: BTreeMap<(InstanceKey, u32), (TimerId, u64)>,
+    /// Token of a kernel timer to its (instance, TimerIdentifier).
+    tokens: BTreeMap<u64, (InstanceKey, u32)>,
+    next_timer: u64,
+}
+
+impl std::fmt::Debug for MessageStoreSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MessageStoreSession")
+            .field("node", &self.node)
+            .field("live", &self.store.live())
+            .field("pending", &self.pending.len())
+            .finish()
+    }
+}
+
+impl MessageStoreSession {
+    fn new(node: NodeId, config: &Config) -> Self {
+        let metaops = config.service.data.metaops;
+        MessageStoreSession {
+            node,
+            service_id: config.service.data.service_id,
+            store_forwards: metaops.message_store_will_forward_message,
+            store: Store::new(
+                vec![config.service.clone()],
+                StoreConfig {
+                    pool: 0,
+                    capacity: config.capacity.max(1),
+                },
+            ),
+            capacity: config.capacity.max(1),
+            queue: config.queue.max(1),
+            channel: None,
+            pending: VecDeque::new(),
+            next_token: 0,
+            next_message: 0,
+            roots: BTreeMap::new(),
+            timers: BTreeMap::new(),
+            tokens: BTreeMap::new(),
+            next_timer: 0,
+        }
+    }
+
+    /// Live service instances.
+    pub fn live(&self) -> usize {
+        self.store.live()
+    }
+
+    /// The (first) active state of the instance of message `message`.
+    pub fn state(&self, message: u64) -> Option<&str> {
+        self.store.state(InstanceKey {
+            service: self.service_id,
+            message,
+        })
+    }
+
+    /// Inputs waiting for their tree.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Queues `input` for the tree rooted at `root` and asks the overlay for it.
+    fn enqueue(&mut self, ctx: &mut Context<'_>, root: NodeId, input: Input) {
+        let Some(channel) = self.channel else { return };
+        while self.pending.len() >= self.queue {
+            self.pending.pop_front();
+            ctx.count("queue_evicted");
+        }
+        let token = self.next_token;
+        self.next_token = self.next_token.wrapping_add(1);
+        self.pending.push_back((token, root, input));
+        ctx.go(Event::new(
+            TREE_QUERY.id(),
+            Direction::Down,
+            channel,
+            Body::Custom(Box::new(TreeQuery { root, token })),
+        ));
+    }
+
+    fn on_tree(&mut self, ctx: &mut Context<'_>, info: &TreeInfo) {
+        let Some(i) = self.pending.iter().position(|(t, _, _)| *t == info.token) else {
+            return;
+        };
+        let Some((_, root, input)) = self.pending.remove(i) else {
+            return;
+        };
+        self.store.set_node(NodeInfo {
+            address: addr(self.node),
+            parent: info.parent.map_or(Addr(0), addr),
+            children: info.children.iter().copied().map(addr).collect(),
+            neighbours: info.neighbours.iter().copied().map(addr).collect(),
+        });
+        let now = ctx.now();
+        let mut net = Recording::default();
+        let result = match &input {
+            Input::Msg(m) => {
+                if self.store_forwards
+                    && m.message_type == PAYLOAD_TYPE
+                    && m.delivery_mode == 1
+                    && m.hop_limit > 1
+                {
+                    let mut f = m.clone();
+                    f.hop_limit -= 1;
+                    f.previous_hop = addr(self.node);
+                    net.0.push(Out::Send(f));
+                }
+                self.roots.insert(m.key(), root);
+                self.store.handle_message(now, m, &mut net)
+            }
+            Input::Timer(key, id) => self.store.handle_timer(now, *key, *id, &mut net),
+        };
+        match result {
+            Ok(()) => {}
+            Err(viastack_spec::service::RunnerError::Full(_)) => ctx.count("full"),
+            Err(viastack_spec::service::RunnerError::StepLimit { .. }) => {
+                ctx.count("step_limit");
+            }
+            Err(viastack_spec::service::RunnerError::UnknownService(_)) => {
+                ctx.count("unknown_service");
+            }
+        }
+        for out in net.0 {
+            self.perform(ctx, out);
+        }
+        if self.roots.len() > 2 * self.capacity {
+            let live: std::collections::BTreeSet<InstanceKey> =
+                self.store.keys().into_iter().collect();
+            self.roots.retain(|k, _| live.contains(k));
+        }
+    }
+
+    fn perform(&mut self, ctx: &mut Context<'_>, out: Out) {
+        let Some(channel) = self.channel else { return };
+        let me = self.node;
+        match out {
+            Out::App(m) => {
+                let from = node_of(m.root).or_else(|| node_of(m.source)).unwrap_or(me);
+                if from == me {
+                    ctx.count("own");
+                    return;
+                }
+                let Some(p) = m.payload else { return };
+                ctx.count("to_application");
+                let s = Sendable::new(from, Dest::Node(me), Message::from_payload(&p));
+                ctx.go(Event::sendable(SENDABLE.id(), Direction::Up, channel, s));
+            }
+            Out::Send(m) => {
+                let node = self.store.node();
+                let prev = m.previous_hop;
+                let targets: Vec<Addr> = match m.delivery_mode {
+                    1 => node.children.clone(),
+                    2 => node
+                        .neighbours
+                        .iter()
+                        .copied()
+                        .filter(|&a| a != prev)
+                        .collect(),
+                    _ => vec![m.destination],
+                };
+                let targets: Vec<NodeId> = targets
+                    .into_iter()
+                    .filter_map(node_of)
+                    .filter(|&n| n != me)
+                    .collect();
+                if targets.is_empty() {
+                    ctx.count("no_target");
+                    return;
+                }
+                let bytes = encode(&m);
+                for t in targets {
+                    ctx.count("sent");
+                    let s = Sendable::new(me, Dest::Node(t), Message::from_wire(bytes.clone()));
+                    ctx.go(Event::sendable(SENDABLE.id(), Direction::Down, channel, s));
+                }
+            }
+            Out::SetTimer(key, id, after) => {
+                if let Some((old, tok)) = self.timers.remove(&(key, id)) {
+                    ctx.cancel_timer(old);
+                    self.tokens.remove(&tok);
+                }
+                while self.tokens.len() >= 8 * self.capacity {
+                    let Some((tok, k)) = self.tokens.pop_first() else {
+                        break;
+                    };
+                    if let Some((t, _)) = self.timers.remove(&k) {
+                        ctx.cancel_timer(t);
+                    }
+                    ctx.count("timers_evicted");
+                    let _ = tok;
+                }
+                let tok = self.next_timer;
+                self.next_timer = self.next_timer.wrapping_add(1);
+                let t = ctx.set_timer(after, tok);
+                self.timers.insert((key, id), (t, tok));
+                self.tokens.insert(tok, (key, id));
+            }
+            Out::Cancel(key, id) => {
+                if let Some((t, tok)) = self.timers.remove(&(key, id)) {
+                    ctx.cancel_timer(t);
+                    self.tokens.remove(&tok);
+                }
+            }
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut Context<'_>, token: u64) {
+        let Some((key, id)) = self.tokens.remove(&token) else {
+            return;
+        };
+        self.timers.remove(&(key, id));
+        let root = self.roots.get(&key).copied().unwrap_or(self.node);
+        self.enqueue(ctx, root, Input::Timer(key, id));
+    }
+
+    fn on_application(&mut self, ctx: &mut Context<'_>, dest: Dest, payload: Vec<u8>) {
+        if self.next_message == 0 {
+            // Fresh ids per incarnation: a restarted node must not reuse an instance's id.
+            self.next_message = (ctx.rng().next_u64() >> 24).max(1);
+        }
+        let id = (u64::from(self.node.0) << 40) | (self.next_message & ((1 << 40) - 1));
+        self.next_message = self.next_message.wrapping_add(1);
+        let (mode, destination) = match dest {
+            Dest::Broadcast => (1, Addr(0)),
+            Dest::Node(n) => (3, addr(n)),
+        };
+        let m = SMsg {
+            service_id: self.service_id,
+            message_id: id,
+            message_type: PAYLOAD_TYPE,
+            delivery_mode: mode,
+            hop_limit: 255,
+            source: addr(self.node),
+            destination,
+            root: addr(self.node),
+            payload: Some(Arc::from(payload)),
+            ..SMsg::default()
+        };
+        self.enqueue(ctx, self.node, Input::Msg(m));
+    }
+
+    fn on_network(&mut self, ctx: &mut Context<'_>, from: NodeId, bytes: &[u8]) {
+        let Some(mut m) = decode(bytes) else {
+            ctx.count("malformed");
+            return;
+        };
+        if m.service_id != self.service_id {
+            ctx.count("unknown_service");
+            return;
+        }
+        m.previous_hop = addr(from);
+        let root = node_of(m.root)
+            .or_else(|| node_of(m.source))
+            .unwrap_or(from);
+        self.enqueue(ctx, root, Input::Msg(m));
+    }
+}
+
+impl Session for MessageStoreSession {
+    fn handle(&mut self, mut event: Event, ctx: &mut Context<'_>) {
+        let ty = event.ty();
+        if ty == TIMER.id() {
+            if let Body::Timer(t) = &event.body {
+                let token = t.token;
+                self.on_timer(ctx, token);
+            }
+            return;
+        }
+        if ty == CHANNEL_INIT.id() {
+            if self.channel.is_none() {
+                self.channel = Some(event.channel());
+            }
+            ctx.go(event);
+            return;
+        }
+        if ty == TREE.id() {
+            let info = match &event.body {
+                Body::Custom(b) => b.downcast_ref::<TreeInfo>().cloned(),
+                _ => None,
+            };
+            if let Some(info) = info {
+                self.on_tree(ctx, &info);
+            }
+            return;
+        }
+        let dir = event.dir();
+        let Some(s) = event.sendable_mut() else {
+            ctx.go(event);
+            return;
+        };
+        if self.channel.is_none() {
+            self.channel = Some(ctx.channel());
+        }
+        match dir {
+            Direction::Down => {
+                let dest = s.dest;
+                let bytes = std::mem::take(&mut s.message).into_vec();
+                self.on_application(ctx, dest, bytes);
+            }
+            Direction::Up => {
+                let from = s.source;
+                let bytes = std::mem::take(&mut s.message).into_vec();
+                self.on_network(ctx, from, &bytes);
+            }
+        }
+    }
+}
