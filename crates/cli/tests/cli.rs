@@ -576,6 +576,37 @@ fn overlay_stacks_check_and_run_with_their_expectations() {
     }
 }
 
+/// Issue 16 §3: the shipped `messagestore` stacks (a delivery service per message above the DT
+/// overlay) check and pass `overlay-multicast`: 12 nodes, 10 multicasts each, every one
+/// delivered by the service at the 11 others — h2hack, e2eack and sync over 10 % loss, dupelim
+/// under flooding.
+#[test]
+fn messagestore_stacks_check_and_run_with_their_expectations() {
+    for service in ["h2hack", "e2eack", "sync", "dupelim"] {
+        let file = format!("stacks/overlay-{service}.toml");
+        let o = viastack(["check", file.as_str()]);
+        assert_exit(&o, 0);
+        let out = stdout(&o);
+        assert_eq!(
+            route(&out, service, "Sendable"),
+            "dev -> sum -> net -> store",
+            "{file}"
+        );
+        let o = viastack(["run", file.as_str(), "--json"]);
+        assert_exit(&o, 0);
+        let r = json(&o);
+        assert_eq!(r["verdict"]["holds"], Value::Bool(true), "{file}: {r}");
+        assert_eq!(r["verdict"]["expect"], "overlay-multicast", "{file}: {r}");
+        assert_eq!(num(&r, "sent"), 120.0, "{file}: {r}");
+        assert_eq!(
+            r["counters"]["store.to_application"],
+            120 * 11,
+            "{file}: {r}"
+        );
+        assert_eq!(num(&r, "duplicated"), 0.0, "{file}: {r}");
+    }
+}
+
 #[test]
 fn run_diamond_json_reports_every_message_delivered() {
     let o = viastack(["run", "stacks/diamond.toml", "--json"]);

@@ -13,7 +13,7 @@
 //!   `0x80`), with this node as its SourceAddress and RootAddress: multicast (DeliveryMode 1)
 //!   for a broadcast, unicast (3) to the node for a node send. It is given to the store like a
 //!   message from the network (seed §4.3.2: the local application's message starts an
-//!   instance).
+//!   instance). With `broadcast = "flood"` a broadcast is flooded (DeliveryMode 2).
 //! - A sendable from below is a service message of another node (format below); its
 //!   PreviousHopAddress is the node it came from.
 //! - Before the store handles an input (message or timer), the layer asks the overlay for this
@@ -28,8 +28,11 @@
 //!   children of the tree for DeliveryMode 1 (multicast, one hop each), the DestinationAddress
 //!   for 3 (unicast), the neighbours but the previous hop for 2 (flood); `setTimer` /
 //!   `cancelTimer` are kernel one-shot timers; `terminate` and `updateNodeInfo` need nothing.
-//! - Metaop `messageStoreWillForwardMessage`: when `true`, the layer itself forwards a
-//!   received multicast data message to the children before the service sees it.
+//! - Forwarding is the service's: the shipped services forward with their own primitives
+//!   (h2hack's `sendDataMessage` to the children, dupelim's `forwardMessage`), so the layer
+//!   forwards nothing by itself. (The metaops `messageStoreWillForwardMessage` and
+//!   `processIntermediateUnicastMessage` are read by the spec layer but not acted on here yet:
+//!   a unicast goes through the overlay's routing and reaches only its addressee's store.)
 //!
 //! # Addresses
 //!
@@ -84,6 +87,8 @@ pub struct Config {
     pub capacity: usize,
     /// Most inputs waiting for their tree.
     pub queue: usize,
+    /// An application broadcast is flooded (DeliveryMode 2), not multicast (1).
+    pub flood: bool,
 }
 
 /// The `messagestore` layer for one node.
@@ -237,7 +242,7 @@ impl Network for Recording {
 pub struct MessageStoreSession {
     node: NodeId,
     service_id: u32,
-    store_forwards: bool,
+    flood: bool,
     store: Store,
     capacity: usize,
     queue: usize,
@@ -266,11 +271,10 @@ impl std::fmt::Debug for MessageStoreSession {
 
 impl MessageStoreSession {
     fn new(node: NodeId, config: &Config) -> Self {
-        let metaops = config.service.data.metaops;
         MessageStoreSession {
             node,
             service_id: config.service.data.service_id,
-            store_forwards: metaops.message_store_will_forward_message,
+            flood: config.flood,
             store: Store::new(
                 vec![config.service.clone()],
                 StoreConfig {
@@ -344,16 +348,6 @@ impl MessageStoreSession {
         let mut net = Recording::default();
         let result = match &input {
             Input::Msg(m) => {
-                if self.store_forwards
-                    && m.message_type == PAYLOAD_TYPE
-                    && m.delivery_mode == 1
-                    && m.hop_limit > 1
-                {
-                    let mut f = m.clone();
-                    f.hop_limit -= 1;
-                    f.previous_hop = addr(self.node);
-                    net.0.push(Out::Send(f));
-                }
                 self.roots.insert(m.key(), root);
                 self.store.handle_message(now, m, &mut net)
             }
@@ -470,7 +464,7 @@ impl MessageStoreSession {
         let id = (u64::from(self.node.0) << 40) | (self.next_message & ((1 << 40) - 1));
         self.next_message = self.next_message.wrapping_add(1);
         let (mode, destination) = match dest {
-            Dest::Broadcast => (1, Addr(0)),
+            Dest::Broadcast => (if self.flood { 2 } else { 1 }, Addr(0)),
             Dest::Node(n) => (3, addr(n)),
         };
         let m = SMsg {

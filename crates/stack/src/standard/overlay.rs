@@ -274,6 +274,14 @@ pub const MESSAGESTORE: LayerKind = LayerKind {
             default: Some("1024"),
             doc: "inputs (messages, timers) waiting for the overlay's tree answer at most",
         },
+        ParamSpec {
+            name: "broadcast",
+            kind: ParamKind::Choice(&["multicast", "flood"]),
+            default: Some("\"multicast\""),
+            doc: "DeliveryMode of an application broadcast: multicast (1: the service sends to \
+                  the children of the tree rooted at the sender) or flood (2: to every \
+                  neighbour but the previous hop)",
+        },
     ],
     one_of: &[],
     device: false,
@@ -291,6 +299,7 @@ fn build_messagestore(name: &str, params: &Params, env: &BuildEnv) -> Result<Lay
         service: Arc::new(service),
         capacity: usize::try_from(int("capacity")?).unwrap_or(1),
         queue: usize::try_from(int("queue")?).unwrap_or(1),
+        flood: params.get_str("broadcast")? == "flood",
     };
     Ok(Arc::new(
         viastack_protocols::messagestore::MessageStore::new(name, env.node, config),
