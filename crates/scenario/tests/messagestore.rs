@@ -5,6 +5,8 @@
 //!   exactly once (`expect = "overlay-multicast"`), while the bare overlay under the same loss
 //!   does not, and neither does an h2hack that never retransmits — so the repair is the
 //!   service's, run by the layer.
+//! - dupelim under flooding: each message crosses every edge, yet reaches every application
+//!   exactly once.
 //! - The bounds: a store of capacity 2 refuses the instances beyond it (`store.full`).
 //!
 //! Every assertion prints the seed and the report; rerun one with
@@ -116,6 +118,26 @@ fn h2hack_delivers_every_multicast_over_ten_percent_loss() {
         broken_failed >= 6,
         "h2hack without retransmission failed only {broken_failed}/12"
     );
+}
+
+#[test]
+fn dupelim_leaves_no_duplicate_under_flooding() {
+    for seed in 0..10u64 {
+        let nodes = 6 + (seed as u32 * 5) % 9;
+        let what = format!("seed {seed}, {nodes} nodes");
+        let src = scenario(Some("specs/dupelim.scxml"), 10_000, nodes, 0.0).replace(
+            "capacity = 10000\n",
+            "capacity = 10000\nbroadcast = \"flood\"\n",
+        );
+        let r = run_src(&src, seed);
+        assert!(r.verdict.holds, "{what}: {r}");
+        assert_eq!(r.duplicated, 0, "{what}: {r}");
+        // Flooding sends each message over every edge: far more sends than deliveries.
+        assert!(
+            counter(&r, "store.sent") > 2 * counter(&r, "store.to_application"),
+            "{what}: {r}"
+        );
+    }
 }
 
 #[test]
