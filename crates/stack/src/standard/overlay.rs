@@ -29,6 +29,8 @@ pub const OVERLAY: LayerKind = LayerKind {
           it: a broadcast is multicast down the tree rooted at the sender (or flooded), a \
           message to one node is unicast up the tree rooted at it (DT only). Duplicates are \
           suppressed; neighbourhood changes go up as `OverlayNeighbourAdded`/`Removed` notices; \
+          an `OverlayTreeQuery` from above is answered with `OverlayTree` (this node's parent, \
+          children and neighbours in the tree rooted at a node: what `messagestore` reads); \
           closing the channel leaves the overlay with a goodbye. Datagrams are overlay \
           messages (docs/WIRE.md \"Overlay\"). Seed 000 gives no timer values: the defaults are \
           the ones the convergence tests of `viastack-overlay` run with.",
