@@ -607,6 +607,30 @@ fn messagestore_stacks_check_and_run_with_their_expectations() {
     }
 }
 
+/// A `messagestore` whose service does not load is refused at build time, with the stack
+/// file's line and the service file's `file:line:col`.
+#[test]
+fn messagestore_with_a_broken_service_is_refused_with_both_positions() {
+    let dir = Scratch::new("mstore-broken");
+    let bad = dir.write(
+        "bad.scxml",
+        "<scxml xmlns=\"http://www.w3.org/2005/07/scxml\" initial=\"a\">\n<state id=\"a\"/>\n</scxml>\n",
+    );
+    let shipped = std::fs::read_to_string(root().join("stacks/overlay-h2hack.toml")).unwrap();
+    let src = shipped.replace(
+        "service = \"specs/h2hack.scxml\"",
+        &format!("service = \"{}\"", bad.display()),
+    );
+    let stack = dir.write("s.toml", &src);
+    let line = line_of(&src, "bad.scxml");
+    let o = viastack([OsStr::new("check"), stack.as_os_str()]);
+    assert_exit(&o, 1);
+    let err = String::from_utf8_lossy(&o.stderr).to_string() + &stdout(&o);
+    assert!(err.contains(&format!("s.toml:{line}:")), "{err}");
+    assert!(err.contains("parameter `service`"), "{err}");
+    assert!(err.contains("bad.scxml:1:1: error"), "{err}");
+}
+
 #[test]
 fn run_diamond_json_reports_every_message_delivered() {
     let o = viastack(["run", "stacks/diamond.toml", "--json"]);
