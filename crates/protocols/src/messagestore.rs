@@ -28,6 +28,9 @@
 //!   children of the tree for DeliveryMode 1 (multicast, one hop each), the DestinationAddress
 //!   for 3 (unicast), the neighbours but the previous hop for 2 (flood); `setTimer` /
 //!   `cancelTimer` are kernel one-shot timers; `terminate` and `updateNodeInfo` need nothing.
+//! - With `failure_state` set (h2hack: `reset`), when the instance of a message this node sent
+//!   enters that state after a step, a [`PEER_UNREACHABLE`] notice with the message's tag goes
+//!   up (addressee `NodeId(u32::MAX)` for a broadcast): the sender learns the service gave up.
 //! - Forwarding is the service's: the shipped services forward with their own primitives
 //!   (h2hack's `sendDataMessage` to the children, dupelim's `forwardMessage`), so the layer
 //!   forwards nothing by itself. (The metaops `messageStoreWillForwardMessage` and
@@ -51,7 +54,7 @@
 //! no target: a unicast to address 0, a multicast at a leaf), `to_application`, `own`,
 //! `queue_evicted` (an input dropped because `queue` inputs already wait for their tree: the
 //! oldest goes), `full` (an input refused because `capacity` instances live), `step_limit`,
-//! `timers_evicted`.
+//! `timers_evicted`, `failure_reported`.
 //!
 //! # Memory
 //!
@@ -67,7 +70,7 @@ use rand::RngCore;
 use viastack_kernel::event::{CHANNEL_INIT, SENDABLE, TIMER};
 use viastack_kernel::{
     Body, ChannelId, Context, Delivery, Dest, Direction, Event, EventType, Layer, Message, NodeId,
-    Sendable, Session, TimerId,
+    Sendable, Session, Tag, TimerId,
 };
 use viastack_spec::service::message::PAYLOAD_TYPE;
 use viastack_spec::service::store::StoreConfig;
@@ -76,6 +79,7 @@ use viastack_spec::service::{
     Addr, InstanceKey, Message as SMsg, Network, NodeInfo, Primitive, Service, Store,
 };
 
+use crate::events::{self, PEER_UNREACHABLE};
 use crate::overlay::{TreeInfo, TreeQuery, TREE, TREE_QUERY};
 
 /// The layer's configuration.
@@ -89,6 +93,9 @@ pub struct Config {
     pub queue: usize,
     /// An application broadcast is flooded (DeliveryMode 2), not multicast (1).
     pub flood: bool,
+    /// The service's failure state: when the instance of a message this node sent enters it,
+    /// the application is told ([`PEER_UNREACHABLE`] with the message's tag).
+    pub failure_state: Option<String>,
 }
 
 /// The `messagestore` layer for one node.
@@ -243,6 +250,10 @@ pub struct MessageStoreSession {
     node: NodeId,
     service_id: u32,
     flood: bool,
+    failure_state: Option<String>,
+    /// Messages this node sent, by MessageID: their tag and addressee (broadcast: `u32::MAX`),
+    /// until the failure is reported or the instance is gone.
+    own: BTreeMap<u64, (Tag, NodeId)>,
     store: Store,
     capacity: usize,
     queue: usize,
@@ -275,6 +286,8 @@ impl MessageStoreSession {
             node,
             service_id: config.service.data.service_id,
             flood: config.flood,
+            failure_state: config.failure_state.clone(),
+            own: BTreeMap::new(),
             store: Store::new(
                 vec![config.service.clone()],
                 StoreConfig {
@@ -366,10 +379,35 @@ impl MessageStoreSession {
         for out in net.0 {
             self.perform(ctx, out);
         }
+        if let (Some(fail), Input::Msg(m)) = (&self.failure_state, &input) {
+            let key = m.key();
+            if let Some(&(tag, peer)) = self.own.get(&key.message) {
+                if self.store.state(key) == Some(fail.as_str()) {
+                    self.own.remove(&key.message);
+                    ctx.count("failure_reported");
+                    if let Some(channel) = self.channel {
+                        ctx.go(events::failure(&PEER_UNREACHABLE, channel, peer, [tag]));
+                    }
+                }
+            }
+        }
+        if let (Some(fail), Input::Timer(key, _)) = (&self.failure_state, &input) {
+            if let Some(&(tag, peer)) = self.own.get(&key.message) {
+                if self.store.state(*key) == Some(fail.as_str()) {
+                    self.own.remove(&key.message);
+                    ctx.count("failure_reported");
+                    if let Some(channel) = self.channel {
+                        ctx.go(events::failure(&PEER_UNREACHABLE, channel, peer, [tag]));
+                    }
+                }
+            }
+        }
         if self.roots.len() > 2 * self.capacity {
             let live: std::collections::BTreeSet<InstanceKey> =
                 self.store.keys().into_iter().collect();
             self.roots.retain(|k, _| live.contains(k));
+            let service = self.service_id;
+            self.own.retain(|&message, _| live.contains(&InstanceKey { service, message }));
         }
     }
 
@@ -456,13 +494,20 @@ impl MessageStoreSession {
         self.enqueue(ctx, root, Input::Timer(key, id));
     }
 
-    fn on_application(&mut self, ctx: &mut Context<'_>, dest: Dest, payload: Vec<u8>) {
+    fn on_application(&mut self, ctx: &mut Context<'_>, dest: Dest, tag: Tag, payload: Vec<u8>) {
         if self.next_message == 0 {
             // Fresh ids per incarnation: a restarted node must not reuse an instance's id.
             self.next_message = (ctx.rng().next_u64() >> 24).max(1);
         }
         let id = (u64::from(self.node.0) << 40) | (self.next_message & ((1 << 40) - 1));
         self.next_message = self.next_message.wrapping_add(1);
+        if self.failure_state.is_some() && tag != Tag::NONE {
+            let peer = match dest {
+                Dest::Broadcast => NodeId(u32::MAX),
+                Dest::Node(n) => n,
+            };
+            self.own.insert(id, (tag, peer));
+        }
         let (mode, destination) = match dest {
             Dest::Broadcast => (if self.flood { 2 } else { 1 }, Addr(0)),
             Dest::Node(n) => (3, addr(n)),
@@ -537,8 +582,9 @@ impl Session for MessageStoreSession {
         match dir {
             Direction::Down => {
                 let dest = s.dest;
+                let tag = s.tag;
                 let bytes = std::mem::take(&mut s.message).into_vec();
-                self.on_application(ctx, dest, bytes);
+                self.on_application(ctx, dest, tag, bytes);
             }
             Direction::Up => {
                 let from = s.source;

@@ -277,6 +277,14 @@ pub const MESSAGESTORE: LayerKind = LayerKind {
             doc: "inputs (messages, timers) waiting for the overlay's tree answer at most",
         },
         ParamSpec {
+            name: "failure_state",
+            kind: ParamKind::Str,
+            default: Some("\"\""),
+            doc: "a state of the service meaning it gave up (h2hack: `reset`): when the \
+                  instance of a message this node sent enters it, a `PeerUnreachable` notice \
+                  with the message's tag tells the application (empty: none)",
+        },
+        ParamSpec {
             name: "broadcast",
             kind: ParamKind::Choice(&["multicast", "flood"]),
             default: Some("\"multicast\""),
@@ -302,6 +310,7 @@ fn build_messagestore(name: &str, params: &Params, env: &BuildEnv) -> Result<Lay
         capacity: usize::try_from(int("capacity")?).unwrap_or(1),
         queue: usize::try_from(int("queue")?).unwrap_or(1),
         flood: params.get_str("broadcast")? == "flood",
+        failure_state: Some(params.get_str("failure_state")?).filter(|s| !s.is_empty()),
     };
     Ok(Arc::new(
         viastack_protocols::messagestore::MessageStore::new(name, env.node, config),
