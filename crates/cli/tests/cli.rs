@@ -605,6 +605,13 @@ fn messagestore_stacks_check_and_run_with_their_expectations() {
         );
         assert_eq!(num(&r, "duplicated"), 0.0, "{file}: {r}");
     }
+    // ordering: per-sender order under reordering links (`expect = "fifo"`).
+    let o = viastack(["run", "stacks/overlay-ordering.toml", "--json"]);
+    assert_exit(&o, 0);
+    let r = json(&o);
+    assert_eq!(r["verdict"]["holds"], Value::Bool(true), "{r}");
+    assert_eq!(r["verdict"]["expect"], "fifo", "{r}");
+    assert_eq!(num(&r, "out_of_order"), 0.0, "{r}");
 }
 
 /// A `messagestore` whose service does not load is refused at build time, with the stack

@@ -31,7 +31,11 @@
 //! - With `failure_state` set (h2hack: `reset`), when the instance of a message this node sent
 //!   enters that state after a step, a [`PEER_UNREACHABLE`] notice with the message's tag goes
 //!   up (addressee `NodeId(u32::MAX)` for a broadcast): the sender learns the service gave up.
-//! - Forwarding is the service's: the shipped services forward with their own primitives
+//! - With `stream`, a sender's messages share one MessageID (one instance per stream) and
+//!   carry increasing SequenceNumbers; with `forward = "store"` the layer forwards a received
+//!   multicast or flooded data message itself (one hop on: children or neighbours) before the
+//!   service sees it — for services that do not forward (ordering).
+//! - Otherwise forwarding is the service's: the shipped services forward with their own primitives
 //!   (h2hack's `sendDataMessage` to the children, dupelim's `forwardMessage`), so the layer
 //!   forwards nothing by itself. (The metaops `messageStoreWillForwardMessage` and
 //!   `processIntermediateUnicastMessage` are read by the spec layer but not acted on here yet:
@@ -96,6 +100,13 @@ pub struct Config {
     /// The service's failure state: when the instance of a message this node sent enters it,
     /// the application is told ([`PEER_UNREACHABLE`] with the message's tag).
     pub failure_state: Option<String>,
+    /// One stream per sender: its messages share one MessageID (one instance per stream at
+    /// each node) and carry increasing SequenceNumbers (the ordering service's model).
+    pub stream: bool,
+    /// The layer forwards a received multicast or flooded data message (to the children, or
+    /// the neighbours) before the service sees it — the seed's default MessageStore, for
+    /// services that do not forward themselves (ordering).
+    pub store_forwards: bool,
 }
 
 /// The `messagestore` layer for one node.
@@ -250,6 +261,8 @@ pub struct MessageStoreSession {
     node: NodeId,
     service_id: u32,
     flood: bool,
+    stream: bool,
+    store_forwards: bool,
     failure_state: Option<String>,
     /// Messages this node sent, by MessageID: their tag and addressee (broadcast: `u32::MAX`),
     /// until the failure is reported or the instance is gone.
@@ -286,6 +299,8 @@ impl MessageStoreSession {
             node,
             service_id: config.service.data.service_id,
             flood: config.flood,
+            stream: config.stream,
+            store_forwards: config.store_forwards,
             failure_state: config.failure_state.clone(),
             own: BTreeMap::new(),
             store: Store::new(
@@ -361,6 +376,15 @@ impl MessageStoreSession {
         let mut net = Recording::default();
         let result = match &input {
             Input::Msg(m) => {
+                if self.store_forwards
+                    && m.message_type == PAYLOAD_TYPE
+                    && matches!(m.delivery_mode, 1 | 2)
+                    && m.hop_limit > 1
+                {
+                    let mut f = m.clone();
+                    f.hop_limit -= 1;
+                    net.0.push(Out::Send(f));
+                }
                 self.roots.insert(m.key(), root);
                 self.store.handle_message(now, m, &mut net)
             }
@@ -407,7 +431,8 @@ impl MessageStoreSession {
                 self.store.keys().into_iter().collect();
             self.roots.retain(|k, _| live.contains(k));
             let service = self.service_id;
-            self.own.retain(|&message, _| live.contains(&InstanceKey { service, message }));
+            self.own
+                .retain(|&message, _| live.contains(&InstanceKey { service, message }));
         }
     }
 
@@ -499,8 +524,14 @@ impl MessageStoreSession {
             // Fresh ids per incarnation: a restarted node must not reuse an instance's id.
             self.next_message = (ctx.rng().next_u64() >> 24).max(1);
         }
-        let id = (u64::from(self.node.0) << 40) | (self.next_message & ((1 << 40) - 1));
+        let counter = self.next_message & ((1 << 40) - 1);
         self.next_message = self.next_message.wrapping_add(1);
+        let (id, seq) = if self.stream {
+            // Never 0 (the spec layer's "none"): node 0's stream is 1 << 40.
+            ((u64::from(self.node.0) + 1) << 40, counter)
+        } else {
+            ((u64::from(self.node.0) << 40) | counter, 0)
+        };
         if self.failure_state.is_some() && tag != Tag::NONE {
             let peer = match dest {
                 Dest::Broadcast => NodeId(u32::MAX),
@@ -521,6 +552,7 @@ impl MessageStoreSession {
             source: addr(self.node),
             destination,
             root: addr(self.node),
+            seq,
             payload: Some(Arc::from(payload)),
             ..SMsg::default()
         };

@@ -277,6 +277,21 @@ pub const MESSAGESTORE: LayerKind = LayerKind {
             doc: "inputs (messages, timers) waiting for the overlay's tree answer at most",
         },
         ParamSpec {
+            name: "stream",
+            kind: ParamKind::Bool,
+            default: Some("false"),
+            doc: "a sender's messages form one stream: one MessageID (one instance per stream), \
+                  increasing SequenceNumbers (the ordering service's model)",
+        },
+        ParamSpec {
+            name: "forward",
+            kind: ParamKind::Choice(&["service", "store"]),
+            default: Some("\"service\""),
+            doc: "who forwards a multicast or flooded data message: the service, with its own \
+                  primitives (h2hack, e2eack, sync, dupelim), or the layer, one hop on before \
+                  the service sees it (ordering)",
+        },
+        ParamSpec {
             name: "failure_state",
             kind: ParamKind::Str,
             default: Some("\"\""),
@@ -311,6 +326,8 @@ fn build_messagestore(name: &str, params: &Params, env: &BuildEnv) -> Result<Lay
         queue: usize::try_from(int("queue")?).unwrap_or(1),
         flood: params.get_str("broadcast")? == "flood",
         failure_state: Some(params.get_str("failure_state")?).filter(|s| !s.is_empty()),
+        stream: params.get_bool("stream")?,
+        store_forwards: params.get_str("forward")? == "store",
     };
     Ok(Arc::new(
         viastack_protocols::messagestore::MessageStore::new(name, env.node, config),
