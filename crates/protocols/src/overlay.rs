@@ -325,27 +325,13 @@ impl OverlaySession {
                         dt::Event::Leader(_) => {}
                     }
                 }
-                let topo = DtTopology(&*n);
-                while let Some((to, b)) = f.poll_transmit() {
-                    if let Some(s) = topo.substrate(to) {
-                        down.push((s, b));
-                    }
-                }
-                while let Some(c) = f.poll_event() {
-                    match c {
-                        Change::Added(a) => {
-                            if let Some(s) = topo.substrate(a) {
-                                self.peers_dt.insert(a, s);
-                                changes.push((true, s));
-                            }
-                        }
-                        Change::Removed(a) => {
-                            if let Some(s) = self.peers_dt.remove(&a) {
-                                changes.push((false, s));
-                            }
-                        }
-                    }
-                }
+                drain_forwarder(
+                    f,
+                    &DtTopology(&*n),
+                    &mut self.peers_dt,
+                    &mut down,
+                    &mut changes,
+                );
             }
             (Engine::Hypercube(n), Fwd::Hc(f)) => {
                 while let Some((to, m)) = n.poll_transmit() {
@@ -361,27 +347,13 @@ impl OverlaySession {
                         _ => {}
                     }
                 }
-                let topo = HcTopology(&*n);
-                while let Some((to, b)) = f.poll_transmit() {
-                    if let Some(s) = topo.substrate(to) {
-                        down.push((s, b));
-                    }
-                }
-                while let Some(c) = f.poll_event() {
-                    match c {
-                        Change::Added(a) => {
-                            if let Some(s) = topo.substrate(a) {
-                                self.peers_hc.insert(a, s);
-                                changes.push((true, s));
-                            }
-                        }
-                        Change::Removed(a) => {
-                            if let Some(s) = self.peers_hc.remove(&a) {
-                                changes.push((false, s));
-                            }
-                        }
-                    }
-                }
+                drain_forwarder(
+                    f,
+                    &HcTopology(&*n),
+                    &mut self.peers_hc,
+                    &mut down,
+                    &mut changes,
+                );
             }
             _ => {}
         }
@@ -659,6 +631,40 @@ impl Session for OverlaySession {
                 let from = s.source;
                 let bytes = std::mem::take(&mut s.message).into_vec();
                 self.on_datagram(ctx, from, &bytes);
+            }
+        }
+    }
+}
+
+/// Drains a forwarding engine: its copies go down to their neighbours' substrate addresses,
+/// and its neighbourhood changes update `peers` (logical → substrate) and go into `changes`
+/// (`true` for added).
+fn drain_forwarder<T: Topology<Substrate = NodeId>>(
+    f: &mut Forwarder<T::Addr>,
+    topo: &T,
+    peers: &mut BTreeMap<T::Addr, NodeId>,
+    down: &mut Vec<(NodeId, Vec<u8>)>,
+    changes: &mut Vec<(bool, NodeId)>,
+) where
+    T::Addr: Ord,
+{
+    while let Some((to, b)) = f.poll_transmit() {
+        if let Some(s) = topo.substrate(to) {
+            down.push((s, b));
+        }
+    }
+    while let Some(c) = f.poll_event() {
+        match c {
+            Change::Added(a) => {
+                if let Some(s) = topo.substrate(a) {
+                    peers.insert(a, s);
+                    changes.push((true, s));
+                }
+            }
+            Change::Removed(a) => {
+                if let Some(s) = peers.remove(&a) {
+                    changes.push((false, s));
+                }
             }
         }
     }
