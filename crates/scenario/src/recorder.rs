@@ -82,6 +82,9 @@ pub struct Recorder {
     /// Deliveries of each `multicast` workload message, keyed by (workload, source, sequence
     /// number): how many times each node received it.
     pub multicast: BTreeMap<(u16, NodeId, u64), BTreeMap<NodeId, u32>>,
+    /// The highest sequence number of each `multicast` workload's sender delivered at each
+    /// node, keyed by (workload, source, node): FIFO order of a broadcast holds per receiver.
+    pub multicast_highest: BTreeMap<(u16, NodeId, NodeId), u64>,
 }
 
 /// The addressee written in the stamp of a `multicast` workload message: every node.
@@ -103,6 +106,7 @@ impl Default for Recorder {
             app_events: BTreeMap::new(),
             booted: BTreeSet::new(),
             multicast: BTreeMap::new(),
+            multicast_highest: BTreeMap::new(),
         }
     }
 }
@@ -284,6 +288,18 @@ impl Recorder {
                 .entry(node)
                 .or_insert(0);
             *at_node += 1;
+            if *at_node == 1 {
+                // Order is per receiver: another node's earlier copy says nothing here.
+                let highest = self
+                    .multicast_highest
+                    .entry((stamp.workload, stamp.src, node))
+                    .or_insert(stamp.seq);
+                if stamp.seq < *highest {
+                    stream.out_of_order += 1;
+                } else {
+                    *highest = stamp.seq;
+                }
+            }
             if *at_node > 1 || *count > 0 {
                 *count += u32::from(*at_node > 1);
                 return;
@@ -303,6 +319,9 @@ impl Recorder {
             Some((lo, hi)) => (lo.min(ns), hi.max(ns)),
             None => (ns, ns),
         });
+        if broadcast {
+            return; // ordered per receiver above
+        }
         match stream.highest {
             Some(h) if stamp.seq < h => stream.out_of_order += 1,
             _ => stream.highest = Some(stamp.seq),
@@ -422,6 +441,24 @@ mod tests {
             seq,
             sent_at: Instant::from_millis(1),
         })
+    }
+
+    /// FIFO of a broadcast is per receiver: node 1 getting 1 before node 2 gets 0 is in order;
+    /// node 2 getting 1 before 0 is not.
+    #[test]
+    fn broadcast_order_is_checked_per_receiver() {
+        let mut r = Recorder::default();
+        for _ in 0..2 {
+            r.next_seq(0, NodeId(0), BROADCAST);
+        }
+        let at = Instant::from_millis(3);
+        r.delivered(NodeId(1), stamp(0, BROADCAST.0, 0), at);
+        r.delivered(NodeId(1), stamp(0, BROADCAST.0, 1), at);
+        r.delivered(NodeId(2), stamp(0, BROADCAST.0, 0), at);
+        assert_eq!(r.streams[&(0, NodeId(0), BROADCAST)].out_of_order, 0);
+        r.delivered(NodeId(3), stamp(0, BROADCAST.0, 1), at);
+        r.delivered(NodeId(3), stamp(0, BROADCAST.0, 0), at);
+        assert_eq!(r.streams[&(0, NodeId(0), BROADCAST)].out_of_order, 1);
     }
 
     #[test]
