@@ -31,6 +31,29 @@
 //! - With `failure_state` set (h2hack: `reset`), when the instance of a message this node sent
 //!   enters that state after a step, a [`PEER_UNREACHABLE`] notice with the message's tag goes
 //!   up (addressee `NodeId(u32::MAX)` for a broadcast): the sender learns the service gave up.
+//! - **Failure reports up the tree.** With `failure_state` set, a node whose instance of
+//!   another node's message enters that state (h2hack: a child never acknowledged, so a
+//!   subtree may have missed the payload) sends a *failure report* (layer MessageType
+//!   [`FAILURE_REPORT`]) by unicast to the message's root, every [`REPORT_EVERY`] until the
+//!   root answers with a [`REPORT_ACK`] or [`REPORT_TRIES`] reports went unanswered (counted
+//!   `report_unanswered`). The root's layer turns the first report into the
+//!   [`PEER_UNREACHABLE`] notice: hop-to-hop services tell the sender too.
+//! - **Repair on neighbourhood change.** The layer remembers, per live instance, the payload
+//!   it multicast and the nodes it went to. When the overlay reports a neighbour added or
+//!   removed ([`NEIGHBOUR_ADDED`] / [`NEIGHBOUR_REMOVED`], passed on up), and once more
+//!   [`REPAIR_SETTLE`] later (the overlay learns a new neighbour's own neighbours from its
+//!   next hello), it asks for each such instance's tree and sends the payload to the children
+//!   it has not reached (counted `repaired`; sent [`REPAIR_SENDS`] times, one per pass, since
+//!   the instance expects no acknowledgement from a child it did not know): a node that joined the tree below this one while
+//!   the message passed — or a sender that had no neighbour at the time — is not missed
+//!   (seed §4.3: neighbourhood changes delivered to the live instances). Instances in the
+//!   failure state are not repaired.
+//! - **Exactly once to the application.** The layer remembers the messages it delivered up
+//!   (root, MessageID, SequenceNumber) for [`DELIVERED_FOR`] and suppresses a second delivery
+//!   (counted `duplicate_suppressed`): a service whose instance was freed and recreated by a
+//!   late retransmission (e2eack under heavy loss) would otherwise deliver the payload again.
+//!   At most [`DELIVERED_MAX`] are remembered; forgetting one early is counted
+//!   `delivered_evicted`.
 //! - With `stream`, a sender's messages share one MessageID (one instance per stream) and
 //!   carry increasing SequenceNumbers; with `forward = "store"` the layer forwards a received
 //!   multicast or flooded data message itself (one hop on: children or neighbours) before the
@@ -58,13 +81,20 @@
 //! no target: a unicast to address 0, a multicast at a leaf), `to_application`, `own`,
 //! `queue_evicted` (an input dropped because `queue` inputs already wait for their tree: the
 //! oldest goes), `full` (an input refused because `capacity` instances live), `step_limit`,
-//! `timers_evicted`, `failure_reported`.
+//! `timers_evicted`, `failure_reported` (a notice went up at the sender), `report_sent`,
+//! `report_received`, `report_unanswered`, `reports_evicted`, `duplicate_suppressed`,
+//! `delivered_evicted`.
 //!
 //! # Memory
 //!
 //! Bounded: at most `capacity` live instances (the store's bound), `queue` inputs waiting for
 //! their tree, and per instance its timers (the timer table holds at most `8 × capacity`
-//! entries; beyond, the oldest are cancelled and counted).
+//! entries; beyond, the oldest are cancelled and counted); at most `capacity` failure reports
+//! in flight and [`DELIVERED_MAX`] remembered deliveries.
+//!
+//! Failure reports and their acknowledgements are layer messages in the same format
+//! (MessageType [`FAILURE_REPORT`] / [`REPORT_ACK`], the reported message's ServiceID,
+//! MessageID and RootAddress, DeliveryMode 3); the service never sees them.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -84,7 +114,29 @@ use viastack_spec::service::{
 };
 
 use crate::events::{self, PEER_UNREACHABLE};
-use crate::overlay::{TreeInfo, TreeQuery, TREE, TREE_QUERY};
+use crate::overlay::{TreeInfo, TreeQuery, NEIGHBOUR_ADDED, NEIGHBOUR_REMOVED, TREE, TREE_QUERY};
+
+/// MessageType of a failure report (a layer message; the service never sees it).
+pub const FAILURE_REPORT: u8 = 0xFE;
+/// MessageType of the root's acknowledgement of a failure report.
+pub const REPORT_ACK: u8 = 0xFD;
+/// Interval between failure reports until the root acknowledges.
+pub const REPORT_EVERY: viastack_kernel::Duration = viastack_kernel::Duration::from_millis(500);
+/// Failure reports sent at most per failed instance (15 s at [`REPORT_EVERY`]).
+pub const REPORT_TRIES: u32 = 30;
+/// How long a delivery to the application is remembered against duplicates: longer than any
+/// shipped service keeps retransmitting (e2eack's and h2hack's instances live ≤ 40 s).
+pub const DELIVERED_FOR: viastack_kernel::Duration = viastack_kernel::Duration::from_secs(120);
+/// Most deliveries remembered at once.
+pub const DELIVERED_MAX: usize = 65_536;
+
+/// Delay of the second repair pass after a neighbourhood change.
+pub const REPAIR_SETTLE: viastack_kernel::Duration = viastack_kernel::Duration::from_secs(1);
+/// Sends of a repaired payload to a new child, one per repair pass (the instance expects no
+/// acknowledgement from a child it did not know: repeats stand in for one).
+pub const REPAIR_SENDS: u8 = 3;
+/// Timer token of the repair pass (instance timers and reports use small tokens).
+const REPAIR_TOKEN: u64 = u64::MAX;
 
 /// The layer's configuration.
 #[derive(Debug, Clone)]
@@ -133,7 +185,13 @@ impl Layer for MessageStore {
         &self.name
     }
     fn accepts(&self) -> Vec<EventType> {
-        vec![SENDABLE.id(), CHANNEL_INIT.id(), TREE.id()]
+        vec![
+            SENDABLE.id(),
+            CHANNEL_INIT.id(),
+            TREE.id(),
+            NEIGHBOUR_ADDED.id(),
+            NEIGHBOUR_REMOVED.id(),
+        ]
     }
     fn requires(&self) -> Vec<EventType> {
         vec![TREE.id()]
@@ -227,6 +285,8 @@ pub fn decode(b: &[u8]) -> Option<SMsg> {
 enum Input {
     Msg(SMsg),
     Timer(InstanceKey, u32),
+    /// Send instance's held payload to the children it has not reached.
+    Repair(InstanceKey),
 }
 
 /// What a step asked for, performed once the store returns.
@@ -281,6 +341,38 @@ pub struct MessageStoreSession {
     /// Token of a kernel timer to its (instance, TimerIdentifier).
     tokens: BTreeMap<u64, (InstanceKey, u32)>,
     next_timer: u64,
+    /// Failure reports in flight, by the failed instance: the root they go to, the reports
+    /// sent so far and the token of the timer for the next.
+    reports: BTreeMap<InstanceKey, Report>,
+    /// Token of a report timer to its instance.
+    report_tokens: BTreeMap<u64, InstanceKey>,
+    /// Instances whose failure was reported (or is being): one report run per instance.
+    reported: std::collections::BTreeSet<InstanceKey>,
+    /// Deliveries to the application (root, MessageID, SequenceNumber) and when they happened.
+    delivered: std::collections::HashMap<(u64, u64, u64), viastack_kernel::Instant>,
+    /// The same keys in delivery order, for forgetting the oldest.
+    delivered_order: VecDeque<((u64, u64, u64), viastack_kernel::Instant)>,
+    /// Payloads multicast by live instances and where they went, for repair.
+    held: BTreeMap<InstanceKey, Held>,
+    /// A repair pass is armed.
+    repair_armed: bool,
+}
+
+/// A payload an instance multicast down its tree, and the nodes it reached.
+#[derive(Debug, Clone)]
+struct Held {
+    root: NodeId,
+    message: SMsg,
+    /// Nodes it went to, with the repair sends still due to each (0: sent by the service).
+    sent_to: BTreeMap<NodeId, u8>,
+}
+
+/// A failure report in flight to a message's root.
+#[derive(Debug, Clone, Copy)]
+struct Report {
+    root: NodeId,
+    sent: u32,
+    token: u64,
 }
 
 impl std::fmt::Debug for MessageStoreSession {
@@ -320,6 +412,13 @@ impl MessageStoreSession {
             timers: BTreeMap::new(),
             tokens: BTreeMap::new(),
             next_timer: 0,
+            reports: BTreeMap::new(),
+            report_tokens: BTreeMap::new(),
+            reported: std::collections::BTreeSet::new(),
+            delivered: std::collections::HashMap::new(),
+            delivered_order: VecDeque::new(),
+            held: BTreeMap::new(),
+            repair_armed: false,
         }
     }
 
@@ -366,6 +465,10 @@ impl MessageStoreSession {
         let Some((_, root, input)) = self.pending.remove(i) else {
             return;
         };
+        if let Input::Repair(key) = input {
+            self.repair(ctx, key, &info.children);
+            return;
+        }
         self.store.set_node(NodeInfo {
             address: addr(self.node),
             parent: info.parent.map_or(Addr(0), addr),
@@ -386,9 +489,17 @@ impl MessageStoreSession {
                     net.0.push(Out::Send(f));
                 }
                 self.roots.insert(m.key(), root);
+                if m.message_type == PAYLOAD_TYPE && m.delivery_mode == 1 && m.payload.is_some() {
+                    // Held for repair from the start: a node with no children yet has the
+                    // payload for those it gains.
+                    let mut h = m.clone();
+                    h.hop_limit = h.hop_limit.saturating_sub(1).max(1);
+                    self.hold(ctx, &h, &[]);
+                }
                 self.store.handle_message(now, m, &mut net)
             }
             Input::Timer(key, id) => self.store.handle_timer(now, *key, *id, &mut net),
+            Input::Repair(_) => Ok(()),
         };
         match result {
             Ok(()) => {}
@@ -403,37 +514,246 @@ impl MessageStoreSession {
         for out in net.0 {
             self.perform(ctx, out);
         }
-        if let (Some(fail), Input::Msg(m)) = (&self.failure_state, &input) {
-            let key = m.key();
-            if let Some(&(tag, peer)) = self.own.get(&key.message) {
-                if self.store.state(key) == Some(fail.as_str()) {
-                    self.own.remove(&key.message);
-                    ctx.count("failure_reported");
-                    if let Some(channel) = self.channel {
-                        ctx.go(events::failure(&PEER_UNREACHABLE, channel, peer, [tag]));
-                    }
-                }
-            }
-        }
-        if let (Some(fail), Input::Timer(key, _)) = (&self.failure_state, &input) {
-            if let Some(&(tag, peer)) = self.own.get(&key.message) {
-                if self.store.state(*key) == Some(fail.as_str()) {
-                    self.own.remove(&key.message);
-                    ctx.count("failure_reported");
-                    if let Some(channel) = self.channel {
-                        ctx.go(events::failure(&PEER_UNREACHABLE, channel, peer, [tag]));
-                    }
-                }
-            }
-        }
+        let key = match &input {
+            Input::Msg(m) => m.key(),
+            Input::Timer(key, _) | Input::Repair(key) => *key,
+        };
+        self.check_failure(ctx, key, root);
         if self.roots.len() > 2 * self.capacity {
             let live: std::collections::BTreeSet<InstanceKey> =
                 self.store.keys().into_iter().collect();
             self.roots.retain(|k, _| live.contains(k));
-            let service = self.service_id;
-            self.own
-                .retain(|&message, _| live.contains(&InstanceKey { service, message }));
         }
+        // Own messages are remembered until reported (a report may come up the tree after
+        // the sender's instance is gone), at most `capacity` of them.
+        while self.own.len() > self.capacity {
+            self.own.pop_first();
+            ctx.count("own_evicted");
+        }
+    }
+
+    /// After a step of instance `key` (rooted at `root`): if it entered the failure state,
+    /// tell the application (at the message's sender) or start reporting to the root.
+    fn check_failure(&mut self, ctx: &mut Context<'_>, key: InstanceKey, root: NodeId) {
+        let Some(fail) = &self.failure_state else {
+            return;
+        };
+        if self.store.state(key) != Some(fail.as_str()) {
+            return;
+        }
+        if root == self.node {
+            self.report_at_sender(ctx, key.message);
+        } else if self.reported.insert(key) {
+            if self.reported.len() > 2 * self.capacity {
+                let live: std::collections::BTreeSet<InstanceKey> =
+                    self.store.keys().into_iter().collect();
+                self.reported.retain(|k| live.contains(k));
+            }
+            while self.reports.len() >= self.capacity {
+                let Some((_, r)) = self.reports.pop_first() else {
+                    break;
+                };
+                self.report_tokens.remove(&r.token);
+                ctx.count("reports_evicted");
+            }
+            let token = self.next_timer;
+            self.next_timer = self.next_timer.wrapping_add(1);
+            self.reports.insert(
+                key,
+                Report {
+                    root,
+                    sent: 0,
+                    token,
+                },
+            );
+            self.report_tokens.insert(token, key);
+            self.send_report(ctx, key);
+        }
+    }
+
+    /// Whether instance `key` lives and has not given up.
+    fn repairable(&self, key: InstanceKey) -> bool {
+        match self.store.state(key) {
+            None => false,
+            Some(state) => self.failure_state.as_deref() != Some(state),
+        }
+    }
+
+    /// A neighbourhood change: one repair pass now and one after [`REPAIR_SETTLE`].
+    fn on_neighbourhood_change(&mut self, ctx: &mut Context<'_>) {
+        self.repair_pass(ctx);
+        if !self.repair_armed && !self.held.is_empty() {
+            self.repair_armed = true;
+            ctx.set_timer(REPAIR_SETTLE, REPAIR_TOKEN);
+        }
+    }
+
+    /// Asks for the tree of every held instance that lives (forgetting the others).
+    fn repair_pass(&mut self, ctx: &mut Context<'_>) {
+        let keys: Vec<InstanceKey> = self.held.keys().copied().collect();
+        for key in keys {
+            if !self.repairable(key) {
+                self.held.remove(&key);
+                continue;
+            }
+            if let Some(h) = self.held.get(&key) {
+                let root = h.root;
+                self.enqueue(ctx, root, Input::Repair(key));
+            }
+        }
+    }
+
+    /// Sends `key`'s held payload to the `children` it has not reached.
+    fn repair(&mut self, ctx: &mut Context<'_>, key: InstanceKey, children: &[NodeId]) {
+        if !self.repairable(key) {
+            self.held.remove(&key);
+            return;
+        }
+        let (Some(channel), Some(h)) = (self.channel, self.held.get_mut(&key)) else {
+            return;
+        };
+        let me = self.node;
+        let mut bytes = None;
+        let mut again = false;
+        for &c in children {
+            if c == me {
+                continue;
+            }
+            let due = h.sent_to.entry(c).or_insert(REPAIR_SENDS);
+            if *due == 0 {
+                continue;
+            }
+            if *due == REPAIR_SENDS {
+                ctx.count("repaired");
+            }
+            *due -= 1;
+            again |= *due > 0;
+            let b = bytes.get_or_insert_with(|| encode(&h.message)).clone();
+            ctx.count("sent");
+            let s = Sendable::new(me, Dest::Node(c), Message::from_wire(b));
+            ctx.go(Event::sendable(SENDABLE.id(), Direction::Down, channel, s));
+        }
+        if again && !self.repair_armed {
+            self.repair_armed = true;
+            ctx.set_timer(REPAIR_SETTLE, REPAIR_TOKEN);
+        }
+    }
+
+    /// Remembers that `m`, a multicast payload, went to `targets` (for repair).
+    fn hold(&mut self, ctx: &mut Context<'_>, m: &SMsg, targets: &[NodeId]) {
+        let key = m.key();
+        if !self.held.contains_key(&key) {
+            if self.held.len() >= self.capacity {
+                let live: std::collections::BTreeSet<InstanceKey> =
+                    self.store.keys().into_iter().collect();
+                self.held.retain(|k, _| live.contains(k));
+            }
+            if self.held.len() >= self.capacity {
+                self.held.pop_first();
+                ctx.count("held_evicted");
+            }
+            let root = node_of(m.root).unwrap_or(self.node);
+            self.held.insert(
+                key,
+                Held {
+                    root,
+                    message: m.clone(),
+                    sent_to: BTreeMap::new(),
+                },
+            );
+        }
+        if let Some(h) = self.held.get_mut(&key) {
+            for &t in targets {
+                h.sent_to.insert(t, 0);
+            }
+        }
+    }
+
+    /// The sender's side of a failure: the notice with the message's tag, once.
+    fn report_at_sender(&mut self, ctx: &mut Context<'_>, message: u64) {
+        if let Some((tag, peer)) = self.own.remove(&message) {
+            ctx.count("failure_reported");
+            if let Some(channel) = self.channel {
+                ctx.go(events::failure(&PEER_UNREACHABLE, channel, peer, [tag]));
+            }
+        }
+    }
+
+    /// Sends the next failure report of `key` and arms the timer for the one after.
+    fn send_report(&mut self, ctx: &mut Context<'_>, key: InstanceKey) {
+        let Some(r) = self.reports.get_mut(&key) else {
+            return;
+        };
+        if r.sent >= REPORT_TRIES {
+            let token = r.token;
+            self.reports.remove(&key);
+            self.report_tokens.remove(&token);
+            ctx.count("report_unanswered");
+            return;
+        }
+        r.sent += 1;
+        let (root, token) = (r.root, r.token);
+        ctx.set_timer(REPORT_EVERY, token);
+        ctx.count("report_sent");
+        let m = self.layer_message(FAILURE_REPORT, key, root, root);
+        self.perform(ctx, Out::Send(m));
+    }
+
+    /// A layer message (failure report or its acknowledgement) about instance `key`.
+    fn layer_message(&self, ty: u8, key: InstanceKey, root: NodeId, to: NodeId) -> SMsg {
+        SMsg {
+            service_id: key.service,
+            message_id: key.message,
+            message_type: ty,
+            delivery_mode: 3,
+            hop_limit: 255,
+            source: addr(self.node),
+            destination: addr(to),
+            root: addr(root),
+            ..SMsg::default()
+        }
+    }
+
+    /// A failure report or its acknowledgement, from `from`.
+    fn on_layer_message(&mut self, ctx: &mut Context<'_>, m: &SMsg) {
+        let key = m.key();
+        match m.message_type {
+            FAILURE_REPORT => {
+                ctx.count("report_received");
+                if node_of(m.root) == Some(self.node) {
+                    self.report_at_sender(ctx, key.message);
+                }
+                if let Some(reporter) = node_of(m.source) {
+                    let ack = self.layer_message(REPORT_ACK, key, self.node, reporter);
+                    self.perform(ctx, Out::Send(ack));
+                }
+            }
+            _ => {
+                if let Some(r) = self.reports.remove(&key) {
+                    self.report_tokens.remove(&r.token);
+                }
+            }
+        }
+    }
+
+    /// Whether `m` reached this application before (and remembers it if not).
+    fn delivered_before(&mut self, now: viastack_kernel::Instant, m: &SMsg) -> bool {
+        while let Some(&(k, at)) = self.delivered_order.front() {
+            if now.saturating_duration_since(at) < DELIVERED_FOR {
+                break;
+            }
+            self.delivered_order.pop_front();
+            if self.delivered.get(&k) == Some(&at) {
+                self.delivered.remove(&k);
+            }
+        }
+        let k = (m.root.0, m.message_id, m.seq);
+        if self.delivered.contains_key(&k) {
+            return true;
+        }
+        self.delivered.insert(k, now);
+        self.delivered_order.push_back((k, now));
+        false
     }
 
     fn perform(&mut self, ctx: &mut Context<'_>, out: Out) {
@@ -446,7 +766,20 @@ impl MessageStoreSession {
                     ctx.count("own");
                     return;
                 }
-                let Some(p) = m.payload else { return };
+                let Some(p) = m.payload.clone() else { return };
+                if self.delivered_before(ctx.now(), &m) {
+                    ctx.count("duplicate_suppressed");
+                    return;
+                }
+                while self.delivered.len() > DELIVERED_MAX {
+                    let Some((k, at)) = self.delivered_order.pop_front() else {
+                        break;
+                    };
+                    if self.delivered.get(&k) == Some(&at) {
+                        self.delivered.remove(&k);
+                        ctx.count("delivered_evicted");
+                    }
+                }
                 ctx.count("to_application");
                 let s = Sendable::new(from, Dest::Node(me), Message::from_payload(&p));
                 ctx.go(Event::sendable(SENDABLE.id(), Direction::Up, channel, s));
@@ -469,6 +802,9 @@ impl MessageStoreSession {
                     .filter_map(node_of)
                     .filter(|&n| n != me)
                     .collect();
+                if m.delivery_mode == 1 && m.message_type == PAYLOAD_TYPE && m.payload.is_some() {
+                    self.hold(ctx, &m, &targets);
+                }
                 if targets.is_empty() {
                     ctx.count("no_target");
                     return;
@@ -511,6 +847,15 @@ impl MessageStoreSession {
     }
 
     fn on_timer(&mut self, ctx: &mut Context<'_>, token: u64) {
+        if token == REPAIR_TOKEN {
+            self.repair_armed = false;
+            self.repair_pass(ctx);
+            return;
+        }
+        if let Some(&key) = self.report_tokens.get(&token) {
+            self.send_report(ctx, key);
+            return;
+        }
         let Some((key, id)) = self.tokens.remove(&token) else {
             return;
         };
@@ -569,6 +914,10 @@ impl MessageStoreSession {
             return;
         }
         m.previous_hop = addr(from);
+        if matches!(m.message_type, FAILURE_REPORT | REPORT_ACK) {
+            self.on_layer_message(ctx, &m);
+            return;
+        }
         let root = node_of(m.root)
             .or_else(|| node_of(m.source))
             .unwrap_or(from);
@@ -590,6 +939,11 @@ impl Session for MessageStoreSession {
             if self.channel.is_none() {
                 self.channel = Some(event.channel());
             }
+            ctx.go(event);
+            return;
+        }
+        if ty == NEIGHBOUR_ADDED.id() || ty == NEIGHBOUR_REMOVED.id() {
+            self.on_neighbourhood_change(ctx);
             ctx.go(event);
             return;
         }

@@ -247,8 +247,12 @@ pub const MESSAGESTORE: LayerKind = LayerKind {
           message's root (`OverlayTreeQuery`/`OverlayTree`) and gives them to the service. \
           The service's sends go one hop to the children (multicast), to the destination \
           (unicast) or to the neighbours (flood); `toApplication` delivers up; its timers are \
-          kernel timers. Bounded: `capacity` live instances (more are refused, counted `full`), \
-          `queue` inputs waiting for their tree (the oldest is evicted, counted \
+          kernel timers. The layer delivers each message to the application at most once \
+          (`duplicate_suppressed`), sends a held multicast payload to children a node gains \
+          while its instance lives (`repaired`), and with `failure_state` reports an \
+          instance's give-up up the tree to the message's sender (`report_sent`, \
+          `failure_reported`). Bounded: `capacity` live instances (more are refused, counted \
+          `full`), `queue` inputs waiting for their tree (the oldest is evicted, counted \
           `queue_evicted`).",
     params: &[
         ParamSpec {
@@ -295,9 +299,10 @@ pub const MESSAGESTORE: LayerKind = LayerKind {
             name: "failure_state",
             kind: ParamKind::Str,
             default: Some("\"\""),
-            doc: "a state of the service meaning it gave up (h2hack: `reset`): when the \
-                  instance of a message this node sent enters it, a `PeerUnreachable` notice \
-                  with the message's tag tells the application (empty: none)",
+            doc: "a state of the service meaning it gave up (h2hack: `reset`): when an \
+                  instance enters it, the message's sender gets a `PeerUnreachable` notice \
+                  with the message's tag — directly at the sender, or by a failure report \
+                  the giving-up node sends up the tree to it (empty: none)",
         },
         ParamSpec {
             name: "broadcast",
