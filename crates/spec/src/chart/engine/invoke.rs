@@ -205,8 +205,8 @@ impl Instance {
         }
         let mut data = Vec::new();
         for (name, slot) in &inv.namelist {
-            match self.vars.get(*slot as usize).and_then(Option::as_ref) {
-                Some(v) => data.push((name.clone(), v.clone())),
+            match self.namelist_value(chart, name, *slot) {
+                Some(v) => data.push((name.clone(), v)),
                 None => return Err(format!("namelist variable {name} is not declared")),
             }
         }
