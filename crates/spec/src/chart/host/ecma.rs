@@ -87,12 +87,19 @@ var __vs = (function () {
     declx: function (name, src) { return wrap(function () {
       if (!ident.test(name)) throw new SyntaxError('illegal variable name ' + name);
       G[name] = undefined; G[name] = expr(src); return null; }); },
+    declu: function (name) { return wrap(function () {
+      if (!ident.test(name)) throw new SyntaxError('illegal variable name ' + name);
+      G[name] = undefined; return null; }); },
     declv: function (name, json) { return wrap(function () {
       if (!ident.test(name)) throw new SyntaxError('illegal variable name ' + name);
       G[name] = JSON.parse(json, revive); return null; }); },
     asgx: function (loc, src) { return wrap(function () { put(loc, expr(src)); return null; }); },
     asgv: function (loc, json) { return wrap(function () { put(loc, JSON.parse(json, revive)); return null; }); },
-    setev: function (json) { return wrap(function () { ro('_event', JSON.parse(json, revive)); return null; }); },
+    setev: function (json) { return wrap(function () {
+      var e = JSON.parse(json, revive);
+      // A field without a value is undefined (W3C SCXML §B.2.3), still present.
+      for (var k in e) if (e[k] === null) e[k] = undefined;
+      ro('_event', e); return null; }); },
     fe: function (src) { return wrap(function () {
       var a = expr(src);
       if (!Array.isArray(a)) throw new TypeError('foreach over ' + typeof a + ' (expected an array)');
@@ -205,6 +212,7 @@ impl Ecma {
   F.prototype = D.prototype; F.now = function () {{ return 0; }}; F.UTC = D.UTC; F.parse = D.parse;
   globalThis.Date = F;
   var io = {{ location: {loc} }};
+  __vs.ro('_event', undefined);
   __vs.ro('_sessionid', {sid});
   __vs.ro('_name', {name});
   __vs.ro('_ioprocessors', {{ 'scxml': io, 'http://www.w3.org/TR/scxml/#SCXMLEventProcessor': io }});
@@ -257,7 +265,7 @@ fn clean(src: &str) -> &str {
 impl HostModel for Ecma {
     fn declare(&mut self, name: &str, init: Init<'_>) -> Result<(), String> {
         let js = match init {
-            Init::None => format!("__vs.declv({}, 'null')", js_str(name)),
+            Init::None => format!("__vs.declu({})", js_str(name)),
             Init::Expr(src) => format!("__vs.declx({}, {})", js_str(name), js_str(clean(src))),
             Init::Value(v) => format!(
                 "__vs.declv({}, {})",
