@@ -14,9 +14,11 @@
 //! way when they are `.txml`.
 //!
 //! A test listed in [`EXCLUDED`] (the HTTP Event I/O Processor, which a sans-IO engine has no
-//! server for, and the few that need ECMAScript itself) is reported as [`Outcome::Excluded`]
-//! with the reason; a placeholder without a rewriting makes a test [`Outcome::Skipped`],
-//! naming it — never passed.
+//! server for) is reported as [`Outcome::Excluded`] with the reason; a placeholder without a
+//! rewriting makes a test [`Outcome::Skipped`], naming it — never passed. Tests written for the
+//! ECMAScript or XPath datamodel run on it ([`host`](super::host)); [`run_dir_as`] with
+//! [`Datamodel::Ecmascript`] rewrites the placeholders into ECMAScript instead
+//! ([`rewrite_ecma`], the W3C's `confEcma.xsl`), issue 15 §1.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -42,9 +44,7 @@ pub enum Outcome {
 
 /// Tests not run, with the reason: those that need the HTTP Event I/O Processor
 /// (`http://www.w3.org/TR/scxml/#BasicHTTPEventProcessor`, W3C SCXML §D.2: an HTTP server
-/// receiving events, which a sans-IO engine on a virtual clock does not have), and the
-/// optional data-model profiles' tests that are written in ECMAScript or XPath themselves
-/// instead of `conf:` placeholders (so there is nothing to rewrite into viastack's language).
+/// receiving events, which a sans-IO engine on a virtual clock does not have).
 pub const EXCLUDED: &[(&str, &str)] = &[
     ("201", HTTP),
     ("509", HTTP),
