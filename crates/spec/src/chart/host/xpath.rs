@@ -95,7 +95,7 @@ impl sxd_xpath::function::Function for InFn {
         args: Vec<XValue<'d>>,
     ) -> Result<XValue<'d>, sxd_xpath::function::Error> {
         let id = args.first().map(XValue::string).unwrap_or_default();
-        Ok(XValue::Boolean(self.0.iter().any(|s| *s == id)))
+        Ok(XValue::Boolean(self.0.contains(&id)))
     }
 }
 
@@ -334,6 +334,8 @@ impl XPathModel {
         }
     }
 
+    // sxd's nodes hash and compare by their node pointer, which never changes.
+    #[allow(clippy::mutable_key_type)]
     fn build_el<'d>(
         &self,
         doc: &dom::Document<'d>,
@@ -366,7 +368,8 @@ impl XPathModel {
         Some(e)
     }
 
-    /// Evaluates `src` over the tree, with variables (and `extra` bindings) set.
+    /// Evaluates `src` over the tree, with the variables bound.
+    #[allow(clippy::mutable_key_type)]
     fn run(&self, src: &str) -> Result<Res, String> {
         let src = src.replace("/[", "/*[");
         let factory = Factory::new();
