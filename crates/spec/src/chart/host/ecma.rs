@@ -211,6 +211,8 @@ impl Ecma {
   }};
   F.prototype = D.prototype; F.now = function () {{ return 0; }}; F.UTC = D.UTC; F.parse = D.parse;
   globalThis.Date = F;
+  Object.defineProperty(globalThis, 'performance', {{ value: {{ now: function () {{ return 0; }}, timeOrigin: 0 }},
+    writable: false, enumerable: false, configurable: false }});
   var io = {{ location: {loc} }};
   __vs.ro('_event', undefined);
   __vs.ro('_sessionid', {sid});
@@ -398,6 +400,17 @@ mod tests {
         let (mut a, mut b) = (model(), model());
         assert_eq!(a.eval("Date.now()").unwrap(), Value::Number(0.0));
         assert_eq!(a.eval("new Date().getTime()").unwrap(), Value::Number(0.0));
+        assert_eq!(a.eval("performance.now()").unwrap(), Value::Number(0.0));
+        assert_eq!(
+            a.eval("new Date(2020, 1, 2).getFullYear()").unwrap(),
+            Value::Number(2020.0)
+        );
+        // Nothing of the host: no modules, no IO, no timers.
+        assert_eq!(
+            a.eval("[typeof std, typeof os, typeof setTimeout, typeof require]")
+                .unwrap(),
+            Value::list(vec![Value::str("undefined"); 4])
+        );
         assert_eq!(
             a.eval("[Math.random(), Math.random()]").unwrap(),
             b.eval("[Math.random(), Math.random()]").unwrap()
