@@ -70,7 +70,14 @@ var __vs = (function () {
       return JSON.stringify({ err: (e && e.name ? e.name + ': ' + e.message : String(e)) });
     }
   }
-  function expr(src) { return geval('(' + src + '\n)'); }
+  // Expressions come from the chart (a bounded set): each is compiled once, as a function
+  // evaluated in the global scope.
+  var compiled = Object.create(null);
+  function expr(src) {
+    var f = compiled[src];
+    if (f === undefined) { f = geval('(function () { return (' + src + '\n); })'); compiled[src] = f; }
+    return f();
+  }
   function put(loc, v) {
     G.__vs_tmp = v;
     try { geval('"use strict"; ' + loc + ' = __vs_tmp;'); } finally { G.__vs_tmp = undefined; }
