@@ -23,8 +23,9 @@ use super::value::Value;
 pub mod ecma;
 pub mod xpath;
 
-/// Interpreter ticks one call may take (QuickJS calls its interrupt handler about every
-/// 10 000 bytecode operations): a `while(true){}` is stopped after ~20 M operations.
+/// Interrupt ticks one call may take (QuickJS calls its interrupt handler about every 10 000
+/// loop iterations or function calls): a `while(true){}` is stopped after ~20 M iterations,
+/// well under a second. Counted, not timed, so where a script stops is deterministic.
 pub const STEP_BUDGET: u32 = 2_000;
 
 /// Bytes of heap one ECMAScript datamodel may use.

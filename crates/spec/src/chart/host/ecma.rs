@@ -185,7 +185,8 @@ impl Ecma {
     pub fn new(session: u64, name: &str) -> Result<Ecma, String> {
         let rt = Runtime::new().map_err(|e| format!("ECMAScript runtime: {e}"))?;
         rt.set_memory_limit(MEMORY_LIMIT);
-        rt.set_max_stack_size(512 << 10);
+        // QuickJS's own default: deep recursion is a RangeError well inside a 2 MiB thread stack.
+        rt.set_max_stack_size(256 << 10);
         let ticks = Arc::new(AtomicU32::new(0));
         let stopped = Arc::new(AtomicU32::new(0));
         let (t, s) = (ticks.clone(), stopped.clone());
