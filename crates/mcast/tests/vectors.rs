@@ -83,5 +83,8 @@ fn dvmrp_vectors() {
         assert_eq!(r.to_vec().unwrap(), bytes, "{name}: re-encoding differs");
         valid += 1;
     }
-    assert!(valid >= 4 && invalid >= 10, "{valid} valid, {invalid} invalid");
+    assert!(
+        valid >= 4 && invalid >= 10,
+        "{valid} valid, {invalid} invalid"
+    );
 }

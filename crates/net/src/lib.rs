@@ -156,6 +156,7 @@ pub fn run_threads(
             node: NodeId(n),
             nodes,
             seed,
+            ..BuildEnv::default()
         };
         let config = KernelConfig {
             node: NodeId(n),

@@ -66,6 +66,7 @@ pub fn run_child(
         node: id,
         nodes: scenario.nodes,
         seed,
+        ..BuildEnv::default()
     };
     let config = KernelConfig {
         node: id,

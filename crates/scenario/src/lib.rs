@@ -150,6 +150,7 @@ pub fn run_recorded(
         node: NodeId(0),
         nodes,
         seed,
+        topology: scenario.topology.as_ref().map(|t| t.node_view(0)),
     };
     let node0 =
         build_node(file, catalog, &env0, KernelConfig::default()).map_err(RunError::Build)?;
@@ -162,11 +163,13 @@ pub fn run_recorded(
         let recorder = Rc::clone(&recorder);
         let workloads = scenario.workloads.clone();
         let leaves = scenario.leaves.clone();
+        let topology = scenario.topology.clone();
         move |id: NodeId, now: Instant| {
             let env = BuildEnv {
                 node: id,
                 nodes,
                 seed,
+                topology: topology.as_ref().map(|t| t.node_view(id.0)),
             };
             let config = KernelConfig {
                 node: id,

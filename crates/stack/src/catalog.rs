@@ -257,7 +257,7 @@ fn describe(node: &Node) -> String {
 }
 
 /// What a layer is built for: which node of how many, and the scenario's seed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuildEnv {
     /// The node being built.
     pub node: NodeId,
@@ -265,6 +265,8 @@ pub struct BuildEnv {
     pub nodes: u32,
     /// The scenario's seed.
     pub seed: u64,
+    /// With a `[topology]`: the node's role and its interfaces' links.
+    pub topology: Option<crate::model::NodeTopology>,
 }
 
 impl Default for BuildEnv {
@@ -273,6 +275,7 @@ impl Default for BuildEnv {
             node: NodeId(0),
             nodes: 1,
             seed: 0,
+            topology: None,
         }
     }
 }

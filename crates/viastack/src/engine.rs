@@ -109,6 +109,7 @@ impl NodeCore {
             node: id,
             nodes,
             seed,
+            ..BuildEnv::default()
         };
         let config = KernelConfig {
             node: id,
