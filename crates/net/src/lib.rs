@@ -208,6 +208,8 @@ pub fn run_threads(
         corrupted: 0,
         dropped_partition: 0,
         dropped_down: 0,
+        dropped_link_down: 0,
+        dropped_no_route: 0,
     };
     for outcome in outcomes {
         let o = outcome?;

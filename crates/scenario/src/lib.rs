@@ -230,6 +230,17 @@ pub fn run_recorded(
             &rec,
         )
     };
+    let mut memory = std::collections::BTreeMap::new();
+    for n in 0..nodes {
+        if let Some(m) = sim.node(NodeId(n)).and_then(SimNode::memory) {
+            let name = scenario
+                .topology
+                .as_ref()
+                .and_then(|t| t.nodes.get(n as usize))
+                .map_or_else(|| format!("n{n}"), |d| d.name.clone());
+            memory.insert(name, m);
+        }
+    }
     let network = sim.stats().into();
     let (steps, trace_hash) = (sim.steps(), format!("{:016x}", sim.trace_hash()));
     drop(sim); // releases the factory's handle on the recorder
@@ -255,6 +266,7 @@ pub fn run_recorded(
         trace_hash,
     };
     let mut report = report::build(&info, observed);
+    report.memory = memory;
     if !overlay_violations.is_empty() {
         report.verdict.holds = false;
         report.verdict.violations.extend(overlay_violations);

@@ -13,12 +13,14 @@ use crate::catalog::{BuildEnv, BuildError, Catalog, LayerKind, Params, DEVICE};
 
 mod coordination;
 mod filters;
+mod mcast;
 mod overlay;
 mod reliable;
 mod sp;
 
 pub use coordination::{HEARTBEAT, SYNC};
 pub use filters::{COMPRESS, CORRUPT, DEDUP, DELAY, DROP, DUPLICATE, ENCRYPT, REORDER, TTL};
+pub use mcast::{DVMRP, INTERFACE};
 pub use overlay::{MESSAGESTORE, OVERLAY};
 pub use reliable::{BUNDLE, CHECKSUM, FRAGMENT, RELIABLE_FIFO};
 pub use sp::SP;
@@ -63,6 +65,8 @@ pub fn standard_catalog() -> Catalog {
         ENCRYPT,
         OVERLAY,
         MESSAGESTORE,
+        DVMRP,
+        INTERFACE,
     ] {
         // Names are distinct and specs valid; the test below holds it.
         if let Err(e) = c.register(kind) {
@@ -93,11 +97,13 @@ mod tests {
                 "device",
                 "drop",
                 "duplicate",
+                "dvmrp",
                 "encrypt",
                 "fifo",
                 "fragment",
                 "ghost",
                 "heartbeat",
+                "interface",
                 "messagestore",
                 "overlay",
                 "reliable-fifo",
