@@ -427,6 +427,23 @@ impl fmt::Display for Report {
                 "  network    datagrams {}   delivered {}   lost {}   duplicated {}   corrupted {}   partitioned {}   to a down node {}",
                 n.sent, n.delivered, n.lost, n.duplicated, n.corrupted, n.dropped_partition, n.dropped_down
             )?;
+            if n.dropped_link_down + n.dropped_no_route > 0 {
+                writeln!(
+                    f,
+                    "  links      dropped on a failed link {}   sent where no link leads {}",
+                    n.dropped_link_down, n.dropped_no_route
+                )?;
+            }
+            for (node, m) in &self.memory {
+                let reachable = m.routes.iter().filter(|r| r.metric < 32).count();
+                let adjacent = m.neighbors.iter().filter(|x| x.two_way).count();
+                writeln!(
+                    f,
+                    "  memory     {node}: {adjacent} two-way neighbours, {reachable} reachable \
+                     networks of {} routes",
+                    m.routes.len()
+                )?;
+            }
         } else {
             writeln!(
                 f,
