@@ -502,3 +502,278 @@ fn later(base: Instant, step: Duration, now: Instant) -> Instant {
     }
     t
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::Changes;
+
+    const A: Addr = Addr(0x0aff_0001);
+    const B: Addr = Addr(0x0aff_0002);
+
+    fn ms(n: u64) -> Instant {
+        Instant::from_millis(n)
+    }
+
+    /// A router `addr` with interfaces on links 0 and 1 (timers / 100).
+    fn router(addr: Addr, gen_id: u32, now: Instant) -> (Dvmrp, GlobalMemory) {
+        let mut mem = GlobalMemory::new(addr);
+        let cfg = Config {
+            addr,
+            gen_id,
+            interfaces: vec![
+                Interface {
+                    prefix: Prefix::of_link(0),
+                    metric: 1,
+                },
+                Interface {
+                    prefix: Prefix::of_link(1),
+                    metric: 1,
+                },
+            ],
+            timers: Timers::rfc().scaled(0.01),
+        };
+        (Dvmrp::new(cfg, now, &mut mem), mem)
+    }
+
+    fn sent(d: &mut Dvmrp) -> Vec<(u16, Repr)> {
+        std::iter::from_fn(|| d.poll_transmit())
+            .map(|o| {
+                (
+                    o.iface,
+                    Repr::parse_bytes(&o.bytes).unwrap_or_else(|e| panic!("{e}")),
+                )
+            })
+            .collect()
+    }
+
+    fn probe(gen_id: u32, neighbors: &[Addr]) -> Vec<u8> {
+        Repr::Probe {
+            gen_id,
+            neighbors: neighbors.to_vec(),
+        }
+        .to_vec()
+        .unwrap_or_default()
+    }
+
+    fn report(entries: &[(Prefix, u8)]) -> Vec<u8> {
+        Repr::Report {
+            entries: entries
+                .iter()
+                .map(|&(prefix, metric)| RouteEntry { prefix, metric })
+                .collect(),
+        }
+        .to_vec()
+        .unwrap_or_default()
+    }
+
+    #[test]
+    fn rfc_timers_and_their_scale() {
+        let t = Timers::rfc();
+        assert_eq!(t.probe_interval, Duration::from_secs(10));
+        assert_eq!(t.neighbor_timeout, Duration::from_secs(35));
+        assert_eq!(t.report_interval, Duration::from_secs(60));
+        assert_eq!(t.min_flash_interval, Duration::from_secs(5));
+        assert_eq!(t.route_expiration, Duration::from_secs(140));
+        assert_eq!(t.route_hold_down, Duration::from_secs(120));
+        let s = t.scaled(0.01);
+        assert_eq!(s.probe_interval, Duration::from_millis(100));
+        assert_eq!(s.route_expiration, Duration::from_millis(1400));
+        assert_eq!(t.scaled(0.0), t, "a non-positive factor changes nothing");
+        assert_eq!(t.scaled(f64::NAN), t);
+    }
+
+    #[test]
+    fn adjacency_forms_in_one_round_trip_and_gates_reports() {
+        let (mut a, mut mem) = router(A, 7, ms(0));
+        // Probes on both interfaces at start, nobody heard.
+        let first = sent(&mut a);
+        assert_eq!(first.len(), 2);
+        assert!(first.iter().all(
+            |(_, r)| matches!(r, Repr::Probe { gen_id: 7, neighbors } if neighbors.is_empty())
+        ));
+        // A report from a router that is not a neighbour is ignored.
+        a.handle_datagram(ms(1), 0, B, &report(&[(Prefix::of_link(9), 1)]), &mut mem);
+        assert_eq!(a.stats().not_adjacent, 1);
+        assert!(mem.routes.get(Prefix::of_link(9)).is_none());
+        // B's probe, not listing A: A answers at once with a probe listing B.
+        a.handle_datagram(ms(2), 0, B, &probe(5, &[]), &mut mem);
+        let out = sent(&mut a);
+        assert_eq!(
+            out,
+            vec![(
+                0,
+                Repr::Probe {
+                    gen_id: 7,
+                    neighbors: vec![B]
+                }
+            )]
+        );
+        assert!(!mem.neighbors.is_adjacent(0, B));
+        // B lists A: two-way, and A sends its full table on that interface.
+        a.handle_datagram(ms(3), 0, B, &probe(5, &[A]), &mut mem);
+        assert!(mem.neighbors.is_adjacent(0, B));
+        let out = sent(&mut a);
+        assert!(matches!(&out[..], [(0, Repr::Report { entries })] if entries.len() == 2));
+        // Now B's report counts: link 9 at B's metric 1 + 1.
+        a.handle_datagram(ms(4), 0, B, &report(&[(Prefix::of_link(9), 1)]), &mut mem);
+        let r = mem.routes.get(Prefix::of_link(9)).cloned();
+        assert_eq!(
+            r.map(|r| (r.metric, r.origin)),
+            Some((2, Origin::Learned { iface: 0, via: B }))
+        );
+        // Garbage is counted, not fatal.
+        a.handle_datagram(ms(5), 0, B, &[1, 2, 3], &mut mem);
+        a.handle_datagram(ms(5), 9, B, &probe(5, &[A]), &mut mem);
+        assert_eq!((a.stats().malformed, a.stats().bad_interface), (1, 1));
+        assert!(mem.check_invariants().is_ok());
+    }
+
+    /// A with B adjacent on interface 0 and a route to link 9 through B.
+    fn with_route() -> (Dvmrp, GlobalMemory) {
+        let (mut a, mut mem) = router(A, 7, ms(0));
+        a.handle_datagram(ms(1), 0, B, &probe(5, &[A]), &mut mem);
+        a.handle_datagram(ms(2), 0, B, &report(&[(Prefix::of_link(9), 3)]), &mut mem);
+        sent(&mut a);
+        (a, mem)
+    }
+
+    #[test]
+    fn split_horizon_with_poison_reverse() {
+        let (mut a, mut mem) = with_route();
+        // B also appears on interface 1, so A reports there too.
+        a.handle_datagram(ms(3), 1, B, &probe(5, &[A]), &mut mem);
+        let out = sent(&mut a);
+        let metric_on = |out: &[(u16, Repr)], iface: u16| {
+            out.iter().find_map(|(i, r)| match r {
+                Repr::Report { entries } if *i == iface => entries
+                    .iter()
+                    .find(|e| e.prefix == Prefix::of_link(9))
+                    .map(|e| e.metric),
+                _ => None,
+            })
+        };
+        assert_eq!(
+            metric_on(&out, 1),
+            Some(4),
+            "plain metric away from the upstream"
+        );
+        // The periodic report (B keeps probing, so it is still a neighbour on both
+        // interfaces): poisoned (4 + 32) towards the upstream's interface.
+        a.handle_datagram(ms(590), 0, B, &probe(5, &[A]), &mut mem);
+        a.handle_datagram(ms(590), 1, B, &probe(5, &[A]), &mut mem);
+        a.handle_datagram(ms(590), 0, B, &report(&[(Prefix::of_link(9), 3)]), &mut mem);
+        sent(&mut a);
+        a.handle_timeout(ms(600), &mut mem);
+        let out = sent(&mut a);
+        assert_eq!(metric_on(&out, 0), Some(36));
+        assert_eq!(metric_on(&out, 1), Some(4));
+        // A poisoned report from the neighbour on interface 1 makes it a dependent.
+        a.handle_datagram(
+            ms(601),
+            1,
+            B,
+            &report(&[(Prefix::of_link(9), 36)]),
+            &mut mem,
+        );
+        let deps = mem
+            .routes
+            .get(Prefix::of_link(9))
+            .map(|r| r.dependents.clone());
+        assert_eq!(
+            deps.map(|d| d.into_iter().collect::<Vec<_>>()),
+            Some(vec![(1, B)])
+        );
+    }
+
+    #[test]
+    fn a_restarted_or_silent_neighbour_takes_its_routes_with_it() {
+        let (mut a, mut mem) = with_route();
+        let reader = mem.routes.subscribe();
+        // New generation id: routes through B are unreachable at once, and a flash update
+        // follows.
+        a.handle_datagram(ms(10), 0, B, &probe(6, &[A]), &mut mem);
+        let r = mem.routes.get(Prefix::of_link(9)).cloned();
+        assert_eq!(r.as_ref().map(|r| r.metric), Some(INFINITY));
+        assert_eq!(a.stats().neighbors_lost, 1);
+        let Changes::List(c) = mem.routes.changes(reader) else {
+            panic!("no resync expected")
+        };
+        assert_eq!(c.len(), 1);
+        // B reports it again: reachable again.
+        a.handle_datagram(ms(11), 0, B, &report(&[(Prefix::of_link(9), 3)]), &mut mem);
+        assert_eq!(
+            mem.routes.get(Prefix::of_link(9)).map(|r| r.metric),
+            Some(4)
+        );
+        // B falls silent: after the neighbour timeout (350 ms) the route is unreachable; after
+        // the hold-down (1.2 s) it is gone.
+        let mut now = ms(11);
+        while now < ms(400) {
+            now = a.poll_timeout().unwrap_or(ms(400)).min(ms(400));
+            a.handle_timeout(now, &mut mem);
+        }
+        assert!(!mem.neighbors.is_adjacent(0, B));
+        assert_eq!(
+            mem.routes.get(Prefix::of_link(9)).map(|r| r.metric),
+            Some(INFINITY)
+        );
+        while now < ms(1700) {
+            now = a.poll_timeout().unwrap_or(ms(1700)).min(ms(1700));
+            a.handle_timeout(now, &mut mem);
+        }
+        assert!(mem.routes.get(Prefix::of_link(9)).is_none());
+        // Connected routes stay.
+        assert_eq!(mem.routes.len(), 2);
+        assert!(mem.check_invariants().is_ok());
+    }
+
+    #[test]
+    fn better_routes_win_and_the_upstream_is_always_believed() {
+        let (mut a, mut mem) = with_route();
+        let c = Addr(0x0aff_0003);
+        a.handle_datagram(ms(3), 1, c, &probe(9, &[A]), &mut mem);
+        // C offers 5 (worse than 4): ignored.
+        a.handle_datagram(ms(4), 1, c, &report(&[(Prefix::of_link(9), 4)]), &mut mem);
+        assert_eq!(
+            mem.routes
+                .get(Prefix::of_link(9))
+                .map(|r| (r.metric, r.upstream())),
+            Some((4, Some((0, B))))
+        );
+        // C offers 3 (better): taken.
+        a.handle_datagram(ms(5), 1, c, &report(&[(Prefix::of_link(9), 2)]), &mut mem);
+        assert_eq!(
+            mem.routes
+                .get(Prefix::of_link(9))
+                .map(|r| (r.metric, r.upstream())),
+            Some((3, Some((1, c))))
+        );
+        // The upstream C says it got worse: believed.
+        a.handle_datagram(ms(6), 1, c, &report(&[(Prefix::of_link(9), 10)]), &mut mem);
+        assert_eq!(
+            mem.routes.get(Prefix::of_link(9)).map(|r| r.metric),
+            Some(11)
+        );
+        // Unreachable from the upstream: held down.
+        a.handle_datagram(ms(7), 1, c, &report(&[(Prefix::of_link(9), 32)]), &mut mem);
+        assert_eq!(
+            mem.routes.get(Prefix::of_link(9)).map(|r| r.metric),
+            Some(INFINITY)
+        );
+        // Another neighbour's reachable offer is taken during the hold-down.
+        a.handle_datagram(ms(8), 0, B, &report(&[(Prefix::of_link(9), 3)]), &mut mem);
+        assert_eq!(
+            mem.routes
+                .get(Prefix::of_link(9))
+                .map(|r| (r.metric, r.upstream())),
+            Some((4, Some((0, B))))
+        );
+        // A neighbour's claim to one of A's own networks changes nothing.
+        a.handle_datagram(ms(9), 0, B, &report(&[(Prefix::of_link(1), 1)]), &mut mem);
+        assert_eq!(
+            mem.routes.get(Prefix::of_link(1)).map(|r| r.origin),
+            Some(Origin::Connected { iface: 1 })
+        );
+    }
+}

@@ -41,7 +41,10 @@ impl Layer for Interface {
         vec![INBOUND.id()]
     }
     fn create_session(&self) -> Box<dyn Session> {
-        Box::new(InterfaceSession { port: self.port })
+        Box::new(InterfaceSession {
+            port: self.port,
+            channel: None,
+        })
     }
 }
 
@@ -49,12 +52,16 @@ impl Layer for Interface {
 #[derive(Debug)]
 pub struct InterfaceSession {
     port: u16,
+    /// The one channel of the interface (the lowest bound), once known.
+    channel: Option<ChannelId>,
 }
 
 impl InterfaceSession {
-    /// The one channel of the interface: the lowest bound.
-    fn channel(ctx: &Context<'_>) -> Option<ChannelId> {
-        ctx.my_channels().into_iter().min()
+    fn channel(&mut self, ctx: &Context<'_>) -> Option<ChannelId> {
+        if self.channel.is_none() {
+            self.channel = ctx.my_channels().into_iter().min();
+        }
+        self.channel
     }
 }
 
@@ -64,7 +71,7 @@ impl Session for InterfaceSession {
             let Body::Sendable(s) = event.body else {
                 return;
             };
-            let Some(channel) = Self::channel(ctx) else {
+            let Some(channel) = self.channel(ctx) else {
                 ctx.count("no_channel");
                 return;
             };
@@ -78,7 +85,7 @@ impl Session for InterfaceSession {
         }
         match event.dir() {
             Direction::Down => {
-                if Self::channel(ctx) != Some(event.channel()) {
+                if self.channel(ctx) != Some(event.channel()) {
                     ctx.count("extra_channel");
                     return;
                 }
