@@ -12,6 +12,10 @@
 //! since its last call, in order. A reader that falls more than [`MAX_PENDING`] changes behind
 //! gets a single `Resync` instead (it must re-read the whole object): memory stays bounded.
 //!
+//! # Bounds
+//! At most [`MAX_NEIGHBORS`] neighbours and [`MAX_ROUTES`] routes: what a forged probe or report
+//! could add beyond them is refused, so memory stays bounded whatever arrives.
+//!
 //! # Synchronization
 //! The seed protected its shared-memory objects with semaphores. Here a node's stacks run on
 //! one scheduler (DESIGN.md §5, single-threaded per scheduler), so an object is owned by its
@@ -25,6 +29,13 @@ use crate::addr::{Addr, Prefix};
 
 /// Changes a reader may fall behind before it is told to resync.
 pub const MAX_PENDING: usize = 4096;
+
+/// Most neighbours a neighbour table holds (probes from more new routers are refused), so that
+/// forged probes cannot grow it without bound (DESIGN.md §6.6).
+pub const MAX_NEIGHBORS: usize = 1024;
+
+/// Most routes a routing table holds (reports of more new networks are refused).
+pub const MAX_ROUTES: usize = 65_536;
 
 /// DVMRP's infinity: a metric of 32 means unreachable (draft-ietf-idmr-dvmrp-v3 §3.4.1).
 pub const INFINITY: u8 = 32;
@@ -170,7 +181,8 @@ impl NeighborTable {
     }
 
     /// Write: a probe from `addr` on `iface` with `gen_id`, listing us if `lists_us`. Probes
-    /// claiming our own address are ignored (`None`).
+    /// claiming our own address, and probes of a new neighbour when the table already holds
+    /// [`MAX_NEIGHBORS`], are ignored (`None`).
     pub fn heard(
         &mut self,
         iface: u16,
@@ -182,7 +194,9 @@ impl NeighborTable {
         if addr == self.own {
             return None;
         }
+        let full = self.entries.len() >= MAX_NEIGHBORS;
         let (heard, was_two_way) = match self.entries.get_mut(&(iface, addr)) {
+            None if full => return None,
             None => {
                 self.entries.insert(
                     (iface, addr),
@@ -404,13 +418,15 @@ impl RoutingTable {
 
     /// Write: install or replace the route for `prefix`. `metric` is clamped to
     /// `1..=INFINITY`; connected routes get metric at least 1 and are always reachable.
-    /// Readers are notified when the metric or origin changed. Returns whether it did.
+    /// Readers are notified when the metric or origin changed. Returns whether it did. A new
+    /// prefix when the table holds [`MAX_ROUTES`] is refused (`false`).
     pub fn set(&mut self, prefix: Prefix, metric: u8, origin: Origin, now: Instant) -> bool {
         let metric = match origin {
             Origin::Connected { .. } => metric.clamp(1, INFINITY - 1),
             Origin::Learned { .. } => metric.clamp(1, INFINITY),
         };
         let unreachable = metric >= INFINITY;
+        let full = self.routes.len() >= MAX_ROUTES;
         let changed = match self.routes.get_mut(&prefix) {
             Some(r) => {
                 let changed = r.metric != metric || r.origin != origin;
@@ -427,6 +443,7 @@ impl RoutingTable {
                 }
                 changed
             }
+            None if full => return false,
             None => {
                 self.routes.insert(
                     prefix,
@@ -677,13 +694,43 @@ mod tests {
     }
 
     #[test]
+    fn tables_are_bounded() {
+        let mut n = NeighborTable::new(Addr(0));
+        for i in 0..MAX_NEIGHBORS as u32 {
+            assert_eq!(n.heard(0, Addr(i + 1), 1, false, t(0)), Some(Heard::New));
+        }
+        assert_eq!(n.heard(0, Addr(u32::MAX), 1, false, t(0)), None);
+        assert_eq!(
+            n.heard(0, Addr(1), 1, true, t(1)),
+            Some(Heard::BecameTwoWay)
+        );
+        let mut rt = RoutingTable::new();
+        let via = Origin::Learned {
+            iface: 0,
+            via: Addr(1),
+        };
+        for i in 0..MAX_ROUTES as u32 {
+            assert!(rt.set(
+                Prefix::new(i << 8, 24).unwrap_or(Prefix::of_link(0)),
+                2,
+                via,
+                t(0)
+            ));
+        }
+        let extra = Prefix::new(u32::MAX << 8, 24).unwrap_or(Prefix::of_link(0));
+        assert!(!rt.set(extra, 2, via, t(0)));
+        assert_eq!(rt.len(), MAX_ROUTES);
+    }
+
+    #[test]
     fn slow_readers_are_told_to_resync() {
         let mut n = NeighborTable::new(Addr(1));
         let slow = n.subscribe();
-        for i in 0..=MAX_PENDING as u32 {
-            n.heard(0, Addr(i + 10), 1, true, t(0));
+        // Each probe flips the neighbour's adjacency: one change each.
+        for i in 0..=MAX_PENDING {
+            n.heard(0, Addr(10), 1, i % 2 == 0, t(0));
         }
-        assert_eq!(n.changes(slow), Changes::Resync);
+        assert!(matches!(n.changes(slow), Changes::Resync));
         assert_eq!(n.changes(slow), Changes::List(vec![]));
         assert_eq!(n.changes(Reader(99)), Changes::Resync);
     }

@@ -2,7 +2,7 @@
 //! from the source), runs DVMRP on its ten routers in the simulator. The routing tables in the
 //! run report (global memory) equal a central shortest-path computation over the links that are
 //! up: with every link up at the end of the run, and while R2-R4 is down (the routers then go
-//! round it through R8).
+//! round it through R8), after router R10 rebooted.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::VecDeque;
@@ -151,6 +151,13 @@ fn net15_routes_are_shortest_paths_and_go_round_a_failed_link() {
     );
     assert!(mid.network.dropped_link_down > 0, "{mid}");
     assert!(r4 < t.nodes.len());
+    // R10's reboot (8 s – 12 s) and the failed link cost its neighbours and R2, R4 theirs.
+    let lost = mid
+        .counters
+        .get("route.neighbors_lost")
+        .copied()
+        .unwrap_or(0);
+    assert!(lost >= 5, "neighbours lost: {lost}");
     // The same seed replays bit for bit.
     assert_eq!(run_for(&f, 35).trace_hash, mid.trace_hash);
 
