@@ -82,6 +82,13 @@ pub fn ignored_settings(file: &StackFile) -> Vec<String> {
     if !s.leaves.is_empty() {
         out.push("leaves".to_string());
     }
+    if s.topology.is_some() {
+        out.push(
+            "[topology] and link failures (every node reaches every other directly; a \
+             multi-hop network on real sockets needs the netns testbed)"
+                .to_string(),
+        );
+    }
     out
 }
 

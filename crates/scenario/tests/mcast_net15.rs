@@ -147,7 +147,7 @@ fn net15_routes_are_shortest_paths_and_go_round_a_failed_link() {
         .unwrap();
     assert_eq!(
         (to_a.metric, to_a.upstream.as_deref()),
-        (4, Some("10.255.0.8"))
+        (3, Some("10.255.0.8"))
     );
     assert!(mid.network.dropped_link_down > 0, "{mid}");
     assert!(r4 < t.nodes.len());
@@ -161,7 +161,9 @@ fn net15_routes_are_shortest_paths_and_go_round_a_failed_link() {
     // The same seed replays bit for bit.
     assert_eq!(run_for(&f, 35).trace_hash, mid.trace_hash);
 
-    // After the repair, at the end of the run.
+    // A's segment is a LAN (A, R1, R10).
+    assert_eq!(t.links[lan_a].nodes.len(), 3);
+    // After the repair, at the end of the run: R2 and R8 are as close; the lower address wins.
     let end = run_for(&f, 60);
     check(&end, &t, &all_up);
     let to_a = end.memory["R4"]
