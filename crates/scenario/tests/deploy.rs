@@ -175,11 +175,12 @@ fn a_service_known_at_one_node_reaches_every_node() {
     }
 }
 
-/// The refusals every other node must make; nothing is delivered anywhere, and the messages
-/// that waited for the service are dropped and counted.
+/// The spec is refused by every node that gets it (node 0's neighbours: nobody else ever
+/// holds it), nothing is delivered anywhere, and the messages that waited for the service are
+/// dropped and counted.
 fn assert_refused_everywhere(r: &Report, what: &str) {
     assert_eq!(counter(r, "store.spec_accepted"), 0, "{what}: {r}");
-    assert!(counter(r, "store.spec_refused") >= 10, "{what}: {r}");
+    assert!(counter(r, "store.spec_refused") > 0, "{what}: {r}");
     assert_eq!(counter(r, "store.to_application"), 0, "{what}: {r}");
     assert!(counter(r, "store.unknown_service_dropped") > 0, "{what}: {r}");
     assert!(!r.verdict.holds, "{what}: {r}");
