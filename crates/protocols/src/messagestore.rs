@@ -4,11 +4,24 @@
 //!
 //! # Role
 //!
-//! The session holds one [`Store`] of `viastack-spec` running one service: one service
-//! instance per (ServiceID, MessageID), created by the store on the first message or timer for
-//! it. The layer is the store's host: it implements the spec layer's [`Network`] trait on the
-//! overlay below.
+//! The session holds one [`Store`] of `viastack-spec` running its services side by side, keyed
+//! by ServiceID: one service instance per (ServiceID, MessageID), created by the store on the
+//! first message or timer for it. The layer is the store's host: it implements the spec
+//! layer's [`Network`] trait on the overlay below. The application's messages use
+//! [`Config::default_service`].
 //!
+//! - **Services deployed at run time** (issue 16 §4; seed 000 §4.3.2). A message for a
+//!   ServiceID this node lacks waits (at most [`Deploy::queue`], all services; the oldest is
+//!   dropped, counted `unknown_service_dropped`) while the layer asks for the spec
+//!   ([`SPEC_REQUEST`]): the message's previous hop and source first, then round robin those,
+//!   the neighbours and [`Deploy::server`], one request every [`Deploy::every`]. A node that
+//!   has the service answers with its bundle ([`SPEC_RESPONSE`] chunks,
+//!   [`specbundle`](crate::specbundle)); the asker reassembles it and runs it only once
+//!   [`specbundle::accept`] passed (hash, a signature by one of [`Deploy::trusted_keys`] when
+//!   set, the spec layer's load and verification, the ServiceID): then the service is added
+//!   to the store and the waiting messages go through it. A refused bundle is counted
+//!   `spec_refused` and never runs; after [`Deploy::tries`] requests the waiting messages are
+//!   dropped and counted.
 //! - A sendable from the application becomes a data message of the service (type Payload,
 //!   `0x80`), with this node as its SourceAddress and RootAddress: multicast (DeliveryMode 1)
 //!   for a broadcast, unicast (3) to the node for a node send. It is given to the store like a
@@ -77,7 +90,10 @@
 //!
 //! # Counters
 //!
-//! Under the layer's name: `malformed`, `unknown_service`, `sent`, `no_target` (a send with
+//! Under the layer's name: `malformed`, `unknown_service` (a message for a service not here:
+//! held and fetched), `spec_fetch`, `spec_request_sent`, `spec_served`,
+//! `spec_request_unanswered`, `spec_accepted`, `spec_refused`, `spec_refused_again`,
+//! `spec_unsolicited`, `spec_fetch_failed`, `unknown_service_dropped`, `services_full`, `sent`, `no_target` (a send with
 //! no target: a unicast to address 0, a multicast at a leaf), `to_application`, `own`,
 //! `queue_evicted` (an input dropped because `queue` inputs already wait for their tree: the
 //! oldest goes), `full` (an input refused because `capacity` instances live), `step_limit`,
@@ -88,7 +104,9 @@
 //! # Memory
 //!
 //! Bounded: at most `capacity` live instances (the store's bound), `queue` inputs waiting for
-//! their tree, and per instance its timers (the timer table holds at most `8 × capacity`
+//! their tree, [`Deploy::queue`] messages waiting for a service (and as many fetches, each
+//! reassembling at most one bundle of [`specbundle::MAX_SPEC`] bytes), [`Deploy::max_services`]
+//! services, 64 refused hashes, and per instance its timers (the timer table holds at most `8 × capacity`
 //! entries; beyond, the oldest are cancelled and counted); at most `capacity` failure reports
 //! in flight and [`DELIVERED_MAX`] remembered deliveries.
 //!
