@@ -1,6 +1,6 @@
 //! End-to-end tests of `viastack services` (issue 16 §4): hash, sign and pubkey on files, and a
 //! real services server on loopback UDP answering `fetch` by hash — a spec changed after it was
-//! signed, or asked for under another hash, is refused.
+//! signed, or asked for under another hash, is refused; the shipped `overlay-deploy` stack runs.
 #![allow(clippy::unwrap_used)]
 
 use std::io::{BufRead as _, BufReader};
@@ -189,4 +189,16 @@ fn a_spec_changed_after_signing_is_refused_by_fetch() {
         String::from_utf8_lossy(&o.stderr).contains("signature does not verify"),
         "{o:?}"
     );
+}
+
+/// The shipped `stacks/overlay-deploy.toml`: h2hack known at node 0 only reaches the 23 other
+/// nodes, and every multicast reaches every node exactly once.
+#[test]
+fn the_shipped_deploy_stack_holds() {
+    let out = ok(&viastack(&["run", "stacks/overlay-deploy.toml", "--json"]));
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r["verdict"]["holds"], serde_json::Value::Bool(true), "{r}");
+    assert_eq!(r["counters"]["store.spec_accepted"], 23, "{r}");
+    assert!(r["counters"]["store.spec_refused"].is_null(), "{r}");
+    assert_eq!(r["counters"]["store.to_application"], 24 * 23 * 5, "{r}");
 }

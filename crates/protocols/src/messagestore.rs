@@ -1189,9 +1189,7 @@ impl MessageStoreSession {
             self.fetches.remove(&sid);
             self.fetch_tokens.remove(&token);
             ctx.count("spec_fetch_failed");
-            for _ in 0..n {
-                ctx.count("unknown_service_dropped");
-            }
+            ctx.count_n("unknown_service_dropped", n as u64);
             return;
         }
         let mut candidates = f.first.clone();
