@@ -87,8 +87,8 @@ pub fn run(what: ServicesCommand) -> anyhow::Result<ExitCode> {
         }
         ServicesCommand::Sign { file, key } => {
             let text = read(&file)?;
-            let src = std::str::from_utf8(&text)
-                .map_err(|_| anyhow!("{}: not UTF-8", file.display()))?;
+            let src =
+                std::str::from_utf8(&text).map_err(|_| anyhow!("{}: not UTF-8", file.display()))?;
             if let Err(e) = viastack_spec::service::Service::load(&file.display().to_string(), src)
             {
                 bail!("{} does not load; not signing it:\n{e}", file.display());
@@ -191,7 +191,11 @@ fn load_dir(dir: &Path) -> anyhow::Result<BTreeMap<Hash, (u32, Bundle)>> {
             specbundle::hex(&b.hash),
             svc.id(),
             f.display(),
-            if b.signature.is_some() { " (signed)" } else { "" }
+            if b.signature.is_some() {
+                " (signed)"
+            } else {
+                ""
+            }
         );
         out.insert(b.hash, (svc.id(), b));
     }
@@ -232,7 +236,11 @@ fn serve(dir: &Path, listen: SocketAddr) -> anyhow::Result<()> {
             None => specs.values().find(|(id, _)| *id == m.service_id),
         };
         let Some((id, b)) = found else {
-            eprintln!("{peer}: no spec for ServiceID {} / {:?}", m.service_id, want.map(|h| specbundle::hex(&h)));
+            eprintln!(
+                "{peer}: no spec for ServiceID {} / {:?}",
+                m.service_id,
+                want.map(|h| specbundle::hex(&h))
+            );
             continue;
         };
         for c in specbundle::chunks(b) {
@@ -255,7 +263,11 @@ fn fetch(want: &Hash, from: SocketAddr, tries: u32) -> anyhow::Result<Bundle> {
     };
     let sock = UdpSocket::bind(bind)?;
     sock.set_read_timeout(Some(std::time::Duration::from_secs(1)))?;
-    let req = frame(specbundle::SPEC_REQUEST, 0, specbundle::encode_request(Some(want)));
+    let req = frame(
+        specbundle::SPEC_REQUEST,
+        0,
+        specbundle::encode_request(Some(want)),
+    );
     let mut assembly: Option<Assembly> = None;
     let mut buf = vec![0u8; 65_536];
     for _ in 0..tries.max(1) {

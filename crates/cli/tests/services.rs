@@ -82,7 +82,12 @@ fn hash_sign_pubkey_serve_and_fetch_on_loopback() {
     let dir = scratch("ok");
     let key = dir.join("k");
     ok(&viastack(&["keygen", "--out", key.to_str().unwrap()]));
-    let pk = ok(&viastack(&["services", "pubkey", "--key", key.to_str().unwrap()]));
+    let pk = ok(&viastack(&[
+        "services",
+        "pubkey",
+        "--key",
+        key.to_str().unwrap(),
+    ]));
     let pk = pk.trim().to_string();
     assert_eq!(pk.len(), 64, "{pk}");
 
@@ -102,12 +107,18 @@ fn hash_sign_pubkey_serve_and_fetch_on_loopback() {
         "--key",
         key.to_str().unwrap(),
     ]));
-    let sig = specbundle::Signature::parse(&std::fs::read_to_string(specs.join("h2hack.scxml.sig")).unwrap())
-        .unwrap();
+    let sig = specbundle::Signature::parse(
+        &std::fs::read_to_string(specs.join("h2hack.scxml.sig")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(sig, specbundle::Signature::parse(&line).unwrap());
     assert_eq!(specbundle::hex(&sig.key), pk);
     // A second spec, unsigned, in the same directory.
-    std::fs::copy(root().join("specs/dupelim.scxml"), specs.join("dupelim.scxml")).unwrap();
+    std::fs::copy(
+        root().join("specs/dupelim.scxml"),
+        specs.join("dupelim.scxml"),
+    )
+    .unwrap();
 
     let server = Server::start(&specs);
     let out = dir.join("fetched.scxml");
@@ -129,13 +140,28 @@ fn hash_sign_pubkey_serve_and_fetch_on_loopback() {
     let dupelim = specbundle::hex(&specbundle::hash(
         &std::fs::read(specs.join("dupelim.scxml")).unwrap(),
     ));
-    let got = ok(&viastack(&["services", "fetch", &dupelim, "--from", &server.addr]));
+    let got = ok(&viastack(&[
+        "services",
+        "fetch",
+        &dupelim,
+        "--from",
+        &server.addr,
+    ]));
     assert!(got.contains("<scxml"), "{got}");
     let o = viastack(&[
-        "services", "fetch", &dupelim, "--from", &server.addr, "--trusted-key", &pk,
+        "services",
+        "fetch",
+        &dupelim,
+        "--from",
+        &server.addr,
+        "--trusted-key",
+        &pk,
     ]);
     assert_ne!(o.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("unsigned"), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("unsigned"),
+        "{o:?}"
+    );
 
     // A hash the server does not have: no answer.
     let o = viastack(&[
@@ -148,7 +174,10 @@ fn hash_sign_pubkey_serve_and_fetch_on_loopback() {
         "1",
     ]);
     assert_ne!(o.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("did not send"), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("did not send"),
+        "{o:?}"
+    );
 }
 
 /// A spec changed after it was signed: the server serves it (its hash is of the changed text),
@@ -158,7 +187,12 @@ fn a_spec_changed_after_signing_is_refused_by_fetch() {
     let dir = scratch("tamper");
     let key = dir.join("k");
     ok(&viastack(&["keygen", "--out", key.to_str().unwrap()]));
-    let pk = ok(&viastack(&["services", "pubkey", "--key", key.to_str().unwrap()]));
+    let pk = ok(&viastack(&[
+        "services",
+        "pubkey",
+        "--key",
+        key.to_str().unwrap(),
+    ]));
     let specs = dir.join("specs");
     std::fs::create_dir_all(&specs).unwrap();
     let file = specs.join("h2hack.scxml");

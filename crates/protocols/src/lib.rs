@@ -42,7 +42,7 @@ pub mod heartbeat;
 pub mod messagestore;
 pub mod overlay;
 pub mod peers;
-pub mod specbundle;
 pub mod reliable;
+pub mod specbundle;
 pub mod sync;
 pub mod ttl;

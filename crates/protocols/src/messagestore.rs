@@ -132,10 +132,8 @@ use viastack_spec::service::{
 };
 
 use crate::events::{self, PEER_UNREACHABLE};
-use crate::specbundle::{
-    self, Assembly, Bundle, Hash, Signature, SPEC_REQUEST, SPEC_RESPONSE,
-};
 use crate::overlay::{TreeInfo, TreeQuery, NEIGHBOUR_ADDED, NEIGHBOUR_REMOVED, TREE, TREE_QUERY};
+use crate::specbundle::{self, Assembly, Bundle, Hash, Signature, SPEC_REQUEST, SPEC_RESPONSE};
 
 /// MessageType of a failure report (a layer message; the service never sees it).
 pub const FAILURE_REPORT: u8 = 0xFE;
@@ -1104,13 +1102,17 @@ impl MessageStoreSession {
         if let Some(f) = self.fetches.get_mut(&sid) {
             f.waiting.push_back((arrival, root, m));
             // A message from a node not asked yet: that node (or its source) has the
-            // service — ask it now (at most FETCH_FIRST such nodes per fetch).
+            // service — ask it now unless a bundle is already coming in (at most
+            // FETCH_FIRST such nodes per fetch).
             let mut ask = Vec::new();
             for n in holders {
                 if f.first.len() < FETCH_FIRST && !f.first.contains(&n) {
                     f.first.push(n);
                     ask.push(n);
                 }
+            }
+            if f.assembly.is_some() {
+                ask.clear();
             }
             for n in ask {
                 self.send_spec_request(ctx, sid, n);

@@ -64,7 +64,11 @@ pub fn hex(b: &[u8]) -> String {
 pub fn parse_hex<const N: usize>(s: &str) -> Result<[u8; N], String> {
     let s = s.trim();
     if s.len() != 2 * N || !s.is_ascii() {
-        return Err(format!("expected {} hex digits, found {} characters", 2 * N, s.len()));
+        return Err(format!(
+            "expected {} hex digits, found {} characters",
+            2 * N,
+            s.len()
+        ));
     }
     let mut out = [0u8; N];
     for (i, o) in out.iter_mut().enumerate() {
@@ -417,7 +421,11 @@ mod tests {
     use super::*;
 
     fn h2hack() -> Vec<u8> {
-        std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../specs/h2hack.scxml")).unwrap()
+        std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../specs/h2hack.scxml"
+        ))
+        .unwrap()
     }
 
     #[test]
@@ -462,7 +470,12 @@ mod tests {
         );
         let other = sign(&hash(&text), &[9u8; 32]).unwrap();
         assert!(matches!(
-            accept(&Bundle::with_signature(&text, Some(other)), Some(1), None, &[key]),
+            accept(
+                &Bundle::with_signature(&text, Some(other)),
+                Some(1),
+                None,
+                &[key]
+            ),
             Err(Refusal::UntrustedKey(_))
         ));
         // Not the ServiceID asked for; not a spec at all.

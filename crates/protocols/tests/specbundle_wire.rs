@@ -7,9 +7,7 @@
 mod common;
 
 use common::{hex, to_hex, vectors};
-use viastack_protocols::specbundle::{
-    decode_chunk, decode_request, encode_chunk, encode_request,
-};
+use viastack_protocols::specbundle::{decode_chunk, decode_request, encode_chunk, encode_request};
 
 #[test]
 fn vectors_decode_encode_and_refuse() {

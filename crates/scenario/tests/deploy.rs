@@ -21,8 +21,11 @@ use viastack_stack::catalog::{BuildEnv, BuildError, LayerKind, Params};
 const SEED: [u8; 32] = [0x5a; 32];
 
 fn h2hack() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../specs/h2hack.scxml"))
-        .unwrap()
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../specs/h2hack.scxml"
+    ))
+    .unwrap()
 }
 
 /// A fresh directory for this test's files.
@@ -154,7 +157,10 @@ fn a_service_known_at_one_node_reaches_every_node() {
     let nodes = 50;
     let messages = 3;
     for seed in 0..3u64 {
-        let r = run_with_catalog(&scenario("messagestore", &store, nodes, 0.05, messages), seed);
+        let r = run_with_catalog(
+            &scenario("messagestore", &store, nodes, 0.05, messages),
+            seed,
+        );
         let what = format!("seed {seed}");
         assert!(r.verdict.holds, "{what}: {r}");
         assert!(r.network.lost > 0, "{what}: no loss: {r}");
@@ -164,8 +170,15 @@ fn a_service_known_at_one_node_reaches_every_node() {
             "{what}: {r}"
         );
         assert_eq!(counter(&r, "store.spec_refused"), 0, "{what}: {r}");
-        assert_eq!(counter(&r, "store.unknown_service_dropped"), 0, "{what}: {r}");
-        assert!(counter(&r, "store.spec_served") >= u64::from(nodes - 1), "{what}: {r}");
+        assert_eq!(
+            counter(&r, "store.unknown_service_dropped"),
+            0,
+            "{what}: {r}"
+        );
+        assert!(
+            counter(&r, "store.spec_served") >= u64::from(nodes - 1),
+            "{what}: {r}"
+        );
         assert_eq!(
             counter(&r, "store.to_application"),
             u64::from(nodes * (nodes - 1) * messages),
@@ -182,7 +195,10 @@ fn assert_refused_everywhere(r: &Report, what: &str) {
     assert_eq!(counter(r, "store.spec_accepted"), 0, "{what}: {r}");
     assert!(counter(r, "store.spec_refused") > 0, "{what}: {r}");
     assert_eq!(counter(r, "store.to_application"), 0, "{what}: {r}");
-    assert!(counter(r, "store.unknown_service_dropped") > 0, "{what}: {r}");
+    assert!(
+        counter(r, "store.unknown_service_dropped") > 0,
+        "{what}: {r}"
+    );
     assert!(!r.verdict.holds, "{what}: {r}");
 }
 
@@ -199,9 +215,15 @@ fn a_tampered_spec_is_refused_everywhere() {
     assert_ne!(changed, text);
     let other = specbundle::sign(&specbundle::hash(text.as_bytes()), &[1; 32]).unwrap();
     let cases = [
-        ("bad signature", write_spec(&dir, "a.scxml", &changed, Some(&sig))),
+        (
+            "bad signature",
+            write_spec(&dir, "a.scxml", &changed, Some(&sig)),
+        ),
         ("unsigned", write_spec(&dir, "b.scxml", &text, None)),
-        ("untrusted key", write_spec(&dir, "c.scxml", &text, Some(&other))),
+        (
+            "untrusted key",
+            write_spec(&dir, "c.scxml", &text, Some(&other)),
+        ),
     ];
     let nodes = 20;
     for (what, path) in cases {

@@ -231,7 +231,9 @@ impl Store {
     /// (and nothing changes) if a service with its ServiceID is already here. Live instances
     /// of the other services are kept. No instances are pre-built for it.
     pub fn add_service(&mut self, service: Arc<Service>) -> bool {
-        if self.service_index(service.id()).is_some() || self.services.len() >= usize::from(u16::MAX) {
+        if self.service_index(service.id()).is_some()
+            || self.services.len() >= usize::from(u16::MAX)
+        {
             return false;
         }
         if self.drafts.len() < service.drafts {

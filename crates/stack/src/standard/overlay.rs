@@ -390,9 +390,10 @@ fn build_messagestore(name: &str, params: &Params, env: &BuildEnv) -> Result<Lay
         let mut sig_path = path.clone().into_os_string();
         sig_path.push(".sig");
         let signature = match std::fs::read_to_string(&sig_path) {
-            Ok(line) => Some(Signature::parse(&line).map_err(|e| {
-                BuildError::param("service", format!("`{shown}.sig`: {e}"))
-            })?),
+            Ok(line) => Some(
+                Signature::parse(&line)
+                    .map_err(|e| BuildError::param("service", format!("`{shown}.sig`: {e}")))?,
+            ),
             Err(_) => None,
         };
         let local = LocalService::load(&shown, &src, signature)
@@ -415,9 +416,9 @@ fn build_messagestore(name: &str, params: &Params, env: &BuildEnv) -> Result<Lay
     let known_at = params.get_str("known_at")?;
     let mut known = Vec::new();
     for part in known_at.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let n: u32 = part.parse().map_err(|_| {
-            BuildError::param("known_at", format!("`{part}` is not a node id"))
-        })?;
+        let n: u32 = part
+            .parse()
+            .map_err(|_| BuildError::param("known_at", format!("`{part}` is not a node id")))?;
         known.push(NodeId(n));
     }
     if !known.is_empty() && !known.contains(&env.node) {
@@ -430,9 +431,10 @@ fn build_messagestore(name: &str, params: &Params, env: &BuildEnv) -> Result<Lay
         .map(str::trim)
         .filter(|p| !p.is_empty())
     {
-        trusted_keys.push(specbundle::parse_hex::<32>(part).map_err(|e| {
-            BuildError::param("trusted_keys", format!("`{part}`: {e}"))
-        })?);
+        trusted_keys.push(
+            specbundle::parse_hex::<32>(part)
+                .map_err(|e| BuildError::param("trusted_keys", format!("`{part}`: {e}")))?,
+        );
     }
     let int = |n: &str| params.get_int(n);
     let deploy = Deploy {
