@@ -7,7 +7,8 @@
 //! - `layers` lists the layer kinds a stack file may use, with their parameters;
 //! - `keygen [--out FILE]` makes a group key for `encrypt` (to stdout, or a new 0600 file);
 //! - `bench kernel` measures the kernel's dispatch (seed 001 Table 3);
-//! - `spec check|dot|conformance` reads, draws and tests SCXML specifications (issue 5).
+//! - `spec check|dot|conformance` reads, draws and tests SCXML specifications (issue 5);
+//! - `services hash|sign|pubkey|serve|fetch` handles spec bundles deployed at run time.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -42,6 +43,7 @@ mod keygen;
 mod member;
 mod node;
 mod run;
+mod services;
 mod sp;
 mod spec;
 mod spec_explore;
@@ -137,6 +139,11 @@ enum Command {
     Spec {
         #[command(subcommand)]
         what: spec::SpecCommand,
+    },
+    /// Spec bundles of services deployed at run time: hash, sign, serve, fetch (issue 16 §4).
+    Services {
+        #[command(subcommand)]
+        what: services::ServicesCommand,
     },
     /// Measure viastack against its references and print the ratios.
     Bench {
@@ -280,6 +287,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Sp { what } => sp::run(what),
         Command::Spec { what } => spec::run(what),
+        Command::Services { what } => services::run(what),
         Command::Bench { what } => {
             bench::run(what)?;
             Ok(ExitCode::SUCCESS)

@@ -381,6 +381,14 @@ impl<'a> Cx<'a> {
                 let dir = Path::new(self.path).parent().unwrap_or(Path::new(""));
                 ParamValue::Path(dir.join(p))
             }
+            ParamValue::Paths(ps) => {
+                let dir = Path::new(self.path).parent().unwrap_or(Path::new(""));
+                ParamValue::Paths(
+                    ps.into_iter()
+                        .map(|p| if p.is_relative() { dir.join(p) } else { p })
+                        .collect(),
+                )
+            }
             other => other,
         }
     }

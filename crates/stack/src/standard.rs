@@ -125,9 +125,11 @@ mod tests {
                 let value = match (spec.name, spec.default_value()) {
                     (_, Ok(v)) => v,
                     ("rate", Err(_)) => ParamValue::Float(0.5),
-                    ("service", Err(_)) => ParamValue::Str(
-                        concat!(env!("CARGO_MANIFEST_DIR"), "/../../specs/h2hack.scxml").into(),
-                    ),
+                    ("service", Err(_)) => ParamValue::Paths(vec![concat!(
+                        env!("CARGO_MANIFEST_DIR"),
+                        "/../../specs/h2hack.scxml"
+                    )
+                    .into()]),
                     ("key", Err(_)) => ParamValue::Secret(crate::Secret::new("ab".repeat(32))),
                     (other, Err(e)) => panic!("{}: no sample for `{other}`: {e}", kind.name),
                 };

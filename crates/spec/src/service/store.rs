@@ -227,6 +227,25 @@ impl Store {
         }
     }
 
+    /// Adds a service at run time (issue 16 §4: a spec fetched from another node); `false`
+    /// (and nothing changes) if a service with its ServiceID is already here. Live instances
+    /// of the other services are kept. No instances are pre-built for it.
+    pub fn add_service(&mut self, service: Arc<Service>) -> bool {
+        if self.service_index(service.id()).is_some()
+            || self.services.len() >= usize::from(u16::MAX)
+        {
+            return false;
+        }
+        if self.drafts.len() < service.drafts {
+            self.drafts.resize(service.drafts, Draft::default());
+        }
+        self.pool.push(Vec::new());
+        self.recycled.push(Vec::new());
+        self.flat.push(FastMap::default());
+        self.services.push(service);
+        true
+    }
+
     /// The local node information.
     pub fn node(&self) -> &NodeInfo {
         &self.node
