@@ -5,9 +5,11 @@
 //!   `--explain` prints each composite event's expression (an `<XQuery>` with its translation
 //!   into the first-order-logic language);
 //! - `spec dot FILE` prints the chart as Graphviz DOT;
-//! - `spec conformance DIR [--json]` runs the W3C SCXML test suite in DIR (a folder with
-//!   `manifest.json` and `txml/`) and prints one line per test, then `N passed, N failed, N
-//!   skipped`; exits 1 if a test failed;
+//! - `spec conformance DIR [--json] [--datamodel viastack|ecmascript]` runs the W3C SCXML
+//!   test suite in DIR (a folder with `manifest.json` and `txml/`) and prints one line per
+//!   test, then `N passed, N failed, N skipped, N excluded`; exits 1 if a test failed; with
+//!   `--datamodel ecmascript` the placeholders become ECMAScript (confEcma.xsl) and the tests
+//!   run on the ECMAScript datamodel;
 //! - `spec run FILE… --trace TRACE.jsonl` runs services on a trace ([`crate::spec_run`]);
 //! - `spec explore FILE --topology tree:7 --loss 1` explores a service exhaustively
 //!   ([`crate::spec_explore`]).
@@ -55,6 +57,11 @@ pub enum SpecCommand {
         /// Print the results as JSON.
         #[arg(long)]
         json: bool,
+        /// Rewrite the `conf:` placeholders into this datamodel's language and run the tests
+        /// on it: `viastack` (the default: viastack's expression language) or `ecmascript`
+        /// (the W3C's confEcma.xsl, run on the embedded ECMAScript engine).
+        #[arg(long, default_value = "viastack", value_parser = ["viastack", "ecmascript"])]
+        datamodel: String,
     },
 }
 
@@ -190,8 +197,17 @@ pub fn run(cmd: SpecCommand) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        SpecCommand::Conformance { dir, json } => {
-            let results = conformance::run_dir(&dir).map_err(anyhow::Error::msg)?;
+        SpecCommand::Conformance {
+            dir,
+            json,
+            datamodel,
+        } => {
+            let dm = if datamodel == "ecmascript" {
+                conformance::Datamodel::Ecmascript
+            } else {
+                conformance::Datamodel::Native
+            };
+            let results = conformance::run_dir_as(&dir, dm).map_err(anyhow::Error::msg)?;
             let t = conformance::totals(&results);
             if json {
                 let tests: Vec<serde_json::Value> = results

@@ -188,3 +188,41 @@ fn compile_prints_rust_for_a_flat_service_and_refuses_the_others() {
         text(&o.stderr)
     );
 }
+
+/// `--datamodel ecmascript` rewrites the placeholders with confEcma.xsl and runs the test on
+/// the ECMAScript datamodel: a test whose own condition is ECMAScript passes there and fails
+/// in viastack's language.
+#[test]
+fn conformance_in_ecmascript() {
+    let manifest = write(
+        "ecma",
+        "manifest.json",
+        r#"[{"id": "9001", "conformance": "mandatory", "start": ["test9001.txml"], "deps": []}]"#,
+    );
+    let dir = manifest.parent().unwrap();
+    std::fs::create_dir_all(dir.join("txml")).unwrap();
+    std::fs::write(
+        dir.join("txml/test9001.txml"),
+        r#"<scxml xmlns="http://www.w3.org/2005/07/scxml" xmlns:conf="http://www.w3.org/2005/scxml-conformance" conf:datamodel="" initial="s0" version="1.0">
+  <datamodel><data conf:id="1" conf:expr="[1,2,3]"/></datamodel>
+  <state id="s0"><onentry><conf:extendArray id="1"/></onentry>
+    <transition cond="Var1 instanceof Array &amp;&amp; Var1.length === 4 &amp;&amp; Var1[3] === 4" conf:targetpass=""/>
+    <transition conf:targetfail=""/></state>
+  <conf:pass/><conf:fail/></scxml>"#,
+    )
+    .unwrap();
+    let d = dir.to_str().unwrap();
+    let o = viastack(&["spec", "conformance", d, "--datamodel", "ecmascript"]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("9001 pass"), "{out}");
+    assert!(
+        out.ends_with("1 passed, 0 failed, 0 skipped, 0 excluded\n"),
+        "{out}"
+    );
+    let o = viastack(&["spec", "conformance", d]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    assert!(text(&o.stdout).contains("9001 fail"), "{}", text(&o.stdout));
+    let o = viastack(&["spec", "conformance", d, "--datamodel", "lua"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+}

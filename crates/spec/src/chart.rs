@@ -25,6 +25,7 @@ pub mod conformance;
 pub mod dot;
 pub mod engine;
 pub mod expr;
+pub mod host;
 pub mod model;
 pub mod validate;
 pub mod value;

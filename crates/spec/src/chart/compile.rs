@@ -157,6 +157,32 @@ pub enum Op {
     Script(Vec<expr::Stmt>),
     /// `<script src=…>`: fetched through the host's loader and run.
     ScriptSrc(Arc<str>),
+    /// `<script>` of the ECMAScript datamodel, run by the instance's
+    /// [`HostModel`](super::host::HostModel).
+    HostScript(Arc<str>),
+    /// `<assign>` of the ECMAScript or XPath datamodel: location, value, the XPath profile's
+    /// `type=` and `attr=`.
+    HostAssign {
+        /// `location`.
+        location: Arc<str>,
+        /// `expr` (as [`Expr::Host`]) or inline content.
+        value: Spec,
+        /// `type`.
+        kind: Option<Arc<str>>,
+        /// `attr`.
+        attr: Option<Arc<str>>,
+    },
+    /// `<foreach>` of the ECMAScript or XPath datamodel.
+    HostForeach {
+        /// `array`.
+        array: Arc<str>,
+        /// `item`.
+        item: Arc<str>,
+        /// `index`.
+        index: Option<Arc<str>>,
+        /// Body.
+        body: Vec<Op>,
+    },
     /// Does nothing (an empty `<script>`).
     Nop,
 }
@@ -262,6 +288,8 @@ pub struct Chart<A> {
     pub(crate) sym_error_communication: Symbol,
     /// Top-level `<script>`s, run once after the datamodel is bound.
     pub(crate) scripts: Vec<Op>,
+    /// The datamodel (`<scxml datamodel=…>`).
+    pub(crate) datamodel: super::host::Datamodel,
 }
 
 impl<A> std::fmt::Debug for Chart<A> {
@@ -361,6 +389,8 @@ struct Compiler<'e, E: Extension> {
     pending_initial: Vec<(u32, TransitionNode)>,
     n_history: u32,
     scripts: Vec<Op>,
+    /// The datamodel: expressions are kept as text for a host datamodel.
+    dm: super::host::Datamodel,
 }
 
 impl<A> Chart<A> {
@@ -396,6 +426,7 @@ impl<A> Chart<A> {
             pending_initial: Vec::new(),
             n_history: 0,
             scripts: Vec::new(),
+            dm: doc.datamodel,
         };
         // Pass 1: number states so In() and targets resolve.
         number_states(&doc.root, &mut c.res.states, &mut 0);
@@ -556,6 +587,9 @@ impl<E: Extension> Compiler<'_, E> {
     }
 
     fn expr(&mut self, src: &super::model::Src) -> Option<Expr> {
+        if self.dm.is_host() {
+            return Some(Expr::Host(Arc::from(src.text.as_str())));
+        }
         match expr::parse(&src.text, &mut self.res) {
             Ok(e) => Some(e),
             Err(e) => {
@@ -569,6 +603,9 @@ impl<E: Extension> Compiler<'_, E> {
     }
 
     fn location(&mut self, src: &super::model::Src) -> Option<Location> {
+        if self.dm.is_host() {
+            return Some(Location::Host(Arc::from(src.text.as_str())));
+        }
         match expr::parse_location(&src.text, &mut self.res) {
             Ok(l) => Some(l),
             Err(e) => {
@@ -713,6 +750,21 @@ impl<E: Extension> Compiler<'_, E> {
 
     fn data(&mut self, d: &DataNode) -> Option<(u32, Option<Spec>)> {
         let id = d.id.as_ref()?;
+        if self.dm.is_host() {
+            let slot = self.res.var(id.text.trim());
+            let init = if let Some(src) = &d.src {
+                Some(Spec::Src(Arc::from(src.text.trim())))
+            } else if let Some(e) = &d.expr {
+                self.expr(e).map(Spec::Expr)
+            } else if d.has_elements {
+                Some(Spec::Lit(super::host::text_value(self.dm, &d.markup)))
+            } else if d.text.trim().is_empty() {
+                None
+            } else {
+                Some(Spec::Lit(super::host::text_value(self.dm, &d.text)))
+            };
+            return Some((slot, init));
+        }
         if d.has_elements && d.expr.is_none() {
             // Opaque structured data (the seed's service/events/metaops): not a variable value.
             let slot = self.res.var(&id.text);
@@ -732,6 +784,14 @@ impl<E: Extension> Compiler<'_, E> {
     fn content(&mut self, c: &Content) -> Option<Spec> {
         if let Some(e) = &c.expr {
             return self.expr(e).map(Spec::Expr);
+        }
+        if self.dm.is_host() {
+            let text = if c.markup.is_empty() {
+                &c.text
+            } else {
+                &c.markup
+            };
+            return Some(Spec::Lit(super::host::text_value(self.dm, text)));
         }
         Some(Spec::Lit(inline_value(&c.text).unwrap_or(Value::Null)))
     }
@@ -931,6 +991,44 @@ impl<E: Extension> Compiler<'_, E> {
                 Exec::Log { label, expr, .. } => {
                     let e = expr.as_ref().and_then(|e| self.expr(e));
                     Op::Log(Arc::from(label.as_str()), e)
+                }
+                Exec::Assign {
+                    location,
+                    expr,
+                    text,
+                    kind,
+                    attr,
+                    ..
+                } if self.dm.is_host() => {
+                    let value = match expr {
+                        Some(e) => Spec::Expr(Expr::Host(Arc::from(e.text.as_str()))),
+                        None => Spec::Lit(super::host::text_value(self.dm, text)),
+                    };
+                    Op::HostAssign {
+                        location: Arc::from(location.text.as_str()),
+                        value,
+                        kind: kind.as_ref().map(|k| Arc::from(k.text.trim())),
+                        attr: attr.as_ref().map(|a| Arc::from(a.text.trim())),
+                    }
+                }
+                Exec::Foreach {
+                    array,
+                    item,
+                    index,
+                    body,
+                    ..
+                } if self.dm.is_host() => Op::HostForeach {
+                    array: Arc::from(array.text.as_str()),
+                    item: Arc::from(item.text.as_str()),
+                    index: index.as_ref().map(|i| Arc::from(i.text.as_str())),
+                    body: self.block(body),
+                },
+                Exec::Script { text, src, .. } if self.dm.is_host() => {
+                    if let Some(s) = src {
+                        Op::ScriptSrc(Arc::from(s.text.trim()))
+                    } else {
+                        Op::HostScript(Arc::from(text.text.as_str()))
+                    }
                 }
                 Exec::Assign {
                     location,
@@ -1199,6 +1297,7 @@ impl<E: Extension> Compiler<'_, E> {
             sym_error_execution,
             sym_error_communication,
             scripts: self.scripts,
+            datamodel: self.dm,
         })
     }
 }

@@ -37,7 +37,8 @@ use std::sync::Arc;
 use viastack_kernel::time::Instant;
 
 use super::compile::{descriptor_matches, Chart, Kind, Op, Spec, StateId, Symbol};
-use super::expr::{self, EventField, Location, PathStep, Scope, System};
+use super::expr::{self, EventField, Expr, Location, PathStep, Scope, System};
+use super::host::{self, HostModel, Init, ModelCell};
 use super::value::Value;
 
 mod invoke;
@@ -272,6 +273,10 @@ pub struct Instance {
     is_child: bool,
     /// `<donedata>` of the top-level final state reached (`done.invoke` data).
     done_value: Value,
+    /// The ECMAScript or XPath datamodel (created by [`Instance::start`]); shared by clones.
+    model: Option<ModelCell>,
+    /// Counts events taken, so the datamodel's `_event` is rebound only when it changed.
+    event_seq: u64,
 }
 
 impl Instance {
@@ -587,6 +592,29 @@ impl<A> Scope for Env<'_, A> {
     fn in_state(&self, index: u32) -> bool {
         bit(&self.inst.config, index)
     }
+    fn host_eval(&self, src: &str) -> Result<Value, String> {
+        self.inst.with_model(self.chart, |m| m.eval(src))
+    }
+    fn host_cond(&self, src: &str) -> Result<bool, String> {
+        self.inst.with_model(self.chart, |m| m.cond(src))
+    }
+}
+
+/// `_event` as a map of the W3C fields.
+fn event_value<A>(chart: &Chart<A>, ev: &Event) -> Value {
+    let mut m = BTreeMap::new();
+    for (k, f) in [
+        ("name", EventField::Name),
+        ("type", EventField::Type),
+        ("sendid", EventField::SendId),
+        ("origin", EventField::Origin),
+        ("origintype", EventField::OriginType),
+        ("invokeid", EventField::InvokeId),
+        ("data", EventField::Data),
+    ] {
+        m.insert(k.to_string(), field(chart, ev, f));
+    }
+    Value::map(m)
 }
 
 fn field<A>(chart: &Chart<A>, ev: &Event, f: EventField) -> Value {
@@ -639,6 +667,8 @@ impl Instance {
             outbox: Vec::new(),
             is_child: false,
             done_value: Value::Null,
+            model: None,
+            event_seq: 0,
         }
     }
 
@@ -711,6 +741,12 @@ impl Instance {
             sc: None,
             enabled: Enabled::default(),
         };
+        if chart.datamodel.is_host() && self.model.is_none() {
+            match host::create(chart.datamodel, self.session, &chart.name) {
+                Ok(m) => self.model = Some(ModelCell::new(m)),
+                Err(msg) => self.raise_error(&rt, false, &msg),
+            }
+        }
         if chart.late_binding {
             self.init_data(&mut rt, 0);
         } else {
@@ -719,6 +755,16 @@ impl Instance {
             }
         }
         for (name, v) in overrides {
+            if chart.datamodel.is_host() {
+                let top = chart.states[0]
+                    .data
+                    .iter()
+                    .any(|(d, _)| chart.vars.get(*d as usize).is_some_and(|n| *n == name));
+                if top {
+                    let _ = self.with_model(chart, |m| m.declare(&name, Init::Value(&v)));
+                }
+                continue;
+            }
             // Only top-level data the document declares (W3C SCXML §6.4.4).
             if let Some(&slot) = chart
                 .var_map
@@ -956,6 +1002,8 @@ impl Instance {
             outbox: Vec::new(),
             is_child: false,
             done_value: Value::Null,
+            model: None,
+            event_seq: 0,
         };
         let mut sc = Scratch::default();
         reset(&mut sc.enter, chart.words);
@@ -1043,6 +1091,7 @@ impl Instance {
             return Ok(());
         }
         self.last_event = Some(ev);
+        self.event_seq += 1;
         if !self.children.is_empty() {
             self.finalize(rt);
         }
@@ -1078,6 +1127,7 @@ impl Instance {
                     return Err(RunError::StepLimit { steps: rt.steps });
                 }
                 self.last_event = Some(ev);
+                self.event_seq += 1;
                 self.select_transitions(rt, false);
             }
             if !rt.enabled.is_empty() {
@@ -1564,6 +1614,10 @@ impl Instance {
         if chart.late_binding {
             set_bit(&mut self.inited, s);
         }
+        if chart.datamodel.is_host() {
+            self.init_host_data(rt, s);
+            return;
+        }
         for (slot, init) in &chart.states[s as usize].data {
             let v = match init {
                 None => Ok(Value::Null),
@@ -1597,6 +1651,87 @@ impl Instance {
                 }
             }
         }
+    }
+
+    /// [`Instance::init_data`] for an ECMAScript or XPath datamodel.
+    fn init_host_data<A, H: Host<A>>(&mut self, rt: &mut Rt<'_, A, H>, s: u32) {
+        let chart = rt.chart;
+        for (slot, init) in &chart.states[s as usize].data {
+            let name = chart.vars.get(*slot as usize).cloned().unwrap_or_default();
+            let r = match init {
+                None => self.with_model(chart, |m| m.declare(&name, Init::None)),
+                Some(Spec::Lit(v)) => self.with_model(chart, |m| m.declare(&name, Init::Value(v))),
+                Some(Spec::Expr(Expr::Host(src))) => {
+                    self.with_model(chart, |m| m.declare(&name, Init::Expr(src)))
+                }
+                Some(Spec::Expr(_)) => Err("not an expression of the datamodel".into()),
+                Some(Spec::Src(uri)) => match rt.host.load(&chart.file, uri) {
+                    Ok(text) => {
+                        let v = host::text_value(chart.datamodel, &text);
+                        self.with_model(chart, |m| m.declare(&name, Init::Value(&v)))
+                    }
+                    Err(msg) => {
+                        let _ = self.with_model(chart, |m| m.declare(&name, Init::None));
+                        Err(msg)
+                    }
+                },
+            };
+            if let Err(msg) = r {
+                self.raise_error(rt, false, &msg);
+            }
+        }
+        if chart.late_binding && s == 0 {
+            for st in &chart.states[1..] {
+                for (slot, _) in &st.data {
+                    let name = chart.vars.get(*slot as usize).cloned().unwrap_or_default();
+                    let _ = self.with_model(chart, |m| m.declare(&name, Init::None));
+                }
+            }
+        }
+    }
+
+    /// Runs `f` on the datamodel, after binding `_event` (if another event was taken since)
+    /// and the active states (if they changed).
+    fn with_model<A, R>(
+        &self,
+        chart: &Chart<A>,
+        f: impl FnOnce(&mut dyn HostModel) -> Result<R, String>,
+    ) -> Result<R, String> {
+        let Some(cell) = &self.model else {
+            return Err("the session has no datamodel (it could not be created)".into());
+        };
+        let mut guard = cell
+            .0
+            .lock()
+            .map_err(|_| "the datamodel failed earlier".to_string())?;
+        let st = &mut *guard;
+        if st.event_seq != self.event_seq {
+            st.event_seq = self.event_seq;
+            if let Some(ev) = &self.last_event {
+                let _ = st.model.set_event(&event_value(chart, ev));
+            }
+        }
+        if !st.active.iter().copied().eq(ones(&self.config)) {
+            st.active = ones(&self.config).collect();
+            let names: Vec<&str> = st
+                .active
+                .iter()
+                .map(|&s| chart.states.get(s as usize).map_or("", |x| &*x.id))
+                .collect();
+            st.model.set_active(&names);
+        }
+        f(&mut *st.model)
+    }
+
+    /// A `namelist` entry's value.
+    fn namelist_value<A>(&self, chart: &Chart<A>, name: &str, slot: u32) -> Option<Value> {
+        if chart.datamodel.is_host() {
+            return self.with_model(chart, |m| m.read(name)).ok();
+        }
+        self.vars
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .cloned()
     }
 
     fn done_data<A, H: Host<A>>(&mut self, rt: &mut Rt<'_, A, H>, s: u32) -> Value {
@@ -1732,6 +1867,55 @@ impl Instance {
                 rt.host.execute(action, &mut vars).map_err(x)?;
             }
             Op::Script(stmts) => self.script(chart, stmts).map_err(x)?,
+            Op::HostScript(src) => self.with_model(chart, |m| m.script(src)).map_err(x)?,
+            Op::ScriptSrc(uri) if chart.datamodel.is_host() => {
+                let text = rt.host.load(&chart.file, uri).map_err(x)?;
+                self.with_model(chart, |m| m.script(&text)).map_err(x)?;
+            }
+            Op::HostAssign {
+                location,
+                value,
+                kind,
+                attr,
+            } => {
+                let init = match value {
+                    Spec::Expr(Expr::Host(src)) => Init::Expr(src),
+                    Spec::Lit(v) => Init::Value(v),
+                    _ => return Err(x("not a value of the datamodel".into())),
+                };
+                self.with_model(chart, |m| {
+                    m.assign(location, init, kind.as_deref(), attr.as_deref())
+                })
+                .map_err(x)?;
+            }
+            Op::HostForeach {
+                array,
+                item,
+                index,
+                body,
+            } => {
+                let n = self
+                    .with_model(chart, |m| m.foreach_start(array))
+                    .map_err(x)?;
+                let mut r = Ok(());
+                for i in 0..n {
+                    if let Err(msg) =
+                        self.with_model(chart, |m| m.foreach_bind(item, index.as_deref(), i))
+                    {
+                        r = Err(x(msg));
+                        break;
+                    }
+                    if self.exec_block(rt, body).is_err() {
+                        r = Err((false, String::new()));
+                        break;
+                    }
+                }
+                let _ = self.with_model(chart, |m| {
+                    m.foreach_end();
+                    Ok(())
+                });
+                return r;
+            }
             Op::ScriptSrc(uri) => {
                 let text = rt.host.load(&chart.file, uri).map_err(x)?;
                 let stmts = invoke::parse_runtime_script(chart, &text).map_err(x)?;
@@ -1775,6 +1959,9 @@ impl Instance {
         let (slot, path) = match loc {
             Location::System(s) => {
                 return Err(format!("cannot assign the system variable {}", s.name()))
+            }
+            Location::Host(l) => {
+                return self.with_model(chart, |m| m.assign(l, Init::Value(&v), None, None));
             }
             Location::Var(slot, path) => (*slot, path),
         };

@@ -179,6 +179,9 @@ pub enum Expr {
     List(Vec<Expr>),
     /// `{k: v}`.
     Map(Vec<(String, Expr)>),
+    /// An expression of the chart's ECMAScript or XPath datamodel, evaluated by its
+    /// [`HostModel`](super::host::HostModel).
+    Host(Arc<str>),
 }
 
 /// A syntax error: byte offset into the text and message (with what was expected).
@@ -228,6 +231,20 @@ pub trait Scope {
     fn event_field(&self, f: EventField) -> Option<Value>;
     /// Whether state `index` is active.
     fn in_state(&self, index: u32) -> bool;
+    /// Evaluates an [`Expr::Host`] expression in the chart's datamodel.
+    ///
+    /// # Errors
+    /// Whatever the datamodel reports (the default: there is none).
+    fn host_eval(&self, src: &str) -> Result<Value, String> {
+        Err(format!("no datamodel to evaluate \"{src}\""))
+    }
+    /// Evaluates an [`Expr::Host`] condition (the datamodel's conversion to a boolean).
+    ///
+    /// # Errors
+    /// As [`Scope::host_eval`].
+    fn host_cond(&self, src: &str) -> Result<bool, String> {
+        Err(format!("no datamodel to evaluate \"{src}\""))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -385,6 +402,8 @@ pub enum Location {
     Var(u32, Vec<PathStep>),
     /// A system variable (assigning one is a run-time error).
     System(System),
+    /// A location of the chart's ECMAScript or XPath datamodel.
+    Host(Arc<str>),
 }
 
 /// One step of a [`Location`] path.
@@ -766,6 +785,7 @@ pub fn eval_cond(e: &Expr, s: &dyn Scope) -> Result<bool, String> {
     match e {
         // Fast paths that do not build values.
         Expr::Lit(Value::Bool(b)) => Ok(*b),
+        Expr::Host(src) => s.host_cond(src),
         Expr::In(i) => Ok(s.in_state(*i)),
         Expr::IsBound(slot) => Ok(s.var(*slot).is_some_and(|v| *v != Value::Null)),
         Expr::Not(inner) => Ok(!eval_cond(inner, s)?),
@@ -782,6 +802,7 @@ pub fn eval_cond(e: &Expr, s: &dyn Scope) -> Result<bool, String> {
 pub fn eval(e: &Expr, s: &dyn Scope) -> Result<Value, String> {
     Ok(match e {
         Expr::Lit(v) => v.clone(),
+        Expr::Host(src) => s.host_eval(src)?,
         Expr::Var(slot) => match s.var(*slot) {
             Some(v) => v.clone(),
             None => return Err(format!("variable {} is not declared", s.var_name(*slot))),

@@ -159,6 +159,8 @@ pub struct DataNode {
     pub text: String,
     /// Whether it has element children (kept opaque).
     pub has_elements: bool,
+    /// The element children as XML text (for the ECMAScript and XPath datamodels).
+    pub markup: String,
     /// `src`: a resource the host's loader fetches.
     pub src: Option<Src>,
 }
@@ -185,6 +187,8 @@ pub struct Content {
     pub expr: Option<Src>,
     /// Inline text.
     pub text: String,
+    /// The element children as XML text (for the ECMAScript and XPath datamodels).
+    pub markup: String,
 }
 
 /// `<donedata>`.
@@ -304,6 +308,10 @@ pub enum Exec {
         expr: Option<Src>,
         /// Inline text, when no `expr`.
         text: String,
+        /// `type` (XPath datamodel: `replacechildren`, `firstchild`, …).
+        kind: Option<Src>,
+        /// `attr` (XPath datamodel, with `type="addattribute"`).
+        attr: Option<Src>,
     },
     /// `<if>` with its `<elseif>`/`<else>` branches; a branch without condition is `else`.
     If {
@@ -347,6 +355,8 @@ pub struct Document {
     pub name: Option<String>,
     /// `binding="late"`.
     pub late_binding: bool,
+    /// `datamodel=…`: viastack's own, or ECMAScript or XPath.
+    pub datamodel: super::host::Datamodel,
     /// The root: `<scxml>` as a compound state.
     pub root: StateNode,
     /// Warnings found while reading (unsupported elements that are skipped).
@@ -404,6 +414,7 @@ pub fn build(file: &str, root: &Element) -> Result<Document, Diagnostics> {
         file: file.to_string(),
         name: root.get("name").map(str::to_string),
         late_binding,
+        datamodel: super::host::Datamodel::from_attr(root.get("datamodel")),
         root: state,
         warnings: Vec::new(),
     };
@@ -672,6 +683,7 @@ impl Builder<'_> {
             expr: src(e, "expr"),
             text: e.text.clone(),
             has_elements: !e.children.is_empty(),
+            markup: e.children.iter().map(super::xml::write).collect(),
         };
         if d.id.is_none() && d.name.is_none() {
             self.error(
@@ -699,6 +711,7 @@ impl Builder<'_> {
             pos: e.pos,
             expr: src(e, "expr"),
             text: e.text.clone(),
+            markup: e.children.iter().map(super::xml::write).collect(),
         }
     }
 
@@ -751,11 +764,13 @@ impl Builder<'_> {
                     }
                 }
                 "assign" => {
-                    self.check_attrs(c, &["location", "expr"]);
+                    self.check_attrs(c, &["location", "expr", "type", "attr"]);
                     Exec::Assign {
                         pos: c.pos,
                         location: self.required(c, "location"),
                         expr: src(c, "expr"),
+                        kind: src(c, "type"),
+                        attr: src(c, "attr"),
                         // Inline XML (W3C SCXML §5.4) is kept as its text: viastack's
                         // datamodel has no DOM; the text can be a document to invoke.
                         text: if c.children.is_empty() {

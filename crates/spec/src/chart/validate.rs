@@ -26,6 +26,9 @@ struct V<'d> {
     out: Vec<Diagnostic>,
     vars: expr::AnyNames,
     known: Option<String>,
+    /// ECMAScript or XPath: expressions are checked when they run (a syntax error is
+    /// `error.execution`, W3C SCXML §B.2).
+    host: bool,
 }
 
 struct StateNames<'a> {
@@ -50,6 +53,7 @@ pub fn validate(doc: &Document) -> Vec<Diagnostic> {
         out: Vec::new(),
         vars: expr::AnyNames::default(),
         known: None,
+        host: doc.datamodel.is_host(),
     };
     let mut next = 0;
     v.collect_ids(&doc.root, &mut next);
@@ -134,6 +138,9 @@ impl<'d> V<'d> {
     }
 
     fn check_expr(&mut self, src: &Src) {
+        if self.host {
+            return;
+        }
         let mut names = StateNames {
             ids: &self.ids,
             vars: &mut self.vars,
@@ -148,6 +155,9 @@ impl<'d> V<'d> {
     }
 
     fn check_location(&mut self, src: &Src) {
+        if self.host {
+            return;
+        }
         let mut names = StateNames {
             ids: &self.ids,
             vars: &mut self.vars,

@@ -205,8 +205,8 @@ impl Instance {
         }
         let mut data = Vec::new();
         for (name, slot) in &inv.namelist {
-            match self.vars.get(*slot as usize).and_then(Option::as_ref) {
-                Some(v) => data.push((name.clone(), v.clone())),
+            match self.namelist_value(chart, name, *slot) {
+                Some(v) => data.push((name.clone(), v)),
                 None => return Err(format!("namelist variable {name} is not declared")),
             }
         }
@@ -216,7 +216,10 @@ impl Instance {
         let child_chart = match (&inv.content, &inv.src) {
             (Some(InvokeSource::Chart(c)), _) => c.clone(),
             (Some(InvokeSource::Expr(e)), _) => {
-                let text = expr::eval(e, &self.env(chart))?.to_string();
+                let v = expr::eval(e, &self.env(chart))?;
+                // An XML value of the ECMAScript/XPath datamodels is the document itself.
+                let text =
+                    super::super::host::as_xml(&v).map_or_else(|| v.to_string(), str::to_string);
                 compile_text(&chart.file, &text)?
             }
             (Some(InvokeSource::Text(t)), _) => compile_text(&chart.file, t)?,

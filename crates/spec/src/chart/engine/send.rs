@@ -91,9 +91,9 @@ impl Instance {
         } else {
             let mut m = BTreeMap::new();
             for (name, slot) in &s.namelist {
-                match self.vars.get(*slot as usize).and_then(Option::as_ref) {
+                match self.namelist_value(chart, name, *slot) {
                     Some(v) => {
-                        m.insert(name.to_string(), v.clone());
+                        m.insert(name.to_string(), v);
                     }
                     None => return Err(x(format!("namelist variable {name} is not declared"))),
                 }
