@@ -7,7 +7,7 @@
 //! will see its results. It never reads a clock: time is an argument of every call, and the
 //! node's generation id is given in its [`Config`].
 //!
-//! # Neighbour discovery (draft §3.2)
+//! # Neighbour discovery (the draft's "Neighbor Discovery" section)
 //! Every `probe_interval` a probe goes out on each interface listing the neighbours heard
 //! there. A neighbour whose probe lists us is **two-way adjacent**; route reports are accepted
 //! only from adjacent neighbours. A neighbour not heard for `neighbor_timeout` is dropped; a new
@@ -15,7 +15,7 @@
 //! once. A new neighbour gets a probe at once (so adjacency forms in one round trip), a newly
 //! adjacent one a full report at once.
 //!
-//! # Route exchange (draft §3.4)
+//! # Route exchange (the draft's "Source Location" route-exchange sections)
 //! Distance vector per source network with metrics `1..=31`, infinity 32. A report's metric
 //! plus the receiving interface's metric is the candidate; the current upstream's word is
 //! always taken (better or worse), another neighbour's only when strictly better, or equal
@@ -44,13 +44,13 @@ pub const MAX_ENTRIES: usize = 200;
 /// The protocol's timers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timers {
-    /// Between probes on an interface (draft §3.2.1 / timer summary: 10 s).
+    /// Between probes on an interface (the draft's Probe interval: 10 s).
     pub probe_interval: Duration,
     /// A neighbour not heard for this long is gone (draft: NeighborTimeout, 35 s).
     pub neighbor_timeout: Duration,
-    /// Between full route reports (draft §3.4: 60 s).
+    /// Between full route reports (the draft's Route Report interval: 60 s).
     pub report_interval: Duration,
-    /// Between two flash updates (draft §3.4: minimum flash update interval, 5 s).
+    /// Between two flash updates (the draft's Minimum Flash Update interval: 5 s).
     pub min_flash_interval: Duration,
     /// A learned route not refreshed for this long becomes unreachable (draft: Route
     /// Expiration Time, 140 s).

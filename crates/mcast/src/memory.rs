@@ -37,7 +37,7 @@ pub const MAX_NEIGHBORS: usize = 1024;
 /// Most routes a routing table holds (reports of more new networks are refused).
 pub const MAX_ROUTES: usize = 65_536;
 
-/// DVMRP's infinity: a metric of 32 means unreachable (draft-ietf-idmr-dvmrp-v3 §3.4.1).
+/// DVMRP's infinity: a metric of 32 means unreachable (draft-ietf-idmr-dvmrp-v3, route metrics).
 pub const INFINITY: u8 = 32;
 
 /// A reader's handle, from `subscribe`.

@@ -1,5 +1,5 @@
-//! DVMRP wire format, viastack version (draft-ietf-idmr-dvmrp-v3 §3.1 "Protocol Overview" and
-//! §4 "Message Formats": the Probe and Route Report messages, carried here directly over a
+//! DVMRP wire format, viastack version (draft-ietf-idmr-dvmrp-v3, its Probe and Route Report
+//! messages and their packet formats: the same fields, carried here directly over a
 //! link instead of inside IGMP). Documented byte by byte in `docs/WIRE.md` ("DVMRP"); hex
 //! vectors in `testdata/vectors/dvmrp.json`; fuzz target `fuzz/fuzz_targets/dvmrp.rs`.
 //!
