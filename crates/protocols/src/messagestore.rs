@@ -404,8 +404,10 @@ impl Network for Recording {
 struct Fetch {
     /// Messages waiting for it: arrival number, their tree's root, the message.
     waiting: VecDeque<(u64, NodeId, SMsg)>,
-    /// Nodes to ask first (the first message's previous hop and source).
+    /// Nodes to ask first (the previous hops and sources of the messages waiting).
     first: Vec<NodeId>,
+    /// A node of `first` was asked.
+    asked_holder: bool,
     /// Requests sent.
     tried: u32,
     /// Token of its retry timer.
@@ -1101,20 +1103,21 @@ impl MessageStoreSession {
             .collect();
         if let Some(f) = self.fetches.get_mut(&sid) {
             f.waiting.push_back((arrival, root, m));
-            // A message from a node not asked yet: that node (or its source) has the
-            // service — ask it now unless a bundle is already coming in (at most
-            // FETCH_FIRST such nodes per fetch).
-            let mut ask = Vec::new();
+            // A message from a node not known yet: that node (or its source) has the
+            // service — asked in the next rounds (at most FETCH_FIRST such nodes per fetch),
+            // and at once if no node known to have it was asked yet (a fetch started by
+            // this node's own message, asking neighbours that lack it too).
+            let mut ask = None;
             for n in holders {
                 if f.first.len() < FETCH_FIRST && !f.first.contains(&n) {
                     f.first.push(n);
-                    ask.push(n);
+                    if !f.asked_holder && f.assembly.is_none() {
+                        f.asked_holder = true;
+                        ask = Some(n);
+                    }
                 }
             }
-            if f.assembly.is_some() {
-                ask.clear();
-            }
-            for n in ask {
+            if let Some(n) = ask {
                 self.send_spec_request(ctx, sid, n);
             }
             return;
@@ -1125,6 +1128,7 @@ impl MessageStoreSession {
                 first.push(n);
             }
         }
+        let asked_holder = !first.is_empty();
         let token = self.next_timer;
         self.next_timer = self.next_timer.wrapping_add(1);
         let mut waiting = VecDeque::new();
@@ -1134,6 +1138,7 @@ impl MessageStoreSession {
             Fetch {
                 waiting,
                 first,
+                asked_holder,
                 tried: 0,
                 token,
                 assembly: None,
