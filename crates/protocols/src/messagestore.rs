@@ -93,7 +93,8 @@
 //! Under the layer's name: `malformed`, `unknown_service` (a message for a service not here:
 //! held and fetched), `spec_fetch`, `spec_request_sent`, `spec_served`,
 //! `spec_request_unanswered`, `spec_accepted`, `spec_refused`, `spec_refused_again`,
-//! `spec_unsolicited`, `spec_fetch_failed`, `unknown_service_dropped`, `services_full`, `sent`, `no_target` (a send with
+//! `spec_unsolicited`, `spec_fetch_failed`, `unknown_service_dropped`, `fetches_full`,
+//! `services_full`, `sent`, `no_target` (a send with
 //! no target: a unicast to address 0, a multicast at a leaf), `to_application`, `own`,
 //! `queue_evicted` (an input dropped because `queue` inputs already wait for their tree: the
 //! oldest goes), `full` (an input refused because `capacity` instances live), `step_limit`,
@@ -104,7 +105,7 @@
 //! # Memory
 //!
 //! Bounded: at most `capacity` live instances (the store's bound), `queue` inputs waiting for
-//! their tree, [`Deploy::queue`] messages waiting for a service (and as many fetches, each
+//! their tree, [`Deploy::queue`] messages waiting for a service, [`MAX_FETCHES`] fetches (each
 //! reassembling at most one bundle of [`specbundle::MAX_SPEC`] bytes), [`Deploy::max_services`]
 //! services, 64 refused hashes, and per instance its timers (the timer table holds at most `8 × capacity`
 //! entries; beyond, the oldest are cancelled and counted); at most `capacity` failure reports
@@ -154,6 +155,10 @@ pub const REPAIR_SETTLE: viastack_kernel::Duration = viastack_kernel::Duration::
 /// Sends of a repaired payload to a new child, one per repair pass (the instance expects no
 /// acknowledgement from a child it did not know: repeats stand in for one).
 pub const REPAIR_SENDS: u8 = 3;
+/// Services fetched at once at most (each may reassemble one bundle of up to
+/// [`specbundle::MAX_SPEC`] bytes: 4 MiB in all); a message for another missing service is
+/// dropped (`fetches_full`, `unknown_service_dropped`).
+pub const MAX_FETCHES: usize = 16;
 /// Nodes a fetch asks first (previous hops and sources of the messages waiting), at most.
 const FETCH_FIRST: usize = 8;
 /// Timer token of the repair pass (instance timers and reports use small tokens).
@@ -404,8 +409,10 @@ impl Network for Recording {
 struct Fetch {
     /// Messages waiting for it: arrival number, their tree's root, the message.
     waiting: VecDeque<(u64, NodeId, SMsg)>,
-    /// Nodes to ask first (the first message's previous hop and source).
+    /// Nodes to ask first (the previous hops and sources of the messages waiting).
     first: Vec<NodeId>,
+    /// A node of `first` was asked.
+    asked_holder: bool,
     /// Requests sent.
     tried: u32,
     /// Token of its retry timer.
@@ -428,8 +435,10 @@ pub struct MessageStoreSession {
     /// Messages waiting in `fetches`, and the next arrival number.
     waiting: usize,
     next_arrival: u64,
-    /// Hashes of bundles refused (never run, not reassembled again), at most 64.
-    refused: VecDeque<Hash>,
+    /// Bundles refused, by hash and signature (never run, not reassembled again), at most 64.
+    /// A bundle whose text does not match its hash is not remembered: its hash may be the
+    /// genuine spec's, which must still be accepted.
+    refused: VecDeque<(Hash, Option<Signature>)>,
     flood: bool,
     stream: bool,
     store_forwards: bool,
@@ -1087,6 +1096,12 @@ impl MessageStoreSession {
         }
         ctx.count("unknown_service");
         let sid = m.service_id;
+        if !self.fetches.contains_key(&sid) && self.fetches.len() >= MAX_FETCHES {
+            // Each fetch may hold a bundle being reassembled (up to MAX_SPEC bytes).
+            ctx.count("fetches_full");
+            ctx.count("unknown_service_dropped");
+            return;
+        }
         while self.waiting >= self.deploy.queue.max(1) {
             self.drop_oldest_waiting(ctx);
         }
@@ -1101,20 +1116,21 @@ impl MessageStoreSession {
             .collect();
         if let Some(f) = self.fetches.get_mut(&sid) {
             f.waiting.push_back((arrival, root, m));
-            // A message from a node not asked yet: that node (or its source) has the
-            // service — ask it now unless a bundle is already coming in (at most
-            // FETCH_FIRST such nodes per fetch).
-            let mut ask = Vec::new();
+            // A message from a node not known yet: that node (or its source) has the
+            // service — asked in the next rounds (at most FETCH_FIRST such nodes per fetch),
+            // and at once if no node known to have it was asked yet (a fetch started by
+            // this node's own message, asking neighbours that lack it too).
+            let mut ask = None;
             for n in holders {
                 if f.first.len() < FETCH_FIRST && !f.first.contains(&n) {
                     f.first.push(n);
-                    ask.push(n);
+                    if !f.asked_holder && f.assembly.is_none() {
+                        f.asked_holder = true;
+                        ask = Some(n);
+                    }
                 }
             }
-            if f.assembly.is_some() {
-                ask.clear();
-            }
-            for n in ask {
+            if let Some(n) = ask {
                 self.send_spec_request(ctx, sid, n);
             }
             return;
@@ -1125,6 +1141,7 @@ impl MessageStoreSession {
                 first.push(n);
             }
         }
+        let asked_holder = !first.is_empty();
         let token = self.next_timer;
         self.next_timer = self.next_timer.wrapping_add(1);
         let mut waiting = VecDeque::new();
@@ -1134,6 +1151,7 @@ impl MessageStoreSession {
             Fetch {
                 waiting,
                 first,
+                asked_holder,
                 tried: 0,
                 token,
                 assembly: None,
@@ -1278,7 +1296,7 @@ impl MessageStoreSession {
             ctx.count("spec_unsolicited");
             return;
         };
-        if self.refused.contains(&c.hash) {
+        if self.refused.contains(&(c.hash, c.signature)) {
             ctx.count("spec_refused_again");
             return;
         }
@@ -1295,12 +1313,14 @@ impl MessageStoreSession {
             return;
         }
         match specbundle::accept(&bundle, Some(sid), None, &self.deploy.trusted_keys) {
-            Err(_why) => {
+            Err(why) => {
                 ctx.count("spec_refused");
-                if self.refused.len() >= 64 {
-                    self.refused.pop_front();
+                if why != specbundle::Refusal::BadHash {
+                    if self.refused.len() >= 64 {
+                        self.refused.pop_front();
+                    }
+                    self.refused.push_back((bundle.hash, bundle.signature));
                 }
-                self.refused.push_back(bundle.hash);
             }
             Ok(service) => {
                 ctx.count("spec_accepted");
