@@ -80,8 +80,12 @@ pub fn run(cmd: OverlayCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         OverlayCommand::Join(args) => join(&args),
         OverlayCommand::Status { file, json } => {
-            let text = std::fs::read_to_string(&file)
-                .with_context(|| format!("{}: cannot read (is `overlay join --status-file` running?)", file.display()))?;
+            let text = std::fs::read_to_string(&file).with_context(|| {
+                format!(
+                    "{}: cannot read (is `overlay join --status-file` running?)",
+                    file.display()
+                )
+            })?;
             let v: Value = serde_json::from_str(&text)
                 .with_context(|| format!("{}: not a status file", file.display()))?;
             if json {
@@ -104,7 +108,8 @@ fn deployment(args: &JoinArgs) -> anyhow::Result<Deployment> {
             let addrs = (0..n)
                 .map(|i| {
                     let port = u32::from(args.base_port) + i;
-                    let port = u16::try_from(port).context("--base-port + --nodes exceeds 65535")?;
+                    let port =
+                        u16::try_from(port).context("--base-port + --nodes exceeds 65535")?;
                     Ok(SocketAddr::from(([127, 0, 0, 1], port)))
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
@@ -127,7 +132,9 @@ pub fn status_json(st: &Status, received: u64, sent: u64) -> Value {
     let services: Vec<Value> = st
         .services
         .iter()
-        .map(|s| json!({"channel": s.channel, "service_id": s.service_id, "instances": s.instances}))
+        .map(
+            |s| json!({"channel": s.channel, "service_id": s.service_id, "instances": s.instances}),
+        )
         .collect();
     json!({
         "node": st.node.0,
@@ -147,7 +154,14 @@ fn human(v: &Value) -> String {
         .as_array()
         .map(|a| {
             a.iter()
-                .map(|s| format!("{} (service {}): {} instances", s["channel"].as_str().unwrap_or("?"), s["service_id"], s["instances"]))
+                .map(|s| {
+                    format!(
+                        "{} (service {}): {} instances",
+                        s["channel"].as_str().unwrap_or("?"),
+                        s["service_id"],
+                        s["instances"]
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default();

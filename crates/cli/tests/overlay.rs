@@ -114,7 +114,10 @@ fn four_processes_form_one_overlay_and_report_it() {
             })
             .collect();
         let symmetric = nbrs.iter().all(|(a, ns)| {
-            !ns.is_empty() && ns.iter().all(|b| nbrs.get(b).is_some_and(|m| m.contains(a)))
+            !ns.is_empty()
+                && ns
+                    .iter()
+                    .all(|b| nbrs.get(b).is_some_and(|m| m.contains(a)))
         });
         let leaders = latest.values().filter(|v| v["leader"] == true).count();
         // Node 0 receives the others' h2hack multicasts; each sender receives the rest's.
@@ -151,14 +154,20 @@ fn four_processes_form_one_overlay_and_report_it() {
     assert!(out.status.success(), "{out:?}");
     let v: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["node"], 0);
-    assert!(v["neighbours"].as_array().is_some_and(|a| !a.is_empty()), "{v}");
+    assert!(
+        v["neighbours"].as_array().is_some_and(|a| !a.is_empty()),
+        "{v}"
+    );
     let human = Command::new(env!("CARGO_BIN_EXE_viastack"))
         .args(["overlay", "status"])
         .arg(dir.join("0.json"))
         .output()
         .expect("overlay status");
     let text = String::from_utf8_lossy(&human.stdout);
-    assert!(text.contains("neighbours:") && text.contains("leader:"), "{text}");
+    assert!(
+        text.contains("neighbours:") && text.contains("leader:"),
+        "{text}"
+    );
     drop(procs);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -562,7 +562,11 @@ impl OverlaySession {
         let mut payload = Vec::with_capacity(4 + upper.len());
         payload.extend_from_slice(&self.node.0.to_be_bytes());
         payload.extend_from_slice(upper);
-        let to = if mode == DeliveryMode::Unicast { to } else { None };
+        let to = if mode == DeliveryMode::Unicast {
+            to
+        } else {
+            None
+        };
         let result = match (&self.engine, &mut self.fwd) {
             (Engine::Dt(n), Fwd::Dt(f)) => {
                 let dest = to.map(|t| match t {

@@ -390,11 +390,12 @@ impl OverlaySocket {
                     .iter()
                     .find(|l| *l.name == *m.channel)
                     .and_then(|l| l.service);
-                self.pending.push_back(OverlayEvent::Message(OverlayMessage {
-                    from: m.from,
-                    service,
-                    payload: m.payload,
-                }));
+                self.pending
+                    .push_back(OverlayEvent::Message(OverlayMessage {
+                        from: m.from,
+                        service,
+                        payload: m.payload,
+                    }));
             }
             NodeEvent::Notice(Notice::Other {
                 channel,

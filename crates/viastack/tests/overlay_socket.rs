@@ -22,7 +22,10 @@ fn free_addrs(n: usize) -> Vec<SocketAddr> {
     let socks: Vec<UdpSocket> = (0..n)
         .map(|_| UdpSocket::bind("127.0.0.1:0").expect("bind"))
         .collect();
-    socks.iter().map(|s| s.local_addr().expect("addr")).collect()
+    socks
+        .iter()
+        .map(|s| s.local_addr().expect("addr"))
+        .collect()
 }
 
 fn join(addrs: &[SocketAddr], id: u32) -> OverlaySocket {
@@ -157,7 +160,11 @@ fn nodes_form_one_overlay_and_exchange_messages_in_every_mode() {
     });
     for (i, ev) in seen.iter().enumerate() {
         let got = messages(ev);
-        assert_eq!(got.len(), want(i).len(), "node {i}: a message twice: {got:?}");
+        assert_eq!(
+            got.len(),
+            want(i).len(),
+            "node {i}: a message twice: {got:?}"
+        );
     }
 
     // Refusals: no such service; per-message flood on a service lane.

@@ -206,7 +206,9 @@ impl Net {
                 self.sent += 1;
             }
             self.seq += 1;
-            let at = self.now + self.latency + Duration::from_nanos(self.rng.gen_range(0..=self.jitter_ns));
+            let at = self.now
+                + self.latency
+                + Duration::from_nanos(self.rng.gen_range(0..=self.jitter_ns));
             self.flights.push(Reverse(Flight {
                 at,
                 seq: self.seq,

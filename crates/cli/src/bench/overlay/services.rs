@@ -172,7 +172,7 @@ fn round(
     sender: usize,
     r: &ServicesRun,
     rx: &mpsc::Receiver<Arrival>,
-) -> anyhow::Result<(f64, f64)> {
+) -> anyhow::Result<Round> {
     let receivers = f.socks.len() - 1;
     let expected = r.messages * receivers;
     // Late deliveries of earlier rounds are dropped here.
@@ -185,13 +185,16 @@ fn round(
         m[5..9].copy_from_slice(&(k as u32).to_be_bytes());
         f.socks[sender].send(Delivery::Multicast, f.service, m)?;
     }
+    let sent = t0.elapsed();
     let mut got = 0;
     let mut last = t0;
+    let mut times = Vec::with_capacity(expected);
     while got < expected {
         match rx.recv_timeout(Duration::from_secs(2)) {
             Ok((l, rd, at)) if l == lane && rd == round => {
                 got += 1;
                 last = last.max(at);
+                times.push((at - t0).as_secs_f64() * 1e3);
             }
             Ok(_) => {}
             Err(_) => break,
@@ -199,7 +202,31 @@ fn round(
     }
     let secs = (last - t0).as_secs_f64().max(1e-6);
     let per_receiver = got as f64 / receivers as f64;
-    Ok((per_receiver / secs, got as f64 / expected as f64))
+    times.sort_by(f64::total_cmp);
+    let at_share = |q: f64| {
+        let k = ((expected as f64 * q).ceil() as usize).max(1);
+        times.get(k - 1).copied().unwrap_or(f64::NAN)
+    };
+    Ok(Round {
+        rate: per_receiver / secs,
+        share: got as f64 / expected as f64,
+        send_ms: sent.as_secs_f64() * 1e3,
+        p50_ms: at_share(0.5),
+        p99_ms: at_share(0.99),
+    })
+}
+
+/// What one round measured.
+struct Round {
+    /// Messages per second per receiver.
+    rate: f64,
+    /// Share of the expected deliveries made.
+    share: f64,
+    /// Milliseconds the sender took to hand every message over.
+    send_ms: f64,
+    /// Milliseconds from the first send until half (99 %) of the deliveries were made.
+    p50_ms: f64,
+    p99_ms: f64,
 }
 
 /// Runs the services figure; the JSON fields to report.
@@ -226,13 +253,19 @@ pub fn run(r: &ServicesRun) -> anyhow::Result<Vec<(String, Value)>> {
     }
     let mut rates: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     let mut shares: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut sends: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut p50s: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut p99s: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     for k in 0..r.rounds {
         let sender = k % r.nodes as usize;
         let order: [usize; 2] = if k % 2 == 0 { [0, 1] } else { [1, 0] };
         for lane in order {
-            let (rate, share) = round(fleets[lane], lane as u8, k as u32, sender, r, &rx)?;
-            rates[lane].push(rate);
-            shares[lane].push(share);
+            let x = round(fleets[lane], lane as u8, k as u32, sender, r, &rx)?;
+            rates[lane].push(x.rate);
+            shares[lane].push(x.share);
+            sends[lane].push(x.send_ms);
+            p50s[lane].push(x.p50_ms);
+            p99s[lane].push(x.p99_ms);
         }
     }
     let pairs: Vec<(f64, f64)> = rates[1]
@@ -244,6 +277,22 @@ pub fn run(r: &ServicesRun) -> anyhow::Result<Vec<(String, Value)>> {
     let ratio = mh / mb;
     let ci = ratio_of_medians_ci95(&pairs);
     let mbit = |x: f64| x * r.size as f64 * 8.0 / 1e6;
+    // Every layer counter and the transport's, summed over each overlay's nodes.
+    let counters = |f: &Fleet| -> Value {
+        let mut sum: std::collections::BTreeMap<String, u64> = Default::default();
+        for s in &f.socks {
+            if let Ok(m) = s.node().metrics() {
+                for (k, v) in m.counters {
+                    *sum.entry(k).or_default() += v;
+                }
+                *sum.entry("transport.sent".into()).or_default() += m.transport.sent;
+                *sum.entry("transport.received".into()).or_default() += m.transport.received;
+                *sum.entry("transport.send_failed".into()).or_default() += m.transport.send_failed;
+            }
+        }
+        json!(sum)
+    };
+    let (counters_base, counters_h2) = (counters(&base), counters(&h2));
     let mut instances = BTreeSet::new();
     for s in &h2.socks {
         if let Ok(st) = s.status() {
@@ -260,10 +309,30 @@ pub fn run(r: &ServicesRun) -> anyhow::Result<Vec<(String, Value)>> {
         ("h2hack_msgs_s".to_string(), json!(mh)),
         ("base_mbit_s".to_string(), json!(mbit(mb))),
         ("h2hack_mbit_s".to_string(), json!(mbit(mh))),
-        ("base_delivered_share".to_string(), json!(median(&shares[0]))),
-        ("h2hack_delivered_share".to_string(), json!(median(&shares[1]))),
+        (
+            "base_delivered_share".to_string(),
+            json!(median(&shares[0])),
+        ),
+        (
+            "h2hack_delivered_share".to_string(),
+            json!(median(&shares[1])),
+        ),
+        ("base_send_ms".to_string(), json!(median(&sends[0]))),
+        ("h2hack_send_ms".to_string(), json!(median(&sends[1]))),
+        ("base_p50_delivered_ms".to_string(), json!(median(&p50s[0]))),
+        (
+            "h2hack_p50_delivered_ms".to_string(),
+            json!(median(&p50s[1])),
+        ),
+        ("base_p99_delivered_ms".to_string(), json!(median(&p99s[0]))),
+        (
+            "h2hack_p99_delivered_ms".to_string(),
+            json!(median(&p99s[1])),
+        ),
         ("base_rounds_msgs_s".to_string(), json!(rates[0])),
         ("h2hack_rounds_msgs_s".to_string(), json!(rates[1])),
+        ("base_counters".to_string(), counters_base),
+        ("h2hack_counters".to_string(), counters_h2),
         (
             "services_setup".to_string(),
             json!({
