@@ -225,7 +225,7 @@ impl OverlaySocket {
     /// [`OverlayError::Open`], [`OverlayError::NoOverlay`].
     pub fn join_with(builder: NodeBuilder) -> Result<Self, OverlayError> {
         let node = builder.open()?;
-        let infos = node.inspect(|core| lanes_of(core))?;
+        let infos = node.inspect(lanes_of)?;
         let mut lanes = Vec::new();
         for (name, overlay, service) in infos {
             if overlay {

@@ -37,7 +37,7 @@ pub struct OverlayArgs {
     #[arg(long, default_value_t = 16)]
     overlay_nodes: u32,
     /// Rounds per lane of the services figure (lanes alternate, the first lane alternates).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 20)]
     repeat: usize,
     /// Multicast messages per round.
     #[arg(long, default_value_t = 200)]
