@@ -363,7 +363,14 @@ impl OverlaySocket {
                 return Ok(OverlayEvent::Stable);
             }
             if now >= deadline {
-                return Err(RecvError::Timeout);
+                // Out of time: still take what is already waiting (`try_recv`).
+                match self.node.try_recv() {
+                    Some(e) => {
+                        self.translate(e);
+                        continue;
+                    }
+                    None => return Err(RecvError::Timeout),
+                }
             }
             let mut wait = deadline - now;
             if !self.stable {
