@@ -7,7 +7,7 @@
 //! kernel simulator carries every stack layer and is not needed to time the topology protocol.
 //!
 //! - **Joins.** `n` nodes at distinct random points start at uniform random instants in the
-//!   first `join_within`, joining through the buddies 0 and 1 (the DT default configuration,
+//!   first `join_within` (messages lost with probability `loss`, 0 by default), joining through the buddies 0 and 1 (the DT default configuration,
 //!   except that `NewNode` may travel 255 hops: greedy routes in a 10,000-node triangulation
 //!   are longer than the default 64).
 //! - **Convergence.** Every `check_every` of virtual time from the last start, each node's
@@ -49,6 +49,8 @@ pub struct DtRun {
     pub steady: Duration,
     /// Interval of the convergence checks.
     pub check_every: Duration,
+    /// Probability that a message is lost (0: a lossless network).
+    pub loss: f64,
 }
 
 /// What one DT run measured.
@@ -56,6 +58,8 @@ pub struct DtRun {
 pub struct DtResult {
     /// Virtual seconds from the start to the first check that found the triangulation.
     pub converge_s: Option<f64>,
+    /// When the last node started (virtual seconds).
+    pub last_start_s: f64,
     /// Whether the triangulation held at the end (after the steady state).
     pub converged: bool,
     /// Wall-clock seconds of the whole run (joins, convergence, steady state).
@@ -180,6 +184,7 @@ struct Net {
     seq: u64,
     latency: Duration,
     jitter_ns: u64,
+    loss: f64,
     /// Count the bytes of what is sent (steady state only: encoding costs time).
     metering: bool,
     bytes: u64,
@@ -204,6 +209,9 @@ impl Net {
                     self.bytes += self.buf.len() as u64;
                 }
                 self.sent += 1;
+            }
+            if self.loss > 0.0 && self.rng.gen_bool(self.loss) {
+                continue;
             }
             self.seq += 1;
             let at = self.now
@@ -321,6 +329,7 @@ pub fn run(r: &DtRun) -> anyhow::Result<DtResult> {
         seq: 0,
         latency: Duration::from_millis(5),
         jitter_ns: Duration::from_millis(2).as_nanos() as u64,
+        loss: r.loss.clamp(0.0, 1.0),
         metering: false,
         bytes: 0,
         sent: 0,
@@ -332,6 +341,7 @@ pub fn run(r: &DtRun) -> anyhow::Result<DtResult> {
         net.nodes[i] = Some(Node::new(config.clone(), points[i], SimAddr(i as u32), at));
         net.after_io(i);
     }
+    let last_start_s = net.now.as_nanos() as f64 / 1e9;
     let end = Instant::ZERO + r.limit;
     let mut converge_s = None;
     let mut t = net.now;
@@ -357,6 +367,7 @@ pub fn run(r: &DtRun) -> anyhow::Result<DtResult> {
     let (wrong, leaders) = net.check(&want);
     Ok(DtResult {
         converge_s,
+        last_start_s,
         converged: wrong == 0 && leaders == 1,
         wall_s: wall.elapsed().as_secs_f64(),
         control_bytes_per_node_s: bytes_s,
@@ -372,6 +383,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_lossy_network_still_converges() {
+        let r = run(&DtRun {
+            nodes: 40,
+            seed: 5,
+            join_within: Duration::from_secs(2),
+            limit: Duration::from_secs(120),
+            steady: Duration::ZERO,
+            check_every: Duration::from_millis(250),
+            loss: 0.1,
+        })
+        .unwrap();
+        assert!(r.converged, "{r:?}");
+    }
+
+    #[test]
     fn a_small_overlay_converges_to_the_central_triangulation() {
         let r = run(&DtRun {
             nodes: 60,
@@ -380,11 +406,13 @@ mod tests {
             limit: Duration::from_secs(60),
             steady: Duration::from_secs(6),
             check_every: Duration::from_millis(250),
+            loss: 0.0,
         })
         .unwrap();
         assert!(r.converged, "{r:?}");
         assert!(r.converge_s.is_some_and(|s| s < 60.0), "{r:?}");
         assert_eq!(r.wrong_nodes, 0);
+        assert!(r.converge_s.is_some_and(|s| s >= r.last_start_s), "{r:?}");
         // Steady state: a few hellos per neighbour per slow heartbeat, never zero.
         assert!(r.control_bytes_per_node_s > 10.0, "{r:?}");
     }

@@ -30,6 +30,9 @@ pub struct OverlayArgs {
     /// Seed of the DT simulation.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Probability that a DT control message is lost (default 0).
+    #[arg(long, default_value_t = 0.0)]
+    dt_loss: f64,
     /// Virtual seconds of steady state measured after convergence.
     #[arg(long, default_value_t = 20)]
     steady_s: u64,
@@ -71,11 +74,18 @@ pub fn run(args: &OverlayArgs) -> anyhow::Result<()> {
             limit: Duration::from_secs(300),
             steady: Duration::from_secs(args.steady_s),
             check_every: Duration::from_millis(250),
+            loss: args.dt_loss,
         })?;
         let n = args.nodes;
         out.insert(format!("dt_{n}_converge_s"), json!(r.converge_s));
         out.insert(format!("dt_{n}_wall_s"), json!(r.wall_s));
         out.insert("dt_nodes".into(), json!(n));
+        out.insert("dt_loss".into(), json!(args.dt_loss));
+        out.insert("dt_last_start_s".into(), json!(r.last_start_s));
+        out.insert(
+            "dt_after_last_start_s".into(),
+            json!(r.converge_s.map(|c| c - r.last_start_s)),
+        );
         out.insert("converged".into(), json!(r.converged));
         out.insert("dt_wrong_nodes".into(), json!(r.wrong_nodes));
         out.insert("dt_leaders".into(), json!(r.leaders));
