@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use viastack::overlay::{Delivery, OverlayError, OverlayEvent, OverlaySocket};
+use viastack::overlay::{Delivery, DtAddr, OverlayError, OverlayEvent, OverlaySocket};
 use viastack::{Deployment, Node, NodeId, RecvError};
 
 /// The shipped stack, with the service path made absolute (tests run in the crate's folder).
@@ -139,6 +139,22 @@ fn nodes_form_one_overlay_and_exchange_messages_in_every_mode() {
     socks[3]
         .send(Delivery::Unicast(NodeId(0)), None, b"u3".to_vec())
         .expect("unicast");
+    // A unicast to node 1's point (its logical address, as its status gives it).
+    let point = |st: &viastack::overlay::Status| -> DtAddr {
+        let text = st.logical.as_deref().expect("a point");
+        let (x, y) = text
+            .trim_matches(|c| c == '(' || c == ')')
+            .split_once(',')
+            .expect("(x,y)");
+        DtAddr::new(x.parse().expect("x"), y.parse().expect("y")).expect("in range")
+    };
+    socks[2]
+        .send(
+            Delivery::UnicastLogical(point(&status[1])),
+            None,
+            b"l2".to_vec(),
+        )
+        .expect("logical unicast");
     let want = |i: usize| -> BTreeSet<(NodeId, Option<u32>, Vec<u8>)> {
         let mut w = BTreeSet::new();
         if i != 0 {
@@ -152,6 +168,9 @@ fn nodes_form_one_overlay_and_exchange_messages_in_every_mode() {
         }
         if i == 0 {
             w.insert((NodeId(3), None, b"u3".to_vec()));
+        }
+        if i == 1 {
+            w.insert((NodeId(2), None, b"l2".to_vec()));
         }
         w
     };
