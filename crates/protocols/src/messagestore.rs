@@ -552,6 +552,11 @@ impl MessageStoreSession {
         }
     }
 
+    /// The ServiceID of the service this store runs.
+    pub fn service_id(&self) -> u32 {
+        self.service_id
+    }
+
     /// Live service instances.
     pub fn live(&self) -> usize {
         self.store.live()

@@ -81,6 +81,18 @@ pub const OVERLAY: LayerKind = LayerKind {
             default: Some("10000"),
             doc: "DT: coordinates are drawn in 0..span on each axis",
         },
+        ParamSpec {
+            name: "points_seed",
+            kind: ParamKind::Int {
+                min: -1,
+                max: i64::MAX,
+            },
+            default: Some("-1"),
+            doc: "DT: the seed every node's point is drawn from (with its node id); -1: the \
+                  run's seed (the scenario's in a simulation). On real sockets every process \
+                  has a seed of its own: give one here so that all draw the same points, or \
+                  unicasts to a node and the MessageStore's trees miss",
+        },
         duration(
             "fast_heartbeat",
             "\"250ms\"",
@@ -233,7 +245,8 @@ fn build_overlay(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef
         broadcast,
         span: u32::try_from(int("span")?).unwrap_or(1),
     };
-    Ok(Arc::new(Overlay::new(name, env.node, env.seed, config)))
+    let seed = u64::try_from(int("points_seed")?).unwrap_or(env.seed);
+    Ok(Arc::new(Overlay::new(name, env.node, seed, config)))
 }
 
 /// `messagestore`: delivery services run per message above the overlay (issue 16 §3).
