@@ -1288,6 +1288,7 @@ impl Program {
     }
 
     /// Records the arrival of a basic event in the instance's indexes.
+    #[inline]
     pub fn record(
         &self,
         state: &mut State,
@@ -1339,6 +1340,7 @@ impl Program {
     }
 
     /// Evaluates composite `i` from the instance's indexes (incremental).
+    #[inline]
     pub fn eval(&self, i: usize, state: &State, node: &NodeInfo, now: Instant) -> bool {
         let Some(c) = self.exprs.get(i) else {
             return false;

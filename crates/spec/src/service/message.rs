@@ -287,7 +287,7 @@ impl Message {
     /// Overwrites every attribute with `src`'s, leaving the payload out (a flat step's send
     /// builds its message in one reused [`Message`] this way; no allocation when neither has
     /// extra attributes).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn assign_header(&mut self, src: &Message) {
         self.service_id = src.service_id;
         self.message_id = src.message_id;

@@ -786,12 +786,14 @@ fn run_flat<N: Network>(
     ctx: &mut Ctx<'_, N>,
     scratch: &mut Message,
 ) -> bool {
-    for block in step.ops.iter() {
-        for op in block.iter() {
-            if !run_op(op, ctx, scratch) {
-                break;
-            }
-        }
+    let ops = &*step.ops;
+    let mut i = 0;
+    while let Some((op, end)) = ops.get(i) {
+        i = if run_op(op, ctx, scratch) {
+            i + 1
+        } else {
+            usize::from(*end)
+        };
     }
     if let Some(t) = step.target {
         *state = t;
