@@ -1377,6 +1377,9 @@ pub struct Selector {
     set: NodeSet,
     slot: u8,
     pred: Pred,
+    /// The usual body, "(not) keyed in index `id`" for the bound address (the children that
+    /// have (not) acknowledged), evaluated without closures: (id, window, negated).
+    keyed: Option<(u16, Option<u64>, bool)>,
     /// The formula as Rust for the generated code (see [`Selector::rust_parts`]).
     rust: Arc<str>,
     src: Arc<str>,
@@ -1421,6 +1424,22 @@ impl Selector {
     /// Calls `f`, in the node set's order, with each address the formula holds for.
     #[inline]
     pub fn for_each(&self, state: &State, node: &NodeInfo, now: Instant, mut f: impl FnMut(Addr)) {
+        if let Some((id, within, neg)) = self.keyed {
+            let entries: &[(i64, u64)] = match state.slots.get(usize::from(id)) {
+                Some(Slot::Keyed(e)) => e,
+                _ => &[],
+            };
+            for a in node_set(self.set, node) {
+                let k = a.0 as i64;
+                let seen = entries
+                    .iter()
+                    .any(|&(kk, t)| kk == k && in_window(t, within, now));
+                if seen != neg {
+                    f(*a);
+                }
+            }
+            return;
+        }
         let scope = Scope { node, now, state };
         let slot = usize::from(self.slot);
         if slot >= MAX_VARS {
@@ -1490,9 +1509,26 @@ impl Program {
         else {
             return err(0, "expected a node set");
         };
+        let keyed = {
+            let mut neg = false;
+            let mut f = &*body;
+            while let F::Not(a) = f {
+                neg = !neg;
+                f = a;
+            }
+            match f {
+                F::Idx(id) => self
+                    .indexes
+                    .get(usize::from(*id))
+                    .filter(|ix| ix.key.is_some_and(|(_, k)| k == KeyTerm::Var(slot)))
+                    .map(|ix| (*id, ix.within, neg)),
+                _ => None,
+            }
+        };
         Ok(Selector {
             set,
             slot,
+            keyed,
             pred: compile_pred(&body, &self.indexes),
             rust: Arc::from(self.rust_f(&body, Gen::Composite)),
             src: Arc::from(src.trim()),

@@ -700,7 +700,7 @@ struct Input<'a, N: Network> {
 /// its history, each basic event's step, then every composite event whose constituents
 /// fired and whose expression holds, each given to the state the machine is in when its turn
 /// comes. Whether the instance ended.
-#[inline]
+#[inline(always)]
 fn flat_step<N: Network>(
     svc: &Service,
     machine: &Flat,
@@ -806,7 +806,7 @@ fn run_flat<N: Network>(
 
 /// Runs one resolved op; false when it fails (a value that cannot be read now: nothing is
 /// performed and the rest of its block is skipped).
-#[inline]
+#[inline(always)]
 fn run_op<N: Network>(op: &FastOp, ctx: &mut Ctx<'_, N>, scratch: &mut Message) -> bool {
     match op {
         FastOp::SetTimer { id, after } => {
@@ -869,7 +869,7 @@ fn run_op<N: Network>(op: &FastOp, ctx: &mut Ctx<'_, N>, scratch: &mut Message) 
 /// when the primitive carries it (a control message does not; `sendMessage` only for type
 /// Payload), so no reference count is taken to be dropped; `msg` is the store's scratch
 /// message, overwritten whole by every send and left without a payload.
-#[inline]
+#[inline(always)]
 fn send<N: Network>(
     prim: Prim,
     base: Base,
