@@ -1,6 +1,7 @@
 //! End-to-end tests of `viastack services` (issue 16 §4): hash, sign and pubkey on files, and a
 //! real services server on loopback UDP answering `fetch` by hash — a spec changed after it was
-//! signed, or asked for under another hash, is refused; the shipped `overlay-deploy` stack runs.
+//! signed is refused, a hash the server lacks gets no answer; the shipped `overlay-deploy`
+//! stack runs.
 #![allow(clippy::unwrap_used)]
 
 use std::io::{BufRead as _, BufReader};

@@ -11,9 +11,11 @@ use std::sync::Arc;
 use common::{counter, node};
 use viastack_kernel::event::SENDABLE;
 use viastack_kernel::{
-    Body, Context, Direction, Event, EventType, Layer, LayerRef, NodeId, Session,
+    Body, Context, Dest, Direction, Event, EventType, Instant, Layer, LayerRef, NodeId, Session,
 };
-use viastack_protocols::messagestore::{addr, encode, Config, Deploy, MessageStore, MAX_FETCHES};
+use viastack_protocols::messagestore::{
+    addr, decode, encode, Config, Deploy, MessageStore, MAX_FETCHES,
+};
 use viastack_protocols::overlay::{TreeInfo, TreeQuery, TREE, TREE_QUERY};
 use viastack_protocols::specbundle::{self, Bundle, SPEC_REQUEST, SPEC_RESPONSE};
 use viastack_spec::service::Message as SMsg;
@@ -67,10 +69,10 @@ impl Session for TreeSession {
 }
 
 fn layers(queue: usize, trusted: Vec<[u8; 32]>) -> Vec<LayerRef> {
-    vec![Arc::new(Tree), store(queue, trusted)]
+    vec![Arc::new(Tree), store(queue, trusted, None)]
 }
 
-fn store(queue: usize, trusted: Vec<[u8; 32]>) -> LayerRef {
+fn store(queue: usize, trusted: Vec<[u8; 32]>, server: Option<NodeId>) -> LayerRef {
     Arc::new(MessageStore::new(
         "store",
         NodeId(5),
@@ -80,6 +82,8 @@ fn store(queue: usize, trusted: Vec<[u8; 32]>) -> LayerRef {
             deploy: Deploy {
                 queue,
                 trusted_keys: trusted,
+                server,
+                tries: 4,
                 ..Deploy::default()
             },
             capacity: 100,
@@ -198,4 +202,46 @@ fn a_tampered_bundle_is_refused_and_the_right_one_accepted() {
     });
     receive(&mut n, 7, req);
     assert_eq!(counter(&n, "store.spec_served"), 1);
+}
+
+/// This node's own message for a service it lacks: it asks its neighbour (node 3) and the
+/// services server (node 9) in turn, one request every 500 ms, and after 4 unanswered
+/// requests drops the message and counts it.
+#[test]
+fn an_unanswered_fetch_asks_neighbours_and_the_server_then_drops() {
+    let mut n = node(
+        5,
+        1,
+        vec![Arc::new(Tree), store(8, Vec::new(), Some(NodeId(9)))],
+        1,
+    );
+    let mut asked = Vec::new();
+    let mut note = |out: Vec<(Dest, Vec<u8>)>| {
+        for (d, b) in out {
+            // The device's 2-byte channel tag, then the frame.
+            if decode(&b[2..]).is_some_and(|m| m.message_type == SPEC_REQUEST) {
+                asked.push(d);
+            }
+        }
+    };
+    note(
+        common::send(&mut n, 0, None, b"hello")
+            .into_iter()
+            .map(|b| (Dest::Broadcast, b))
+            .collect(),
+    );
+    assert_eq!(counter(&n, "store.spec_fetch"), 1);
+    for i in 1..=6u64 {
+        let (_, out) = common::advance(&mut n, Instant::from_nanos(i * 500_000_000));
+        note(out);
+    }
+    assert_eq!(counter(&n, "store.spec_request_sent"), 4);
+    assert_eq!(counter(&n, "store.spec_fetch_failed"), 1);
+    assert_eq!(counter(&n, "store.unknown_service_dropped"), 1);
+    let to: Vec<Dest> = asked
+        .into_iter()
+        .filter(|d| *d != Dest::Broadcast)
+        .collect();
+    assert!(to.contains(&Dest::Node(NodeId(3))), "{to:?}");
+    assert!(to.contains(&Dest::Node(NodeId(9))), "{to:?}");
 }
