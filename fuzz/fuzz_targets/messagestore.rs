@@ -1,12 +1,35 @@
 //! Any bytes as a `messagestore` layer message: decoding never panics, and what decodes
-//! encodes back to the same bytes.
+//! encodes back to the same bytes; the same for the spec-fetch payloads (issue 16 §4:
+//! `SPEC_REQUEST` / `SPEC_RESPONSE`), whether inside a message or alone, and reassembling a
+//! decoded chunk never panics.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use viastack_protocols::messagestore::{decode, encode};
+use viastack_protocols::specbundle::{
+    decode_chunk, decode_request, encode_chunk, encode_request, Assembly, SPEC_REQUEST,
+    SPEC_RESPONSE,
+};
+
+fn payloads(p: &[u8]) {
+    if let Some(want) = decode_request(p) {
+        assert_eq!(encode_request(want.as_ref()), p);
+    }
+    if let Some(c) = decode_chunk(p) {
+        assert_eq!(encode_chunk(&c), p);
+        let mut a = Assembly::new(&c);
+        if let Some(b) = a.add(c.clone()) {
+            assert_eq!(b.text.len(), c.total as usize);
+        }
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
     if let Some(m) = decode(data) {
         assert_eq!(encode(&m), data);
+        if matches!(m.message_type, SPEC_REQUEST | SPEC_RESPONSE) {
+            payloads(m.payload.as_deref().unwrap_or(&[]));
+        }
     }
+    payloads(data);
 });

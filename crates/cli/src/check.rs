@@ -59,6 +59,22 @@ pub fn render(file: &StackFile, catalog: &Catalog) -> Result<String, viastack_st
             let _ = writeln!(out, "  {name:<16} qos {qos}: {}", shown.join("  "));
         }
     }
+    if let Some(t) = &file.topology {
+        let routers = t
+            .nodes
+            .iter()
+            .filter(|n| n.role == viastack_stack::Role::Router)
+            .count();
+        let segments = t.links.iter().filter(|l| l.nodes.len() > 2).count();
+        let _ = writeln!(
+            out,
+            "topology: {} nodes ({routers} routers, {} hosts), {} links ({segments} LAN \
+             segments)",
+            t.nodes.len(),
+            t.nodes.len() - routers,
+            t.links.len()
+        );
+    }
     if let Some(s) = &file.scenario {
         let _ = writeln!(
             out,

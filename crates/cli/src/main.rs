@@ -6,8 +6,10 @@
 //! - `node FILE --id N --deployment D` runs one node of a stack on real sockets;
 //! - `layers` lists the layer kinds a stack file may use, with their parameters;
 //! - `keygen [--out FILE]` makes a group key for `encrypt` (to stdout, or a new 0600 file);
+//! - `overlay join|status` runs one overlay node on real UDP and shows its status;
 //! - `bench kernel` measures the kernel's dispatch (seed 001 Table 3);
-//! - `spec check|dot|conformance` reads, draws and tests SCXML specifications (issue 5).
+//! - `spec check|dot|conformance` reads, draws and tests SCXML specifications (issue 5);
+//! - `services hash|sign|pubkey|serve|fetch` handles spec bundles deployed at run time.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -41,7 +43,9 @@ mod check;
 mod keygen;
 mod member;
 mod node;
+mod overlay_cmd;
 mod run;
+mod services;
 mod sp;
 mod spec;
 mod spec_explore;
@@ -137,6 +141,16 @@ enum Command {
     Spec {
         #[command(subcommand)]
         what: spec::SpecCommand,
+    },
+    /// Spec bundles of services deployed at run time: hash, sign, serve, fetch (issue 16 §4).
+    Services {
+        #[command(subcommand)]
+        what: services::ServicesCommand,
+    },
+    /// Overlay networks on real sockets: join one as a node, show a node's status.
+    Overlay {
+        #[command(subcommand)]
+        what: overlay_cmd::OverlayCommand,
     },
     /// Measure viastack against its references and print the ratios.
     Bench {
@@ -280,6 +294,8 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Sp { what } => sp::run(what),
         Command::Spec { what } => spec::run(what),
+        Command::Services { what } => services::run(what),
+        Command::Overlay { what } => overlay_cmd::run(what),
         Command::Bench { what } => {
             bench::run(what)?;
             Ok(ExitCode::SUCCESS)

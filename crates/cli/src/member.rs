@@ -225,6 +225,7 @@ fn workload(
         node: id,
         nodes,
         seed: scenario.seed,
+        ..viastack_stack::BuildEnv::default()
     };
     let config = viastack_kernel::KernelConfig {
         node: id,

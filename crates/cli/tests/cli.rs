@@ -625,7 +625,7 @@ fn messagestore_with_a_broken_service_is_refused_with_both_positions() {
     );
     let shipped = std::fs::read_to_string(root().join("stacks/overlay-h2hack.toml")).unwrap();
     let src = shipped.replace(
-        "service = \"specs/h2hack.scxml\"",
+        "service = \"../specs/h2hack.scxml\"",
         &format!("service = \"{}\"", bad.display()),
     );
     let stack = dir.write("s.toml", &src);

@@ -82,6 +82,13 @@ pub fn ignored_settings(file: &StackFile) -> Vec<String> {
     if !s.leaves.is_empty() {
         out.push("leaves".to_string());
     }
+    if s.topology.is_some() {
+        out.push(
+            "[topology] and link failures (every node reaches every other directly; a \
+             multi-hop network on real sockets needs the netns testbed)"
+                .to_string(),
+        );
+    }
     out
 }
 
@@ -156,6 +163,7 @@ pub fn run_threads(
             node: NodeId(n),
             nodes,
             seed,
+            ..BuildEnv::default()
         };
         let config = KernelConfig {
             node: NodeId(n),
@@ -207,6 +215,8 @@ pub fn run_threads(
         corrupted: 0,
         dropped_partition: 0,
         dropped_down: 0,
+        dropped_link_down: 0,
+        dropped_no_route: 0,
     };
     for outcome in outcomes {
         let o = outcome?;

@@ -66,6 +66,7 @@ pub fn run_child(
         node: id,
         nodes: scenario.nodes,
         seed,
+        ..BuildEnv::default()
     };
     let config = KernelConfig {
         node: id,
@@ -225,6 +226,8 @@ pub fn run_processes(
         corrupted: 0,
         dropped_partition: 0,
         dropped_down: 0,
+        dropped_link_down: 0,
+        dropped_no_route: 0,
     };
     for c in &mut children {
         let json = c.read_line("RESULT ")?;

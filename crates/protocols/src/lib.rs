@@ -22,6 +22,8 @@
 //! - [`encrypt`]: ChaCha20-Poly1305 under a pre-shared key, with a replay window.
 //! - [`overlay`]: an overlay network (Delaunay triangulation or hypercube) with its forwarding
 //!   engine, as a layer over a device (seed 000 §3.1.1).
+//! - [`specbundle`]: delivery-service specs deployed at run time: content-addressed (SHA-256),
+//!   Ed25519-signed bundles, verified before they run, and the spec-fetch wire.
 //! - [`events`]: notices shared by layers and the application (peer unreachable, send refused,
 //!   suspect, alive).
 //! - [`peers`]: bounded per-peer state (sliding sequence window, LRU map) those layers share.
@@ -31,15 +33,18 @@ pub mod bundle;
 pub mod checksum;
 pub mod compress;
 pub mod dedup;
+pub mod dvmrp;
 pub mod encrypt;
 pub mod events;
 pub mod fault;
 pub mod fifo;
 pub mod fragment;
 pub mod heartbeat;
+pub mod iface;
 pub mod messagestore;
 pub mod overlay;
 pub mod peers;
 pub mod reliable;
+pub mod specbundle;
 pub mod sync;
 pub mod ttl;

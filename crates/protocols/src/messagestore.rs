@@ -4,11 +4,24 @@
 //!
 //! # Role
 //!
-//! The session holds one [`Store`] of `viastack-spec` running one service: one service
-//! instance per (ServiceID, MessageID), created by the store on the first message or timer for
-//! it. The layer is the store's host: it implements the spec layer's [`Network`] trait on the
-//! overlay below.
+//! The session holds one [`Store`] of `viastack-spec` running its services side by side, keyed
+//! by ServiceID: one service instance per (ServiceID, MessageID), created by the store on the
+//! first message or timer for it. The layer is the store's host: it implements the spec
+//! layer's [`Network`] trait on the overlay below. The application's messages use
+//! [`Config::default_service`].
 //!
+//! - **Services deployed at run time** (issue 16 §4; seed 000 §4.3.2). A message for a
+//!   ServiceID this node lacks waits (at most [`Deploy::queue`], all services; the oldest is
+//!   dropped, counted `unknown_service_dropped`) while the layer asks for the spec
+//!   ([`SPEC_REQUEST`]): the message's previous hop and source first, then round robin those,
+//!   the neighbours and [`Deploy::server`], one request every [`Deploy::every`]. A node that
+//!   has the service answers with its bundle ([`SPEC_RESPONSE`] chunks,
+//!   [`specbundle`](crate::specbundle)); the asker reassembles it and runs it only once
+//!   [`specbundle::accept`] passed (hash, a signature by one of [`Deploy::trusted_keys`] when
+//!   set, the spec layer's load and verification, the ServiceID): then the service is added
+//!   to the store and the waiting messages go through it. A refused bundle is counted
+//!   `spec_refused` and never runs; after [`Deploy::tries`] requests the waiting messages are
+//!   dropped and counted.
 //! - A sendable from the application becomes a data message of the service (type Payload,
 //!   `0x80`), with this node as its SourceAddress and RootAddress: multicast (DeliveryMode 1)
 //!   for a broadcast, unicast (3) to the node for a node send. It is given to the store like a
@@ -77,7 +90,11 @@
 //!
 //! # Counters
 //!
-//! Under the layer's name: `malformed`, `unknown_service`, `sent`, `no_target` (a send with
+//! Under the layer's name: `malformed`, `unknown_service` (a message for a service not here:
+//! held and fetched), `spec_fetch`, `spec_request_sent`, `spec_served`,
+//! `spec_request_unanswered`, `spec_accepted`, `spec_refused`, `spec_refused_again`,
+//! `spec_unsolicited`, `spec_fetch_failed`, `unknown_service_dropped`, `fetches_full`,
+//! `services_full`, `sent`, `no_target` (a send with
 //! no target: a unicast to address 0, a multicast at a leaf), `to_application`, `own`,
 //! `queue_evicted` (an input dropped because `queue` inputs already wait for their tree: the
 //! oldest goes), `full` (an input refused because `capacity` instances live), `step_limit`,
@@ -88,7 +105,9 @@
 //! # Memory
 //!
 //! Bounded: at most `capacity` live instances (the store's bound), `queue` inputs waiting for
-//! their tree, and per instance its timers (the timer table holds at most `8 × capacity`
+//! their tree, [`Deploy::queue`] messages waiting for a service, [`MAX_FETCHES`] fetches (each
+//! reassembling at most one bundle of [`specbundle::MAX_SPEC`] bytes), [`Deploy::max_services`]
+//! services, 64 refused hashes, and per instance its timers (the timer table holds at most `8 × capacity`
 //! entries; beyond, the oldest are cancelled and counted); at most `capacity` failure reports
 //! in flight and [`DELIVERED_MAX`] remembered deliveries.
 //!
@@ -115,6 +134,7 @@ use viastack_spec::service::{
 
 use crate::events::{self, PEER_UNREACHABLE};
 use crate::overlay::{TreeInfo, TreeQuery, NEIGHBOUR_ADDED, NEIGHBOUR_REMOVED, TREE, TREE_QUERY};
+use crate::specbundle::{self, Assembly, Bundle, Hash, Signature, SPEC_REQUEST, SPEC_RESPONSE};
 
 /// MessageType of a failure report (a layer message; the service never sees it).
 pub const FAILURE_REPORT: u8 = 0xFE;
@@ -135,14 +155,80 @@ pub const REPAIR_SETTLE: viastack_kernel::Duration = viastack_kernel::Duration::
 /// Sends of a repaired payload to a new child, one per repair pass (the instance expects no
 /// acknowledgement from a child it did not know: repeats stand in for one).
 pub const REPAIR_SENDS: u8 = 3;
+/// Services fetched at once at most (each may reassemble one bundle of up to
+/// [`specbundle::MAX_SPEC`] bytes: 4 MiB in all); a message for another missing service is
+/// dropped (`fetches_full`, `unknown_service_dropped`).
+pub const MAX_FETCHES: usize = 16;
+/// Nodes a fetch asks first (previous hops and sources of the messages waiting), at most.
+const FETCH_FIRST: usize = 8;
 /// Timer token of the repair pass (instance timers and reports use small tokens).
 const REPAIR_TOKEN: u64 = u64::MAX;
+
+/// A service a node starts with: loaded and verified, with the bundle it ships to nodes that
+/// ask for it.
+#[derive(Debug, Clone)]
+pub struct LocalService {
+    /// The compiled service.
+    pub service: Arc<Service>,
+    /// Its spec text, hash and signature (sent as is: a node asking verifies it).
+    pub bundle: Bundle,
+}
+
+impl LocalService {
+    /// Loads and verifies the spec `text` (named `file` in diagnostics), with `signature`.
+    ///
+    /// # Errors
+    /// The spec layer's diagnostics.
+    pub fn load(file: &str, text: &str, signature: Option<Signature>) -> Result<Self, String> {
+        let (service, _warnings) = Service::load(file, text).map_err(|e| e.to_string())?;
+        Ok(LocalService {
+            service: Arc::new(service),
+            bundle: Bundle::with_signature(text.as_bytes(), signature),
+        })
+    }
+}
+
+/// Services deployed at run time (issue 16 §4): how a node fetches a spec it lacks.
+#[derive(Debug, Clone)]
+pub struct Deploy {
+    /// Public keys whose signatures a received spec must carry (empty: any spec whose hash
+    /// checks is accepted).
+    pub trusted_keys: Vec<[u8; 32]>,
+    /// A node serving specs, asked after the neighbours.
+    pub server: Option<NodeId>,
+    /// Requests sent for a missing service before its waiting messages are dropped.
+    pub tries: u32,
+    /// Interval between requests.
+    pub every: viastack_kernel::Duration,
+    /// Messages waiting for their service at most (all services; the oldest is dropped).
+    pub queue: usize,
+    /// Services at most (configured and fetched).
+    pub max_services: usize,
+}
+
+impl Default for Deploy {
+    /// No trusted keys, no server, 10 tries 500 ms apart, 256 waiting messages, 64 services.
+    fn default() -> Self {
+        Deploy {
+            trusted_keys: Vec::new(),
+            server: None,
+            tries: 10,
+            every: viastack_kernel::Duration::from_millis(500),
+            queue: 256,
+            max_services: 64,
+        }
+    }
+}
 
 /// The layer's configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The service (loaded and verified).
-    pub service: Arc<Service>,
+    /// The services this node starts with (possibly none: it fetches them).
+    pub services: Vec<LocalService>,
+    /// The ServiceID of the application's messages.
+    pub default_service: u32,
+    /// Fetching missing services.
+    pub deploy: Deploy,
     /// Most live instances.
     pub capacity: usize,
     /// Most inputs waiting for their tree.
@@ -284,6 +370,8 @@ pub fn decode(b: &[u8]) -> Option<SMsg> {
 #[derive(Debug)]
 enum Input {
     Msg(SMsg),
+    /// Only learn the neighbours (a node fetching a spec before any instance ran).
+    Probe,
     Timer(InstanceKey, u32),
     /// Send instance's held payload to the children it has not reached.
     Repair(InstanceKey),
@@ -316,10 +404,41 @@ impl Network for Recording {
     }
 }
 
+/// A missing service being fetched.
+#[derive(Debug)]
+struct Fetch {
+    /// Messages waiting for it: arrival number, their tree's root, the message.
+    waiting: VecDeque<(u64, NodeId, SMsg)>,
+    /// Nodes to ask first (the previous hops and sources of the messages waiting).
+    first: Vec<NodeId>,
+    /// A node of `first` was asked.
+    asked_holder: bool,
+    /// Requests sent.
+    tried: u32,
+    /// Token of its retry timer.
+    token: u64,
+    /// The bundle being reassembled.
+    assembly: Option<Assembly>,
+}
+
 /// Session of [`MessageStore`]: one per node.
 pub struct MessageStoreSession {
     node: NodeId,
     service_id: u32,
+    deploy: Deploy,
+    /// Bundles of the services here, by ServiceID (sent to nodes that ask).
+    bundles: BTreeMap<u32, Bundle>,
+    /// Services being fetched, by ServiceID.
+    fetches: BTreeMap<u32, Fetch>,
+    /// Retry timer token of a fetch to its ServiceID.
+    fetch_tokens: BTreeMap<u64, u32>,
+    /// Messages waiting in `fetches`, and the next arrival number.
+    waiting: usize,
+    next_arrival: u64,
+    /// Bundles refused, by hash and signature (never run, not reassembled again), at most 64.
+    /// A bundle whose text does not match its hash is not remembered: its hash may be the
+    /// genuine spec's, which must still be accepted.
+    refused: VecDeque<(Hash, Option<Signature>)>,
     flood: bool,
     stream: bool,
     store_forwards: bool,
@@ -389,14 +508,25 @@ impl MessageStoreSession {
     fn new(node: NodeId, config: &Config) -> Self {
         MessageStoreSession {
             node,
-            service_id: config.service.data.service_id,
+            service_id: config.default_service,
+            deploy: config.deploy.clone(),
+            bundles: config
+                .services
+                .iter()
+                .map(|l| (l.service.id(), l.bundle.clone()))
+                .collect(),
+            fetches: BTreeMap::new(),
+            fetch_tokens: BTreeMap::new(),
+            waiting: 0,
+            next_arrival: 0,
+            refused: VecDeque::new(),
             flood: config.flood,
             stream: config.stream,
             store_forwards: config.store_forwards,
             failure_state: config.failure_state.clone(),
             own: BTreeMap::new(),
             store: Store::new(
-                vec![config.service.clone()],
+                config.services.iter().map(|l| l.service.clone()).collect(),
                 StoreConfig {
                     pool: 0,
                     capacity: config.capacity.max(1),
@@ -420,6 +550,11 @@ impl MessageStoreSession {
             held: BTreeMap::new(),
             repair_armed: false,
         }
+    }
+
+    /// The ServiceID of the service this store runs.
+    pub fn service_id(&self) -> u32 {
+        self.service_id
     }
 
     /// Live service instances.
@@ -469,6 +604,15 @@ impl MessageStoreSession {
             self.repair(ctx, key, &info.children);
             return;
         }
+        if let Input::Probe = input {
+            self.store.set_node(NodeInfo {
+                address: addr(self.node),
+                parent: info.parent.map_or(Addr(0), addr),
+                children: info.children.iter().copied().map(addr).collect(),
+                neighbours: info.neighbours.iter().copied().map(addr).collect(),
+            });
+            return;
+        }
         self.store.set_node(NodeInfo {
             address: addr(self.node),
             parent: info.parent.map_or(Addr(0), addr),
@@ -499,7 +643,7 @@ impl MessageStoreSession {
                 self.store.handle_message(now, m, &mut net)
             }
             Input::Timer(key, id) => self.store.handle_timer(now, *key, *id, &mut net),
-            Input::Repair(_) => Ok(()),
+            Input::Repair(_) | Input::Probe => Ok(()),
         };
         match result {
             Ok(()) => {}
@@ -517,6 +661,7 @@ impl MessageStoreSession {
         let key = match &input {
             Input::Msg(m) => m.key(),
             Input::Timer(key, _) | Input::Repair(key) => *key,
+            Input::Probe => return,
         };
         self.check_failure(ctx, key, root);
         if self.roots.len() > 2 * self.capacity {
@@ -856,6 +1001,10 @@ impl MessageStoreSession {
             self.send_report(ctx, key);
             return;
         }
+        if let Some(sid) = self.fetch_tokens.remove(&token) {
+            self.fetch_retry(ctx, sid);
+            return;
+        }
         let Some((key, id)) = self.tokens.remove(&token) else {
             return;
         };
@@ -901,7 +1050,7 @@ impl MessageStoreSession {
             payload: Some(Arc::from(payload)),
             ..SMsg::default()
         };
-        self.enqueue(ctx, self.node, Input::Msg(m));
+        self.admit(ctx, self.node, m);
     }
 
     fn on_network(&mut self, ctx: &mut Context<'_>, from: NodeId, bytes: &[u8]) {
@@ -909,19 +1058,288 @@ impl MessageStoreSession {
             ctx.count("malformed");
             return;
         };
-        if m.service_id != self.service_id {
-            ctx.count("unknown_service");
-            return;
-        }
         m.previous_hop = addr(from);
-        if matches!(m.message_type, FAILURE_REPORT | REPORT_ACK) {
-            self.on_layer_message(ctx, &m);
-            return;
+        match m.message_type {
+            SPEC_REQUEST => return self.on_spec_request(ctx, &m),
+            SPEC_RESPONSE => return self.on_spec_response(ctx, &m),
+            FAILURE_REPORT | REPORT_ACK => {
+                if self.has_service(m.service_id) {
+                    self.on_layer_message(ctx, &m);
+                } else {
+                    ctx.count("unknown_service");
+                }
+                return;
+            }
+            _ => {}
         }
         let root = node_of(m.root)
             .or_else(|| node_of(m.source))
             .unwrap_or(from);
-        self.enqueue(ctx, root, Input::Msg(m));
+        self.admit(ctx, root, m);
+    }
+
+    /// Whether the service `id` runs here.
+    fn has_service(&self, id: u32) -> bool {
+        self.bundles.contains_key(&id)
+    }
+
+    /// Services here (configured and fetched).
+    pub fn services(&self) -> Vec<u32> {
+        self.bundles.keys().copied().collect()
+    }
+
+    /// Messages waiting for a service being fetched.
+    pub fn waiting(&self) -> usize {
+        self.waiting
+    }
+
+    /// Gives `m` (rooted at `root`) to its service, or holds it while the service is fetched.
+    fn admit(&mut self, ctx: &mut Context<'_>, root: NodeId, m: SMsg) {
+        if self.has_service(m.service_id) {
+            self.enqueue(ctx, root, Input::Msg(m));
+            return;
+        }
+        ctx.count("unknown_service");
+        let sid = m.service_id;
+        if !self.fetches.contains_key(&sid) && self.fetches.len() >= MAX_FETCHES {
+            // Each fetch may hold a bundle being reassembled (up to MAX_SPEC bytes).
+            ctx.count("fetches_full");
+            ctx.count("unknown_service_dropped");
+            return;
+        }
+        while self.waiting >= self.deploy.queue.max(1) {
+            self.drop_oldest_waiting(ctx);
+        }
+        let arrival = self.next_arrival;
+        self.next_arrival += 1;
+        self.waiting += 1;
+        let me = self.node;
+        let holders: Vec<NodeId> = [node_of(m.previous_hop), node_of(m.source), Some(root)]
+            .into_iter()
+            .flatten()
+            .filter(|&n| n != me)
+            .collect();
+        if let Some(f) = self.fetches.get_mut(&sid) {
+            f.waiting.push_back((arrival, root, m));
+            // A message from a node not known yet: that node (or its source) has the
+            // service — asked in the next rounds (at most FETCH_FIRST such nodes per fetch),
+            // and at once if no node known to have it was asked yet (a fetch started by
+            // this node's own message, asking neighbours that lack it too).
+            let mut ask = None;
+            for n in holders {
+                if f.first.len() < FETCH_FIRST && !f.first.contains(&n) {
+                    f.first.push(n);
+                    if !f.asked_holder && f.assembly.is_none() {
+                        f.asked_holder = true;
+                        ask = Some(n);
+                    }
+                }
+            }
+            if let Some(n) = ask {
+                self.send_spec_request(ctx, sid, n);
+            }
+            return;
+        }
+        let mut first = Vec::new();
+        for n in holders {
+            if !first.contains(&n) {
+                first.push(n);
+            }
+        }
+        let asked_holder = !first.is_empty();
+        let token = self.next_timer;
+        self.next_timer = self.next_timer.wrapping_add(1);
+        let mut waiting = VecDeque::new();
+        waiting.push_back((arrival, root, m));
+        self.fetches.insert(
+            sid,
+            Fetch {
+                waiting,
+                first,
+                asked_holder,
+                tried: 0,
+                token,
+                assembly: None,
+            },
+        );
+        self.fetch_tokens.insert(token, sid);
+        ctx.count("spec_fetch");
+        // Learn the neighbours (asked after the first candidates).
+        self.enqueue(ctx, self.node, Input::Probe);
+        self.fetch_retry(ctx, sid);
+    }
+
+    /// Drops the oldest message waiting for a service (the waiting queue is full).
+    fn drop_oldest_waiting(&mut self, ctx: &mut Context<'_>) {
+        let oldest = self
+            .fetches
+            .iter()
+            .filter_map(|(&sid, f)| f.waiting.front().map(|w| (w.0, sid)))
+            .min();
+        let Some((_, sid)) = oldest else {
+            self.waiting = 0;
+            return;
+        };
+        if let Some(f) = self.fetches.get_mut(&sid) {
+            f.waiting.pop_front();
+            self.waiting -= 1;
+            ctx.count("unknown_service_dropped");
+            if f.waiting.is_empty() {
+                let token = f.token;
+                self.fetches.remove(&sid);
+                self.fetch_tokens.remove(&token);
+            }
+        }
+    }
+
+    /// Sends the next request for service `sid`, or gives up after [`Deploy::tries`].
+    fn fetch_retry(&mut self, ctx: &mut Context<'_>, sid: u32) {
+        let me = self.node;
+        let neighbours: Vec<NodeId> = self
+            .store
+            .node()
+            .neighbours
+            .iter()
+            .copied()
+            .filter_map(node_of)
+            .collect();
+        let server = self.deploy.server;
+        let Some(f) = self.fetches.get_mut(&sid) else {
+            return;
+        };
+        if f.tried >= self.deploy.tries {
+            let n = f.waiting.len();
+            self.waiting = self.waiting.saturating_sub(n);
+            let token = f.token;
+            self.fetches.remove(&sid);
+            self.fetch_tokens.remove(&token);
+            ctx.count("spec_fetch_failed");
+            ctx.count_n("unknown_service_dropped", n as u64);
+            return;
+        }
+        let mut candidates = f.first.clone();
+        for n in neighbours.into_iter().chain(server) {
+            if n != me && !candidates.contains(&n) {
+                candidates.push(n);
+            }
+        }
+        let to = if candidates.is_empty() {
+            None
+        } else {
+            Some(candidates[f.tried as usize % candidates.len()])
+        };
+        f.tried += 1;
+        let token = f.token;
+        self.fetch_tokens.insert(token, sid);
+        ctx.set_timer(self.deploy.every, token);
+        let Some(to) = to else {
+            ctx.count("no_target");
+            return;
+        };
+        self.send_spec_request(ctx, sid, to);
+    }
+
+    /// Asks `to` for the spec of service `sid`.
+    fn send_spec_request(&mut self, ctx: &mut Context<'_>, sid: u32, to: NodeId) {
+        ctx.count("spec_request_sent");
+        let m = SMsg {
+            service_id: sid,
+            message_type: SPEC_REQUEST,
+            delivery_mode: 3,
+            hop_limit: 255,
+            source: addr(self.node),
+            destination: addr(to),
+            payload: Some(Arc::from(specbundle::encode_request(None))),
+            ..SMsg::default()
+        };
+        self.perform(ctx, Out::Send(m));
+    }
+
+    /// A node asks for a spec: every chunk of its bundle goes back to it, if this node has it.
+    fn on_spec_request(&mut self, ctx: &mut Context<'_>, m: &SMsg) {
+        let Some(want) = specbundle::decode_request(m.payload.as_deref().unwrap_or(&[])) else {
+            ctx.count("malformed");
+            return;
+        };
+        let Some(asker) = node_of(m.source) else {
+            ctx.count("malformed");
+            return;
+        };
+        let bundle = match want {
+            None => self.bundles.get(&m.service_id),
+            Some(h) => self.bundles.values().find(|b| b.hash == h),
+        };
+        let Some(bundle) = bundle.cloned() else {
+            ctx.count("spec_request_unanswered");
+            return;
+        };
+        ctx.count("spec_served");
+        for c in specbundle::chunks(&bundle) {
+            let r = SMsg {
+                service_id: m.service_id,
+                message_type: SPEC_RESPONSE,
+                delivery_mode: 3,
+                hop_limit: 255,
+                source: addr(self.node),
+                destination: addr(asker),
+                payload: Some(Arc::from(specbundle::encode_chunk(&c))),
+                ..SMsg::default()
+            };
+            self.perform(ctx, Out::Send(r));
+        }
+    }
+
+    /// A chunk of a spec this node asked for: reassembled, and once complete verified and
+    /// loaded ([`specbundle::accept`]) before the service runs the messages waiting for it.
+    fn on_spec_response(&mut self, ctx: &mut Context<'_>, m: &SMsg) {
+        let Some(c) = specbundle::decode_chunk(m.payload.as_deref().unwrap_or(&[])) else {
+            ctx.count("malformed");
+            return;
+        };
+        let sid = m.service_id;
+        let Some(f) = self.fetches.get_mut(&sid) else {
+            ctx.count("spec_unsolicited");
+            return;
+        };
+        if self.refused.contains(&(c.hash, c.signature)) {
+            ctx.count("spec_refused_again");
+            return;
+        }
+        let a = match &mut f.assembly {
+            Some(a) if a.matches(&c) => a,
+            slot => slot.insert(Assembly::new(&c)),
+        };
+        let Some(bundle) = a.add(c) else {
+            return;
+        };
+        f.assembly = None;
+        if self.bundles.len() >= self.deploy.max_services {
+            ctx.count("services_full");
+            return;
+        }
+        match specbundle::accept(&bundle, Some(sid), None, &self.deploy.trusted_keys) {
+            Err(why) => {
+                ctx.count("spec_refused");
+                if why != specbundle::Refusal::BadHash {
+                    if self.refused.len() >= 64 {
+                        self.refused.pop_front();
+                    }
+                    self.refused.push_back((bundle.hash, bundle.signature));
+                }
+            }
+            Ok(service) => {
+                ctx.count("spec_accepted");
+                self.store.add_service(Arc::new(service));
+                self.bundles.insert(sid, bundle);
+                if let Some(f) = self.fetches.remove(&sid) {
+                    self.fetch_tokens.remove(&f.token);
+                    self.waiting = self.waiting.saturating_sub(f.waiting.len());
+                    for (_, root, m) in f.waiting {
+                        self.enqueue(ctx, root, Input::Msg(m));
+                    }
+                }
+            }
+        }
     }
 }
 

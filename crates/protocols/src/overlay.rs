@@ -25,6 +25,11 @@
 //! - A [`TREE_QUERY`] from above (a root node) is answered at once with a [`TREE`] event: this
 //!   node's parent, children and neighbours in the tree rooted at that node (the `messagestore`
 //!   layer reads its services' node information this way).
+//! - An [`OVERLAY_SEND`] from above (an [`OverlaySend`]: delivery mode, target, payload) is
+//!   sent as it says: multicast, flood, or unicast to a node or to a logical address (the
+//!   overlay socket API of `viastack::overlay` sends this way, whatever `broadcast` says).
+//! - [`OverlaySession::status`] is a snapshot for applications: logical address, neighbours
+//!   (as nodes), leader, last neighbourhood change.
 //! - When the channel closes (the node leaves) it says goodbye (DT `Goodbye`, hypercube
 //!   `Leave`) and stops.
 //!
@@ -81,6 +86,49 @@ pub static TREE_QUERY: EventTypeDef = EventTypeDef::new("OverlayTreeQuery", Some
 /// The answer to a [`TREE_QUERY`]: a [`TreeInfo`] (this node's parent, children and
 /// neighbours, as node ids, in the tree rooted at the queried node).
 pub static TREE: EventTypeDef = EventTypeDef::new("OverlayTree", Some(&CHANNEL_EVENT));
+
+/// A layer above (or the application) sends a message with an explicit delivery mode: a
+/// down-going event whose body is an [`OverlaySend`].
+pub static OVERLAY_SEND: EventTypeDef = EventTypeDef::new("OverlaySend", Some(&CHANNEL_EVENT));
+
+/// Where a unicast goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverlayTarget {
+    /// A node of the deployment (on DT, up the tree rooted at its point).
+    Node(NodeId),
+    /// A logical address (DT only): up the tree rooted at that point, delivered by the node
+    /// that has it.
+    Logical(DtAddr),
+}
+
+/// The body of an [`OVERLAY_SEND`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverlaySend {
+    /// Multicast (down the tree rooted at this node), flood, or unicast.
+    pub mode: DeliveryMode,
+    /// The addressee of a unicast (ignored otherwise).
+    pub to: Option<OverlayTarget>,
+    /// The application's bytes.
+    pub payload: Vec<u8>,
+}
+
+/// A snapshot of an overlay node ([`OverlaySession::status`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OverlayStatus {
+    /// `"dt"` or `"hypercube"`.
+    pub topology: &'static str,
+    /// The logical address as text (a DT point `(x,y)`, a hypercube label), `None` before the
+    /// node has one.
+    pub logical: Option<String>,
+    /// The current neighbours' nodes, sorted.
+    pub neighbours: Vec<NodeId>,
+    /// Whether this node is the leader (DT: no neighbour greater; hypercube: the HRoot).
+    pub leader: bool,
+    /// When the neighbourhood last changed (DT; the start on the hypercube).
+    pub last_change: Option<Instant>,
+    /// Whether the node has left.
+    pub left: bool,
+}
 
 /// The body of a [`TREE_QUERY`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,6 +232,7 @@ impl Layer for Overlay {
             CHANNEL_INIT.id(),
             CHANNEL_CLOSE.id(),
             TREE_QUERY.id(),
+            OVERLAY_SEND.id(),
         ]
     }
     fn requires(&self) -> Vec<EventType> {
@@ -495,20 +544,39 @@ impl OverlaySession {
     }
 
     fn on_send(&mut self, ctx: &mut Context<'_>, dest: Dest, upper: &[u8]) {
+        let (mode, to) = match dest {
+            Dest::Broadcast => (self.config.broadcast, None),
+            Dest::Node(n) => (DeliveryMode::Unicast, Some(OverlayTarget::Node(n))),
+        };
+        self.send_as(ctx, mode, to, upper);
+    }
+
+    /// Sends `upper` (prefixed with this node's id) as `mode`, to `to` for a unicast.
+    fn send_as(
+        &mut self,
+        ctx: &mut Context<'_>,
+        mode: DeliveryMode,
+        to: Option<OverlayTarget>,
+        upper: &[u8],
+    ) {
         let mut payload = Vec::with_capacity(4 + upper.len());
         payload.extend_from_slice(&self.node.0.to_be_bytes());
         payload.extend_from_slice(upper);
-        let (mode, to) = match dest {
-            Dest::Broadcast => (self.config.broadcast, None),
-            Dest::Node(n) => (DeliveryMode::Unicast, Some(n)),
+        let to = if mode == DeliveryMode::Unicast {
+            to
+        } else {
+            None
         };
         let result = match (&self.engine, &mut self.fwd) {
             (Engine::Dt(n), Fwd::Dt(f)) => {
-                let dest = to.map(|k| dt_coordinates(self.seed, k, self.config.span));
+                let dest = to.map(|t| match t {
+                    OverlayTarget::Node(k) => dt_coordinates(self.seed, k, self.config.span),
+                    OverlayTarget::Logical(a) => a,
+                });
                 f.send(&DtTopology(n), mode, dest, &payload).map(|_| ())
             }
             (Engine::Hypercube(n), Fwd::Hc(f)) => {
-                if to.is_some() {
+                if to.is_some() || mode == DeliveryMode::Unicast {
                     Err(forward::SendError::NoDestination)
                 } else {
                     f.send(&HcTopology(n), mode, None, &payload).map(|_| ())
@@ -520,6 +588,38 @@ impl OverlaySession {
             ctx.count("refused");
         }
         self.flush(ctx);
+    }
+
+    /// A snapshot of this node for applications.
+    pub fn status(&self) -> OverlayStatus {
+        let mut st = OverlayStatus {
+            left: self.left,
+            ..OverlayStatus::default()
+        };
+        match &self.engine {
+            Engine::Dt(n) => {
+                st.topology = "dt";
+                st.logical = Some(n.addr().to_string());
+                st.neighbours = n.neighbours().map(|(_, e)| e.substrate).collect();
+                st.leader = n.is_leader();
+                st.last_change = Some(n.last_change());
+            }
+            Engine::Hypercube(n) => {
+                st.topology = "hypercube";
+                st.logical = n.label().map(|l| l.to_string());
+                st.neighbours = n.neighbours().map(|(_, e)| e.substrate).collect();
+                st.leader = n.is_root();
+            }
+            Engine::Idle => {
+                st.topology = match self.config.topology {
+                    TopologyKind::Dt => "dt",
+                    TopologyKind::Hypercube => "hypercube",
+                };
+            }
+        }
+        st.neighbours.sort();
+        st.neighbours.dedup();
+        st
     }
 
     /// This node's place in the tree rooted at `q.root` (see [`TREE_QUERY`]).
@@ -614,6 +714,18 @@ impl Session for OverlaySession {
             return;
         }
         if self.left {
+            return;
+        }
+        if ty == OVERLAY_SEND.id() {
+            if let Body::Custom(b) = &mut event.body {
+                if let Some(m) = b.downcast_mut::<OverlaySend>() {
+                    let payload = std::mem::take(&mut m.payload);
+                    let (mode, to) = (m.mode, m.to);
+                    self.send_as(ctx, mode, to, &payload);
+                    return;
+                }
+            }
+            ctx.count("malformed");
             return;
         }
         let dir = event.dir();

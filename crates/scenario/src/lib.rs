@@ -150,6 +150,7 @@ pub fn run_recorded(
         node: NodeId(0),
         nodes,
         seed,
+        topology: scenario.topology.as_ref().map(|t| t.node_view(0)),
     };
     let node0 =
         build_node(file, catalog, &env0, KernelConfig::default()).map_err(RunError::Build)?;
@@ -162,11 +163,13 @@ pub fn run_recorded(
         let recorder = Rc::clone(&recorder);
         let workloads = scenario.workloads.clone();
         let leaves = scenario.leaves.clone();
+        let topology = scenario.topology.clone();
         move |id: NodeId, now: Instant| {
             let env = BuildEnv {
                 node: id,
                 nodes,
                 seed,
+                topology: topology.as_ref().map(|t| t.node_view(id.0)),
             };
             let config = KernelConfig {
                 node: id,
@@ -227,6 +230,17 @@ pub fn run_recorded(
             &rec,
         )
     };
+    let mut memory = std::collections::BTreeMap::new();
+    for n in 0..nodes {
+        if let Some(m) = sim.node(NodeId(n)).and_then(SimNode::memory) {
+            let name = scenario
+                .topology
+                .as_ref()
+                .and_then(|t| t.nodes.get(n as usize))
+                .map_or_else(|| format!("n{n}"), |d| d.name.clone());
+            memory.insert(name, m);
+        }
+    }
     let network = sim.stats().into();
     let (steps, trace_hash) = (sim.steps(), format!("{:016x}", sim.trace_hash()));
     drop(sim); // releases the factory's handle on the recorder
@@ -252,6 +266,7 @@ pub fn run_recorded(
         trace_hash,
     };
     let mut report = report::build(&info, observed);
+    report.memory = memory;
     if !overlay_violations.is_empty() {
         report.verdict.holds = false;
         report.verdict.violations.extend(overlay_violations);

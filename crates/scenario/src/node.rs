@@ -22,6 +22,8 @@ pub struct SimNode {
     app: Application,
     transmits: VecDeque<Transmit>,
     channels: Vec<(String, ChannelId)>,
+    /// Named sessions, by name.
+    sessions: Vec<(String, SessionId)>,
     /// When the application leaves (`[[scenario.leave]]`), until it has.
     leave_at: Option<Instant>,
     left: bool,
@@ -41,7 +43,7 @@ impl SimNode {
             kernel,
             channels,
             devices,
-            ..
+            sessions,
         } = built;
         let app = Application::new(id, nodes, &channels, workloads, recorder, now);
         let mut node = SimNode {
@@ -51,6 +53,7 @@ impl SimNode {
             app,
             transmits: VecDeque::new(),
             channels,
+            sessions,
             leave_at: None,
             left: false,
         };
@@ -72,6 +75,46 @@ impl SimNode {
     /// The node's channels by name, in file order.
     pub fn channels(&self) -> &[(String, ChannelId)] {
         &self.channels
+    }
+
+    /// The node's named sessions (`[sessions.NAME]`), by name.
+    pub fn sessions(&self) -> &[(String, SessionId)] {
+        &self.sessions
+    }
+
+    /// The node's global memory (seed 004), if a `dvmrp` session runs on it, as report rows.
+    pub fn memory(&self) -> Option<crate::report::NodeMemory> {
+        use viastack_mcast::memory::Origin;
+        use viastack_protocols::dvmrp::DvmrpSession;
+        let mem = self
+            .sessions
+            .iter()
+            .find_map(|&(_, sid)| self.kernel.session::<DvmrpSession>(sid)?.memory())?;
+        Some(crate::report::NodeMemory {
+            neighbors: mem
+                .neighbors
+                .iter()
+                .map(|n| crate::report::NeighborRow {
+                    iface: n.iface,
+                    addr: n.addr.to_string(),
+                    two_way: n.two_way,
+                })
+                .collect(),
+            routes: mem
+                .routes
+                .iter()
+                .map(|r| crate::report::RouteRow {
+                    prefix: r.prefix.to_string(),
+                    metric: r.metric,
+                    iface: r.iface(),
+                    upstream: match r.origin {
+                        Origin::Learned { via, .. } => Some(via.to_string()),
+                        Origin::Connected { .. } => None,
+                    },
+                    dependents: r.dependents.len(),
+                })
+                .collect(),
+        })
     }
 
     /// The node's kernel (for counters and inspection).

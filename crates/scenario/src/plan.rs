@@ -1,11 +1,14 @@
 //! From a stack file's `[scenario]` to the simulator's configuration: links, overrides,
-//! partitions and crashes, in virtual time.
+//! partitions and crashes, in virtual time; with a `[topology]`, its links and link failures.
 
 use std::collections::BTreeSet;
 
 use viastack_kernel::{Instant, NodeId};
-use viastack_sim::{CrashPlan, LinkConfig, LinkOverride, Partition, SimConfig};
-use viastack_stack::model::{LinkSpec, Scenario};
+use viastack_sim::{
+    CrashPlan, LinkChange, LinkConfig, LinkEvent, LinkOverride, Partition, SimConfig, TopoLink,
+    Topology,
+};
+use viastack_stack::model::{LinkSpec, Scenario, TopologyDecl};
 
 fn link_config(l: &LinkSpec) -> LinkConfig {
     LinkConfig {
@@ -70,6 +73,9 @@ pub fn sim_config(scenario: &Scenario, seed: u64) -> SimConfig {
             restart: c.restart.map(at),
         })
         .collect();
+    if let Some(topo) = &scenario.topology {
+        config.topology = Some(topology(scenario, topo));
+    }
     let messages: u64 = scenario
         .workloads
         .iter()
@@ -78,4 +84,33 @@ pub fn sim_config(scenario: &Scenario, seed: u64) -> SimConfig {
     // A livelock guard, not a budget: generous for any run that makes progress.
     config.step_cap = 100_000_000u64.saturating_add(messages.saturating_mul(200));
     config
+}
+
+/// The simulator's topology for a `[topology]`: its links with their conditions (unset fields
+/// from `[scenario.link]`) and the scenario's link failures as down/up events.
+fn topology(scenario: &Scenario, topo: &TopologyDecl) -> Topology {
+    let links = topo
+        .links
+        .iter()
+        .map(|l| TopoLink {
+            nodes: l.nodes.iter().map(|&n| NodeId(n)).collect(),
+            config: link_config(&l.conditions.apply(&scenario.link)),
+        })
+        .collect();
+    let mut events = Vec::new();
+    for f in &scenario.link_failures {
+        events.push(LinkEvent {
+            at: at(f.at),
+            link: f.link,
+            change: LinkChange::Down,
+        });
+        if let Some(r) = f.repair {
+            events.push(LinkEvent {
+                at: at(r),
+                link: f.link,
+                change: LinkChange::Up,
+            });
+        }
+    }
+    Topology { links, events }
 }

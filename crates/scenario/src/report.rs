@@ -40,6 +40,51 @@ pub struct Network {
     pub dropped_partition: u64,
     /// Dropped because the receiver was down.
     pub dropped_down: u64,
+    /// With a `[topology]`: dropped because their link was down.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dropped_link_down: u64,
+    /// With a `[topology]`: sent on a port that is no interface, or to a node off the link.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dropped_no_route: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One neighbour of a node's neighbour table (global memory).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct NeighborRow {
+    /// The interface it was heard on.
+    pub iface: u16,
+    /// Its address.
+    pub addr: String,
+    /// Whether it lists this node (two-way adjacency).
+    pub two_way: bool,
+}
+
+/// One route of a node's routing table (global memory).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct RouteRow {
+    /// The source network.
+    pub prefix: String,
+    /// Its metric (32: unreachable, held down).
+    pub metric: u8,
+    /// The interface towards it.
+    pub iface: u16,
+    /// The upstream neighbour, for learned routes.
+    pub upstream: Option<String>,
+    /// Downstream neighbours that depend on this node for it.
+    pub dependents: usize,
+}
+
+/// The global memory objects of one node at the end of the run.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
+pub struct NodeMemory {
+    /// The neighbour table.
+    pub neighbors: Vec<NeighborRow>,
+    /// The routing table.
+    pub routes: Vec<RouteRow>,
 }
 
 impl From<&NetStats> for Network {
@@ -52,6 +97,8 @@ impl From<&NetStats> for Network {
             corrupted: s.corrupted,
             dropped_partition: s.dropped_partition,
             dropped_down: s.dropped_down,
+            dropped_link_down: s.dropped_link_down,
+            dropped_no_route: s.dropped_no_route,
         }
     }
 }
@@ -120,6 +167,10 @@ pub struct Report {
     pub warnings: Vec<String>,
     /// The declared property and whether it held.
     pub verdict: Verdict,
+    /// Global memory (seed 004) of the nodes up at the end that have any, by node name
+    /// (`[topology]` name, else `n<index>`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub memory: BTreeMap<String, NodeMemory>,
 }
 
 /// Builds the delivery part of a report from the recorder.
@@ -247,6 +298,7 @@ pub fn build(info: &RunInfo<'_>, observed: Observed<'_>) -> Report {
             holds: true,
             violations: Vec::new(),
         },
+        memory: BTreeMap::new(),
     };
     report.warnings = warnings(&report);
     report.verdict = judge(info.expect, &report);
@@ -375,6 +427,23 @@ impl fmt::Display for Report {
                 "  network    datagrams {}   delivered {}   lost {}   duplicated {}   corrupted {}   partitioned {}   to a down node {}",
                 n.sent, n.delivered, n.lost, n.duplicated, n.corrupted, n.dropped_partition, n.dropped_down
             )?;
+            if n.dropped_link_down + n.dropped_no_route > 0 {
+                writeln!(
+                    f,
+                    "  links      dropped on a failed link {}   sent where no link leads {}",
+                    n.dropped_link_down, n.dropped_no_route
+                )?;
+            }
+            for (node, m) in &self.memory {
+                let reachable = m.routes.iter().filter(|r| r.metric < 32).count();
+                let adjacent = m.neighbors.iter().filter(|x| x.two_way).count();
+                writeln!(
+                    f,
+                    "  memory     {node}: {adjacent} two-way neighbours, {reachable} reachable \
+                     networks of {} routes",
+                    m.routes.len()
+                )?;
+            }
         } else {
             writeln!(
                 f,
@@ -453,6 +522,7 @@ mod tests {
                 holds: true,
                 violations: Vec::new(),
             },
+            memory: BTreeMap::new(),
         }
     }
 

@@ -284,7 +284,7 @@ fn ordering_delivers_in_order() {
     ))
     .unwrap();
     let with = shipped.replace(
-        "service = \"specs/ordering.scxml\"",
+        "service = \"../specs/ordering.scxml\"",
         &format!("service = \"{}\"", spec("specs/ordering.scxml")),
     );
     let bare = shipped
@@ -293,7 +293,7 @@ fn ordering_delivers_in_order() {
             r#"layers = ["dev", "sum", "net"]"#,
         )
         .replace(
-            "[layers.store]\nkind = \"messagestore\"\nservice = \"specs/ordering.scxml\"\nstream = true\nforward = \"store\"\n",
+            "[layers.store]\nkind = \"messagestore\"\nservice = \"../specs/ordering.scxml\"\nstream = true\nforward = \"store\"\n",
             "",
         );
     let mut bare_out_of_order = 0;

@@ -72,7 +72,7 @@ impl Default for LinkConfig {
 }
 
 impl LinkConfig {
-    fn validate(&self, link: LinkRef) -> Result<(), SimError> {
+    pub(crate) fn validate(&self, link: LinkRef) -> Result<(), SimError> {
         for (field, value) in [
             ("loss", self.loss),
             ("duplicate", self.duplicate),
@@ -149,6 +149,10 @@ pub struct SimConfig {
     pub partitions: Vec<Partition>,
     /// Crashes and restarts.
     pub crashes: Vec<CrashPlan>,
+    /// A multi-hop network: with `Some`, datagrams travel only over its links (`link` and
+    /// `links` are then unused); with `None`, every node reaches every other directly (full
+    /// mesh). See [`crate::Topology`].
+    pub topology: Option<crate::Topology>,
     /// Maximum number of events a run may process before failing with
     /// [`SimError::StepCapExceeded`] (livelock guard, as in quinn-proto's test harness).
     pub step_cap: u64,
@@ -168,6 +172,7 @@ impl SimConfig {
             links: Vec::new(),
             partitions: Vec::new(),
             crashes: Vec::new(),
+            topology: None,
             step_cap: Self::DEFAULT_STEP_CAP,
         }
     }
@@ -230,6 +235,10 @@ pub fn validate(config: &SimConfig) -> Result<(), SimError> {
                 });
             }
         }
+    }
+
+    if let Some(t) = &config.topology {
+        crate::topology::validate(t, nodes)?;
     }
 
     for (index, c) in config.crashes.iter().enumerate() {

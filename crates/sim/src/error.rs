@@ -21,6 +21,11 @@ pub enum LinkRef {
         /// Receiving node.
         to: NodeId,
     },
+    /// Link `index` of the [`crate::Topology`].
+    Topology {
+        /// Position in `Topology::links`.
+        index: usize,
+    },
 }
 
 impl fmt::Display for LinkRef {
@@ -28,6 +33,7 @@ impl fmt::Display for LinkRef {
         match self {
             LinkRef::Default => f.write_str("default link"),
             LinkRef::Override { from, to } => write!(f, "link {from}->{to}"),
+            LinkRef::Topology { index } => write!(f, "topology link #{index}"),
         }
     }
 }
@@ -81,6 +87,22 @@ pub enum SimError {
     #[error("crash plan #{index}: {reason}")]
     InvalidCrashPlan {
         /// Position in `SimConfig::crashes`.
+        index: usize,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A topology link is malformed (fewer than two nodes, a node listed twice).
+    #[error("topology link #{index}: {reason}")]
+    InvalidLink {
+        /// Position in `Topology::links`.
+        index: usize,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A link event names a link that does not exist.
+    #[error("link event #{index}: {reason}")]
+    InvalidLinkEvent {
+        /// Position in `Topology::events`.
         index: usize,
         /// What is wrong.
         reason: &'static str,

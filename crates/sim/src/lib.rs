@@ -27,6 +27,12 @@
 //! delivered. Partition, crash and restart events are queued before anything else, so at equal
 //! times they take effect before any datagram or wake-up of that instant.
 //!
+//! # Topologies
+//! Without a [`Topology`] every node reaches every other directly (full mesh, per directed link
+//! [`LinkConfig`]s). With one, a datagram travels one link of it: the port is the sender's
+//! interface number, a broadcast reaches the other nodes of that link only, and links go down,
+//! up or change conditions in time. See the [`topology`] module.
+//!
 //! # Crashes
 //! A crashed node's state is dropped at once. Datagrams it sent earlier stay in flight;
 //! datagrams arriving while it is down are counted in [`NetStats::dropped_down`]; its pending
@@ -45,6 +51,7 @@ pub mod config;
 pub mod error;
 mod link;
 mod queue;
+pub mod topology;
 mod trace;
 
 use fnv::FnvHashMap;
@@ -54,9 +61,11 @@ use viastack_kernel::{Dest, Duration, Instant, NodeId};
 
 pub use config::{CrashPlan, LinkConfig, LinkOverride, Partition, SimConfig};
 pub use error::{LinkRef, SimError};
+pub use topology::{LinkChange, LinkEvent, TopoLink, Topology};
 
 use link::{Fate, LinkState};
 use queue::EventQueue;
+use topology::TopoMap;
 use trace::{TraceHash, TraceKind};
 
 /// What the simulator drives. Implemented elsewhere by an adapter around the protocol kernel.
@@ -85,7 +94,8 @@ pub struct Transmit {
 }
 
 /// Network counters. Every datagram copy is accounted for: once the simulator is idle,
-/// `sent + duplicated == delivered + lost + dropped_partition + dropped_down`.
+/// `sent + duplicated == delivered + lost + dropped_partition + dropped_down +
+/// dropped_link_down`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NetStats {
     /// Datagrams handed to a link: one per destination (a broadcast to `k` others counts `k`).
@@ -105,6 +115,11 @@ pub struct NetStats {
     pub dropped_down: u64,
     /// Datagrams addressed to a node id outside the scenario (not counted in `sent`).
     pub dropped_unknown_dest: u64,
+    /// With a topology: copies sent on, or arriving over, a link that is down.
+    pub dropped_link_down: u64,
+    /// With a topology: datagrams sent on a port that is not one of the sender's interfaces, or
+    /// to a node that is not on that link (not counted in `sent`).
+    pub dropped_no_route: u64,
     /// Total bytes of delivered copies.
     pub bytes_delivered: u64,
 }
@@ -121,13 +136,21 @@ enum Event {
     /// Start of the partition with this index.
     PartitionStart(u32),
     PartitionHeal(u32),
+    /// The link event with this index in the topology.
+    Link(u32),
 }
+
+/// `InFlight::link` of a datagram that crosses no topology link.
+const NO_LINK: u32 = u32::MAX;
 
 /// A datagram copy on its way.
 struct InFlight {
     from: u32,
     to: u32,
+    /// The port handed to the receiver (its interface number, with a topology).
     port: u16,
+    /// The topology link crossed, or `NO_LINK`.
+    link: u32,
     bytes: Vec<u8>,
 }
 
@@ -181,6 +204,10 @@ struct Net {
     /// Queue state of bandwidth-limited links only.
     link_state: FnvHashMap<u64, LinkState>,
     partitions: Vec<PartitionMap>,
+    /// The multi-hop network, if any.
+    topo: Option<TopoMap>,
+    /// Transmit queue state of bandwidth-limited topology links, per (link, sender).
+    topo_state: FnvHashMap<u64, LinkState>,
     /// Indices of the active partitions.
     active: Vec<u32>,
     /// Nodes handed out by `node_mut`, to be drained before the next event.
@@ -224,6 +251,9 @@ impl Net {
     }
 
     fn route(&mut self, from: u32, t: Transmit) {
+        if self.topo.is_some() {
+            return self.route_topo(from, t);
+        }
         let Transmit { port, dest, bytes } = t;
         match dest {
             Dest::Node(NodeId(to)) if to >= self.node_count => {
@@ -233,7 +263,7 @@ impl Net {
             Dest::Node(NodeId(to)) if to == from => {
                 // Loopback: no network, no loss, no delay.
                 self.stats.sent += 1;
-                self.schedule_arrival(self.now, from, to, port, bytes);
+                self.schedule_arrival(self.now, from, to, port, NO_LINK, bytes);
             }
             Dest::Node(NodeId(to)) => self.send_link(from, to, port, bytes),
             Dest::Broadcast => {
@@ -256,7 +286,7 @@ impl Net {
         }
     }
 
-    fn send_link(&mut self, from: u32, to: u32, port: u16, mut bytes: Vec<u8>) {
+    fn send_link(&mut self, from: u32, to: u32, port: u16, bytes: Vec<u8>) {
         self.stats.sent += 1;
         if self.separated(from, to) {
             self.stats.dropped_partition += 1;
@@ -270,30 +300,154 @@ impl Net {
         } else {
             &mut scratch
         };
-        match link::fate(&mut self.rng, cfg, state, self.now, bytes.len()) {
+        let fate = link::fate(&mut self.rng, cfg, state, self.now, bytes.len());
+        self.apply_fate(fate, from, to, port, NO_LINK, bytes);
+    }
+
+    fn apply_fate(&mut self, fate: Fate, from: u32, to: u32, port: u16, via: u32, bytes: Vec<u8>) {
+        let mut bytes = bytes;
+        match fate {
             Fate::Lost => self.stats.lost += 1,
             Fate::Delivered { first, duplicate } => {
                 let second = duplicate.map(|d| (d, bytes.clone()));
                 if first.corrupt && link::corrupt(&mut self.rng, &mut bytes) > 0 {
                     self.stats.corrupted += 1;
                 }
-                self.schedule_arrival(first.at, from, to, port, bytes);
+                self.schedule_arrival(first.at, from, to, port, via, bytes);
                 if let Some((d, mut copy)) = second {
                     self.stats.duplicated += 1;
                     if d.corrupt && link::corrupt(&mut self.rng, &mut copy) > 0 {
                         self.stats.corrupted += 1;
                     }
-                    self.schedule_arrival(d.at, from, to, port, copy);
+                    self.schedule_arrival(d.at, from, to, port, via, copy);
                 }
             }
         }
     }
 
-    fn schedule_arrival(&mut self, at: Instant, from: u32, to: u32, port: u16, bytes: Vec<u8>) {
+    /// Route a transmit over the topology: `t.port` is the sender's interface.
+    fn route_topo(&mut self, from: u32, t: Transmit) {
+        let Transmit { port, dest, bytes } = t;
+        if dest == Dest::Node(NodeId(from)) {
+            self.stats.sent += 1;
+            self.schedule_arrival(self.now, from, from, port, NO_LINK, bytes);
+            return;
+        }
+        let Some(topo) = self.topo.as_ref() else {
+            return;
+        };
+        let Some(link) = topo.link_of(from, port) else {
+            self.stats.dropped_no_route += 1;
+            tracing::debug!(
+                from,
+                port,
+                "datagram on a port that is no interface dropped"
+            );
+            return;
+        };
+        let members = topo.members.get(link as usize);
+        let targets: Vec<(u32, u16)> = match dest {
+            Dest::Node(NodeId(to)) => members
+                .into_iter()
+                .flatten()
+                .filter(|&&(n, _)| n == to)
+                .copied()
+                .collect(),
+            Dest::Broadcast => members
+                .into_iter()
+                .flatten()
+                .filter(|&&(n, _)| n != from)
+                .copied()
+                .collect(),
+        };
+        if targets.is_empty() {
+            self.stats.dropped_no_route += 1;
+            tracing::debug!(from, port, "datagram to a node not on the link dropped");
+            return;
+        }
+        let mut bytes = bytes;
+        let last = targets.len() - 1;
+        for (i, (to, to_port)) in targets.into_iter().enumerate() {
+            let copy = if i == last {
+                std::mem::take(&mut bytes)
+            } else {
+                bytes.clone()
+            };
+            self.send_topo(from, to, to_port, link, copy);
+        }
+    }
+
+    fn send_topo(&mut self, from: u32, to: u32, to_port: u16, link: u32, bytes: Vec<u8>) {
+        self.stats.sent += 1;
+        let Some(topo) = self.topo.as_ref() else {
+            return;
+        };
+        if !topo.is_up(link) {
+            self.stats.dropped_link_down += 1;
+            return;
+        }
+        if self.separated(from, to) {
+            self.stats.dropped_partition += 1;
+            return;
+        }
+        let Some(cfg) = topo.config.get(link as usize) else {
+            return;
+        };
+        let key = link_key(link, from);
+        let mut scratch = LinkState::default();
+        let state = if cfg.bandwidth_bps.is_some() {
+            self.topo_state.entry(key).or_default()
+        } else {
+            &mut scratch
+        };
+        let fate = link::fate(&mut self.rng, cfg, state, self.now, bytes.len());
+        self.apply_fate(fate, from, to, to_port, link, bytes);
+    }
+
+    /// Apply link event `i` of the topology.
+    fn link_event(&mut self, i: u32) {
+        let Some(topo) = self.topo.as_mut() else {
+            return;
+        };
+        let Some(e) = topo.events.get(i as usize) else {
+            return;
+        };
+        let link = e.link;
+        match &e.change {
+            topology::LinkChange::Down => {
+                if let Some(up) = topo.up.get_mut(link) {
+                    *up = false;
+                }
+            }
+            topology::LinkChange::Up => {
+                if let Some(up) = topo.up.get_mut(link) {
+                    *up = true;
+                }
+            }
+            topology::LinkChange::Condition(c) => {
+                let c = c.clone();
+                if let Some(slot) = topo.config.get_mut(link) {
+                    *slot = c;
+                }
+            }
+        }
+        tracing::debug!(event = i, link, now = %self.now, "link event");
+    }
+
+    fn schedule_arrival(
+        &mut self,
+        at: Instant,
+        from: u32,
+        to: u32,
+        port: u16,
+        link: u32,
+        bytes: Vec<u8>,
+    ) {
         let packet = Some(InFlight {
             from,
             to,
             port,
+            link,
             bytes,
         });
         let slot = match self.free.pop() {
@@ -349,6 +503,7 @@ impl<N: Node> Sim<N> {
             links,
             partitions,
             crashes,
+            topology,
             step_cap,
         } = config;
 
@@ -367,6 +522,11 @@ impl<N: Node> Sim<N> {
                 queue.push(heal, Event::PartitionHeal(i));
             }
         }
+        let topo = topology.map(|t| TopoMap::new(t, node_count));
+        for (i, e) in topo.iter().flat_map(|t| t.events.iter()).enumerate() {
+            let i = u32::try_from(i).unwrap_or(u32::MAX);
+            queue.push(e.at, Event::Link(i));
+        }
         for c in &crashes {
             queue.push(c.at, Event::Crash(c.node.0));
             if let Some(r) = c.restart {
@@ -379,7 +539,7 @@ impl<N: Node> Sim<N> {
             .map(|o| (link_key(o.from.0, o.to.0), o.config))
             .collect();
 
-        let net = Net {
+        let mut net = Net {
             now: Instant::ZERO,
             seed,
             node_count,
@@ -394,11 +554,27 @@ impl<N: Node> Sim<N> {
             overrides,
             link_state: FnvHashMap::default(),
             partitions: maps,
+            topo,
+            topo_state: FnvHashMap::default(),
             active,
             touched: Vec::new(),
             stats: NetStats::default(),
             trace: TraceHash::default(),
         };
+
+        // Link events at time zero already apply to the nodes' first datagrams (they are
+        // applied again, idempotently, when their queued event is processed).
+        let zero: Vec<u32> = net
+            .topo
+            .iter()
+            .flat_map(|t| t.events.iter())
+            .enumerate()
+            .filter(|(_, e)| e.at == Instant::ZERO)
+            .map(|(i, _)| u32::try_from(i).unwrap_or(u32::MAX))
+            .collect();
+        for i in zero {
+            net.link_event(i);
+        }
 
         let mut factory: Box<dyn FnMut(NodeId, Instant) -> N> = Box::new(factory);
         let nodes = (0..node_count)
@@ -457,6 +633,12 @@ impl<N: Node> Sim<N> {
                         .record(now, TraceKind::DroppedDown, p.from, p.to, p.port, &[]);
                     return;
                 };
+                if p.link != NO_LINK && !net.topo.as_ref().is_some_and(|t| t.is_up(p.link)) {
+                    net.stats.dropped_link_down += 1;
+                    net.trace
+                        .record(now, TraceKind::DroppedLinkDown, p.from, p.to, p.port, &[]);
+                    return;
+                }
                 if net.separated(p.from, p.to) {
                     net.stats.dropped_partition += 1;
                     net.trace
@@ -527,6 +709,11 @@ impl<N: Node> Sim<N> {
                 tracing::debug!(partition = i, %now, "partition started");
                 net.trace
                     .record(now, TraceKind::PartitionStart, i, u32::MAX, 0, &[]);
+            }
+            Event::Link(i) => {
+                net.link_event(i);
+                net.trace
+                    .record(now, TraceKind::LinkEvent, i, u32::MAX, 0, &[]);
             }
             Event::PartitionHeal(i) => {
                 net.active.retain(|&a| a != i);
@@ -625,6 +812,12 @@ impl<N: Node> Sim<N> {
         self.node(id).is_some()
     }
 
+    /// With a topology: whether link `link` (an index in `Topology::links`) is up now; `None`
+    /// without a topology or for an unknown link.
+    pub fn link_is_up(&self, link: usize) -> Option<bool> {
+        self.net.topo.as_ref()?.up.get(link).copied()
+    }
+
     /// Network counters.
     pub fn stats(&self) -> &NetStats {
         &self.net.stats
@@ -639,3 +832,5 @@ impl<N: Node> Sim<N> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod topo_tests;

@@ -31,6 +31,10 @@ pub(crate) enum TraceKind {
     Restart = 8,
     PartitionStart = 9,
     PartitionHeal = 10,
+    /// A datagram dropped because its link was down (at arrival).
+    DroppedLinkDown = 11,
+    /// A link event (down, up or new conditions).
+    LinkEvent = 12,
 }
 
 /// Running FNV-1a hash of processed events.

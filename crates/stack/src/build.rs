@@ -344,6 +344,7 @@ pub fn channel_bindings(
         node: NodeId(0),
         nodes: file.scenario.as_ref().map_or(1, |s| s.nodes),
         seed: file.scenario.as_ref().map_or(0, |s| s.seed),
+        topology: file.topology.as_ref().map(|t| t.node_view(0)),
     };
     let node = build_node(file, catalog, &env, KernelConfig::default())?;
     let label = |sid: SessionId, layer: &str| {
@@ -405,6 +406,7 @@ pub fn qos_tables(file: &StackFile, catalog: &Catalog) -> Result<Vec<QosTable>, 
         node: NodeId(0),
         nodes: file.scenario.as_ref().map_or(1, |s| s.nodes),
         seed: file.scenario.as_ref().map_or(0, |s| s.seed),
+        topology: file.topology.as_ref().map(|t| t.node_view(0)),
     };
     let built = build_all(file, catalog, &env)?;
     Ok(built

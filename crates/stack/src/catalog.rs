@@ -56,6 +56,9 @@ pub enum ParamKind {
     /// A file path (a non-empty string). The parser resolves a relative path against the
     /// directory of the stack file, so the file is found wherever the command runs.
     Path,
+    /// A list of file paths: one string, paths separated by commas (may be empty). Each
+    /// relative path is resolved like [`ParamKind::Path`].
+    Paths,
     /// A string that is never printed (key material): read as a [`Secret`].
     Secret,
 }
@@ -82,6 +85,9 @@ impl ParamKind {
                 "a file path (a string; a relative path is read from the stack file's directory)"
                     .to_string()
             }
+            ParamKind::Paths => "file paths separated by commas (a string; relative paths are \
+                                 read from the stack file's directory)"
+                .to_string(),
             ParamKind::Secret => "a string".to_string(),
         }
     }
@@ -98,6 +104,7 @@ impl ParamKind {
             ParamKind::Bandwidth => "bandwidth (bit/s)".to_string(),
             ParamKind::Choice(options) => format!("one of {}", quoted(options)),
             ParamKind::Path => "path (relative to the stack file)".to_string(),
+            ParamKind::Paths => "paths, comma-separated (relative to the stack file)".to_string(),
             ParamKind::Secret => "secret string".to_string(),
         }
     }
@@ -127,6 +134,8 @@ pub enum ParamValue {
     Bandwidth(u64),
     /// From [`ParamKind::Path`], resolved against the stack file's directory.
     Path(PathBuf),
+    /// From [`ParamKind::Paths`], each resolved against the stack file's directory.
+    Paths(Vec<PathBuf>),
     /// From [`ParamKind::Secret`]; printed as `<secret>`.
     Secret(Secret),
 }
@@ -142,6 +151,10 @@ impl fmt::Display for ParamValue {
             ParamValue::Bytes(b) => write!(f, "{b}B"),
             ParamValue::Bandwidth(b) => write!(f, "{b}bit/s"),
             ParamValue::Path(p) => write!(f, "{:?}", p.display().to_string()),
+            ParamValue::Paths(ps) => {
+                let v: Vec<String> = ps.iter().map(|p| p.display().to_string()).collect();
+                write!(f, "{:?}", v.join(","))
+            }
             ParamValue::Secret(s) => write!(f, "{s}"),
         }
     }
@@ -195,6 +208,13 @@ impl ParamSpec {
                 Err(format!("expected {expected}, found an empty string"))
             }
             (ParamKind::Path, Node::Str(s)) => Ok(ParamValue::Path(PathBuf::from(s))),
+            (ParamKind::Paths, Node::Str(s)) => Ok(ParamValue::Paths(
+                s.split(',')
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                    .map(PathBuf::from)
+                    .collect(),
+            )),
             (ParamKind::Secret, Node::Str(s)) => Ok(ParamValue::Secret(Secret::new(s.clone()))),
             (ParamKind::Duration, Node::Str(s)) => units::parse_duration(s)
                 .map(ParamValue::Duration)
@@ -257,7 +277,7 @@ fn describe(node: &Node) -> String {
 }
 
 /// What a layer is built for: which node of how many, and the scenario's seed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuildEnv {
     /// The node being built.
     pub node: NodeId,
@@ -265,6 +285,8 @@ pub struct BuildEnv {
     pub nodes: u32,
     /// The scenario's seed.
     pub seed: u64,
+    /// With a `[topology]`: the node's role and its interfaces' links.
+    pub topology: Option<crate::model::NodeTopology>,
 }
 
 impl Default for BuildEnv {
@@ -273,6 +295,7 @@ impl Default for BuildEnv {
             node: NodeId(0),
             nodes: 1,
             seed: 0,
+            topology: None,
         }
     }
 }
@@ -515,6 +538,10 @@ impl Params {
     getter!(
         /// A path parameter, resolved against the stack file's directory.
         get_path, Path, PathBuf, "a path"
+    );
+    getter!(
+        /// A list-of-paths parameter, each resolved against the stack file's directory.
+        get_paths, Paths, Vec<PathBuf>, "a list of paths"
     );
     getter!(
         /// A secret parameter.

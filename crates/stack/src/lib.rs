@@ -35,8 +35,9 @@ pub use catalog::{
 };
 pub use diag::{Diagnostic, Diagnostics};
 pub use model::{
-    ChannelDecl, CrashSpec, Expect, LayerDecl, LinkOverride, LinkSpec, PartitionSpec, Pattern,
-    QosDecl, Scenario, SessionDecl, StackFile, Workload,
+    ChannelDecl, CrashSpec, Expect, LayerDecl, LinkFailureSpec, LinkOverride, LinkSpec,
+    NodeTopology, PartitionSpec, Pattern, QosDecl, Role, Scenario, SessionDecl, StackFile,
+    TopoLinkDecl, TopoNodeDecl, TopologyDecl, Workload,
 };
 pub use parse::parse;
 pub use secret::{Secret, SecretError};

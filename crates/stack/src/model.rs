@@ -28,6 +28,8 @@ pub struct StackFile {
     pub sessions: BTreeMap<String, SessionDecl>,
     /// The simulation scenario, if the file has one.
     pub scenario: Option<Scenario>,
+    /// The multi-hop network (`[topology]`), if the file has one.
+    pub topology: Option<TopologyDecl>,
 }
 
 impl StackFile {
@@ -349,6 +351,11 @@ pub struct Scenario {
     pub leaves: Vec<LeaveSpec>,
     /// Workloads, in file order.
     pub workloads: Vec<Workload>,
+    /// Link failures of the `[topology]` links, in file order.
+    pub link_failures: Vec<LinkFailureSpec>,
+    /// The file's `[topology]`: with one, datagrams travel its links (and `link`/`links` are
+    /// only the defaults of its links' conditions).
+    pub topology: Option<TopologyDecl>,
     /// Line of `[scenario]` (or its first key).
     pub line: usize,
 }
@@ -362,4 +369,126 @@ impl Scenario {
             .filter(|o| o.from == from && o.to == to)
             .fold(self.link, |acc, o| o.apply(&acc))
     }
+}
+
+/// What a node of a `[topology]` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    /// Forwards between its links and runs routing.
+    #[default]
+    Router,
+    /// An end system: sends and receives, routes nothing.
+    Host,
+}
+
+impl Role {
+    /// The names a file may write.
+    pub const NAMES: &'static [&'static str] = &["router", "host"];
+
+    /// From its name.
+    pub fn from_name(name: &str) -> Option<Role> {
+        match name {
+            "router" => Some(Role::Router),
+            "host" => Some(Role::Host),
+            _ => None,
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Router => "router",
+            Role::Host => "host",
+        }
+    }
+}
+
+/// `[[topology.node]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopoNodeDecl {
+    /// Its name (unique); the node's index is its position among the `[[topology.node]]`s.
+    pub name: String,
+    /// Router or host.
+    pub role: Role,
+    /// Line of the entry.
+    pub line: usize,
+}
+
+/// `[[topology.link]]`: a point-to-point link (two nodes) or a LAN segment (more).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopoLinkDecl {
+    /// Its name (unique): given, or the node names joined by `-`.
+    pub name: String,
+    /// The attached nodes' indices, in the order written.
+    pub nodes: Vec<u32>,
+    /// Its own conditions; unset fields come from `[scenario.link]` (or its defaults).
+    pub conditions: LinkOverride,
+    /// Line of the entry.
+    pub line: usize,
+}
+
+/// `[topology]`: the nodes and links of a multi-hop network.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TopologyDecl {
+    /// The nodes, in index order.
+    pub nodes: Vec<TopoNodeDecl>,
+    /// The links, in file order (a node's interface numbers follow this order).
+    pub links: Vec<TopoLinkDecl>,
+    /// Line of `[topology]` (or its first entry).
+    pub line: usize,
+}
+
+impl TopologyDecl {
+    /// The index of the node named `name`.
+    pub fn node_index(&self, name: &str) -> Option<u32> {
+        let i = self.nodes.iter().position(|n| n.name == name)?;
+        u32::try_from(i).ok()
+    }
+
+    /// The index of the link named `name`.
+    pub fn link_index(&self, name: &str) -> Option<usize> {
+        self.links.iter().position(|l| l.name == name)
+    }
+
+    /// What a layer of node `node` knows of the network: its role and, per interface (port),
+    /// the index of the link.
+    pub fn node_view(&self, node: u32) -> NodeTopology {
+        NodeTopology {
+            role: self
+                .nodes
+                .get(node as usize)
+                .map(|n| n.role)
+                .unwrap_or_default(),
+            links: self
+                .links
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.nodes.contains(&node))
+                .map(|(i, _)| u32::try_from(i).unwrap_or(u32::MAX))
+                .collect(),
+        }
+    }
+}
+
+/// One node's view of the `[topology]`, handed to layer factories
+/// ([`crate::catalog::BuildEnv::topology`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeTopology {
+    /// The node's role.
+    pub role: Role,
+    /// Per interface (the port a datagram is sent on), the index of its link.
+    pub links: Vec<u32>,
+}
+
+/// `[[scenario.link_failure]]`: a `[topology]` link fails, and may be repaired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkFailureSpec {
+    /// Index of the link in `[topology]`.
+    pub link: usize,
+    /// When it fails.
+    pub at: Duration,
+    /// When it is repaired, if ever.
+    pub repair: Option<Duration>,
+    /// Line of the entry.
+    pub line: usize,
 }

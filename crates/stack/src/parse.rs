@@ -21,12 +21,15 @@ use viastack_kernel::{Duration, LayerRef, NodeId, Qos};
 use crate::catalog::{BuildEnv, Catalog, LayerKind, ParamKind, ParamSpec, ParamValue, Params};
 use crate::diag::{closest, did_you_mean, list, Diagnostic, Diagnostics, LineIndex};
 use crate::model::{
-    ChannelDecl, CrashSpec, Expect, LayerDecl, LeaveSpec, LinkOverride, LinkSpec, PartitionSpec,
-    Pattern, QosDecl, Scenario, SessionDecl, StackFile, Workload,
+    ChannelDecl, CrashSpec, Expect, LayerDecl, LeaveSpec, LinkFailureSpec, LinkOverride, LinkSpec,
+    PartitionSpec, Pattern, QosDecl, Role, Scenario, SessionDecl, StackFile, TopoLinkDecl,
+    TopoNodeDecl, TopologyDecl, Workload,
 };
 use crate::tree::{Located, Node};
 
-const TOP_KEYS: &[&str] = &["layers", "qos", "channels", "sessions", "scenario"];
+const TOP_KEYS: &[&str] = &[
+    "layers", "qos", "channels", "sessions", "topology", "scenario",
+];
 
 /// Most nodes a scenario may have (a capacity, DESIGN.md §6.6).
 pub const MAX_NODES: i64 = 65_535;
@@ -186,6 +189,52 @@ const RESTART_PARAMS: &[ParamSpec] = &[ParamSpec {
     doc: "when it restarts (optional)",
 }];
 
+/// Keys of `[[topology.node]]`.
+pub const TOPO_NODE_PARAMS: &[ParamSpec] = &[
+    ParamSpec {
+        name: "name",
+        kind: ParamKind::Str,
+        default: None,
+        doc: "the node's name (unique); nodes are numbered in file order from 0",
+    },
+    ParamSpec {
+        name: "role",
+        kind: ParamKind::Choice(Role::NAMES),
+        default: Some("\"router\""),
+        doc: "router (runs routing, forwards) or host (an end system)",
+    },
+];
+
+/// Keys of `[[topology.link]]` besides `nodes` and the `[scenario.link]` keys.
+const TOPO_LINK_NAME: &[ParamSpec] = &[ParamSpec {
+    name: "name",
+    kind: ParamKind::Str,
+    default: None,
+    doc: "the link's name (unique; default: its node names joined by `-`)",
+}];
+
+/// Keys of `[[scenario.link_failure]]`.
+const LINK_FAILURE_PARAMS: &[ParamSpec] = &[
+    ParamSpec {
+        name: "link",
+        kind: ParamKind::Str,
+        default: None,
+        doc: "the name of a [[topology.link]]",
+    },
+    ParamSpec {
+        name: "at",
+        kind: ParamKind::Duration,
+        default: None,
+        doc: "when the link fails",
+    },
+];
+const REPAIR_PARAMS: &[ParamSpec] = &[ParamSpec {
+    name: "repair",
+    kind: ParamKind::Duration,
+    default: None,
+    doc: "when it is repaired (optional)",
+}];
+
 /// Keys of `[[scenario.workload]]` (besides `senders`, a list of nodes).
 pub const WORKLOAD_PARAMS: &[ParamSpec] = &[
     ParamSpec {
@@ -331,6 +380,14 @@ impl<'a> Cx<'a> {
             ParamValue::Path(p) if p.is_relative() => {
                 let dir = Path::new(self.path).parent().unwrap_or(Path::new(""));
                 ParamValue::Path(dir.join(p))
+            }
+            ParamValue::Paths(ps) => {
+                let dir = Path::new(self.path).parent().unwrap_or(Path::new(""));
+                ParamValue::Paths(
+                    ps.into_iter()
+                        .map(|p| if p.is_relative() { dir.join(p) } else { p })
+                        .collect(),
+                )
             }
             other => other,
         }
@@ -505,6 +562,7 @@ impl<'a> Cx<'a> {
             channels: Vec::new(),
             sessions: BTreeMap::new(),
             scenario: None,
+            topology: None,
         };
         let Some(top) = self.table(doc, 1, "the file") else {
             return file;
@@ -569,6 +627,10 @@ impl<'a> Cx<'a> {
                     }
                 }
             }
+        }
+        // Topology (before the scenario, whose link failures name its links).
+        if let Some(v) = top.get("topology") {
+            file.topology = self.topology(v);
         }
         // Scenario.
         if let Some(v) = top.get("scenario") {
@@ -975,6 +1037,7 @@ impl<'a> Cx<'a> {
             node: NodeId(0),
             nodes: file.scenario.as_ref().map_or(1, |s| s.nodes),
             seed: file.scenario.as_ref().map_or(0, |s| s.seed),
+            topology: file.topology.as_ref().map(|t| t.node_view(0)),
         };
         let mut built: BTreeMap<&str, LayerRef> = BTreeMap::new();
         for l in file.layers.values() {
@@ -1008,7 +1071,15 @@ impl<'a> Cx<'a> {
         let (p, mut ok) = self.read_params(
             &t,
             &[(SCENARIO_PARAMS, Mode::Fill)],
-            &["link", "links", "partition", "crash", "leave", "workload"],
+            &[
+                "link",
+                "links",
+                "partition",
+                "crash",
+                "leave",
+                "workload",
+                "link_failure",
+            ],
             &subject,
             "scenario",
         );
@@ -1031,8 +1102,24 @@ impl<'a> Cx<'a> {
             crashes: Vec::new(),
             leaves: Vec::new(),
             workloads: Vec::new(),
+            link_failures: Vec::new(),
+            topology: file.topology.clone(),
             line: t.line,
         };
+        if let (Some(n), Some(topo)) = (nodes, &file.topology) {
+            if topo.nodes.len() != n as usize {
+                self.err(
+                    t.line,
+                    format!(
+                        "[scenario]: `nodes` = {n} but [topology] declares {} nodes (line {}); \
+                         they must agree",
+                        topo.nodes.len(),
+                        topo.line
+                    ),
+                );
+                ok = false;
+            }
+        }
         if let Some(lv) = t.get("link") {
             match self.table(lv, t.line, "[scenario.link]") {
                 Some(lt) => {
@@ -1226,13 +1313,290 @@ impl<'a> Cx<'a> {
                 line: item.line,
             });
         }
+        for (i, item) in self.array_of_tables(&t, "link_failure", &mut ok) {
+            let owner = format!("[[scenario.link_failure]] #{}", i + 1);
+            let s = Subject {
+                noun: "key",
+                prep: "in",
+                owner: &owner,
+            };
+            let (fp, fok) = self.read_params(
+                &item,
+                &[
+                    (LINK_FAILURE_PARAMS, Mode::Fill),
+                    (REPAIR_PARAMS, Mode::Optional),
+                ],
+                &[],
+                &s,
+                "link_failure",
+            );
+            ok &= fok;
+            let at = fp.get_duration("at").unwrap_or_default();
+            let repair = fp.get_duration("repair").ok();
+            if let Some(r) = repair {
+                if fok && r <= at {
+                    self.err(
+                        item.line,
+                        format!("{owner}: `repair` ({r:?}) must come after `at` ({at:?})"),
+                    );
+                    ok = false;
+                }
+            }
+            let name = fp.get_str("link").unwrap_or_default();
+            let line = item
+                .get("link")
+                .map_or(item.line, |v| self.line_of(v, item.line));
+            let link = match &file.topology {
+                None => {
+                    if fok {
+                        self.err(
+                            line,
+                            format!("{owner}: link failures need a [topology] with named links"),
+                        );
+                    }
+                    None
+                }
+                Some(topo) => {
+                    let found = topo.link_index(&name);
+                    if found.is_none() && fok {
+                        let sugg = closest(&name, topo.links.iter().map(|l| l.name.as_str()));
+                        self.err(
+                            line,
+                            format!(
+                                "{owner}: unknown link `{name}`{}",
+                                if sugg.is_empty() {
+                                    format!(
+                                        "; the [topology] links are: {}",
+                                        list(topo.links.iter().map(|l| l.name.as_str()))
+                                    )
+                                } else {
+                                    did_you_mean(&sugg)
+                                }
+                            ),
+                        );
+                    }
+                    found
+                }
+            };
+            ok &= link.is_some();
+            scenario.link_failures.push(LinkFailureSpec {
+                link: link.unwrap_or_default(),
+                at,
+                repair,
+                line: item.line,
+            });
+        }
         ok.then_some(scenario)
+    }
+
+    /// `[topology]`: `[[topology.node]]` and `[[topology.link]]`.
+    fn topology(&mut self, v: &Located) -> Option<TopologyDecl> {
+        let t = self.table(v, 1, "`topology`")?;
+        let mut ok = true;
+        for (key, kv) in &t.entries {
+            if !["node", "link"].contains(key) {
+                let line = self.line_of(kv, t.line);
+                let sugg = closest(key, ["node", "link"]);
+                self.err(
+                    line,
+                    format!(
+                        "unknown key `{key}` in [topology]{}; expected `[[topology.node]]` or \
+                         `[[topology.link]]`",
+                        did_you_mean(&sugg)
+                    ),
+                );
+                ok = false;
+            }
+        }
+        let mut topo = TopologyDecl {
+            line: t.line,
+            ..TopologyDecl::default()
+        };
+        for (i, item) in self.array_of(&t, "topology", "node", &mut ok) {
+            let owner = format!("[[topology.node]] #{}", i + 1);
+            let s = Subject {
+                noun: "key",
+                prep: "in",
+                owner: &owner,
+            };
+            let (np, nok) =
+                self.read_params(&item, &[(TOPO_NODE_PARAMS, Mode::Fill)], &[], &s, "node");
+            ok &= nok;
+            let name = np.get_str("name").unwrap_or_default();
+            if nok && name.is_empty() {
+                self.err(item.line, format!("{owner}: `name` must not be empty"));
+                ok = false;
+            }
+            if let Some(other) = topo.nodes.iter().find(|n| n.name == name && nok) {
+                self.err(
+                    item.line,
+                    format!(
+                        "{owner}: node name `{name}` is already used (line {}); node names \
+                         must be unique",
+                        other.line
+                    ),
+                );
+                ok = false;
+            }
+            if topo.nodes.len() >= MAX_NODES as usize {
+                self.err(item.line, format!("{owner}: more than {MAX_NODES} nodes"));
+                ok = false;
+                break;
+            }
+            topo.nodes.push(TopoNodeDecl {
+                name,
+                role: np
+                    .get_str("role")
+                    .ok()
+                    .and_then(|r| Role::from_name(&r))
+                    .unwrap_or_default(),
+                line: item.line,
+            });
+        }
+        for (i, item) in self.array_of(&t, "topology", "link", &mut ok) {
+            let owner = format!("[[topology.link]] #{}", i + 1);
+            let s = Subject {
+                noun: "key",
+                prep: "in",
+                owner: &owner,
+            };
+            let (lp, lok) = self.read_params(
+                &item,
+                &[
+                    (TOPO_LINK_NAME, Mode::Optional),
+                    (LINK_PARAMS, Mode::Optional),
+                ],
+                &["nodes"],
+                &s,
+                "link",
+            );
+            ok &= lok;
+            let nodes = self.topo_link_nodes(&item, &topo, &owner);
+            ok &= nodes.is_some();
+            let nodes = nodes.unwrap_or_default();
+            let name = lp.get_str("name").unwrap_or_else(|_| {
+                nodes
+                    .iter()
+                    .filter_map(|&n| topo.nodes.get(n as usize).map(|d| d.name.as_str()))
+                    .collect::<Vec<_>>()
+                    .join("-")
+            });
+            if let Some(other) = topo
+                .links
+                .iter()
+                .find(|l| l.name == name && !name.is_empty())
+            {
+                self.err(
+                    item.line,
+                    format!(
+                        "{owner}: link name `{name}` is already used (line {}); give the links \
+                         distinct `name`s",
+                        other.line
+                    ),
+                );
+                ok = false;
+            }
+            topo.links.push(TopoLinkDecl {
+                name,
+                nodes,
+                conditions: link_override(&lp, item.line),
+                line: item.line,
+            });
+        }
+        ok.then_some(topo)
+    }
+
+    /// `nodes = ["R1", "R2", …]` of a `[[topology.link]]`: at least two distinct known names.
+    fn topo_link_nodes(
+        &mut self,
+        item: &Table<'_>,
+        topo: &TopologyDecl,
+        owner: &str,
+    ) -> Option<Vec<u32>> {
+        let Some(v) = item.get("nodes") else {
+            self.err(
+                item.line,
+                format!("{owner}: missing required key `nodes` (an array of node names)"),
+            );
+            return None;
+        };
+        let line = self.line_of(v, item.line);
+        let Node::Array(items) = &v.node else {
+            self.err(
+                line,
+                format!(
+                    "{owner}: `nodes` must be an array of node names, found {}",
+                    v.node.type_name()
+                ),
+            );
+            return None;
+        };
+        let mut out = Vec::new();
+        let mut ok = true;
+        for it in items {
+            let l = self.line_of(it, line);
+            let Node::Str(name) = &it.node else {
+                self.err(
+                    l,
+                    format!(
+                        "{owner}: `nodes` must hold node names (strings), found {}",
+                        it.node.type_name()
+                    ),
+                );
+                ok = false;
+                continue;
+            };
+            match topo.node_index(name) {
+                Some(i) if out.contains(&i) => {
+                    self.err(l, format!("{owner}: node `{name}` is listed twice"));
+                    ok = false;
+                }
+                Some(i) => out.push(i),
+                None => {
+                    let sugg = closest(name, topo.nodes.iter().map(|n| n.name.as_str()));
+                    self.err(
+                        l,
+                        format!(
+                            "{owner}: unknown node `{name}`{}",
+                            if sugg.is_empty() {
+                                "; declare it with [[topology.node]] first".to_string()
+                            } else {
+                                did_you_mean(&sugg)
+                            }
+                        ),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        if ok && out.len() < 2 {
+            self.err(
+                line,
+                format!(
+                    "{owner}: a link joins at least two nodes, found {}",
+                    out.len()
+                ),
+            );
+            ok = false;
+        }
+        ok.then_some(out)
     }
 
     /// The tables of `[[scenario.KEY]]`, numbered.
     fn array_of_tables<'v>(
         &mut self,
         t: &Table<'v>,
+        key: &str,
+        ok: &mut bool,
+    ) -> Vec<(usize, Table<'v>)> {
+        self.array_of(t, "scenario", key, ok)
+    }
+
+    /// The tables of `[[SECTION.KEY]]`, numbered.
+    fn array_of<'v>(
+        &mut self,
+        t: &Table<'v>,
+        section: &str,
         key: &str,
         ok: &mut bool,
     ) -> Vec<(usize, Table<'v>)> {
@@ -1244,7 +1608,8 @@ impl<'a> Cx<'a> {
             self.err(
                 line,
                 format!(
-                    "`scenario.{key}`: expected an array of tables (`[[scenario.{key}]]`), found {}",
+                    "`{section}.{key}`: expected an array of tables (`[[{section}.{key}]]`), \
+                     found {}",
                     v.node.type_name()
                 ),
             );
@@ -1253,7 +1618,7 @@ impl<'a> Cx<'a> {
         };
         let mut out = Vec::new();
         for (i, item) in items.iter().enumerate() {
-            match self.table(item, line, &format!("[[scenario.{key}]] #{}", i + 1)) {
+            match self.table(item, line, &format!("[[{section}.{key}]] #{}", i + 1)) {
                 Some(it) => out.push((i, it)),
                 None => *ok = false,
             }

@@ -13,12 +13,14 @@ use crate::catalog::{BuildEnv, BuildError, Catalog, LayerKind, Params, DEVICE};
 
 mod coordination;
 mod filters;
+mod mcast;
 mod overlay;
 mod reliable;
 mod sp;
 
 pub use coordination::{HEARTBEAT, SYNC};
 pub use filters::{COMPRESS, CORRUPT, DEDUP, DELAY, DROP, DUPLICATE, ENCRYPT, REORDER, TTL};
+pub use mcast::{DVMRP, INTERFACE};
 pub use overlay::{MESSAGESTORE, OVERLAY};
 pub use reliable::{BUNDLE, CHECKSUM, FRAGMENT, RELIABLE_FIFO};
 pub use sp::SP;
@@ -63,6 +65,8 @@ pub fn standard_catalog() -> Catalog {
         ENCRYPT,
         OVERLAY,
         MESSAGESTORE,
+        DVMRP,
+        INTERFACE,
     ] {
         // Names are distinct and specs valid; the test below holds it.
         if let Err(e) = c.register(kind) {
@@ -93,11 +97,13 @@ mod tests {
                 "device",
                 "drop",
                 "duplicate",
+                "dvmrp",
                 "encrypt",
                 "fifo",
                 "fragment",
                 "ghost",
                 "heartbeat",
+                "interface",
                 "messagestore",
                 "overlay",
                 "reliable-fifo",
@@ -119,9 +125,11 @@ mod tests {
                 let value = match (spec.name, spec.default_value()) {
                     (_, Ok(v)) => v,
                     ("rate", Err(_)) => ParamValue::Float(0.5),
-                    ("service", Err(_)) => ParamValue::Str(
-                        concat!(env!("CARGO_MANIFEST_DIR"), "/../../specs/h2hack.scxml").into(),
-                    ),
+                    ("service", Err(_)) => ParamValue::Paths(vec![concat!(
+                        env!("CARGO_MANIFEST_DIR"),
+                        "/../../specs/h2hack.scxml"
+                    )
+                    .into()]),
                     ("key", Err(_)) => ParamValue::Secret(crate::Secret::new("ab".repeat(32))),
                     (other, Err(e)) => panic!("{}: no sample for `{other}`: {e}", kind.name),
                 };

@@ -46,6 +46,7 @@ fn env(node: u32) -> BuildEnv {
         node: NodeId(node),
         nodes: 3,
         seed: 1,
+        ..BuildEnv::default()
     }
 }
 

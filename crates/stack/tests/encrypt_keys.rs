@@ -104,6 +104,7 @@ fn node(path: &str, id: u32) -> BuiltNode {
         node: NodeId(id),
         nodes: 2,
         seed: 7,
+        ..BuildEnv::default()
     };
     let config = KernelConfig {
         node: NodeId(id),

@@ -109,6 +109,7 @@ impl NodeCore {
             node: id,
             nodes,
             seed,
+            ..BuildEnv::default()
         };
         let config = KernelConfig {
             node: id,
@@ -220,6 +221,34 @@ impl NodeCore {
             }
         }
         result
+    }
+
+    /// Injects `event` as it is (a down event enters its channel at the top): an event of a
+    /// layer's own vocabulary, such as an overlay send with its delivery mode
+    /// (`viastack::overlay`). Counted as one message sent on the channel.
+    ///
+    /// # Errors
+    /// [`SendError::Refused`] if the channel is not open.
+    pub fn inject_event(&mut self, now: Instant, event: Event) -> Result<(), SendError> {
+        let channel = event.channel();
+        let result = self
+            .kernel
+            .inject(now, event)
+            .map_err(|e: InjectError| SendError::Refused(e.to_string()));
+        if let Some(stats) = self.stats_mut(channel) {
+            match result {
+                Ok(()) => stats.sent += 1,
+                Err(_) => stats.refused += 1,
+            }
+        }
+        self.drain();
+        result
+    }
+
+    /// The kernel, for inspection (a layer's session state: [`Kernel::channel_sessions`],
+    /// [`Kernel::session`]).
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
     }
 
     fn stats_mut(&mut self, channel: ChannelId) -> Option<&mut ChannelStats> {

@@ -31,11 +31,18 @@ pub(crate) struct Command {
     pub(crate) dest: Dest,
     pub(crate) payload: Vec<u8>,
     pub(crate) tag: Tag,
+    /// An event injected as it is instead of the message (`payload` unused): an overlay send
+    /// with its delivery mode, a broadcast that must reach the stack as one event.
+    pub(crate) event: Option<viastack_kernel::Event>,
 }
+
+/// A function run on the loop with the node's core (`Node::inspect`).
+pub(crate) type Inspect = Box<dyn FnOnce(&NodeCore) + Send>;
 
 /// Requests that must not wait behind messages (an unbounded queue, a few entries at most).
 pub(crate) enum Control {
     Metrics(flume::Sender<Metrics>),
+    Inspect(Inspect),
     Close,
 }
 
@@ -219,6 +226,7 @@ impl EventLoop {
                 Ok(Control::Metrics(reply)) => {
                     let _ = reply.send(self.metrics());
                 }
+                Ok(Control::Inspect(f)) => f(&self.core),
                 // Every handle gone is a close too.
                 Ok(Control::Close) | Err(flume::TryRecvError::Disconnected) => {
                     self.closing.get_or_insert(now + self.linger);
@@ -297,8 +305,12 @@ impl EventLoop {
         }
     }
 
-    fn send(&mut self, now: Instant, c: Command) {
-        if let Err(e) = self.core.send(now, c.channel, c.dest, &c.payload, c.tag) {
+    fn send(&mut self, now: Instant, mut c: Command) {
+        let result = match c.event.take() {
+            Some(event) => self.core.inject_event(now, event),
+            None => self.core.send(now, c.channel, c.dest, &c.payload, c.tag),
+        };
+        if let Err(e) = result {
             tracing::debug!(error = %e, "message refused");
             self.refuse(c, FailureKind::SendRefused);
         }

@@ -38,6 +38,9 @@
 //!   sockets or in the simulator over seeds.
 //! - [`NodeBuilder::register`] / [`LayerKind`]: the application's own layers in stack files.
 //! - [`NodeCore`]: the sans-IO node both drivers share, for custom drivers.
+//! - [`overlay::OverlaySocket`]: an application's membership in an overlay network (join,
+//!   leave, send with a delivery mode and a service, receive, neighbourhood changes and
+//!   stability, a status snapshot).
 //!
 //! The application guide is `docs/APPLICATIONS.md`; stack files are described in
 //! `docs/STACK_FILES.md`.
@@ -51,6 +54,7 @@ pub mod event;
 mod event_loop;
 pub mod metrics;
 pub mod node;
+pub mod overlay;
 pub mod sim;
 
 pub use app::{AppNode, Application};

@@ -491,6 +491,27 @@ impl Node {
         Ok(rx)
     }
 
+    /// Runs `f` on the node's event loop with its [`NodeCore`] and returns what it returns: a
+    /// snapshot of a layer's state (`crate::overlay` reads the overlay's neighbours and the
+    /// MessageStore's instances this way). Keep `f` short: the loop waits for it.
+    ///
+    /// # Errors
+    /// [`SendError::Closed`] once the loop has ended.
+    pub fn inspect<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&NodeCore) -> R + Send + 'static,
+    ) -> Result<R, SendError> {
+        let (tx, rx) = flume::bounded(1);
+        let run: crate::event_loop::Inspect = Box::new(move |core| {
+            let _ = tx.send(f(core));
+        });
+        self.control
+            .send(Control::Inspect(run))
+            .map_err(|_| SendError::Closed)?;
+        self.shared.nudge();
+        rx.recv().map_err(|_| SendError::Closed)
+    }
+
     /// A function that reads the node's counters from any thread (for a metrics endpoint).
     pub fn metrics_reader(&self) -> impl Fn() -> Option<Metrics> + Send + Sync + 'static {
         let control = self.control.clone();
@@ -611,9 +632,38 @@ impl Channel {
                 dest,
                 payload,
                 tag,
+                event: None,
             },
             tag,
         ))
+    }
+
+    /// Queues `event` (built by `make` with the channel and the message's tag) to be injected
+    /// as it is, waiting while the send queue is full (`crate::overlay`).
+    pub(crate) fn send_event(
+        &self,
+        dest: Dest,
+        make: impl FnOnce(ChannelId, Tag) -> viastack_kernel::Event,
+    ) -> Result<Tag, SendError> {
+        if self.shared.closing.load(Ordering::SeqCst) {
+            return Err(SendError::Closed);
+        }
+        let tag = Tag(self.shared.next_tag.fetch_add(1, Ordering::Relaxed));
+        let c = Command {
+            channel: self.id,
+            dest,
+            payload: Vec::new(),
+            tag,
+            event: Some(make(self.id, tag)),
+        };
+        self.commands.send(c).map_err(|_| SendError::Closed)?;
+        self.shared.nudge();
+        Ok(tag)
+    }
+
+    /// The channel's id in the node's kernel.
+    pub fn id(&self) -> ChannelId {
+        self.id
     }
 
     /// Sends `payload` to node `to`, waiting while the send queue is full. Returns the tag

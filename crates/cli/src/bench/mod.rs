@@ -11,6 +11,7 @@ mod charts;
 mod cpu;
 mod kernel;
 mod machine;
+mod overlay;
 mod plot;
 mod sp;
 mod spec;
@@ -29,6 +30,9 @@ pub enum BenchCommand {
     Sp(sp::SpArgs),
     /// Compiled SCXML h2hack service vs the same service hand-written in Rust (seed 000 §6).
     Spec(spec::SpecArgs),
+    /// Overlays: DT convergence of 10,000 simulated nodes, steady-state control traffic, and
+    /// multicast throughput with h2hack vs without a service on a 16-node loopback overlay.
+    Overlay(overlay::OverlayArgs),
     /// Every benchmark, recorded with the machine and commit in bench/results/ (and charts
     /// with `--plot DIR`).
     All(all::AllArgs),
@@ -71,6 +75,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Unicast(args) => unicast::run(&args),
         BenchCommand::Sp(args) => sp::run(&args),
         BenchCommand::Spec(args) => spec::run(&args),
+        BenchCommand::Overlay(args) => overlay::run(&args),
         BenchCommand::All(args) => all::run(&args),
     }
 }

@@ -33,6 +33,9 @@ struct MessageEvent {
 pub struct Matcher {
     /// Per message type: the candidate events in declaration order.
     by_type: Vec<Box<[MessageEvent]>>,
+    /// Per message type: the events it triggers when none of its candidates has a check
+    /// beyond the type (the usual case), so matching is one table read.
+    plain: Box<[Option<Box<[u16]>>]>,
     /// (timer id or None for any, event).
     timers: Box<[(Option<u32>, u16)]>,
     /// Per TimerIdentifier below [`TIMER_INDEX`]: the events it triggers, in declaration
@@ -110,7 +113,16 @@ impl Matcher {
                     .collect()
             })
             .collect();
+        let plain = by_type
+            .iter()
+            .map(|v| {
+                v.iter()
+                    .all(|e| e.checks.is_empty())
+                    .then(|| v.iter().map(|e| e.event).collect())
+            })
+            .collect();
         Matcher {
+            plain,
             by_type: by_type.into_iter().map(Vec::into_boxed_slice).collect(),
             timers: timers.into(),
             timer_index,
@@ -129,6 +141,20 @@ impl Matcher {
                 out.push(e.event);
             }
         }
+    }
+
+    /// The basic events a message of type `t` triggers, in declaration order, when that does
+    /// not depend on the message's other attributes (else [`Matcher::message`] decides).
+    #[inline]
+    pub fn message_plain(&self, t: u8) -> Option<&[u16]> {
+        self.plain.get(usize::from(t))?.as_deref()
+    }
+
+    /// The basic events a timer expiry of `id` triggers, in declaration order, when `id` is
+    /// indexed (else [`Matcher::timer`] scans).
+    #[inline]
+    pub fn timer_plain(&self, id: u32) -> Option<&[u16]> {
+        self.timer_index.get(id as usize).map(|v| &**v)
     }
 
     /// Appends to `out` the basic events a timer expiry triggers, in declaration order.

@@ -52,8 +52,9 @@ pub(crate) struct Step {
     pub ends: bool,
     /// Action blocks; a failing action ends its block.
     pub blocks: Box<[Box<[Action]>]>,
-    /// The same blocks resolved into [`FastOp`]s (what the store runs).
-    pub ops: Box<[Box<[FastOp]>]>,
+    /// The same blocks resolved into [`FastOp`]s (what the store runs), in one run: each op
+    /// with the index of the first op after its block (where a failing op continues).
+    pub ops: Box<[(FastOp, u16)]>,
     /// Whether an op uses the drafts (they are cleared after the step only then).
     pub drafts: bool,
 }
@@ -436,11 +437,8 @@ impl Flat {
                     st.onexit.iter().for_each(|b| push(b));
                 }
             }
-            let ops: Box<[Box<[FastOp]>]> = blocks
-                .iter()
-                .map(|b| b.iter().map(FastOp::resolve).collect())
-                .collect();
-            let drafts = ops.iter().flatten().any(FastOp::uses_drafts);
+            let ops = resolve_blocks(&blocks);
+            let drafts = ops.iter().any(|(op, _)| op.uses_drafts());
             Step {
                 target: at.map(|t| t as u16),
                 ends,
@@ -477,11 +475,8 @@ impl Flat {
             if ends {
                 st.onexit.iter().for_each(|b| push(b));
             }
-            let ops: Box<[Box<[FastOp]>]> = blocks
-                .iter()
-                .map(|b| b.iter().map(FastOp::resolve).collect())
-                .collect();
-            let drafts = ops.iter().flatten().any(FastOp::uses_drafts);
+            let ops = resolve_blocks(&blocks);
+            let drafts = ops.iter().any(|(op, _)| op.uses_drafts());
             Step {
                 target: Some(last as u16),
                 ends,
@@ -534,6 +529,13 @@ impl Flat {
                 }
             }
         }
+        if steps
+            .iter()
+            .chain([&start])
+            .any(|s| s.ops.len() >= usize::from(u16::MAX))
+        {
+            return Err("a step runs more than 65,534 actions".into());
+        }
         Ok(Flat {
             states: n,
             table: table.into(),
@@ -568,6 +570,17 @@ impl Flat {
         let i = *self.table.get(event * self.states + usize::from(state))?;
         self.steps.get(usize::from(i).checked_sub(1)?)
     }
+}
+
+/// A step's blocks resolved into one run of [`FastOp`]s, each with the index where its
+/// block ends.
+fn resolve_blocks(blocks: &[Box<[Action]>]) -> Box<[(FastOp, u16)]> {
+    let mut out = Vec::new();
+    for b in blocks {
+        let end = (out.len() + b.len()).min(usize::from(u16::MAX)) as u16;
+        out.extend(b.iter().map(|a| (FastOp::resolve(a), end)));
+    }
+    out.into()
 }
 
 /// The custom actions of a block (a qualifying chart has no other content).
@@ -721,7 +734,7 @@ mod tests {
         let steps = flat.entries().map(|(_, _, s)| s).chain([flat.start()]);
         for step in steps {
             assert!(!step.drafts, "{step:?}");
-            for op in step.ops.iter().flatten() {
+            for (op, _) in step.ops.iter() {
                 assert!(!matches!(op, FastOp::Action(_)), "interpreted: {op:?}");
                 ops += 1;
             }
@@ -729,8 +742,8 @@ mod tests {
         assert!(ops > 40, "{ops}");
         let each = flat
             .entries()
-            .flat_map(|(_, _, s)| s.ops.iter().flatten())
-            .filter(|op| matches!(op, FastOp::Each { .. }))
+            .flat_map(|(_, _, s)| s.ops.iter())
+            .filter(|(op, _)| matches!(op, FastOp::Each { .. }))
             .count();
         assert_eq!(each, 1);
     }

@@ -633,6 +633,140 @@ struct Compiled {
     /// The incremental form, compiled once the program's indexes are all known.
     incremental: F,
     pred: Pred,
+    /// The same formula when it has one of the shapes composite events usually take,
+    /// evaluated without closures (see [`Kernel`]).
+    kernel: Kernel,
+}
+
+/// A composite's incremental formula recognised at load as one of the shapes delivery
+/// services use (issue 15 §2: pre-built kernels instead of interpreting the formula), each
+/// optionally negated (`neg`): `S` not empty (`exists d in node.children`), every / some
+/// member of `S` keyed in an index ("every child acknowledged"), an unkeyed index set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kernel {
+    /// Not recognised: the closures run.
+    General,
+    /// A constant.
+    Const(bool),
+    /// `forall|exists d in S : c` for a constant `c`.
+    NodeConst {
+        all: bool,
+        set: NodeSet,
+        c: bool,
+        neg: bool,
+    },
+    /// `forall|exists d in S : (index `id` has d, recent enough)`.
+    Keyed {
+        all: bool,
+        set: NodeSet,
+        id: u16,
+        within: Option<u64>,
+        neg: bool,
+    },
+    /// Index `id` (unkeyed) set, recent enough.
+    Last {
+        id: u16,
+        within: Option<u64>,
+        neg: bool,
+    },
+}
+
+/// The kernel of an incremental formula.
+fn kernel_of(f: &F, indexes: &[IndexDef]) -> Kernel {
+    let mut neg = false;
+    let mut f = f;
+    while let F::Not(a) = f {
+        neg = !neg;
+        f = a;
+    }
+    match f {
+        F::Const(b) => Kernel::Const(*b != neg),
+        F::NodeQ {
+            all,
+            set,
+            slot,
+            body,
+        } => match **body {
+            F::Const(c) => Kernel::NodeConst {
+                all: *all,
+                set: *set,
+                c,
+                neg,
+            },
+            F::Idx(id) => match indexes.get(usize::from(id)) {
+                Some(ix) if ix.key.is_some_and(|(_, k)| k == KeyTerm::Var(*slot)) => {
+                    Kernel::Keyed {
+                        all: *all,
+                        set: *set,
+                        id,
+                        within: ix.within,
+                        neg,
+                    }
+                }
+                _ => Kernel::General,
+            },
+            _ => Kernel::General,
+        },
+        F::Idx(id) => match indexes.get(usize::from(*id)) {
+            Some(ix) if ix.key.is_none() => Kernel::Last {
+                id: *id,
+                within: ix.within,
+                neg,
+            },
+            _ => Kernel::General,
+        },
+        _ => Kernel::General,
+    }
+}
+
+impl Kernel {
+    /// Evaluates a recognised shape; `None` for [`Kernel::General`].
+    #[inline]
+    fn eval(self, state: &State, node: &NodeInfo, now: Instant) -> Option<bool> {
+        Some(match self {
+            Kernel::General => return None,
+            Kernel::Const(b) => b,
+            Kernel::NodeConst { all, set, c, neg } => {
+                let r = if c != all && !node_set(set, node).is_empty() {
+                    !all
+                } else {
+                    all
+                };
+                r != neg
+            }
+            Kernel::Keyed {
+                all,
+                set,
+                id,
+                within,
+                neg,
+            } => {
+                let entries: &[(i64, u64)] = match state.slots.get(usize::from(id)) {
+                    Some(Slot::Keyed(e)) => e,
+                    _ => &[],
+                };
+                let mut r = all;
+                for a in node_set(set, node) {
+                    let k = a.0 as i64;
+                    let seen = entries
+                        .iter()
+                        .any(|&(kk, t)| kk == k && in_window(t, within, now));
+                    if seen != all {
+                        r = !all;
+                        break;
+                    }
+                }
+                r != neg
+            }
+            Kernel::Last { id, within, neg } => {
+                let r = match state.slots.get(usize::from(id)) {
+                    Some(Slot::Last(t)) => in_window(*t, within, now),
+                    _ => false,
+                };
+                r != neg
+            }
+        })
+    }
 }
 
 /// The compiled composite expressions of a service and the indexes they need.
@@ -1018,14 +1152,22 @@ fn make_incremental(f: &F, indexes: &mut Vec<IndexDef>) -> Result<F, LogicError>
                     }
                 }
             }
-            let id = indexes.len() as u16;
-            indexes.push(IndexDef {
+            let def = IndexDef {
                 event: *event,
                 within: *within,
                 key,
                 residual,
                 slot: *slot,
-            });
+            };
+            // One index per distinct quantifier: "every child acknowledged" (a composite) and
+            // "the children that have not" (a foreach) share theirs, recorded once.
+            let id = match indexes.iter().position(|d| *d == def) {
+                Some(i) => i as u16,
+                None => {
+                    indexes.push(def);
+                    (indexes.len() - 1) as u16
+                }
+            };
             let lookup = match hoisted {
                 F::Const(true) => F::Idx(id),
                 h => F::And(Box::new(F::Idx(id)), Box::new(h)),
@@ -1059,6 +1201,7 @@ pub fn compile(data: &ServiceData) -> Result<Program, Vec<(usize, LogicError)>> 
                     naive: F::Const(false),
                     incremental: F::Const(false),
                     pred: Pred::new(|_, _| false),
+                    kernel: Kernel::Const(false),
                 });
             }
         }
@@ -1068,6 +1211,7 @@ pub fn compile(data: &ServiceData) -> Result<Program, Vec<(usize, LogicError)>> 
     }
     for c in &mut prog.exprs {
         c.pred = compile_pred(&c.incremental, &prog.indexes);
+        c.kernel = kernel_of(&c.incremental, &prog.indexes);
     }
     if errors.is_empty() {
         Ok(prog)
@@ -1092,6 +1236,7 @@ fn compile_one(
         naive,
         incremental,
         pred: Pred::new(|_, _| false),
+        kernel: Kernel::General,
     })
 }
 
@@ -1143,6 +1288,7 @@ impl Program {
     }
 
     /// Records the arrival of a basic event in the instance's indexes.
+    #[inline]
     pub fn record(
         &self,
         state: &mut State,
@@ -1160,8 +1306,21 @@ impl Program {
             message,
             timer,
         };
+        let t = now.as_nanos();
         for &id in ids {
-            let ix = &self.indexes[usize::from(id)];
+            let Some(ix) = self.indexes.get(usize::from(id)) else {
+                continue;
+            };
+            let Some(slot) = state.slots.get_mut(usize::from(id)) else {
+                continue;
+            };
+            // The usual index: no condition on the event alone.
+            if let (F::Const(true), Slot::Keyed(v), Some((a, _))) =
+                (&ix.residual, &mut *slot, ix.key)
+            {
+                super::native::key_time(v, attr_value(&entry, a), t);
+                continue;
+            }
             if !matches!(ix.residual, F::Const(true)) {
                 let mut env = [Bind::None; MAX_VARS];
                 env[usize::from(ix.slot)] = Bind::Event(entry);
@@ -1170,8 +1329,7 @@ impl Program {
                     continue;
                 }
             }
-            let t = now.as_nanos();
-            match &mut state.slots[usize::from(id)] {
+            match slot {
                 Slot::Last(l) => *l = t,
                 Slot::Keyed(v) => {
                     let Some((a, _)) = ix.key else { continue };
@@ -1182,11 +1340,16 @@ impl Program {
     }
 
     /// Evaluates composite `i` from the instance's indexes (incremental).
+    #[inline]
     pub fn eval(&self, i: usize, state: &State, node: &NodeInfo, now: Instant) -> bool {
+        let Some(c) = self.exprs.get(i) else {
+            return false;
+        };
+        if let Some(r) = c.kernel.eval(state, node, now) {
+            return r;
+        }
         let scope = Scope { node, now, state };
-        self.exprs
-            .get(i)
-            .is_some_and(|c| c.pred.holds(&mut Values::default(), &scope))
+        c.pred.holds(&mut Values::default(), &scope)
     }
 
     /// Evaluates composite `i` by rescanning a full history (the reference for tests).
@@ -1214,6 +1377,9 @@ pub struct Selector {
     set: NodeSet,
     slot: u8,
     pred: Pred,
+    /// The usual body, "(not) keyed in index `id`" for the bound address (the children that
+    /// have (not) acknowledged), evaluated without closures: (id, window, negated).
+    keyed: Option<(u16, Option<u64>, bool)>,
     /// The formula as Rust for the generated code (see [`Selector::rust_parts`]).
     rust: Arc<str>,
     src: Arc<str>,
@@ -1258,6 +1424,22 @@ impl Selector {
     /// Calls `f`, in the node set's order, with each address the formula holds for.
     #[inline]
     pub fn for_each(&self, state: &State, node: &NodeInfo, now: Instant, mut f: impl FnMut(Addr)) {
+        if let Some((id, within, neg)) = self.keyed {
+            let entries: &[(i64, u64)] = match state.slots.get(usize::from(id)) {
+                Some(Slot::Keyed(e)) => e,
+                _ => &[],
+            };
+            for a in node_set(self.set, node) {
+                let k = a.0 as i64;
+                let seen = entries
+                    .iter()
+                    .any(|&(kk, t)| kk == k && in_window(t, within, now));
+                if seen != neg {
+                    f(*a);
+                }
+            }
+            return;
+        }
         let scope = Scope { node, now, state };
         let slot = usize::from(self.slot);
         if slot >= MAX_VARS {
@@ -1327,9 +1509,26 @@ impl Program {
         else {
             return err(0, "expected a node set");
         };
+        let keyed = {
+            let mut neg = false;
+            let mut f = &*body;
+            while let F::Not(a) = f {
+                neg = !neg;
+                f = a;
+            }
+            match f {
+                F::Idx(id) => self
+                    .indexes
+                    .get(usize::from(*id))
+                    .filter(|ix| ix.key.is_some_and(|(_, k)| k == KeyTerm::Var(slot)))
+                    .map(|ix| (*id, ix.within, neg)),
+                _ => None,
+            }
+        };
         Ok(Selector {
             set,
             slot,
+            keyed,
             pred: compile_pred(&body, &self.indexes),
             rust: Arc::from(self.rust_f(&body, Gen::Composite)),
             src: Arc::from(src.trim()),

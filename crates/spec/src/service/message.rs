@@ -284,6 +284,45 @@ impl Message {
         }
     }
 
+    /// Overwrites every attribute with `src`'s, leaving the payload out (a flat step's send
+    /// builds its message in one reused [`Message`] this way; no allocation when neither has
+    /// extra attributes).
+    #[inline(always)]
+    pub(crate) fn assign_header(&mut self, src: &Message) {
+        self.service_id = src.service_id;
+        self.message_id = src.message_id;
+        self.message_type = src.message_type;
+        self.delivery_mode = src.delivery_mode;
+        self.hop_limit = src.hop_limit;
+        self.source = src.source;
+        self.destination = src.destination;
+        self.previous_hop = src.previous_hop;
+        self.root = src.root;
+        self.seq = src.seq;
+        self.payload = None;
+        if !(self.extra.is_empty() && src.extra.is_empty()) {
+            self.extra.clone_from(&src.extra);
+        }
+    }
+
+    /// Overwrites every attribute as a new message has them (HopLimit 255, seed §4.2.3.1),
+    /// keeping the allocations.
+    #[inline]
+    pub(crate) fn assign_fresh(&mut self) {
+        self.service_id = 0;
+        self.message_id = 0;
+        self.message_type = 0;
+        self.delivery_mode = 0;
+        self.hop_limit = 255;
+        self.source = Addr(0);
+        self.destination = Addr(0);
+        self.previous_hop = Addr(0);
+        self.root = Addr(0);
+        self.seq = 0;
+        self.payload = None;
+        self.extra.clear();
+    }
+
     /// A copy, with the payload shared (`payload`) or left out (a control message built from
     /// a data message: no reference count is taken only to be dropped).
     #[inline]

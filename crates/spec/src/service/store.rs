@@ -124,6 +124,9 @@ pub struct Store {
     fire: Vec<Symbol>,
     /// Composite events (indexes) that hold, for a flat machine.
     fire_flat: Vec<u16>,
+    /// The message a flat step's send builds, reused from send to send (the network only
+    /// borrows it).
+    scratch: Message,
     drafts: Vec<Draft>,
     /// The timer id of the current timer step (for `_event.data`).
     timer: u32,
@@ -222,9 +225,29 @@ impl Store {
             comps: Vec::new(),
             fire: Vec::new(),
             fire_flat: Vec::new(),
+            scratch: Message::default(),
             drafts: vec![Draft::default(); drafts],
             timer: 0,
         }
+    }
+
+    /// Adds a service at run time (issue 16 §4: a spec fetched from another node); `false`
+    /// (and nothing changes) if a service with its ServiceID is already here. Live instances
+    /// of the other services are kept. No instances are pre-built for it.
+    pub fn add_service(&mut self, service: Arc<Service>) -> bool {
+        if self.service_index(service.id()).is_some()
+            || self.services.len() >= usize::from(u16::MAX)
+        {
+            return false;
+        }
+        if self.drafts.len() < service.drafts {
+            self.drafts.resize(service.drafts, Draft::default());
+        }
+        self.pool.push(Vec::new());
+        self.recycled.push(Vec::new());
+        self.flat.push(FastMap::default());
+        self.services.push(service);
+        true
     }
 
     /// The local node information.
@@ -500,8 +523,9 @@ impl Store {
 }
 
 impl Store {
-    /// A message for service `si`, which runs on the flat machine (`self.hits` holds the basic
-    /// events it triggers): finds or creates the instance in the service's map and steps it.
+    /// A message for service `si`, which runs on the flat machine: matches it (a message type
+    /// whose events have no filter beyond the type is one table read), finds or creates the
+    /// instance in the service's map and steps it.
     fn flat_message<N: Network>(
         &mut self,
         now: Instant,
@@ -518,6 +542,7 @@ impl Store {
             hits,
             comps,
             fire_flat,
+            scratch,
             drafts,
             flat_live,
             config,
@@ -528,6 +553,17 @@ impl Store {
         let Some(machine) = &svc.flat else {
             return Ok(());
         };
+        let hits: &[u16] = match svc.matcher.message_plain(m.message_type) {
+            Some(h) => h,
+            None => {
+                hits.clear();
+                svc.matcher.message(m, node, hits);
+                hits
+            }
+        };
+        if hits.is_empty() {
+            return Ok(());
+        }
         let instances = &mut flat[si];
         let inst = match instances.entry(key.message) {
             Entry::Occupied(o) => o.into_mut(),
@@ -555,7 +591,7 @@ impl Store {
                 };
                 let step = machine.start();
                 let mut state = 0;
-                if run_flat(step, &mut state, &mut ctx) {
+                if run_flat(step, &mut state, &mut ctx, scratch) {
                     if let Some(mut f) = instances.remove(&key.message) {
                         f.hist.reset();
                         recycled[si].push(f.hist);
@@ -574,18 +610,16 @@ impl Store {
             hits,
             comps,
             fire_flat,
-            Ctx {
+            Input {
                 now,
                 key,
                 node,
-                history: &History::default(),
                 current: Some(m),
                 drafts,
                 net,
-                terminated: false,
-                each: 0,
+                scratch,
+                timer: 0,
             },
-            0,
         );
         if ended {
             if let Some(mut f) = instances.remove(&key.message) {
@@ -614,6 +648,7 @@ impl Store {
             hits,
             comps,
             fire_flat,
+            scratch,
             drafts,
             flat_live,
             ..
@@ -626,8 +661,14 @@ impl Store {
         let Some(inst) = instances.get_mut(&key.message) else {
             return Ok(());
         };
-        hits.clear();
-        svc.matcher.timer(id, hits);
+        let hits: &[u16] = match svc.matcher.timer_plain(id) {
+            Some(h) => h,
+            None => {
+                hits.clear();
+                svc.matcher.timer(id, hits);
+                hits
+            }
+        };
         if hits.is_empty() {
             return Ok(());
         }
@@ -638,18 +679,16 @@ impl Store {
             hits,
             comps,
             fire_flat,
-            Ctx {
+            Input {
                 now,
                 key,
                 node,
-                history: &History::default(),
                 current: None,
                 drafts,
                 net,
-                terminated: false,
-                each: 0,
+                scratch,
+                timer: id,
             },
-            id,
         );
         if ended {
             if let Some(mut f) = instances.remove(&key.message) {
@@ -662,12 +701,25 @@ impl Store {
     }
 }
 
+/// What one input to a flat-machine instance runs with (a [`Ctx`] without the history,
+/// which is the instance's).
+struct Input<'a, N: Network> {
+    now: Instant,
+    key: InstanceKey,
+    node: &'a mut NodeInfo,
+    current: Option<&'a Message>,
+    drafts: &'a mut [Draft],
+    net: &'a mut N,
+    scratch: &'a mut Message,
+    /// The timer id of a timer expiry (0 for a message).
+    timer: u32,
+}
+
 /// One input to a flat-machine instance (the order of [`Store::step`]): the hits recorded in
 /// its history, each basic event's step, then every composite event whose constituents
 /// fired and whose expression holds, each given to the state the machine is in when its turn
-/// comes. `ctx.history` is replaced by the instance's. Whether the instance ended.
-#[allow(clippy::too_many_arguments)]
-#[inline]
+/// comes. Whether the instance ended.
+#[inline(always)]
 fn flat_step<N: Network>(
     svc: &Service,
     machine: &Flat,
@@ -675,28 +727,34 @@ fn flat_step<N: Network>(
     hits: &[u16],
     comps: &mut Vec<u16>,
     fire: &mut Vec<u16>,
-    ctx: Ctx<'_, N>,
-    timer: u32,
+    input: Input<'_, N>,
 ) -> bool {
-    let now = ctx.now;
+    let now = input.now;
     for &e in hits {
-        if let Some(m) = ctx.current {
+        if let Some(m) = input.current {
             inst.hist.record(&svc.layout, e, m);
         }
         if svc.logic.listens(e) {
             svc.logic
-                .record(&mut inst.hist.logic, e, now, ctx.current, timer);
+                .record(&mut inst.hist.logic, e, now, input.current, input.timer);
         }
     }
     let FlatInst { state, hist } = inst;
     let mut ctx = Ctx {
+        now,
+        key: input.key,
+        node: input.node,
         history: hist,
-        ..ctx
+        current: input.current,
+        drafts: input.drafts,
+        net: input.net,
+        terminated: false,
+        each: 0,
     };
     // Basic events, in declaration order.
     for &e in hits {
         if let Some(step) = machine.step(usize::from(e), *state) {
-            if run_flat(step, state, &mut ctx) {
+            if run_flat(step, state, &mut ctx, input.scratch) {
                 return true;
             }
         }
@@ -730,7 +788,7 @@ fn flat_step<N: Network>(
     }
     for &c in fire.iter() {
         if let Some(step) = machine.step(basics + usize::from(c), *state) {
-            if run_flat(step, state, &mut ctx) {
+            if run_flat(step, state, &mut ctx, input.scratch) {
                 return true;
             }
         }
@@ -741,13 +799,20 @@ fn flat_step<N: Network>(
 /// Runs one flat step's ops (a failing op ends its block, as in the engine) and moves to its
 /// target; whether the instance ended (a final state or `terminate`).
 #[inline]
-fn run_flat<N: Network>(step: &Step, state: &mut u16, ctx: &mut Ctx<'_, N>) -> bool {
-    for block in step.ops.iter() {
-        for op in block.iter() {
-            if !run_op(op, ctx) {
-                break;
-            }
-        }
+fn run_flat<N: Network>(
+    step: &Step,
+    state: &mut u16,
+    ctx: &mut Ctx<'_, N>,
+    scratch: &mut Message,
+) -> bool {
+    let ops = &*step.ops;
+    let mut i = 0;
+    while let Some((op, end)) = ops.get(i) {
+        i = if run_op(op, ctx, scratch) {
+            i + 1
+        } else {
+            usize::from(*end)
+        };
     }
     if let Some(t) = step.target {
         *state = t;
@@ -760,8 +825,8 @@ fn run_flat<N: Network>(step: &Step, state: &mut u16, ctx: &mut Ctx<'_, N>) -> b
 
 /// Runs one resolved op; false when it fails (a value that cannot be read now: nothing is
 /// performed and the rest of its block is skipped).
-#[inline]
-fn run_op<N: Network>(op: &FastOp, ctx: &mut Ctx<'_, N>) -> bool {
+#[inline(always)]
+fn run_op<N: Network>(op: &FastOp, ctx: &mut Ctx<'_, N>, scratch: &mut Message) -> bool {
     match op {
         FastOp::SetTimer { id, after } => {
             ctx.net.perform(
@@ -781,7 +846,7 @@ fn run_op<N: Network>(op: &FastOp, ctx: &mut Ctx<'_, N>) -> bool {
             ctx.net.perform(ctx.now, ctx.key, Primitive::Terminate);
             ctx.terminated = true;
         }
-        FastOp::Send { prim, base, sets } => return send(*prim, *base, sets, ctx),
+        FastOp::Send { prim, base, sets } => return send(*prim, *base, sets, ctx, scratch),
         FastOp::Each {
             selector,
             prim,
@@ -805,7 +870,7 @@ fn run_op<N: Network>(op: &FastOp, ctx: &mut Ctx<'_, N>) -> bool {
             let mut ok = true;
             for a in near[..n].iter().chain(&spill) {
                 ctx.each = a.0 as i64;
-                if !send(*prim, *base, sets, ctx) {
+                if !send(*prim, *base, sets, ctx, scratch) {
                     ok = false;
                     break;
                 }
@@ -818,29 +883,36 @@ fn run_op<N: Network>(op: &FastOp, ctx: &mut Ctx<'_, N>) -> bool {
     true
 }
 
-/// Builds a message (its base, then the attribute writes) and performs `prim`; false, with
-/// nothing performed, when a value cannot be read now. The payload is shared only when the
-/// primitive carries it (a control message does not; `sendMessage` only for type Payload), so
-/// no reference count is taken to be dropped.
-#[inline]
-fn send<N: Network>(prim: Prim, base: Base, sets: &[(Attr, Src)], ctx: &mut Ctx<'_, N>) -> bool {
-    let (mut msg, from) = match base {
-        Base::Fresh => (
-            Message {
-                hop_limit: 255,
-                ..Message::default()
-            },
-            None,
-        ),
+/// Builds a message in `msg` (its base, then the attribute writes) and performs `prim`;
+/// false, with nothing performed, when a value cannot be read now. The payload is shared only
+/// when the primitive carries it (a control message does not; `sendMessage` only for type
+/// Payload), so no reference count is taken to be dropped; `msg` is the store's scratch
+/// message, overwritten whole by every send and left without a payload.
+#[inline(always)]
+fn send<N: Network>(
+    prim: Prim,
+    base: Base,
+    sets: &[(Attr, Src)],
+    ctx: &mut Ctx<'_, N>,
+    msg: &mut Message,
+) -> bool {
+    let from = match base {
+        Base::Fresh => None,
         Base::Last(s) => match ctx.history.last(s) {
-            Some(m) => (m.copy(false), Some(m)),
+            Some(m) => Some(m),
             None => return false,
         },
         Base::Current => match ctx.current {
-            Some(m) => (m.copy(false), Some(m)),
+            Some(m) => Some(m),
             None => return false,
         },
     };
+    match from {
+        Some(m) => msg.assign_header(m),
+        None => msg.assign_fresh(),
+    }
+    // A value that cannot be read ends the send with nothing performed (the scratch message
+    // is simply overwritten by the next one).
     for &(a, src) in sets {
         let x = match src {
             Src::Int(x) => x,
@@ -870,7 +942,7 @@ fn send<N: Network>(prim: Prim, base: Base, sets: &[(Attr, Src)], ctx: &mut Ctx<
     }
     if action::emit(
         prim,
-        &mut msg,
+        msg,
         (0, 0),
         ctx.now,
         ctx.key,
@@ -879,6 +951,7 @@ fn send<N: Network>(prim: Prim, base: Base, sets: &[(Attr, Src)], ctx: &mut Ctx<
     ) {
         ctx.terminated = true;
     }
+    msg.payload = None;
     true
 }
 
@@ -963,15 +1036,15 @@ impl Runner for Store {
         let Some(si) = self.service_index(m.service_id) else {
             return Err(RunnerError::UnknownService(m.service_id));
         };
+        if self.services[si].flat.is_some() {
+            return self.flat_message(now, si, m, net);
+        }
         self.hits.clear();
         self.services[si]
             .matcher
             .message(m, &self.node, &mut self.hits);
         if self.hits.is_empty() {
             return Ok(());
-        }
-        if self.services[si].flat.is_some() {
-            return self.flat_message(now, si, m, net);
         }
         let key = m.key();
         let i = match self.map.get(&key) {

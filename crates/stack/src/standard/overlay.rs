@@ -81,6 +81,18 @@ pub const OVERLAY: LayerKind = LayerKind {
             default: Some("10000"),
             doc: "DT: coordinates are drawn in 0..span on each axis",
         },
+        ParamSpec {
+            name: "points_seed",
+            kind: ParamKind::Int {
+                min: -1,
+                max: i64::MAX,
+            },
+            default: Some("-1"),
+            doc: "DT: the seed every node's point is drawn from (with its node id); -1: the \
+                  run's seed (the scenario's in a simulation). On real sockets every process \
+                  has a seed of its own: give one here so that all draw the same points, or \
+                  unicasts to a node and the MessageStore's trees miss",
+        },
         duration(
             "fast_heartbeat",
             "\"250ms\"",
@@ -233,7 +245,8 @@ fn build_overlay(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef
         broadcast,
         span: u32::try_from(int("span")?).unwrap_or(1),
     };
-    Ok(Arc::new(Overlay::new(name, env.node, env.seed, config)))
+    let seed = u64::try_from(int("points_seed")?).unwrap_or(env.seed);
+    Ok(Arc::new(Overlay::new(name, env.node, seed, config)))
 }
 
 /// `messagestore`: delivery services run per message above the overlay (issue 16 §3).
@@ -253,14 +266,71 @@ pub const MESSAGESTORE: LayerKind = LayerKind {
           instance's give-up up the tree to the message's sender (`report_sent`, \
           `failure_reported`). Bounded: `capacity` live instances (more are refused, counted \
           `full`), `queue` inputs waiting for their tree (the oldest is evicted, counted \
-          `queue_evicted`).",
+          `queue_evicted`). Several services may run side by side, keyed by ServiceID (the \
+          application's messages use the first). Services are deployed at run time (issue 16 \
+          §4): a node getting a message for a ServiceID it lacks holds it (at most \
+          `fetch_queue` messages, the oldest dropped) and asks the message's previous hop, \
+          its source, its neighbours and the `server` for the spec (`spec_request_sent`); the \
+          spec bundle (text, SHA-256, optional Ed25519 signature from `FILE.sig`) is verified \
+          — hash, a signature by one of `trusted_keys` when set, the spec layer's load and \
+          checks, the ServiceID — before it runs (`spec_accepted`, else `spec_refused`); after \
+          `fetch_tries` unanswered requests the held messages are dropped \
+          (`unknown_service_dropped`).",
     params: &[
         ParamSpec {
             name: "service",
-            kind: ParamKind::Str,
+            kind: ParamKind::Paths,
             default: None,
-            doc: "path of the service's SCXML specification (relative to the working \
-                  directory), loaded and verified when the stack is built",
+            doc: "paths of the services' SCXML specifications, comma-separated (relative to \
+                  the stack file), loaded and verified when the stack is built; a `FILE.sig` \
+                  next to one (`viastack services sign`) is its signature",
+        },
+        ParamSpec {
+            name: "known_at",
+            kind: ParamKind::Str,
+            default: Some("\"\""),
+            doc: "node ids (comma-separated) that start with the services; the others fetch \
+                  them from the nodes that have them as their messages arrive (empty: every \
+                  node starts with them)",
+        },
+        ParamSpec {
+            name: "trusted_keys",
+            kind: ParamKind::Str,
+            default: Some("\"\""),
+            doc: "Ed25519 public keys (64 hex digits each, comma-separated; `viastack services \
+                  pubkey`): a fetched spec must be signed by one of them (empty: any spec whose \
+                  SHA-256 checks is accepted)",
+        },
+        ParamSpec {
+            name: "server",
+            kind: ParamKind::Int {
+                min: -1,
+                max: u32::MAX as i64,
+            },
+            default: Some("-1"),
+            doc: "node id of a services server, asked for a missing spec after the \
+                  neighbours (-1: none)",
+        },
+        ParamSpec {
+            name: "fetch_tries",
+            kind: ParamKind::Int { min: 1, max: 1000 },
+            default: Some("10"),
+            doc: "requests for a missing spec before the messages waiting for it are dropped",
+        },
+        duration(
+            "fetch_every",
+            "\"500ms\"",
+            "interval between requests for a missing spec",
+        ),
+        ParamSpec {
+            name: "fetch_queue",
+            kind: ParamKind::Int {
+                min: 1,
+                max: 1 << 20,
+            },
+            default: Some("256"),
+            doc: "messages waiting for a missing service at most (the oldest is dropped, \
+                  counted `unknown_service_dropped`)",
         },
         ParamSpec {
             name: "capacity",
@@ -319,14 +389,79 @@ pub const MESSAGESTORE: LayerKind = LayerKind {
 };
 
 fn build_messagestore(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, BuildError> {
-    let path = params.get_str("service")?;
-    let src = std::fs::read_to_string(&path)
-        .map_err(|e| BuildError::param("service", format!("cannot read `{path}`: {e}")))?;
-    let (service, _warnings) = viastack_spec::service::Service::load(&path, &src)
-        .map_err(|e| BuildError::param("service", format!("`{path}` does not load:\n{e}")))?;
+    use viastack_protocols::messagestore::{Deploy, LocalService};
+    use viastack_protocols::specbundle::{self, Signature};
+    let paths = params.get_paths("service")?;
+    if paths.is_empty() {
+        return Err(BuildError::param("service", "no service given"));
+    }
+    let mut services: Vec<LocalService> = Vec::new();
+    for path in &paths {
+        let shown = path.display().to_string();
+        let src = std::fs::read_to_string(path)
+            .map_err(|e| BuildError::param("service", format!("cannot read `{shown}`: {e}")))?;
+        let mut sig_path = path.clone().into_os_string();
+        sig_path.push(".sig");
+        let signature = match std::fs::read_to_string(&sig_path) {
+            Ok(line) => Some(
+                Signature::parse(&line)
+                    .map_err(|e| BuildError::param("service", format!("`{shown}.sig`: {e}")))?,
+            ),
+            Err(_) => None,
+        };
+        let local = LocalService::load(&shown, &src, signature)
+            .map_err(|e| BuildError::param("service", format!("`{shown}` does not load:\n{e}")))?;
+        if services
+            .iter()
+            .any(|l| l.service.id() == local.service.id())
+        {
+            return Err(BuildError::param(
+                "service",
+                format!(
+                    "`{shown}`: ServiceID {} is already used by another service",
+                    local.service.id()
+                ),
+            ));
+        }
+        services.push(local);
+    }
+    let default_service = services.first().map_or(0, |l| l.service.id());
+    let known_at = params.get_str("known_at")?;
+    let mut known = Vec::new();
+    for part in known_at.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let n: u32 = part
+            .parse()
+            .map_err(|_| BuildError::param("known_at", format!("`{part}` is not a node id")))?;
+        known.push(NodeId(n));
+    }
+    if !known.is_empty() && !known.contains(&env.node) {
+        services.clear();
+    }
+    let mut trusted_keys = Vec::new();
+    for part in params
+        .get_str("trusted_keys")?
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        trusted_keys.push(
+            specbundle::parse_hex::<32>(part)
+                .map_err(|e| BuildError::param("trusted_keys", format!("`{part}`: {e}")))?,
+        );
+    }
     let int = |n: &str| params.get_int(n);
+    let deploy = Deploy {
+        trusted_keys,
+        server: u32::try_from(int("server")?).ok().map(NodeId),
+        tries: u32::try_from(int("fetch_tries")?).unwrap_or(1),
+        every: params.get_duration("fetch_every")?,
+        queue: usize::try_from(int("fetch_queue")?).unwrap_or(1),
+        ..Deploy::default()
+    };
     let config = viastack_protocols::messagestore::Config {
-        service: Arc::new(service),
+        services,
+        default_service,
+        deploy,
         capacity: usize::try_from(int("capacity")?).unwrap_or(1),
         queue: usize::try_from(int("queue")?).unwrap_or(1),
         flood: params.get_str("broadcast")? == "flood",

@@ -42,6 +42,7 @@ fn build(stack: &str) -> anyhow::Result<(Side, Side)> {
             node: NodeId(n),
             nodes: 2,
             seed: 1,
+            ..BuildEnv::default()
         };
         let config = KernelConfig {
             node: NodeId(n),

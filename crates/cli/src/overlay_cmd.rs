@@ -1,0 +1,237 @@
+//! `viastack overlay join|status` (issue 16 §5; seed 000 chapters 3–4, the overlay socket):
+//! one overlay node on real UDP through [`viastack::overlay::OverlaySocket`], several
+//! processes forming one overlay, and a status line each second.
+//!
+//! - `overlay join STACK --id N (--deployment FILE | --nodes N [--base-port P])` joins the
+//!   overlay of STACK (a stack whose channels run the `overlay` layer, such as
+//!   `stacks/overlay-app.toml`) as node N. With `--nodes`, node `i` is at
+//!   `127.0.0.1:(P + i)` (loopback, for trying several processes on one machine). Each second
+//!   it prints one JSON status line on stdout — node, logical address, neighbours, leader,
+//!   stable, each service's live instances, messages received — and writes the same object to
+//!   `--status-file` (replaced atomically) when given. `--send-every D` multicasts a small
+//!   message every D (on the lane of `--service ID`, else the plain lane), so that services
+//!   have instances to show. It leaves (goodbyes) after `--duration`, or runs until killed.
+//! - `overlay status FILE` prints the status a running `join` writes to its status file.
+
+#![allow(clippy::disallowed_methods)] // a driver: the status ticks are wall-clock time
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use viastack::overlay::{Delivery, OverlayEvent, OverlaySocket, Status};
+use viastack::{Deployment, Node, NodeId, RecvError};
+
+/// `viastack overlay …`.
+#[derive(Subcommand)]
+pub enum OverlayCommand {
+    /// Join an overlay as one node on real UDP; print a status line each second.
+    Join(JoinArgs),
+    /// Show the status a running `overlay join --status-file FILE` writes.
+    Status {
+        /// The status file.
+        file: PathBuf,
+        /// Print the JSON object as written.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Options of `overlay join`.
+#[derive(Args)]
+pub struct JoinArgs {
+    /// The stack file (channels over an `overlay` layer, e.g. stacks/overlay-app.toml).
+    pub file: PathBuf,
+    /// This node's id.
+    #[arg(long)]
+    pub id: Option<u32>,
+    /// The deployment file: every node's address.
+    #[arg(long, conflicts_with = "nodes")]
+    pub deployment: Option<PathBuf>,
+    /// Loopback deployment of N nodes: node i at 127.0.0.1:(base-port + i).
+    #[arg(long)]
+    pub nodes: Option<u32>,
+    /// First port of the loopback deployment.
+    #[arg(long, default_value_t = 47000)]
+    pub base_port: u16,
+    /// Write the status (JSON) to this file each second.
+    #[arg(long)]
+    pub status_file: Option<PathBuf>,
+    /// Multicast a small message this often (e.g. "500ms").
+    #[arg(long, value_parser = crate::duration_arg)]
+    pub send_every: Option<viastack_kernel::Duration>,
+    /// With --send-every: the service to send with (its ServiceID); default: no service.
+    #[arg(long)]
+    pub service: Option<u32>,
+    /// Leave after this long (e.g. "30s"); default: run until killed.
+    #[arg(long, value_parser = crate::duration_arg)]
+    pub duration: Option<viastack_kernel::Duration>,
+    /// Neighbourhood unchanged this long counts as stable.
+    #[arg(long, value_parser = crate::duration_arg, default_value = "3s")]
+    pub settle: viastack_kernel::Duration,
+}
+
+/// Runs `viastack overlay …`.
+pub fn run(cmd: OverlayCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        OverlayCommand::Join(args) => join(&args),
+        OverlayCommand::Status { file, json } => {
+            let text = std::fs::read_to_string(&file).with_context(|| {
+                format!(
+                    "{}: cannot read (is `overlay join --status-file` running?)",
+                    file.display()
+                )
+            })?;
+            let v: Value = serde_json::from_str(&text)
+                .with_context(|| format!("{}: not a status file", file.display()))?;
+            if json {
+                outln!("{v}")?;
+            } else {
+                outln!("{}", human(&v))?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn deployment(args: &JoinArgs) -> anyhow::Result<Deployment> {
+    let d = match (&args.deployment, args.nodes) {
+        (Some(path), None) => Deployment::from_file(path)?,
+        (None, Some(n)) => {
+            if n == 0 {
+                bail!("--nodes must be at least 1");
+            }
+            let addrs = (0..n)
+                .map(|i| {
+                    let port = u32::from(args.base_port) + i;
+                    let port =
+                        u16::try_from(port).context("--base-port + --nodes exceeds 65535")?;
+                    Ok(SocketAddr::from(([127, 0, 0, 1], port)))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            Deployment::new(addrs)
+        }
+        _ => bail!("say where the nodes are: --deployment FILE, or --nodes N (loopback)"),
+    };
+    let d = match args.id {
+        Some(id) => d.with_id(NodeId(id)),
+        None => d,
+    };
+    if d.id.is_none() {
+        bail!("which node is this? give --id");
+    }
+    Ok(d)
+}
+
+/// The status as one JSON object.
+pub fn status_json(st: &Status, received: u64, sent: u64) -> Value {
+    let services: Vec<Value> = st
+        .services
+        .iter()
+        .map(
+            |s| json!({"channel": s.channel, "service_id": s.service_id, "instances": s.instances}),
+        )
+        .collect();
+    json!({
+        "node": st.node.0,
+        "topology": st.topology,
+        "logical": st.logical,
+        "neighbours": st.neighbours.iter().map(|n| n.0).collect::<Vec<_>>(),
+        "leader": st.leader,
+        "stable": st.stable,
+        "services": services,
+        "received": received,
+        "sent": sent,
+    })
+}
+
+fn human(v: &Value) -> String {
+    let services: Vec<String> = v["services"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| {
+                    format!(
+                        "{} (service {}): {} instances",
+                        s["channel"].as_str().unwrap_or("?"),
+                        s["service_id"],
+                        s["instances"]
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    format!(
+        "node {} at {} ({})\n  neighbours: {}\n  leader: {}\n  stable: {}\n  services: {}\n  received {}, sent {}",
+        v["node"],
+        v["logical"].as_str().unwrap_or("-"),
+        v["topology"].as_str().unwrap_or("?"),
+        v["neighbours"],
+        v["leader"],
+        v["stable"],
+        if services.is_empty() { "none".to_string() } else { services.join("; ") },
+        v["received"],
+        v["sent"],
+    )
+}
+
+fn join(args: &JoinArgs) -> anyhow::Result<ExitCode> {
+    let deployment = deployment(args)?;
+    let mut socket = OverlaySocket::join_with(
+        Node::builder()
+            .stack_file(&args.file)
+            .deployment(deployment)
+            .linger(Duration::from_millis(500)),
+    )?;
+    socket.set_settle(args.settle);
+    let start = Instant::now();
+    let end = args.duration.map(|d| start + d);
+    let mut next_tick = start + Duration::from_secs(1);
+    let mut next_send = args.send_every.map(|d| start + d);
+    let (mut received, mut sent) = (0u64, 0u64);
+    loop {
+        let now = Instant::now();
+        if end.is_some_and(|e| now >= e) {
+            break;
+        }
+        if now >= next_tick {
+            next_tick += Duration::from_secs(1);
+            let st = socket.status()?;
+            let v = status_json(&st, received, sent);
+            outln!("{v}")?;
+            if let Some(path) = &args.status_file {
+                let tmp = path.with_extension("tmp");
+                std::fs::write(&tmp, v.to_string())
+                    .and_then(|()| std::fs::rename(&tmp, path))
+                    .with_context(|| format!("{}: cannot write", path.display()))?;
+            }
+        }
+        if let (Some(at), Some(every)) = (next_send, args.send_every) {
+            if now >= at {
+                next_send = Some(at + every);
+                let msg = format!("from {} #{sent}", socket.id()).into_bytes();
+                socket.send(Delivery::Multicast, args.service, msg)?;
+                sent += 1;
+            }
+        }
+        let mut wake = next_tick;
+        if let Some(e) = end {
+            wake = wake.min(e);
+        }
+        if let Some(s) = next_send {
+            wake = wake.min(s);
+        }
+        match socket.recv_timeout(wake.saturating_duration_since(Instant::now())) {
+            Ok(OverlayEvent::Message(_)) => received += 1,
+            Ok(OverlayEvent::Notice(n)) => eprintln!("notice: {n:?}"),
+            Ok(_) | Err(RecvError::Timeout) => {}
+            Err(RecvError::Closed) => bail!("the node closed"),
+        }
+    }
+    socket.leave()?;
+    Ok(ExitCode::SUCCESS)
+}
