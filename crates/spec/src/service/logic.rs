@@ -721,7 +721,7 @@ fn kernel_of(f: &F, indexes: &[IndexDef]) -> Kernel {
 
 impl Kernel {
     /// Evaluates a recognised shape; `None` for [`Kernel::General`].
-    #[inline]
+    #[inline(always)]
     fn eval(self, state: &State, node: &NodeInfo, now: Instant) -> Option<bool> {
         Some(match self {
             Kernel::General => return None,
@@ -1288,7 +1288,7 @@ impl Program {
     }
 
     /// Records the arrival of a basic event in the instance's indexes.
-    #[inline]
+    #[inline(always)]
     pub fn record(
         &self,
         state: &mut State,
@@ -1340,7 +1340,7 @@ impl Program {
     }
 
     /// Evaluates composite `i` from the instance's indexes (incremental).
-    #[inline]
+    #[inline(always)]
     pub fn eval(&self, i: usize, state: &State, node: &NodeInfo, now: Instant) -> bool {
         let Some(c) = self.exprs.get(i) else {
             return false;
