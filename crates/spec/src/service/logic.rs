@@ -40,8 +40,13 @@
 //! entry for the key's current value, recent enough for W? Node sets are small and iterated.
 //! Bodies outside this fragment (a comparison of `m` with an outer variable other than one
 //! equality, a node attribute inside `R`, nested event quantifiers) are rejected at load time
-//! with a message saying so. A property test compares the incremental evaluation with a naive
-//! rescan of the full history ([`Program::eval_naive`]).
+//! with a message saying so. Identical quantifiers share one index. A property test compares the
+//! incremental evaluation with a naive rescan of the full history ([`Program::eval_naive`]).
+//!
+//! The incremental form is compiled to closures once at load; the shapes delivery services use
+//! (a node set (not) empty, every/some member of a node set keyed in an index, an unkeyed
+//! index, each possibly negated; a `foreach` "(not) keyed in an index") are also recognised as
+//! kernels evaluated by one direct match, without closures (issue 15 §2).
 
 use std::fmt;
 use std::sync::Arc;
