@@ -253,6 +253,32 @@ mod tests {
         assert_eq!(out, vec![4]);
     }
 
+    /// The one-read path (a type whose events filter on nothing else) answers as the
+    /// general matcher for every type, and is refused for a type with further filters.
+    #[test]
+    fn plain_matching_agrees_with_the_filters() {
+        let d = data(
+            r#"<Event name="ack"><Message><MessageType>2</MessageType></Message></Event>
+               <Event name="error"><Message><MessageType>3</MessageType><SourceAddress>local</SourceAddress></Message></Event>
+               <Event name="ack2"><Message><MessageType>2</MessageType></Message></Event>
+               <Event name="t"><Timer><TimerIdentifier>4</TimerIdentifier></Timer></Event>"#,
+        );
+        let m = Matcher::new(&d);
+        let node = NodeInfo::default();
+        for t in 0..=255u8 {
+            let mut out = Vec::new();
+            m.message(&msg(i64::from(t), 1), &node, &mut out);
+            match m.message_plain(t) {
+                Some(p) => assert_eq!(p, &out[..], "type {t}"),
+                None => assert_eq!(t, 3),
+            }
+        }
+        assert_eq!(m.message_plain(2), Some(&[0u16, 2][..]));
+        assert_eq!(m.timer_plain(4), Some(&[3u16][..]));
+        assert_eq!(m.timer_plain(5), Some(&[][..]));
+        assert_eq!(m.timer_plain(1_000), None);
+    }
+
     #[test]
     fn contradicting_filters_never_match() {
         let d = data(

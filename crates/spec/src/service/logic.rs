@@ -40,8 +40,13 @@
 //! entry for the key's current value, recent enough for W? Node sets are small and iterated.
 //! Bodies outside this fragment (a comparison of `m` with an outer variable other than one
 //! equality, a node attribute inside `R`, nested event quantifiers) are rejected at load time
-//! with a message saying so. A property test compares the incremental evaluation with a naive
-//! rescan of the full history ([`Program::eval_naive`]).
+//! with a message saying so. Identical quantifiers share one index. A property test compares the
+//! incremental evaluation with a naive rescan of the full history ([`Program::eval_naive`]).
+//!
+//! The incremental form is compiled to closures once at load; the shapes delivery services use
+//! (a node set (not) empty, every/some member of a node set keyed in an index, an unkeyed
+//! index, each possibly negated; a `foreach` "(not) keyed in an index") are also recognised as
+//! kernels evaluated by one direct match, without closures (issue 15 §2).
 
 use std::fmt;
 use std::sync::Arc;
@@ -721,7 +726,7 @@ fn kernel_of(f: &F, indexes: &[IndexDef]) -> Kernel {
 
 impl Kernel {
     /// Evaluates a recognised shape; `None` for [`Kernel::General`].
-    #[inline]
+    #[inline(always)]
     fn eval(self, state: &State, node: &NodeInfo, now: Instant) -> Option<bool> {
         Some(match self {
             Kernel::General => return None,
@@ -1124,6 +1129,10 @@ fn make_incremental(f: &F, indexes: &mut Vec<IndexDef>) -> Result<F, LogicError>
             let mut residual = F::Const(true);
             let mut hoisted = F::Const(true);
             for c in cs {
+                if c == F::Const(true) {
+                    // `exists m in E` alone: nothing to test.
+                    continue;
+                }
                 if !mentions(&c, *slot) {
                     // Closed with respect to this event: ∃m (A(m) ∧ C) ≡ (∃m A(m)) ∧ C.
                     let c = make_incremental(&c, indexes)?;
@@ -1288,7 +1297,7 @@ impl Program {
     }
 
     /// Records the arrival of a basic event in the instance's indexes.
-    #[inline]
+    #[inline(always)]
     pub fn record(
         &self,
         state: &mut State,
@@ -1340,7 +1349,7 @@ impl Program {
     }
 
     /// Evaluates composite `i` from the instance's indexes (incremental).
-    #[inline]
+    #[inline(always)]
     pub fn eval(&self, i: usize, state: &State, node: &NodeInfo, now: Instant) -> bool {
         let Some(c) = self.exprs.get(i) else {
             return false;
@@ -1962,6 +1971,132 @@ mod tests {
         match compile(&data(&[expr])) {
             Ok(_) => panic!("`{expr}` compiled"),
             Err(e) => e[0].1.message.clone(),
+        }
+    }
+
+    /// The shapes delivery services use are recognised as kernels (a regression here would
+    /// only slow the flat path down, which the trace-equality tests cannot see), identical
+    /// quantifiers share one index, and a kernel agrees with the closures it replaces.
+    #[test]
+    fn usual_shapes_are_kernels_with_shared_indexes() {
+        let exprs = [
+            "forall d in node.children : exists m in ack : m.source == d",
+            "exists d in node.children",
+            "not exists d in node.children",
+            "exists m in nack within 2s",
+            "not (exists d in node.children : exists m in ack : m.source == d)",
+            "exists m in ack : m.source == node.parent and m.seq > 3",
+        ];
+        let d = data(&exprs);
+        let mut prog = compile(&d).unwrap();
+        let kernels: Vec<Kernel> = prog.exprs.iter().map(|c| c.kernel).collect();
+        assert!(
+            matches!(
+                kernels[0],
+                Kernel::Keyed {
+                    all: true,
+                    neg: false,
+                    ..
+                }
+            ),
+            "{kernels:?}"
+        );
+        assert!(
+            matches!(kernels[1], Kernel::NodeConst { neg: false, .. }),
+            "{kernels:?}"
+        );
+        assert!(
+            matches!(kernels[2], Kernel::NodeConst { neg: true, .. }),
+            "{kernels:?}"
+        );
+        assert!(
+            matches!(kernels[3], Kernel::Last { neg: false, .. }),
+            "{kernels:?}"
+        );
+        assert!(
+            matches!(
+                kernels[4],
+                Kernel::Keyed {
+                    all: false,
+                    neg: true,
+                    ..
+                }
+            ),
+            "{kernels:?}"
+        );
+        assert_eq!(kernels[5], Kernel::General);
+        // "keyed by source" is one index for expressions 0 and 4.
+        assert_eq!(prog.indexes.len(), 3, "{:?}", prog.indexes);
+        let sel = prog
+            .compile_selector(
+                &d,
+                "d in node.children : not exists m in ack : m.source == d",
+            )
+            .unwrap();
+        assert!(sel.keyed.is_some());
+        assert_eq!(
+            prog.indexes.len(),
+            3,
+            "the foreach shares the composite's index"
+        );
+        // Kernels and closures agree over a few states and neighbourhoods.
+        let mut st = prog.new_state();
+        let ack = |src: u64, seq: u64| Message {
+            message_type: 2,
+            source: Addr(src),
+            seq,
+            ..Message::default()
+        };
+        for (k, node) in [vec![], vec![Addr(2)], vec![Addr(2), Addr(3)]]
+            .into_iter()
+            .enumerate()
+        {
+            let node = NodeInfo {
+                address: Addr(1),
+                parent: Addr(9),
+                children: node,
+                neighbours: vec![],
+            };
+            for step in 0..4u64 {
+                let now = Instant::from_micros(k as u64 * 10_000_000 + step * 1_000_000);
+                for (i, c) in prog.exprs.iter().enumerate() {
+                    let scope = Scope {
+                        node: &node,
+                        now,
+                        state: &st,
+                    };
+                    let closures = c.pred.holds(&mut Values::default(), &scope);
+                    assert_eq!(
+                        prog.eval(i, &st, &node, now),
+                        closures,
+                        "expr {i} step {step}"
+                    );
+                }
+                let mut by_kernel = Vec::new();
+                sel.select(&st, &node, now, &mut by_kernel);
+                let scope = Scope {
+                    node: &node,
+                    now,
+                    state: &st,
+                };
+                let by_closure: Vec<Addr> = node
+                    .children
+                    .iter()
+                    .copied()
+                    .filter(|a| {
+                        let mut v = Values::default();
+                        v.bound |= 1 << sel.slot;
+                        v.value[usize::from(sel.slot)] = a.0 as i64;
+                        sel.pred.holds(&mut v, &scope)
+                    })
+                    .collect();
+                assert_eq!(by_kernel, by_closure);
+                let m = ack(2 + step % 2, step);
+                prog.record(&mut st, 0, now, Some(&m), 0);
+                if step == 1 {
+                    prog.record(&mut st, 1, now, None, 0);
+                }
+            }
         }
     }
 

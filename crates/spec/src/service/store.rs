@@ -7,7 +7,8 @@
 //! live in a slab indexed through a hash map; freed slots are reused. Instances of a service
 //! on the flat machine (`service::flat`, issue 15 §2: the fast path of a service loaded at run
 //! time) live in that service's own map, MessageID → (atomic state, history), one probe per
-//! input, and their steps run the load-time-resolved fast ops; their histories are recycled.
+//! input, and their steps run the load-time-resolved fast ops (every send building its message
+//! in one scratch message the store reuses); their histories are recycled.
 //! A pool of instances can be pre-built (the seed's pre-allocation of FSMs, §6.3.4.1) so the
 //! first messages do not pay for construction.
 //!
