@@ -1,7 +1,7 @@
-//! `viastack bench all` (issue 13 §6): every benchmark in one go, each in a fresh process of
-//! this binary (`bench NAME --json`), recorded with the machine and the commit in
-//! `bench/results/<date>-<host>.json`, and with `--plot DIR` one chart per benchmark
-//! (`kernel.png`, `unicast.png`, `sp.png`, `spec.png`).
+//! `viastack bench all` (issue 13 §6): every benchmark in one go (kernel, unicast, sp, spec,
+//! overlay), each in a fresh process of this binary (`bench NAME --json`), recorded with the
+//! machine and the commit in `bench/results/<date>-<host>.json`, and with `--plot DIR` one
+//! chart per benchmark that has one (`kernel.png`, `unicast.png`, `sp.png`, `spec.png`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,7 +31,7 @@ pub struct AllArgs {
 }
 
 /// The benchmarks, with the arguments of a full and of a quick run.
-const BENCHMARKS: [(&str, &[&str], &[&str]); 4] = [
+const BENCHMARKS: [(&str, &[&str], &[&str]); 5] = [
     ("kernel", &[], &["--events", "500000", "--repeat", "2"]),
     (
         "unicast",
@@ -40,6 +40,7 @@ const BENCHMARKS: [(&str, &[&str], &[&str]); 4] = [
     ),
     ("sp", &[], &["--transfers", "20", "--repeat", "1"]),
     ("spec", &[], &["--messages", "50000", "--repeat", "2"]),
+    ("overlay", &[], &["--nodes", "1000", "--repeat", "1"]),
 ];
 
 /// Runs `bench NAME --json` in a fresh process; its document.
@@ -151,9 +152,9 @@ fn headline(name: &str, doc: &Value) -> String {
             r(&doc["pingpong_64"]["reliable_vs_udp_p50"]),
         ),
         "spec" => format!(
-            "compiled_vs_handwritten {}, table_vs_handwritten {}",
+            "compiled_vs_handwritten {}, runtime_vs_handwritten {}",
             r(&doc["compiled_vs_handwritten"]),
-            r(&doc["table_vs_handwritten"])
+            r(&doc["runtime_vs_handwritten"])
         ),
         "sp" => {
             let rows = doc["sizes"].as_array().cloned().unwrap_or_default();
