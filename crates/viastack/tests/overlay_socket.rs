@@ -15,7 +15,7 @@ use viastack::{Deployment, Node, NodeId, RecvError};
 fn stack() -> String {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     include_str!("../../../stacks/overlay-app.toml")
-        .replace("specs/h2hack.scxml", &format!("{root}/specs/h2hack.scxml"))
+        .replace("../specs/h2hack.scxml", &format!("{root}/specs/h2hack.scxml"))
 }
 
 fn free_addrs(n: usize) -> Vec<SocketAddr> {
