@@ -234,7 +234,7 @@ fn multicast(rec: &Recorder, stayed: &BTreeSet<NodeId>, v: &mut Vec<String>) {
 
 /// The Delaunay neighbours of every point, in the order given; `None` if the points are not
 /// in general position (four cocircular around an inner edge, three collinear on the hull).
-fn central_dt(points: &[DtAddr]) -> Option<Vec<BTreeSet<DtAddr>>> {
+pub fn central_dt(points: &[DtAddr]) -> Option<Vec<BTreeSet<DtAddr>>> {
     let mut nbrs = vec![BTreeSet::new(); points.len()];
     if points.len() < 3 {
         for (i, set) in nbrs.iter_mut().enumerate() {

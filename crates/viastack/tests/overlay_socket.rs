@@ -14,8 +14,10 @@ use viastack::{Deployment, Node, NodeId, RecvError};
 /// The shipped stack, with the service path made absolute (tests run in the crate's folder).
 fn stack() -> String {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    include_str!("../../../stacks/overlay-app.toml")
-        .replace("../specs/h2hack.scxml", &format!("{root}/specs/h2hack.scxml"))
+    include_str!("../../../stacks/overlay-app.toml").replace(
+        "../specs/h2hack.scxml",
+        &format!("{root}/specs/h2hack.scxml"),
+    )
 }
 
 fn free_addrs(n: usize) -> Vec<SocketAddr> {

@@ -24,11 +24,10 @@
 #![allow(clippy::disallowed_methods)] // wall time of the run
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeSet, BinaryHeap};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use spade::{DelaunayTriangulation, Point2, Triangulation};
 use viastack_kernel::{Duration, Instant};
 use viastack_overlay::dt::{Config, Message, Node};
 use viastack_overlay::wire;
@@ -123,54 +122,11 @@ fn draw(rng: &mut ChaCha8Rng, n: usize) -> anyhow::Result<(Vec<DtAddr>, Vec<Vec<
     anyhow::bail!("no point set in general position after 20 draws")
 }
 
-/// The Delaunay neighbours of every point (`spade`); `None` unless the triangulation is unique.
+/// The Delaunay neighbours of every point (`spade`, through the scenario crate's check);
+/// `None` unless the triangulation is unique.
 fn central(points: &[DtAddr]) -> Option<Vec<Vec<DtAddr>>> {
-    use viastack_overlay::geometry::{incircle, orient};
-    let mut t: DelaunayTriangulation<Point2<f64>> = DelaunayTriangulation::new();
-    let mut index = BTreeMap::new();
-    for (i, p) in points.iter().enumerate() {
-        let h = t
-            .insert(Point2::new(f64::from(p.x()), f64::from(p.y())))
-            .ok()?;
-        index.insert(h.index(), i);
-    }
-    if t.num_inner_faces() == 0 {
-        return None;
-    }
-    let idx = |v: spade::handles::FixedVertexHandle| index.get(&v.index()).copied();
-    let mut nbrs = vec![BTreeSet::new(); points.len()];
-    for e in t.undirected_edges() {
-        let [a, b] = e.vertices();
-        let (a, b) = (idx(a.fix())?, idx(b.fix())?);
-        nbrs[a].insert(points[b]);
-        nbrs[b].insert(points[a]);
-    }
-    for e in t.directed_edges() {
-        if e.face().as_inner().is_none() || e.rev().face().as_inner().is_none() {
-            continue;
-        }
-        let a = points[idx(e.from().fix())?];
-        let b = points[idx(e.to().fix())?];
-        let c = points[idx(e.next().to().fix())?];
-        let d = points[idx(e.rev().next().to().fix())?];
-        let (a, b, c) = if orient(a, b, c) > 0 {
-            (a, b, c)
-        } else {
-            (b, a, c)
-        };
-        if incircle(a, b, c, d) >= 0 {
-            return None;
-        }
-    }
-    for e in t.convex_hull() {
-        let a = points[idx(e.from().fix())?];
-        let b = points[idx(e.to().fix())?];
-        let c = points[idx(e.next().to().fix())?];
-        if orient(a, b, c) == 0 {
-            return None;
-        }
-    }
-    Some(nbrs.into_iter().map(|s| s.into_iter().collect()).collect())
+    let sets = viastack_scenario::overlay::central_dt(points)?;
+    Some(sets.into_iter().map(|s| s.into_iter().collect()).collect())
 }
 
 /// The simulated network.
