@@ -19,6 +19,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Subcommand;
+use viastack_spec::chart::host::Datamodel;
 use viastack_spec::chart::{self, conformance, Chart, CustomElement, OpaqueActions};
 use viastack_spec::service::Service;
 
@@ -147,6 +148,17 @@ pub fn run(cmd: SpecCommand) -> anyhow::Result<ExitCode> {
                         eprintln!("{w}");
                     }
                     out!("{explained}")?;
+                    match doc.datamodel {
+                        Datamodel::Native => {}
+                        Datamodel::Ecmascript => {
+                            path.push_str(&format!(
+                                "\n{name}: datamodel ecmascript (embedded QuickJS)"
+                            ));
+                        }
+                        Datamodel::Xpath => {
+                            path.push_str(&format!("\n{name}: datamodel xpath (sxd-xpath)"));
+                        }
+                    }
                     outln!(
                         "{name}: ok: {}{states} states, {transitions} transitions, {events} event names, {} warning(s){path}",
                         if is_service { "service, " } else { "" },

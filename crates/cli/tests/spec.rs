@@ -40,6 +40,31 @@ fn check_accepts_a_good_chart() {
 }
 
 #[test]
+fn check_names_a_host_datamodel() {
+    let src = r#"<scxml xmlns="http://www.w3.org/2005/07/scxml" version="1.0" datamodel="ecmascript" initial="a">
+  <datamodel><data id="x" expr="1"/></datamodel>
+  <state id="a"><transition cond="x + 1 == 2" target="b"/></state>
+  <final id="b"/>
+</scxml>
+"#;
+    let p = write("ecma", "ecma.scxml", src);
+    let o = viastack(&["spec", "check", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("datamodel ecmascript"),
+        "{}",
+        text(&o.stdout)
+    );
+    let good = write("good-dm", "good.scxml", GOOD);
+    let o = viastack(&["spec", "check", good.to_str().unwrap()]);
+    assert!(
+        !text(&o.stdout).contains("datamodel"),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+#[test]
 fn check_errors_exit_non_zero_with_file_line_col() {
     let src = "<scxml xmlns=\"http://www.w3.org/2005/07/scxml\" initial=\"a\">\n  <state id=\"a\">\n    <transition event=\"e\" target=\"nowhere\"/>\n  </state>\n  <state id=\"a\"/>\n</scxml>\n";
     let p = write("bad", "bad.scxml", src);
