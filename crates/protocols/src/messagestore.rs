@@ -96,7 +96,9 @@
 //! `spec_unsolicited`, `spec_fetch_failed`, `unknown_service_dropped`, `fetches_full`,
 //! `services_full`, `sent`, `no_target` (a send with
 //! no target: a unicast to address 0, a multicast at a leaf), `to_application`, `own`,
-//! `queue_evicted` (an input dropped because `queue` inputs already wait for their tree: the
+//! `data_queue_evicted` / `control_queue_evicted` (an input dropped because `queue` inputs
+//! already wait for their tree in its buffer — data messages with a payload in one, control
+//! messages, timers and repairs in the other, as the seed's DataBuffer and ControlBuffer: the
 //! oldest goes), `full` (an input refused because `capacity` instances live), `step_limit`,
 //! `timers_evicted`, `failure_reported` (a notice went up at the sender), `report_sent`,
 //! `report_received`, `report_unanswered`, `reports_evicted`, `duplicate_suppressed`,
@@ -104,8 +106,8 @@
 //!
 //! # Memory
 //!
-//! Bounded: at most `capacity` live instances (the store's bound), `queue` inputs waiting for
-//! their tree, [`Deploy::queue`] messages waiting for a service, [`MAX_FETCHES`] fetches (each
+//! Bounded: at most `capacity` live instances (the store's bound), `queue` data messages and
+//! `queue` control inputs waiting for their tree, [`Deploy::queue`] messages waiting for a service, [`MAX_FETCHES`] fetches (each
 //! reassembling at most one bundle of [`specbundle::MAX_SPEC`] bytes), [`Deploy::max_services`]
 //! services, 64 refused hashes, and per instance its timers (the timer table holds at most `8 × capacity`
 //! entries; beyond, the oldest are cancelled and counted); at most `capacity` failure reports
@@ -450,7 +452,12 @@ pub struct MessageStoreSession {
     capacity: usize,
     queue: usize,
     channel: Option<ChannelId>,
-    pending: VecDeque<(u64, NodeId, Input)>,
+    /// Inputs waiting for their tree, in the seed's two FIFO buffers (seed 000 §5.1.2,
+    /// Figure 5.9): `DataBuffer` for messages with a payload, `ControlBuffer` for the rest
+    /// (control messages, timers, repairs). Each holds at most `queue`, so a flood of data
+    /// cannot push out the acknowledgements that would settle it, nor the reverse.
+    data_pending: VecDeque<(u64, NodeId, Input)>,
+    control_pending: VecDeque<(u64, NodeId, Input)>,
     next_token: u64,
     next_message: u64,
     /// The root of each instance's tree (for its timers).
@@ -499,7 +506,8 @@ impl std::fmt::Debug for MessageStoreSession {
         f.debug_struct("MessageStoreSession")
             .field("node", &self.node)
             .field("live", &self.store.live())
-            .field("pending", &self.pending.len())
+            .field("data_pending", &self.data_pending.len())
+            .field("control_pending", &self.control_pending.len())
             .finish()
     }
 }
@@ -535,7 +543,8 @@ impl MessageStoreSession {
             capacity: config.capacity.max(1),
             queue: config.queue.max(1),
             channel: None,
-            pending: VecDeque::new(),
+            data_pending: VecDeque::new(),
+            control_pending: VecDeque::new(),
             next_token: 0,
             next_message: 0,
             roots: BTreeMap::new(),
@@ -570,21 +579,27 @@ impl MessageStoreSession {
         })
     }
 
-    /// Inputs waiting for their tree.
+    /// Inputs waiting for their tree (both buffers).
     pub fn pending(&self) -> usize {
-        self.pending.len()
+        self.data_pending.len() + self.control_pending.len()
     }
 
     /// Queues `input` for the tree rooted at `root` and asks the overlay for it.
     fn enqueue(&mut self, ctx: &mut Context<'_>, root: NodeId, input: Input) {
         let Some(channel) = self.channel else { return };
-        while self.pending.len() >= self.queue {
-            self.pending.pop_front();
-            ctx.count("queue_evicted");
+        let data = matches!(&input, Input::Msg(m) if m.payload.is_some());
+        let (buffer, evicted) = if data {
+            (&mut self.data_pending, "data_queue_evicted")
+        } else {
+            (&mut self.control_pending, "control_queue_evicted")
+        };
+        while buffer.len() >= self.queue {
+            buffer.pop_front();
+            ctx.count(evicted);
         }
         let token = self.next_token;
         self.next_token = self.next_token.wrapping_add(1);
-        self.pending.push_back((token, root, input));
+        buffer.push_back((token, root, input));
         ctx.go(Event::new(
             TREE_QUERY.id(),
             Direction::Down,
@@ -594,10 +609,13 @@ impl MessageStoreSession {
     }
 
     fn on_tree(&mut self, ctx: &mut Context<'_>, info: &TreeInfo) {
-        let Some(i) = self.pending.iter().position(|(t, _, _)| *t == info.token) else {
-            return;
-        };
-        let Some((_, root, input)) = self.pending.remove(i) else {
+        let taken = [&mut self.data_pending, &mut self.control_pending]
+            .into_iter()
+            .find_map(|buffer| {
+                let i = buffer.iter().position(|(t, _, _)| *t == info.token)?;
+                buffer.remove(i)
+            });
+        let Some((_, root, input)) = taken else {
             return;
         };
         if let Input::Repair(key) = input {

@@ -265,8 +265,9 @@ pub const MESSAGESTORE: LayerKind = LayerKind {
           while its instance lives (`repaired`), and with `failure_state` reports an \
           instance's give-up up the tree to the message's sender (`report_sent`, \
           `failure_reported`). Bounded: `capacity` live instances (more are refused, counted \
-          `full`), `queue` inputs waiting for their tree (the oldest is evicted, counted \
-          `queue_evicted`). Several services may run side by side, keyed by ServiceID (the \
+          `full`), `queue` data messages and `queue` control inputs waiting for their tree \
+          (the seed's DataBuffer and ControlBuffer: a flood of one cannot push out the other; \
+          the oldest is evicted, counted `data_queue_evicted` / `control_queue_evicted`). Several services may run side by side, keyed by ServiceID (the \
           application's messages use the first). Services are deployed at run time (issue 16 \
           §4): a node getting a message for a ServiceID it lacks holds it (at most \
           `fetch_queue` messages, the oldest dropped) and asks the message's previous hop, \
@@ -348,7 +349,7 @@ pub const MESSAGESTORE: LayerKind = LayerKind {
                 max: 1 << 20,
             },
             default: Some("1024"),
-            doc: "inputs (messages, timers) waiting for the overlay's tree answer at most",
+            doc: "data messages, and separately control inputs (control messages, timers), waiting for the overlay's tree answer at most",
         },
         ParamSpec {
             name: "stream",

@@ -1,0 +1,126 @@
+//! The `messagestore` layer's two input buffers (seed 000 §5.1.2, Figure 5.9: messages wait in
+//! a DataBuffer or a ControlBuffer before the MessageProcessor takes them). Driven on one node
+//! whose overlay stand-in never answers a tree query, so every input stays queued: a flood of
+//! data messages must not push out the control messages queued before it, nor the reverse,
+//! and each buffer keeps its bound.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{counter, node};
+use viastack_kernel::event::SENDABLE;
+use viastack_kernel::{Context, Event, EventType, Layer, LayerRef, NodeId, Session};
+use viastack_protocols::messagestore::{addr, encode, Config, Deploy, LocalService, MessageStore};
+use viastack_protocols::overlay::{TREE, TREE_QUERY};
+use viastack_spec::service::Message as SMsg;
+
+/// Provides the tree answers the store requires, and never gives one.
+#[derive(Debug)]
+struct Silent;
+
+impl Layer for Silent {
+    fn name(&self) -> &str {
+        "silent"
+    }
+    fn accepts(&self) -> Vec<EventType> {
+        vec![SENDABLE.id(), TREE_QUERY.id()]
+    }
+    fn provides(&self) -> Vec<EventType> {
+        vec![TREE.id()]
+    }
+    fn create_session(&self) -> Box<dyn Session> {
+        Box::new(SilentSession)
+    }
+}
+
+struct SilentSession;
+
+impl Session for SilentSession {
+    fn handle(&mut self, event: Event, ctx: &mut Context<'_>) {
+        if event.ty() != TREE_QUERY.id() {
+            ctx.go(event);
+        }
+    }
+}
+
+const QUEUE: usize = 8;
+
+fn store() -> LayerRef {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../specs/h2hack.scxml"
+    ))
+    .unwrap();
+    let h2hack = LocalService::load("h2hack.scxml", &text, None).unwrap();
+    Arc::new(MessageStore::new(
+        "store",
+        NodeId(5),
+        Config {
+            default_service: h2hack.service.id(),
+            services: vec![h2hack],
+            deploy: Deploy::default(),
+            capacity: 100,
+            queue: QUEUE,
+            flood: false,
+            failure_state: None,
+            stream: false,
+            store_forwards: false,
+        },
+    ))
+}
+
+/// Hands `frame` from node 3 to the node's device, on its channel.
+fn receive(n: &mut common::Node, frame: Vec<u8>) {
+    let mut b = (n.channels[0].0 as u16).to_be_bytes().to_vec();
+    b.extend_from_slice(&frame);
+    common::receive(n, 3, b);
+}
+
+/// A message of h2hack (ServiceID 1) from node 3: a payload (type 0x80) or, without one, a
+/// control message (an H2H ACK, type 2).
+fn message(id: u64, payload: bool) -> Vec<u8> {
+    encode(&SMsg {
+        service_id: 1,
+        message_id: id,
+        message_type: if payload { 0x80 } else { 2 },
+        delivery_mode: if payload { 1 } else { 3 },
+        hop_limit: 255,
+        source: addr(NodeId(3)),
+        destination: addr(NodeId(5)),
+        root: addr(NodeId(3)),
+        payload: payload.then(|| Arc::from(&b"data"[..])),
+        ..SMsg::default()
+    })
+}
+
+#[test]
+fn a_data_flood_does_not_push_out_queued_control_messages() {
+    let mut n = node(5, 1, vec![Arc::new(Silent), store()], 1);
+    for id in 0..5 {
+        receive(&mut n, message(id, false));
+    }
+    for id in 100..150 {
+        receive(&mut n, message(id, true));
+    }
+    assert_eq!(counter(&n, "store.malformed"), 0);
+    assert_eq!(counter(&n, "store.control_queue_evicted"), 0);
+    assert_eq!(counter(&n, "store.data_queue_evicted"), 50 - QUEUE as u64);
+}
+
+#[test]
+fn a_control_flood_does_not_push_out_queued_data_messages() {
+    let mut n = node(5, 1, vec![Arc::new(Silent), store()], 1);
+    for id in 0..3 {
+        receive(&mut n, message(id, true));
+    }
+    for id in 100..140 {
+        receive(&mut n, message(id, false));
+    }
+    assert_eq!(counter(&n, "store.data_queue_evicted"), 0);
+    assert_eq!(
+        counter(&n, "store.control_queue_evicted"),
+        40 - QUEUE as u64
+    );
+}
