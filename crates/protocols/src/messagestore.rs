@@ -102,7 +102,9 @@
 //! oldest goes), `full` (an input refused because `capacity` instances live), `step_limit`,
 //! `timers_evicted`, `failure_reported` (a notice went up at the sender), `report_sent`,
 //! `report_received`, `report_unanswered`, `reports_evicted`, `duplicate_suppressed`,
-//! `delivered_evicted`.
+//! `delivered_evicted`, `send_refused` (this node's own message never reached its service —
+//! pushed out of the data buffer, or refused by a full store or the step limit — and the
+//! application got a `SendRefused` notice with its tag).
 //!
 //! # Memory
 //!
@@ -134,7 +136,7 @@ use viastack_spec::service::{
     Addr, InstanceKey, Message as SMsg, Network, NodeInfo, Primitive, Service, Store,
 };
 
-use crate::events::{self, PEER_UNREACHABLE};
+use crate::events::{self, PEER_UNREACHABLE, SEND_REFUSED};
 use crate::overlay::{TreeInfo, TreeQuery, NEIGHBOUR_ADDED, NEIGHBOUR_REMOVED, TREE, TREE_QUERY};
 use crate::specbundle::{self, Assembly, Bundle, Hash, Signature, SPEC_REQUEST, SPEC_RESPONSE};
 
@@ -588,18 +590,25 @@ impl MessageStoreSession {
     fn enqueue(&mut self, ctx: &mut Context<'_>, root: NodeId, input: Input) {
         let Some(channel) = self.channel else { return };
         let data = matches!(&input, Input::Msg(m) if m.payload.is_some());
+        let queue = self.queue;
         let (buffer, evicted) = if data {
             (&mut self.data_pending, "data_queue_evicted")
         } else {
             (&mut self.control_pending, "control_queue_evicted")
         };
-        while buffer.len() >= self.queue {
-            buffer.pop_front();
+        let mut dropped = Vec::new();
+        while buffer.len() >= queue {
+            if let Some((_, _, Input::Msg(m))) = buffer.pop_front() {
+                dropped.push(m.message_id);
+            }
             ctx.count(evicted);
         }
         let token = self.next_token;
         self.next_token = self.next_token.wrapping_add(1);
         buffer.push_back((token, root, input));
+        for id in dropped {
+            self.refuse_own(ctx, id);
+        }
         ctx.go(Event::new(
             TREE_QUERY.id(),
             Direction::Down,
@@ -663,6 +672,18 @@ impl MessageStoreSession {
             Input::Timer(key, id) => self.store.handle_timer(now, *key, *id, &mut net),
             Input::Repair(_) | Input::Probe => Ok(()),
         };
+        // This node's own application message, stepped for the first time.
+        let own = match &input {
+            Input::Msg(m)
+                if m.message_type == PAYLOAD_TYPE
+                    && node_of(m.source) == Some(self.node)
+                    && root == self.node =>
+            {
+                Some(m.message_id)
+            }
+            _ => None,
+        };
+        let refused = result.is_err();
         match result {
             Ok(()) => {}
             Err(viastack_spec::service::RunnerError::Full(_)) => ctx.count("full"),
@@ -671,6 +692,14 @@ impl MessageStoreSession {
             }
             Err(viastack_spec::service::RunnerError::UnknownService(_)) => {
                 ctx.count("unknown_service");
+            }
+        }
+        if let Some(id) = own {
+            if refused {
+                self.refuse_own(ctx, id);
+            } else if self.failure_state.is_none() {
+                // No report can come for it: nothing more to tell the sender.
+                self.own.remove(&id);
             }
         }
         for out in net.0 {
@@ -828,6 +857,19 @@ impl MessageStoreSession {
         if let Some(h) = self.held.get_mut(&key) {
             for &t in targets {
                 h.sent_to.insert(t, 0);
+            }
+        }
+    }
+
+    /// The sender's side of a refusal: its own message `message` never reached the service
+    /// (the store was full, the step limit was hit, or it was pushed out of the data buffer):
+    /// a [`SEND_REFUSED`] notice with its tag, counted `send_refused` (a message of another
+    /// node, or an untagged one, has no entry and is only counted where it was dropped).
+    fn refuse_own(&mut self, ctx: &mut Context<'_>, message: u64) {
+        if let Some((tag, peer)) = self.own.remove(&message) {
+            ctx.count("send_refused");
+            if let Some(channel) = self.channel {
+                ctx.go(events::failure(&SEND_REFUSED, channel, peer, [tag]));
             }
         }
     }
@@ -1044,7 +1086,9 @@ impl MessageStoreSession {
         } else {
             ((u64::from(self.node.0) << 40) | counter, 0)
         };
-        if self.failure_state.is_some() && tag != Tag::NONE {
+        // Remembered until its first step (to tell the sender if the store refuses it), and
+        // with `failure_state` until its failure is reported or its instance is gone.
+        if tag != Tag::NONE {
             let peer = match dest {
                 Dest::Broadcast => NodeId(u32::MAX),
                 Dest::Node(n) => n,

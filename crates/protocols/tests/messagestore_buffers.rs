@@ -2,7 +2,9 @@
 //! a DataBuffer or a ControlBuffer before the MessageProcessor takes them). Driven on one node
 //! whose overlay stand-in never answers a tree query, so every input stays queued: a flood of
 //! data messages must not push out the control messages queued before it, nor the reverse,
-//! and each buffer keeps its bound.
+//! and each buffer keeps its bound. And the sender is told when its own message never reached
+//! the service (pushed out of the buffer, or refused by a full store): nothing is lost
+//! silently (DESIGN.md §4.7).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -11,9 +13,13 @@ use std::sync::Arc;
 
 use common::{counter, node};
 use viastack_kernel::event::SENDABLE;
-use viastack_kernel::{Context, Event, EventType, Layer, LayerRef, NodeId, Session};
+use viastack_kernel::{
+    Body, Context, Dest, Direction, Event, EventType, Layer, LayerRef, Message, NodeId, Output,
+    Sendable, Session, Tag,
+};
+use viastack_protocols::events::{send_failure, SEND_REFUSED};
 use viastack_protocols::messagestore::{addr, encode, Config, Deploy, LocalService, MessageStore};
-use viastack_protocols::overlay::{TREE, TREE_QUERY};
+use viastack_protocols::overlay::{TreeInfo, TreeQuery, TREE, TREE_QUERY};
 use viastack_spec::service::Message as SMsg;
 
 /// Provides the tree answers the store requires, and never gives one.
@@ -45,9 +51,56 @@ impl Session for SilentSession {
     }
 }
 
+/// Answers every tree query at once: this node alone (no parent, children or neighbours).
+#[derive(Debug)]
+struct Alone;
+
+impl Layer for Alone {
+    fn name(&self) -> &str {
+        "alone"
+    }
+    fn accepts(&self) -> Vec<EventType> {
+        vec![SENDABLE.id(), TREE_QUERY.id()]
+    }
+    fn provides(&self) -> Vec<EventType> {
+        vec![TREE.id()]
+    }
+    fn create_session(&self) -> Box<dyn Session> {
+        Box::new(AloneSession)
+    }
+}
+
+struct AloneSession;
+
+impl Session for AloneSession {
+    fn handle(&mut self, event: Event, ctx: &mut Context<'_>) {
+        if event.ty() != TREE_QUERY.id() {
+            ctx.go(event);
+            return;
+        }
+        if let Some(q) = event.custom::<TreeQuery>() {
+            let info = TreeInfo {
+                root: q.root,
+                token: q.token,
+                ..TreeInfo::default()
+            };
+            ctx.go(Event::new(
+                TREE.id(),
+                Direction::Up,
+                event.channel(),
+                Body::Custom(Box::new(info)),
+            ));
+        }
+    }
+}
+
 const QUEUE: usize = 8;
 
 fn store() -> LayerRef {
+    store_with(100)
+}
+
+fn store_with(capacity: usize) -> LayerRef {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../specs/h2hack.scxml"
@@ -61,7 +114,7 @@ fn store() -> LayerRef {
             default_service: h2hack.service.id(),
             services: vec![h2hack],
             deploy: Deploy::default(),
-            capacity: 100,
+            capacity,
             queue: QUEUE,
             flood: false,
             failure_state: None,
@@ -123,4 +176,53 @@ fn a_control_flood_does_not_push_out_queued_data_messages() {
         counter(&n, "store.control_queue_evicted"),
         40 - QUEUE as u64
     );
+}
+
+/// The application of node 5 multicasts a message tagged `tag`; returns the tags of the
+/// `SendRefused` notices that came up.
+fn send_tagged(n: &mut common::Node, tag: u64) -> Vec<u64> {
+    let now = n.now;
+    n.kernel
+        .inject(
+            now,
+            Event::sendable(
+                SENDABLE.id(),
+                Direction::Down,
+                n.channels[0],
+                Sendable::new(NodeId(5), Dest::Broadcast, Message::from_payload(b"mine"))
+                    .with_tag(Tag(tag)),
+            ),
+        )
+        .unwrap();
+    let mut refused = Vec::new();
+    while let Some(o) = n.kernel.poll_output() {
+        if let Output::Deliver(e) = o {
+            if e.ty() == SEND_REFUSED.id() {
+                refused.extend(send_failure(&e).unwrap().tags.iter().map(|t| t.0));
+            }
+        }
+    }
+    refused
+}
+
+#[test]
+fn own_messages_pushed_out_of_the_buffer_are_refused_to_the_sender() {
+    let mut n = node(5, 1, vec![Arc::new(Silent), store()], 1);
+    let mut refused = Vec::new();
+    for tag in 1..=10 {
+        refused.extend(send_tagged(&mut n, tag));
+    }
+    assert_eq!(counter(&n, "store.data_queue_evicted"), 2);
+    assert_eq!(refused, vec![1, 2], "the two oldest, by their tags");
+}
+
+#[test]
+fn a_full_store_refuses_the_senders_message_with_a_notice() {
+    let mut n = node(5, 1, vec![Arc::new(Alone), store_with(1)], 1);
+    // The first message's instance lives (h2hack keeps it for Timeout_Delete).
+    assert!(send_tagged(&mut n, 1).is_empty());
+    assert_eq!(counter(&n, "store.full"), 0);
+    assert_eq!(send_tagged(&mut n, 2), vec![2]);
+    assert_eq!(counter(&n, "store.full"), 1);
+    assert_eq!(counter(&n, "store.send_refused"), 1);
 }
