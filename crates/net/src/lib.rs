@@ -14,6 +14,7 @@
 #![deny(unsafe_code)]
 
 pub mod clock;
+pub mod multihop;
 pub mod node;
 pub mod procs;
 pub mod tcp;
@@ -29,6 +30,7 @@ use viastack_scenario::{Recorder, Report, RunOptions};
 use viastack_stack::{build_node, BuildEnv, Catalog, Diagnostics, StackFile};
 
 pub use clock::Clock;
+pub use multihop::{bind_interface, InterfaceSpec, LinkPeer, MultiNode, MultiOutcome};
 pub use node::{NetNode, NodeOutcome, Snapshot, SnapshotReader};
 pub use procs::{run_child, run_processes};
 pub use tcp::TcpTransport;

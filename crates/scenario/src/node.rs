@@ -84,37 +84,7 @@ impl SimNode {
 
     /// The node's global memory (seed 004), if a `dvmrp` session runs on it, as report rows.
     pub fn memory(&self) -> Option<crate::report::NodeMemory> {
-        use viastack_mcast::memory::Origin;
-        use viastack_protocols::dvmrp::DvmrpSession;
-        let mem = self
-            .sessions
-            .iter()
-            .find_map(|&(_, sid)| self.kernel.session::<DvmrpSession>(sid)?.memory())?;
-        Some(crate::report::NodeMemory {
-            neighbors: mem
-                .neighbors
-                .iter()
-                .map(|n| crate::report::NeighborRow {
-                    iface: n.iface,
-                    addr: n.addr.to_string(),
-                    two_way: n.two_way,
-                })
-                .collect(),
-            routes: mem
-                .routes
-                .iter()
-                .map(|r| crate::report::RouteRow {
-                    prefix: r.prefix.to_string(),
-                    metric: r.metric,
-                    iface: r.iface(),
-                    upstream: match r.origin {
-                        Origin::Learned { via, .. } => Some(via.to_string()),
-                        Origin::Connected { .. } => None,
-                    },
-                    dependents: r.dependents.len(),
-                })
-                .collect(),
-        })
+        memory_of(&self.kernel, &self.sessions)
     }
 
     /// The node's kernel (for counters and inspection).
@@ -181,4 +151,39 @@ impl Node for SimNode {
     fn poll_transmit(&mut self) -> Option<Transmit> {
         self.transmits.pop_front()
     }
+}
+
+/// The global memory (seed 004) of a node's kernel, if one of its named `sessions` is a `dvmrp`
+/// session, as report rows (the simulator's nodes and the network driver's both use it).
+pub fn memory_of(kernel: &Kernel, sessions: &[(String, SessionId)]) -> Option<crate::report::NodeMemory> {
+    use viastack_mcast::memory::Origin;
+    use viastack_protocols::dvmrp::DvmrpSession;
+    let mem = sessions
+        .iter()
+        .find_map(|&(_, sid)| kernel.session::<DvmrpSession>(sid)?.memory())?;
+    Some(crate::report::NodeMemory {
+        neighbors: mem
+            .neighbors
+            .iter()
+            .map(|n| crate::report::NeighborRow {
+                iface: n.iface,
+                addr: n.addr.to_string(),
+                two_way: n.two_way,
+            })
+            .collect(),
+        routes: mem
+            .routes
+            .iter()
+            .map(|r| crate::report::RouteRow {
+                prefix: r.prefix.to_string(),
+                metric: r.metric,
+                iface: r.iface(),
+                upstream: match r.origin {
+                    Origin::Learned { via, .. } => Some(via.to_string()),
+                    Origin::Connected { .. } => None,
+                },
+                dependents: r.dependents.len(),
+            })
+            .collect(),
+    })
 }

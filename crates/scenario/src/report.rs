@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use viastack_kernel::NodeId;
 use viastack_sim::NetStats;
 use viastack_stack::model::Expect;
@@ -53,7 +53,7 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// One neighbour of a node's neighbour table (global memory).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct NeighborRow {
     /// The interface it was heard on.
     pub iface: u16,
@@ -64,7 +64,7 @@ pub struct NeighborRow {
 }
 
 /// One route of a node's routing table (global memory).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct RouteRow {
     /// The source network.
     pub prefix: String,
@@ -79,7 +79,7 @@ pub struct RouteRow {
 }
 
 /// The global memory objects of one node at the end of the run.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
 pub struct NodeMemory {
     /// The neighbour table.
     pub neighbors: Vec<NeighborRow>,
