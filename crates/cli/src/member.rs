@@ -79,6 +79,15 @@ fn deployment(args: &NodeArgs) -> anyhow::Result<Deployment> {
 
 /// Runs the command.
 pub fn run(args: &NodeArgs, catalog: &Catalog) -> anyhow::Result<ExitCode> {
+    // A node of `viastack testbed up`: its deployment lists its interfaces.
+    if let Some(path) = &args.deployment {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("{}: cannot read", path.display()))?;
+        if crate::testbed::is_testbed_deployment(&text) {
+            crate::testbed::node(&args.file, path, catalog)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
     let deployment = deployment(args)?;
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("{}: cannot read", args.file.display()))?;

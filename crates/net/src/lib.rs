@@ -121,7 +121,7 @@ pub fn bind_transport(kind: &str, me: NodeId) -> std::io::Result<Box<dyn Transpo
 }
 
 /// The seed of node `node`'s kernel in a run seeded with `seed`.
-pub(crate) fn kernel_seed(seed: u64, node: NodeId) -> u64 {
+pub fn kernel_seed(seed: u64, node: NodeId) -> u64 {
     seed ^ u64::from(node.0)
         .wrapping_add(1)
         .wrapping_mul(0x9e37_79b9_7f4a_7c15)

@@ -94,7 +94,7 @@ fn reliable_workloads(
 
 /// Nodes down when a run of `duration` ends: their last crash came with no restart, or with
 /// one after the end.
-fn down_at_end(
+pub fn down_at_end(
     crashes: &[viastack_stack::model::CrashSpec],
     duration: Duration,
 ) -> BTreeSet<NodeId> {
