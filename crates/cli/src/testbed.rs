@@ -165,13 +165,16 @@ pub struct NodeResult {
 pub fn node(file_path: &Path, deployment_path: &Path, catalog: &Catalog) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(deployment_path)
         .with_context(|| format!("{}: cannot read", deployment_path.display()))?;
-    let d: TestbedDeployment = toml::from_str(&text)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", deployment_path.display()))?;
+    let d: TestbedDeployment =
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", deployment_path.display()))?;
     let src = std::fs::read_to_string(file_path)
         .with_context(|| format!("{}: cannot read", file_path.display()))?;
     let file = viastack_stack::parse(&file_path.display().to_string(), &src, catalog)
         .map_err(|diags| anyhow::anyhow!("{diags}"))?;
-    let scenario = file.scenario.as_ref().context("the stack has no [scenario]")?;
+    let scenario = file
+        .scenario
+        .as_ref()
+        .context("the stack has no [scenario]")?;
     let id = NodeId(d.node);
     let mut bound = Vec::new();
     for spec in &d.interface {
@@ -190,7 +193,8 @@ pub fn node(file_path: &Path, deployment_path: &Path, catalog: &Catalog) -> anyh
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line)?;
     let mut words = line.split_whitespace();
-    let (Some("START"), Some(epoch), Some(incarnation)) = (words.next(), words.next(), words.next())
+    let (Some("START"), Some(epoch), Some(incarnation)) =
+        (words.next(), words.next(), words.next())
     else {
         bail!("expected START <epoch> <incarnation>, got {line:?}");
     };
@@ -212,20 +216,18 @@ pub fn node(file_path: &Path, deployment_path: &Path, catalog: &Catalog) -> anyh
     };
     let built = viastack_stack::build_node(&file, catalog, &env, config)
         .map_err(|diags| anyhow::anyhow!("{diags}"))?;
-    let mut net = viastack_net::MultiNode::new(
-        id,
-        scenario.nodes,
-        built,
-        &scenario.workloads,
-        bound,
-        clock,
-    )?;
+    let mut net =
+        viastack_net::MultiNode::new(id, scenario.nodes, built, &scenario.workloads, bound, clock)?;
     net.run_until(Instant::ZERO + Duration::from_nanos(d.duration_ns))?;
     let o = net.finish();
     let result = NodeResult {
         recorder: o.recorder.snapshot(),
         counters: o.counters,
-        udp: (o.transport.sent, o.transport.send_failed, o.transport.received),
+        udp: (
+            o.transport.sent,
+            o.transport.send_failed,
+            o.transport.received,
+        ),
         memory: o.memory,
     };
     writeln!(out, "RESULT {}", serde_json::to_string(&result)?)?;
@@ -380,7 +382,10 @@ fn plan(file: &StackFile, topo: &TopologyDecl) -> anyhow::Result<Vec<PlannedLink
             bail!("the testbed addresses at most 65,536 links");
         }
         if l.nodes.len() > 253 {
-            bail!("link {}: the testbed gives a link at most 253 nodes", l.name);
+            bail!(
+                "link {}: the testbed gives a link at most 253 nodes",
+                l.name
+            );
         }
         let [x, y] = link_net(k);
         let mut members = Vec::new();
@@ -549,7 +554,8 @@ fn up(args: &UpArgs, catalog: &Catalog) -> anyhow::Result<ExitCode> {
     }
     let family = family_prefix(&args.file);
     let prefix = format!("{family}{}-", std::process::id());
-    let dir = std::env::temp_dir().join(format!("viastack-testbed-{}", prefix.trim_end_matches('-')));
+    let dir =
+        std::env::temp_dir().join(format!("viastack-testbed-{}", prefix.trim_end_matches('-')));
     std::fs::create_dir_all(&dir)?;
     let mut tb = Testbed {
         prefix,
@@ -626,11 +632,25 @@ fn up_inner(
     let netem = n > 0
         && sh(
             "tc",
-            &["-n", &tb.ns(0), "qdisc", "add", "dev", "lo", "root", "netem", "delay", "0ms"],
+            &[
+                "-n",
+                &tb.ns(0),
+                "qdisc",
+                "add",
+                "dev",
+                "lo",
+                "root",
+                "netem",
+                "delay",
+                "0ms",
+            ],
         )
         .is_ok();
     if netem {
-        let _ = sh("tc", &["-n", &tb.ns(0), "qdisc", "del", "dev", "lo", "root"]);
+        let _ = sh(
+            "tc",
+            &["-n", &tb.ns(0), "qdisc", "del", "dev", "lo", "root"],
+        );
     }
     let mut applied = Applied {
         netem,
@@ -652,8 +672,18 @@ fn up_inner(
                 sh(
                     "ip",
                     &[
-                        "-n", &tb.ns(m.node), "link", "add", &dev(m), "type", "veth", "peer",
-                        "name", &side, "netns", &lan,
+                        "-n",
+                        &tb.ns(m.node),
+                        "link",
+                        "add",
+                        &dev(m),
+                        "type",
+                        "veth",
+                        "peer",
+                        "name",
+                        &side,
+                        "netns",
+                        &lan,
                     ],
                 )?;
                 sh("ip", &["-n", &lan, "link", "set", &side, "master", &br])?;
@@ -663,8 +693,18 @@ fn up_inner(
             sh(
                 "ip",
                 &[
-                    "-n", &tb.ns(a.node), "link", "add", &dev(a), "type", "veth", "peer", "name",
-                    &dev(b), "netns", &tb.ns(b.node),
+                    "-n",
+                    &tb.ns(a.node),
+                    "link",
+                    "add",
+                    &dev(a),
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    &dev(b),
+                    "netns",
+                    &tb.ns(b.node),
                 ],
             )?;
         }
@@ -673,7 +713,17 @@ fn up_inner(
             let addr = format!("{}/24", m.addr);
             sh(
                 "ip",
-                &["-n", &ns, "addr", "add", &addr, "broadcast", &l.broadcast.to_string(), "dev", &dev(m)],
+                &[
+                    "-n",
+                    &ns,
+                    "addr",
+                    "add",
+                    &addr,
+                    "broadcast",
+                    &l.broadcast.to_string(),
+                    "dev",
+                    &dev(m),
+                ],
             )?;
             sh("ip", &["-n", &ns, "link", "set", &dev(m), "up"])?;
         }
@@ -713,7 +763,10 @@ fn up_inner(
                     .collect(),
             });
         }
-        let name = topo.nodes.get(i as usize).map_or_else(|| format!("n{i}"), |d| d.name.clone());
+        let name = topo
+            .nodes
+            .get(i as usize)
+            .map_or_else(|| format!("n{i}"), |d| d.name.clone());
         let d = TestbedDeployment {
             node: i,
             name: name.clone(),
@@ -737,7 +790,11 @@ fn up_inner(
         tb.namespaces.len(),
         tb.prefix,
         links.len(),
-        if netem { "yes" } else { "no (latency emulated by the nodes)" }
+        if netem {
+            "yes"
+        } else {
+            "no (latency emulated by the nodes)"
+        }
     );
     for na in &applied.not_applied {
         eprintln!("testbed: not applied: {na}");
@@ -803,17 +860,36 @@ fn up_inner(
         interrupted(flag)?;
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
-            bail!("nodes {:?} did not get ready in time", (0..n).filter(|i| !ready.contains(i)).collect::<Vec<_>>());
+            bail!(
+                "nodes {:?} did not get ready in time",
+                (0..n).filter(|i| !ready.contains(i)).collect::<Vec<_>>()
+            );
         }
         match rx.recv_timeout(left.min(std::time::Duration::from_millis(100))) {
-            Ok(NodeLine { node, line: Some(l), .. }) if l == "READY" => {
+            Ok(NodeLine {
+                node,
+                line: Some(l),
+                ..
+            }) if l == "READY" => {
                 ready.insert(node);
             }
-            Ok(NodeLine { node, line: Some(l), .. }) => {
+            Ok(NodeLine {
+                node,
+                line: Some(l),
+                ..
+            }) => {
                 bail!("node {node}: expected READY, got {l:?}")
             }
-            Ok(NodeLine { node, line: None, .. }) => {
-                bail!("node {} ({}) ended before it was ready (see its stderr above)", node, topo.nodes.get(node as usize).map_or("?", |d| d.name.as_str()))
+            Ok(NodeLine {
+                node, line: None, ..
+            }) => {
+                bail!(
+                    "node {} ({}) ended before it was ready (see its stderr above)",
+                    node,
+                    topo.nodes
+                        .get(node as usize)
+                        .map_or("?", |d| d.name.as_str())
+                )
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => bail!("lost the nodes"),
@@ -856,7 +932,10 @@ fn up_inner(
 
     let mut results: BTreeMap<u32, NodeResult> = BTreeMap::new();
     let mut down: BTreeSet<u32> = BTreeSet::new();
-    let give_up = std::time::Instant::now() + START_LEAD + std::time::Duration::from_nanos(duration.as_nanos() as u64) + RESULT_GRACE;
+    let give_up = std::time::Instant::now()
+        + START_LEAD
+        + std::time::Duration::from_nanos(duration.as_nanos() as u64)
+        + RESULT_GRACE;
     loop {
         interrupted(flag)?;
         // Due steps.
@@ -867,10 +946,24 @@ fn up_inner(
             timeline.pop_front();
             match step {
                 Step::LinkDown(k) | Step::LinkUp(k) => {
-                    let state = if matches!(step, Step::LinkDown(_)) { "down" } else { "up" };
+                    let state = if matches!(step, Step::LinkDown(_)) {
+                        "down"
+                    } else {
+                        "up"
+                    };
                     if let Some(l) = links.get(k) {
                         for m in &l.members {
-                            sh("ip", &["-n", &tb.ns(m.node), "link", "set", &format!("eth{}", m.port), state])?;
+                            sh(
+                                "ip",
+                                &[
+                                    "-n",
+                                    &tb.ns(m.node),
+                                    "link",
+                                    "set",
+                                    &format!("eth{}", m.port),
+                                    state,
+                                ],
+                            )?;
                         }
                         eprintln!("testbed: {:.1} s: link {} {state}", t.as_secs_f64(), l.name);
                     }
@@ -884,10 +977,17 @@ fn up_inner(
                         *slot = None;
                     }
                     down.insert(i);
-                    eprintln!("testbed: {:.1} s: node {i} crashed (process killed)", t.as_secs_f64());
+                    eprintln!(
+                        "testbed: {:.1} s: node {i} crashed (process killed)",
+                        t.as_secs_f64()
+                    );
                 }
                 Step::Restart(i) => {
-                    let inc = 1 + scenario.crashes.iter().filter(|c| c.node == i && c.at <= t).count() as u64;
+                    let inc = 1 + scenario
+                        .crashes
+                        .iter()
+                        .filter(|c| c.node == i && c.at <= t)
+                        .count() as u64;
                     spawn(tb, i, inc)?;
                     down.remove(&i);
                     eprintln!("testbed: {:.1} s: node {i} restarts", t.as_secs_f64());
@@ -902,15 +1002,26 @@ fn up_inner(
         if std::time::Instant::now() > give_up {
             bail!(
                 "nodes {:?} did not report by the end of the run",
-                live.iter().filter(|i| !results.contains_key(i)).collect::<Vec<_>>()
+                live.iter()
+                    .filter(|i| !results.contains_key(i))
+                    .collect::<Vec<_>>()
             );
         }
         let next_step = timeline
             .front()
-            .map_or(std::time::Duration::from_millis(100), |&(t, _)| clock.until(Instant::ZERO + t));
-        let wait = next_step.clamp(std::time::Duration::from_millis(1), std::time::Duration::from_millis(100));
+            .map_or(std::time::Duration::from_millis(100), |&(t, _)| {
+                clock.until(Instant::ZERO + t)
+            });
+        let wait = next_step.clamp(
+            std::time::Duration::from_millis(1),
+            std::time::Duration::from_millis(100),
+        );
         match rx.recv_timeout(wait) {
-            Ok(NodeLine { node, incarnation, line }) => {
+            Ok(NodeLine {
+                node,
+                incarnation,
+                line,
+            }) => {
                 let current = tb
                     .children
                     .get(node as usize)
@@ -936,7 +1047,9 @@ fn up_inner(
                         if !results.contains_key(&node) {
                             bail!(
                                 "node {node} ({}) ended before reporting (see its stderr above)",
-                                topo.nodes.get(node as usize).map_or("?", |d| d.name.as_str())
+                                topo.nodes
+                                    .get(node as usize)
+                                    .map_or("?", |d| d.name.as_str())
                             );
                         }
                     }
@@ -972,7 +1085,10 @@ fn up_inner(
         network.lost += r.udp.1;
         network.delivered += r.udp.2;
         if let Some(m) = r.memory {
-            let name = topo.nodes.get(i as usize).map_or_else(|| format!("n{i}"), |d| d.name.clone());
+            let name = topo
+                .nodes
+                .get(i as usize)
+                .map_or_else(|| format!("n{i}"), |d| d.name.clone());
             memory.insert(name, m);
         }
     }
@@ -1001,7 +1117,13 @@ fn up_inner(
 
 fn sanitize(name: &str) -> String {
     name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -1024,11 +1146,17 @@ fn apply_conditions(
         let dev = format!("eth{}", m.port);
         let mut parent = vec!["root".to_string()];
         if netem && (latency_ns > 0 || jitter_ns > 0 || fancy) {
-            let mut a: Vec<String> = ["-n", &ns, "qdisc", "add", "dev", &dev, "root", "handle", "1:", "netem"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-            a.extend(["delay".into(), format!("{latency_ns}ns"), format!("{jitter_ns}ns")]);
+            let mut a: Vec<String> = [
+                "-n", &ns, "qdisc", "add", "dev", &dev, "root", "handle", "1:", "netem",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            a.extend([
+                "delay".into(),
+                format!("{latency_ns}ns"),
+                format!("{jitter_ns}ns"),
+            ]);
             if c.duplicate > 0.0 {
                 a.extend(["duplicate".into(), format!("{}%", c.duplicate * 100.0)]);
             }
@@ -1049,8 +1177,19 @@ fn apply_conditions(
                 .map(|s| s.to_string())
                 .collect();
             a.extend(parent.iter().cloned());
-            a.extend(["handle".into(), "10:".into(), "tbf".into(), "rate".into(), format!("{bps}bit")]);
-            a.extend(["burst".into(), burst.to_string(), "latency".into(), "100ms".into()]);
+            a.extend([
+                "handle".into(),
+                "10:".into(),
+                "tbf".into(),
+                "rate".into(),
+                format!("{bps}bit"),
+            ]);
+            a.extend([
+                "burst".into(),
+                burst.to_string(),
+                "latency".into(),
+                "100ms".into(),
+            ]);
             let a: Vec<&str> = a.iter().map(String::as_str).collect();
             sh("tc", &a)?;
         }
@@ -1059,12 +1198,17 @@ fn apply_conditions(
         }
         if c.loss > 0.0 {
             if nft_ready.insert(m.node) {
-                sh("ip", &["netns", "exec", &ns, "nft", "add", "table", "inet", "viastack"])?;
                 sh(
                     "ip",
                     &[
-                        "netns", "exec", &ns, "nft", "add", "chain", "inet", "viastack", "input", "{",
-                        "type", "filter", "hook", "input", "priority", "0", ";", "}",
+                        "netns", "exec", &ns, "nft", "add", "table", "inet", "viastack",
+                    ],
+                )?;
+                sh(
+                    "ip",
+                    &[
+                        "netns", "exec", &ns, "nft", "add", "chain", "inet", "viastack", "input",
+                        "{", "type", "filter", "hook", "input", "priority", "0", ";", "}",
                     ],
                 )?;
             }
@@ -1072,15 +1216,35 @@ fn apply_conditions(
             sh(
                 "ip",
                 &[
-                    "netns", "exec", &ns, "nft", "add", "rule", "inet", "viastack", "input",
-                    "iifname", &dev, "udp", "dport", &PORT.to_string(), "numgen", "random", "mod",
-                    "1000000", "lt", &per_million, "drop",
+                    "netns",
+                    "exec",
+                    &ns,
+                    "nft",
+                    "add",
+                    "rule",
+                    "inet",
+                    "viastack",
+                    "input",
+                    "iifname",
+                    &dev,
+                    "udp",
+                    "dport",
+                    &PORT.to_string(),
+                    "numgen",
+                    "random",
+                    "mod",
+                    "1000000",
+                    "lt",
+                    &per_million,
+                    "drop",
                 ],
             )?;
         }
     }
     if let Some(bps) = c.bandwidth {
-        how.push(format!("bandwidth {bps} bit/s: tc tbf on each sender's interface"));
+        how.push(format!(
+            "bandwidth {bps} bit/s: tc tbf on each sender's interface"
+        ));
     }
     if latency_ns > 0 || jitter_ns > 0 {
         how.push(if netem {

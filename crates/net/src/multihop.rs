@@ -170,7 +170,8 @@ impl MultiNode {
         for (i, (spec, endpoint)) in interfaces.into_iter().enumerate() {
             // A duplicate of the socket's descriptor (the same open socket) to watch: its
             // blocking mode is left as it is (`recv` with a zero wait never blocks).
-            let mut watch = mio::net::UdpSocket::from_std(UdpSocket::from(endpoint.readiness_fd()?));
+            let mut watch =
+                mio::net::UdpSocket::from_std(UdpSocket::from(endpoint.readiness_fd()?));
             poll.registry()
                 .register(&mut watch, mio::Token(i), mio::Interest::READABLE)?;
             let by_addr = spec
@@ -472,8 +473,10 @@ mod tests {
         a.send(b.local_addr().unwrap(), b"probe");
         let mut got = Vec::new();
         while got.is_empty() {
-            b.recv(StdDuration::from_secs(5), |_, bytes| got.push(bytes.to_vec()))
-                .unwrap();
+            b.recv(StdDuration::from_secs(5), |_, bytes| {
+                got.push(bytes.to_vec())
+            })
+            .unwrap();
         }
         assert_eq!(got, [b"probe".to_vec()]);
     }

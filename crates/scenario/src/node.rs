@@ -155,7 +155,10 @@ impl Node for SimNode {
 
 /// The global memory (seed 004) of a node's kernel, if one of its named `sessions` is a `dvmrp`
 /// session, as report rows (the simulator's nodes and the network driver's both use it).
-pub fn memory_of(kernel: &Kernel, sessions: &[(String, SessionId)]) -> Option<crate::report::NodeMemory> {
+pub fn memory_of(
+    kernel: &Kernel,
+    sessions: &[(String, SessionId)],
+) -> Option<crate::report::NodeMemory> {
     use viastack_mcast::memory::Origin;
     use viastack_protocols::dvmrp::DvmrpSession;
     let mem = sessions
