@@ -855,10 +855,11 @@ fn up_inner(
         spawn(tb, i, 0)?;
     }
     let mut ready = BTreeSet::new();
-    let deadline = std::time::Instant::now() + READY_TIMEOUT;
+    let since_spawn = viastack_net::Clock::start();
+    let deadline = Instant::ZERO + Duration::from_nanos(READY_TIMEOUT.as_nanos() as u64);
     while ready.len() < n as usize {
         interrupted(flag)?;
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let left = since_spawn.until(deadline);
         if left.is_zero() {
             bail!(
                 "nodes {:?} did not get ready in time",
@@ -932,10 +933,7 @@ fn up_inner(
 
     let mut results: BTreeMap<u32, NodeResult> = BTreeMap::new();
     let mut down: BTreeSet<u32> = BTreeSet::new();
-    let give_up = std::time::Instant::now()
-        + START_LEAD
-        + std::time::Duration::from_nanos(duration.as_nanos() as u64)
-        + RESULT_GRACE;
+    let give_up = Instant::ZERO + duration + Duration::from_nanos(RESULT_GRACE.as_nanos() as u64);
     loop {
         interrupted(flag)?;
         // Due steps.
@@ -999,7 +997,7 @@ fn up_inner(
         if timeline.is_empty() && live.iter().all(|i| results.contains_key(i)) {
             break;
         }
-        if std::time::Instant::now() > give_up {
+        if clock.until(give_up).is_zero() {
             bail!(
                 "nodes {:?} did not report by the end of the run",
                 live.iter()
