@@ -438,3 +438,29 @@ fn without_root_it_says_so_and_sets_nothing_up() {
         assert!(leftovers(pid).is_empty());
     }
 }
+
+/// The same file on loopback (`run --net`, no root needed): every interface a socket of its
+/// own, so routes still follow the links; with every link up (loopback applies no failures)
+/// the tables are the central shortest paths.
+#[test]
+fn net15_on_loopback_routes_along_its_links() {
+    let file = variant("loopback");
+    let t = topo(&file);
+    let out = common::viastack(&[
+        "run",
+        file.to_str().unwrap(),
+        "--net",
+        "--duration",
+        "8s",
+        "--json",
+    ]);
+    let stderr = common::text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("[topology] link conditions and link failures"),
+        "{stderr}"
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["driver"], "udp-threads-topology");
+    check_routes(&r, &t, &vec![true; t.links.len()], "loopback");
+}

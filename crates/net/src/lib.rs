@@ -8,9 +8,13 @@
 //!   same [`Report`] as a simulated run;
 //! - [`procs`]: the same with one process per node ([`run_processes`], [`run_child`]).
 //!
+//! - [`multihop`]: a node of a `[topology]` with one socket per interface (a datagram travels
+//!   one link): on loopback ([`run_threads_topology`], what `run --net` runs for such a file)
+//!   and in the network namespaces of `viastack testbed up` (issue 17 §3).
+//!
 //! Link conditions, partitions and crashes of a `[scenario]` are simulator features: on real
-//! sockets faults come from fault-injection layers in the stack (or from `tc netem` in the
-//! testbed), and the run says which scenario settings it ignored.
+//! sockets faults come from fault-injection layers in the stack (or, for a `[topology]`, from
+//! the netns testbed's tc/nftables rules), and the run says which scenario settings it ignored.
 #![deny(unsafe_code)]
 
 pub mod clock;
@@ -30,7 +34,9 @@ use viastack_scenario::{Recorder, Report, RunOptions};
 use viastack_stack::{build_node, BuildEnv, Catalog, Diagnostics, StackFile};
 
 pub use clock::Clock;
-pub use multihop::{bind_interface, InterfaceSpec, LinkPeer, MultiNode, MultiOutcome};
+pub use multihop::{
+    bind_interface, run_threads_topology, InterfaceSpec, LinkPeer, MultiNode, MultiOutcome,
+};
 pub use node::{NetNode, NodeOutcome, Snapshot, SnapshotReader};
 pub use procs::{run_child, run_processes};
 pub use tcp::TcpTransport;
@@ -86,8 +92,9 @@ pub fn ignored_settings(file: &StackFile) -> Vec<String> {
     }
     if s.topology.is_some() {
         out.push(
-            "[topology] and link failures (every node reaches every other directly; a \
-             multi-hop network on real sockets needs the netns testbed)"
+            "[topology] link conditions and link failures (datagrams do travel one link: \
+             each interface is a socket of its own; `viastack testbed up` applies the \
+             conditions and failures on network namespaces)"
                 .to_string(),
         );
     }
@@ -141,6 +148,9 @@ pub fn run_threads(
         .scenario
         .clone()
         .ok_or_else(|| NetError::NoScenario(file.path.clone()))?;
+    if scenario.topology.is_some() {
+        return run_threads_topology(file, catalog, options);
+    }
     let seed = options.seed.unwrap_or(scenario.seed);
     let duration = options.duration.unwrap_or(scenario.duration);
     let nodes = scenario.nodes;

@@ -428,6 +428,190 @@ fn same_host(from: SocketAddr, own: SocketAddr) -> bool {
     canonical(from) == canonical(own)
 }
 
+/// Runs a stack file with a `[topology]` on loopback, every node a thread of this process
+/// (`run --net`): each node's interface `k` is a UDP socket of its own on `127.0.0.1`, whose
+/// peers are the sockets of the other nodes of that link, so a datagram still travels one link
+/// (a broadcast is one unicast per node of the link). Link conditions, link failures and
+/// crashes are not applied here (`viastack testbed up` applies them on network namespaces).
+/// The report lists every router's global memory as the simulator's does.
+///
+/// # Errors
+/// [`NetError`]: no scenario, a stack that does not build, socket errors.
+pub fn run_threads_topology(
+    file: &viastack_stack::StackFile,
+    catalog: &viastack_stack::Catalog,
+    options: &viastack_scenario::RunOptions,
+) -> Result<viastack_scenario::Report, NetError> {
+    use viastack_scenario::report::{self, Network, Observed, RunInfo};
+    let scenario = file
+        .scenario
+        .clone()
+        .ok_or_else(|| NetError::NoScenario(file.path.clone()))?;
+    let Some(topo) = scenario.topology.clone() else {
+        return crate::run_threads(file, catalog, options);
+    };
+    let seed = options.seed.unwrap_or(scenario.seed);
+    let duration = options.duration.unwrap_or(scenario.duration);
+    let nodes = scenario.nodes;
+    let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
+    // Bind every interface first: (node, link) → its spec and endpoint.
+    let mut ifaces: Vec<Vec<(usize, InterfaceSpec, UdpEndpoint)>> =
+        (0..nodes).map(|_| Vec::new()).collect();
+    for (k, link) in topo.links.iter().enumerate() {
+        for &n in &link.nodes {
+            let Some(list) = ifaces.get_mut(n as usize) else {
+                continue;
+            };
+            let port = u16::try_from(list.len()).unwrap_or(u16::MAX);
+            let mut spec = InterfaceSpec {
+                port,
+                device: None,
+                bind: loopback,
+                addr: loopback,
+                broadcast: None,
+                delay_ns: 0,
+                jitter_ns: 0,
+                peers: Vec::new(),
+            };
+            let endpoint = bind_interface(&spec)?;
+            spec.addr = endpoint.local_addr()?;
+            list.push((k, spec, endpoint));
+        }
+    }
+    let addr_of = |ifaces: &Vec<Vec<(usize, InterfaceSpec, UdpEndpoint)>>, n: u32, k: usize| {
+        ifaces
+            .get(n as usize)
+            .and_then(|l| l.iter().find(|(link, _, _)| *link == k))
+            .map(|(_, s, _)| s.addr)
+    };
+    let mut peers: Vec<Vec<Vec<LinkPeer>>> = Vec::new();
+    for (n, list) in ifaces.iter().enumerate() {
+        let mut per = Vec::new();
+        for (k, _, _) in list {
+            let others = topo.links[*k]
+                .nodes
+                .iter()
+                .filter(|&&m| m as usize != n)
+                .filter_map(|&m| addr_of(&ifaces, m, *k).map(|addr| LinkPeer { node: m, addr }))
+                .collect();
+            per.push(others);
+        }
+        peers.push(per);
+    }
+    let mut built = Vec::new();
+    for n in 0..nodes {
+        let env = viastack_stack::BuildEnv {
+            node: NodeId(n),
+            nodes,
+            seed,
+            topology: Some(topo.node_view(n)),
+        };
+        let config = viastack_kernel::KernelConfig {
+            node: NodeId(n),
+            seed: crate::kernel_seed(seed, NodeId(n)),
+            ..viastack_kernel::KernelConfig::default()
+        };
+        built.push(
+            viastack_stack::build_node(file, catalog, &env, config).map_err(NetError::Build)?,
+        );
+    }
+    let clock = Clock::start();
+    let end = Instant::ZERO + duration;
+    let outcomes: Vec<Result<MultiOutcome, NetError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = built
+            .into_iter()
+            .zip(ifaces)
+            .zip(peers)
+            .enumerate()
+            .map(|(n, ((b, list), peers))| {
+                let workloads = scenario.workloads.clone();
+                let id = NodeId(n as u32);
+                let interfaces: Vec<(InterfaceSpec, UdpEndpoint)> = list
+                    .into_iter()
+                    .zip(peers)
+                    .map(|((_, mut spec, endpoint), p)| {
+                        spec.peers = p;
+                        (spec, endpoint)
+                    })
+                    .collect();
+                std::thread::Builder::new()
+                    .name(format!("node-{n}"))
+                    .spawn_scoped(scope, move || {
+                        let mut node = MultiNode::new(id, nodes, b, &workloads, interfaces, clock)?;
+                        node.run_until(end)?;
+                        Ok(node.finish())
+                    })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(n, h)| match h {
+                Ok(h) => h.join().unwrap_or_else(|_| {
+                    Err(NetError::NodeFailed {
+                        node: n as u32,
+                        message: "its thread panicked".into(),
+                    })
+                }),
+                Err(e) => Err(NetError::Io(e)),
+            })
+            .collect()
+    });
+    let mut recorder = Recorder::default();
+    let mut counters = BTreeMap::new();
+    let mut network = Network {
+        sent: 0,
+        delivered: 0,
+        lost: 0,
+        duplicated: 0,
+        corrupted: 0,
+        dropped_partition: 0,
+        dropped_down: 0,
+        dropped_link_down: 0,
+        dropped_no_route: 0,
+    };
+    let mut memory = BTreeMap::new();
+    for (n, outcome) in outcomes.into_iter().enumerate() {
+        let o = outcome?;
+        recorder.merge(o.recorder);
+        for (k, v) in o.counters {
+            let c = counters.entry(k).or_insert(0u64);
+            *c = c.saturating_add(v);
+        }
+        network.sent += o.transport.sent;
+        network.delivered += o.transport.received;
+        network.lost += o.transport.send_failed;
+        if let Some(m) = o.memory {
+            let name = topo
+                .nodes
+                .get(n)
+                .map_or_else(|| format!("n{n}"), |d| d.name.clone());
+            memory.insert(name, m);
+        }
+    }
+    let info = RunInfo {
+        file: &file.path,
+        driver: "udp-threads-topology",
+        seed,
+        nodes,
+        duration,
+        expect: scenario.expect,
+    };
+    let observed = Observed {
+        recorder: &recorder,
+        crashed: std::collections::BTreeSet::new(),
+        down_at_end: std::collections::BTreeSet::new(),
+        reliable_workloads: std::collections::BTreeSet::new(),
+        network,
+        counters,
+        steps: 0,
+        trace_hash: "-".to_string(),
+    };
+    let mut report = report::build(&info, observed);
+    report.memory = memory;
+    Ok(report)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
