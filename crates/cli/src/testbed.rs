@@ -110,6 +110,15 @@ pub fn run(cmd: &TestbedCommand, catalog: &Catalog) -> anyhow::Result<ExitCode> 
             }
             let family = family_prefix(file);
             let removed = remove_namespaces(&family);
+            // The deployment files of runs kept with --keep.
+            if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+                let dirs = format!("viastack-testbed-{family}");
+                for e in entries.flatten() {
+                    if e.file_name().to_string_lossy().starts_with(&dirs) {
+                        let _ = std::fs::remove_dir_all(e.path());
+                    }
+                }
+            }
             eprintln!(
                 "testbed down: removed {} namespace(s) named {family}*",
                 removed.len()
@@ -596,7 +605,9 @@ fn up(args: &UpArgs, catalog: &Catalog) -> anyhow::Result<ExitCode> {
                 ExitCode::from(2)
             })
         }
-        Err(e) if e.is::<Interrupted>() => {
+        // A Ctrl-C in a terminal reaches the nodes too: one of them ending first is still an
+        // interruption.
+        Err(e) if e.is::<Interrupted>() || flag.load(Ordering::Relaxed) => {
             drop(tb);
             eprintln!("testbed: interrupted; everything torn down");
             Ok(ExitCode::from(EXIT_INTERRUPTED))
