@@ -1161,10 +1161,11 @@ fn apply_conditions(
             .iter()
             .map(|s| s.to_string())
             .collect();
+            // tc reads times in microseconds at best.
             a.extend([
                 "delay".into(),
-                format!("{latency_ns}ns"),
-                format!("{jitter_ns}ns"),
+                format!("{}us", latency_ns / 1000),
+                format!("{}us", jitter_ns / 1000),
             ]);
             if c.duplicate > 0.0 {
                 a.extend(["duplicate".into(), format!("{}%", c.duplicate * 100.0)]);
