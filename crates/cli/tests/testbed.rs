@@ -457,10 +457,128 @@ fn net15_on_loopback_routes_along_its_links() {
     let stderr = common::text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("[topology] link conditions and link failures"),
+        stderr.contains("[topology] links' loss, duplication, reordering, corruption"),
         "{stderr}"
     );
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["driver"], "udp-threads-topology");
     check_routes(&r, &t, &vec![true; t.links.len()], "loopback");
+}
+
+/// On loopback a link's latency is emulated by the sender: two nodes on one 30 ms link see
+/// every message arrive no sooner than 30 ms after it was sent, and all of them arrive.
+#[test]
+fn loopback_links_delay_datagrams_by_their_latency() {
+    let src = r#"
+[layers.dev]
+kind = "interface"
+port = 0
+[qos.q]
+layers = ["dev"]
+[channels.data]
+qos = "q"
+
+[[topology.node]]
+name = "a"
+[[topology.node]]
+name = "b"
+[[topology.link]]
+nodes = ["a", "b"]
+latency = "30ms"
+
+[scenario]
+nodes = 2
+duration = "2s"
+[[scenario.workload]]
+channel = "data"
+messages = 20
+size = 64
+interval = "20ms"
+pattern = "all-to-all"
+"#;
+    let file = common::write("testbed", "latency", "two.toml", src);
+    let out = common::viastack(&["run", file.to_str().unwrap(), "--net", "--json"]);
+    let stderr = common::text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["sent"], 40, "{r}");
+    assert_eq!(r["delivered"], 40, "{r}");
+    let p50 = r["latency"]["p50_us"].as_f64().unwrap();
+    assert!(p50 >= 30_000.0, "median latency {p50} µs on a 30 ms link");
+    assert!(p50 < 300_000.0, "median latency {p50} µs on a 30 ms link");
+}
+
+/// Two nodes on one link of the testbed, with the given link conditions and workload.
+fn two_nodes(test: &str, link: &str, messages: u32, size: u32, interval: &str) -> Value {
+    let src = format!(
+        r#"
+[layers.dev]
+kind = "interface"
+port = 0
+[qos.q]
+layers = ["dev"]
+[channels.data]
+qos = "q"
+
+[[topology.node]]
+name = "a"
+[[topology.node]]
+name = "b"
+[[topology.link]]
+nodes = ["a", "b"]
+{link}
+
+[scenario]
+nodes = 2
+duration = "3s"
+[[scenario.workload]]
+channel = "data"
+messages = {messages}
+size = {size}
+interval = "{interval}"
+pattern = "all-to-all"
+"#
+    );
+    let file = common::write("testbed", test, "two.toml", &src);
+    let out = common::viastack(&["testbed", "up", file.to_str().unwrap(), "--json"]);
+    let stderr = common::text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The testbed applies a link's loss (nftables) and bandwidth (tbf) for real: a quarter of the
+/// datagrams vanish on a 25 % link, and a 400 kbit/s link carries far less than the 8 Mbit/s
+/// offered to it.
+#[test]
+fn testbed_links_lose_and_limit_for_real() {
+    if !can_run() {
+        return;
+    }
+    let lossy = two_nodes("loss", "loss = 0.25", 200, 64, "5ms");
+    assert_eq!(lossy["sent"], 400);
+    let got = lossy["delivered"].as_u64().unwrap();
+    assert!((240..=360).contains(&got), "{got} of 400 over a 25 % link");
+    assert!(
+        lossy["testbed"]["links"]["a-b"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|how| how.as_str().unwrap().contains("nftables")),
+        "{lossy}"
+    );
+
+    // 1000 datagrams of 1000 bytes in 1 s each way (8 Mbit/s) into 400 kbit/s: tbf passes its
+    // rate plus its burst (16 KiB) and queue (100 ms), about 70 per direction.
+    let narrow = two_nodes("bandwidth", "bandwidth = \"400kbit\"", 1000, 1000, "1ms");
+    assert_eq!(narrow["sent"], 2000);
+    let got = narrow["delivered"].as_u64().unwrap();
+    assert!(got > 20 && got < 400, "{got} of 2000 through 400 kbit/s");
+    assert!(
+        narrow["testbed"]["links"]["a-b"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|how| how.as_str().unwrap().contains("tbf")),
+        "{narrow}"
+    );
 }

@@ -74,6 +74,27 @@ pub fn ignored_settings(file: &StackFile) -> Vec<String> {
         return Vec::new();
     };
     let mut out = Vec::new();
+    if s.topology.is_some() {
+        // Each interface is a socket of its own, so datagrams travel one link; the sending
+        // node emulates each link's latency and jitter (`multihop`).
+        out.push(
+            "[topology] links' loss, duplication, reordering, corruption and bandwidth, and link \
+             failures (latency and jitter are emulated by the senders; `viastack testbed up` \
+             applies the rest on network namespaces)"
+                .to_string(),
+        );
+        out.extend(
+            [
+                (!s.partitions.is_empty(), "partitions"),
+                (!s.crashes.is_empty(), "crashes"),
+                (!s.leaves.is_empty(), "leaves"),
+            ]
+            .into_iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, what)| what.to_string()),
+        );
+        return out;
+    }
     let l = &s.link;
     if l.loss > 0.0 || l.duplicate > 0.0 || l.reorder > 0.0 || l.corrupt > 0.0 {
         out.push("link faults (use fault-injection layers or the netem testbed)".to_string());
@@ -89,14 +110,6 @@ pub fn ignored_settings(file: &StackFile) -> Vec<String> {
     }
     if !s.leaves.is_empty() {
         out.push("leaves".to_string());
-    }
-    if s.topology.is_some() {
-        out.push(
-            "[topology] link conditions and link failures (datagrams do travel one link: \
-             each interface is a socket of its own; `viastack testbed up` applies the \
-             conditions and failures on network namespaces)"
-                .to_string(),
-        );
     }
     out
 }

@@ -431,8 +431,9 @@ fn same_host(from: SocketAddr, own: SocketAddr) -> bool {
 /// Runs a stack file with a `[topology]` on loopback, every node a thread of this process
 /// (`run --net`): each node's interface `k` is a UDP socket of its own on `127.0.0.1`, whose
 /// peers are the sockets of the other nodes of that link, so a datagram still travels one link
-/// (a broadcast is one unicast per node of the link). Link conditions, link failures and
-/// crashes are not applied here (`viastack testbed up` applies them on network namespaces).
+/// (a broadcast is one unicast per node of the link). Each link's latency and jitter are
+/// emulated by the sending node; its other conditions, link failures and crashes are not
+/// applied here (`viastack testbed up` applies them on network namespaces).
 /// The report lists every router's global memory as the simulator's does.
 ///
 /// # Errors
@@ -458,6 +459,8 @@ pub fn run_threads_topology(
     let mut ifaces: Vec<Vec<(usize, InterfaceSpec, UdpEndpoint)>> =
         (0..nodes).map(|_| Vec::new()).collect();
     for (k, link) in topo.links.iter().enumerate() {
+        // The link's latency and jitter, emulated by each sender (loopback has no delay).
+        let cond = link.conditions.apply(&scenario.link);
         for &n in &link.nodes {
             let Some(list) = ifaces.get_mut(n as usize) else {
                 continue;
@@ -469,8 +472,8 @@ pub fn run_threads_topology(
                 bind: loopback,
                 addr: loopback,
                 broadcast: None,
-                delay_ns: 0,
-                jitter_ns: 0,
+                delay_ns: cond.latency.as_nanos() as u64,
+                jitter_ns: cond.jitter.as_nanos() as u64,
                 peers: Vec::new(),
             };
             let endpoint = bind_interface(&spec)?;
