@@ -7,6 +7,10 @@
 //! messages and notices it receives, and runs until `--duration` passes or it is killed.
 //! `--metrics ADDR` serves the node's counters in the Prometheus text format at `/metrics`, in
 //! both modes (per channel only for a member: the workload generator keeps its own record).
+//!
+//! A deployment file that lists `[[interface]]`s was written by `viastack testbed up` for one
+//! node of a multi-hop network: the node then binds one socket per interface and talks to the
+//! testbed over stdin/stdout (`crate::testbed::node`, docs/TESTBED.md).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
