@@ -559,6 +559,13 @@ fn up(args: &UpArgs, catalog: &Catalog) -> anyhow::Result<ExitCode> {
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGHUP,
     ] {
+        // A second signal while the first is being handled ends the process at once (then
+        // `testbed down FILE` removes what is left).
+        signal_hook::flag::register_conditional_shutdown(
+            sig,
+            i32::from(EXIT_INTERRUPTED),
+            Arc::clone(&flag),
+        )?;
         signal_hook::flag::register(sig, Arc::clone(&flag))?;
     }
     let family = family_prefix(&args.file);
