@@ -13,6 +13,7 @@ use crate::catalog::{BuildEnv, BuildError, Catalog, LayerKind, Params, DEVICE};
 
 mod coordination;
 mod filters;
+mod group;
 mod mcast;
 mod overlay;
 mod reliable;
@@ -20,6 +21,7 @@ mod sp;
 
 pub use coordination::{HEARTBEAT, SYNC};
 pub use filters::{COMPRESS, CORRUPT, DEDUP, DELAY, DROP, DUPLICATE, ENCRYPT, REORDER, TTL};
+pub use group::{TOTAL_ORDER, VSYNC};
 pub use mcast::{DVMRP, INTERFACE};
 pub use overlay::{MESSAGESTORE, OVERLAY};
 pub use reliable::{BUNDLE, CHECKSUM, FRAGMENT, RELIABLE_FIFO};
@@ -67,6 +69,8 @@ pub fn standard_catalog() -> Catalog {
         MESSAGESTORE,
         DVMRP,
         INTERFACE,
+        VSYNC,
+        TOTAL_ORDER,
     ] {
         // Names are distinct and specs valid; the test below holds it.
         if let Err(e) = c.register(kind) {
@@ -110,8 +114,10 @@ mod tests {
                 "reorder",
                 "sp",
                 "sync",
+                "total-order",
                 "transparent",
                 "ttl",
+                "vsync",
             ]
         );
         for kind in c.kinds() {
