@@ -1125,7 +1125,18 @@ impl VsyncSession {
         self.gossip(ctx);
         self.send_naks(ctx);
         if let Some(a) = &self.announce {
-            if now >= a.until || self.store.view != pdu_view(&a.pdu) {
+            let view = pdu_view(&a.pdu);
+            if self.store.view.counter > view.counter {
+                self.announce = None;
+            } else if now >= a.until {
+                // Members never heard in the view are left out of the next one: they gave up
+                // the flush (and are outside, where beacons reach them and merge them back).
+                if self.store.view == view {
+                    if let Pdu::NewView { members, .. } = &a.pdu {
+                        let silent = members.iter().filter(|m| !a.heard.contains(m));
+                        self.unresponsive.extend(silent);
+                    }
+                }
                 self.announce = None;
             } else if let Pdu::NewView { members, .. } = &a.pdu {
                 let missing: Vec<Member> = members
