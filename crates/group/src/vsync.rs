@@ -225,16 +225,19 @@ struct Store {
     logs: Vec<SenderLog>,
     /// Per member, the last digest it gossiped in this view.
     statuses: Vec<Option<Vec<u64>>>,
+    /// Per member, when it was last heard in this view (its status; the install time at first).
+    heard: Vec<Instant>,
 }
 
 impl Store {
-    fn new(view: ViewId, members: Vec<Member>) -> Self {
+    fn new(view: ViewId, members: Vec<Member>, now: Instant) -> Self {
         let n = members.len();
         Store {
             view,
             members,
             logs: (0..n).map(|_| SenderLog::default()).collect(),
             statuses: vec![None; n],
+            heard: vec![now; n],
         }
     }
     fn index(&self, m: Member) -> Option<usize> {
@@ -340,7 +343,7 @@ impl VsyncSession {
             channel: ChannelId::NONE,
             ticker: None,
             closed: false,
-            store: Store::new(view, vec![me]),
+            store: Store::new(view, vec![me], Instant::ZERO),
             prev: None,
             phase: Phase::Normal,
             accepted: 0,
@@ -396,7 +399,7 @@ impl VsyncSession {
             counter: 0,
             coord: self.me,
         };
-        self.store = Store::new(view, vec![self.me]);
+        self.store = Store::new(view, vec![self.me], now);
         self.ticker = Some(ctx.set_periodic(self.config.tick, TICK));
         self.next_beacon = now;
         self.notify_view(ctx);
@@ -628,6 +631,7 @@ impl VsyncSession {
             log.known = log.known.max(d);
         }
         self.store.statuses[j] = Some(digest);
+        self.store.heard[j] = ctx.now();
         self.collect_stable(ctx);
     }
 
@@ -1066,7 +1070,10 @@ impl VsyncSession {
             return;
         };
         ctx.count("views");
-        let old = std::mem::replace(&mut self.store, Store::new(view, members.clone()));
+        let old = std::mem::replace(
+            &mut self.store,
+            Store::new(view, members.clone(), ctx.now()),
+        );
         self.prev = Some(old);
         self.accepted = self.accepted.max(view.counter);
         self.departed.clear();
@@ -1121,6 +1128,20 @@ impl VsyncSession {
                 self.drain_queue(ctx);
             }
             _ => {}
+        }
+        if matches!(self.phase, Phase::Normal) {
+            // A member silent in this view for long (no status) has gone elsewhere: it gave up
+            // a flush, or restarted faster than the failure detector noticed. Leave it out.
+            for j in 0..self.store.members.len() {
+                let m = self.store.members[j];
+                if m != self.me
+                    && now.saturating_duration_since(self.store.heard[j])
+                        >= self.config.flush_timeout * 2
+                    && self.departed.insert(m)
+                {
+                    ctx.count("silent_member");
+                }
+            }
         }
         self.gossip(ctx);
         self.send_naks(ctx);
