@@ -271,8 +271,7 @@ pub fn check(history: &History, facts: &Facts) -> BTreeMap<&'static str, Outcome
                     show_msgs(only_b, 8)
                 ));
             }
-            if facts.total_order && msgs != first_msgs && to == Outcome::Held && set == first_set
-            {
+            if facts.total_order && msgs != first_msgs && to == Outcome::Held && set == first_set {
                 let at = msgs
                     .iter()
                     .zip(first_msgs)
@@ -472,7 +471,10 @@ mod tests {
         let n1 = &mut h.nodes.get_mut(&NodeId(1)).unwrap()[0].entries;
         n1.retain(|e| *e != Entry::Delivered(msg(0, 0)));
         let r = check(&h, &facts(false));
-        assert!(matches!(r["virtual-synchrony"], Outcome::Violated(_)), "{r:?}");
+        assert!(
+            matches!(r["virtual-synchrony"], Outcome::Violated(_)),
+            "{r:?}"
+        );
 
         // Node 1 delivers in another order: total order only.
         let mut h = good();

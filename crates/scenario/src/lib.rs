@@ -148,8 +148,16 @@ fn group_check(
         last = last.max(l.repair.unwrap_or(duration).min(duration));
     }
     let mut reported = BTreeSet::new();
-    for ((w, src, dst), s) in &rec.streams {
-        if *dst == recorder::BROADCAST {
+    // A workload has one pattern, so a `multicast` workload's reports (whatever peer the
+    // layer named: the group has no single addressee) are about its multicast messages.
+    let multicast: BTreeSet<u16> = rec
+        .streams
+        .keys()
+        .filter(|(_, _, dst)| *dst == recorder::BROADCAST)
+        .map(|(w, _, _)| *w)
+        .collect();
+    for ((w, src, _), s) in &rec.streams {
+        if multicast.contains(w) {
             reported.extend(s.reported.iter().map(|&q| (*w, *src, q)));
         }
     }

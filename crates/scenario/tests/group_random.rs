@@ -142,8 +142,7 @@ fn run_file(src: &str) -> Report {
     let catalog = viastack_stack::standard_catalog();
     let file = viastack_stack::parse("group-random.toml", src, &catalog)
         .unwrap_or_else(|d| panic!("invalid stack file:\n{d}\n{src}"));
-    run(&file, &catalog, &RunOptions::default(), |_| {})
-        .unwrap_or_else(|e| panic!("{e}\n{src}"))
+    run(&file, &catalog, &RunOptions::default(), |_| {}).unwrap_or_else(|e| panic!("{e}\n{src}"))
 }
 
 fn seeds() -> u64 {
@@ -196,14 +195,18 @@ fn a_planted_delivery_loss_is_caught() {
             .is_some_and(|v| v.starts_with("violated"))
             && r.verdict.violations.iter().any(|v| v.contains("seed"))
     });
-    assert!(caught, "a member losing 5% of its deliveries went unnoticed");
+    assert!(
+        caught,
+        "a member losing 5% of its deliveries went unnoticed"
+    );
 }
 
 /// A planted bug: a layer above the sequencer holds back some deliveries at random (a
 /// reordering above `total-order`): the total-order property must fail.
 #[test]
 fn a_planted_reordering_is_caught() {
-    let extra = "[layers.bug]\nkind = \"reorder\"\nrate = 0.2\nhold = \"40ms\"\ndirection = \"up\"\n";
+    let extra =
+        "[layers.bug]\nkind = \"reorder\"\nrate = 0.2\nhold = \"40ms\"\ndirection = \"up\"\n";
     let order = ["dev", "sum", "hb", "vs", "to", "bug"];
     let caught = (0..5).any(|seed| {
         let src = stack(extra, &order) + &scenario(seed, "total-order");
@@ -212,7 +215,10 @@ fn a_planted_reordering_is_caught() {
             .get("total-order")
             .is_some_and(|v| v.starts_with("violated"))
     });
-    assert!(caught, "deliveries reordered above total-order went unnoticed");
+    assert!(
+        caught,
+        "deliveries reordered above total-order went unnoticed"
+    );
 }
 
 /// Without the sequencer, members still agree on views and on the set of messages per view,
@@ -231,5 +237,59 @@ fn vsync_alone_is_virtually_synchronous_but_not_totally_ordered() {
             .get("total-order")
             .is_some_and(|v| v.starts_with("violated"));
     }
-    assert!(unordered, "no seed showed two members ordering a view differently");
+    assert!(
+        unordered,
+        "no seed showed two members ordering a view differently"
+    );
+}
+
+/// stacks/group.toml as shipped: every property holds, and liveness is judged.
+#[test]
+fn shipped_group_stack_holds() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../stacks/group.toml");
+    let r = run_file(&std::fs::read_to_string(path).unwrap());
+    assert!(r.verdict.holds, "{r}");
+    assert_eq!(r.properties.len(), 8, "{r}");
+    assert!(r.properties.values().all(|v| v == "held"), "{r}");
+    assert!(r.notices.get("View").copied().unwrap_or(0) >= 10, "{r}");
+}
+
+/// Bounded buffers: with `capacity = 8` and a member that crashes for good, stability stops
+/// until the crash is confirmed and the member excluded; senders refuse what does not fit
+/// (`SendRefused`, counted `vs.refused`) instead of growing, and every property still holds
+/// (a refused message is exempt from self-delivery, as its sender was told).
+#[test]
+fn a_dead_member_makes_senders_refuse_not_grow() {
+    let src = stack("", LAYERS).replace(
+        "kind = \"vsync\"",
+        "kind = \"vsync\"\ncapacity = 8\nconfirm = \"1s\"",
+    ) + r#"
+[scenario]
+nodes = 3
+seed = 5
+duration = "9s"
+expect = "total-order"
+[scenario.link]
+latency = "1ms"
+[[scenario.workload]]
+channel = "g"
+pattern = "multicast"
+messages = 300
+interval = "5ms"
+start = "300ms"
+size = 32
+[[scenario.crash]]
+node = 2
+at = "1s"
+"#;
+    let r = run_file(&src);
+    assert!(r.verdict.holds, "{r}");
+    assert!(
+        r.counters.get("vs.refused").copied().unwrap_or(0) > 0,
+        "{r}"
+    );
+    assert!(
+        r.notices.get("SendRefused").copied().unwrap_or(0) > 0,
+        "{r}"
+    );
 }
