@@ -135,14 +135,12 @@ fn show_view(id: ViewKey) -> String {
 
 fn show_msgs<'a>(msgs: impl IntoIterator<Item = &'a MsgId>, max: usize) -> String {
     let mut s = String::new();
-    let mut n = 0;
-    for (w, src, seq) in msgs {
+    for (n, (w, src, seq)) in msgs.into_iter().enumerate() {
         if n == max {
             s.push_str(" …");
             break;
         }
         let _ = write!(s, " w{w}/{src}/{seq}");
-        n += 1;
     }
     if s.is_empty() {
         s.push_str(" (none)");
@@ -192,7 +190,9 @@ pub fn check(history: &History, facts: &Facts) -> BTreeMap<&'static str, Outcome
         .collect();
 
     // view-agreement
-    let mut views: BTreeMap<ViewKey, (&Vec<(u32, u32)>, String)> = BTreeMap::new();
+    // Each view's members, and who installed it first.
+    type FirstInstall<'h> = (&'h Vec<(u32, u32)>, String);
+    let mut views: BTreeMap<ViewKey, FirstInstall<'_>> = BTreeMap::new();
     let mut agreement = Outcome::Held;
     'a: for &(n, k, inc) in &incs {
         for e in &inc.entries {
@@ -238,8 +238,9 @@ pub fn check(history: &History, facts: &Facts) -> BTreeMap<&'static str, Outcome
     out.insert("view-monotonic", mono);
 
     // virtual-synchrony and total-order, over (V, W) transitions.
-    let mut by_transition: BTreeMap<(ViewKey, ViewKey), Vec<(String, Vec<MsgId>)>> =
-        BTreeMap::new();
+    // Per (view, next view): each incarnation that went through it and its deliveries in it.
+    type Went = Vec<(String, Vec<MsgId>)>;
+    let mut by_transition: BTreeMap<(ViewKey, ViewKey), Went> = BTreeMap::new();
     for &(n, k, inc) in &incs {
         for s in segments(inc) {
             if let Some(next) = s.next {
