@@ -293,3 +293,67 @@ at = "1s"
         "{r}"
     );
 }
+
+/// Deliveries per view size over a run of 5 nodes split {0,1,2} | {3,4} from 1.5 s to 3 s:
+/// (deliveries in views of at most 2 members, deliveries in larger views).
+fn deliveries_by_view_size(primary: &str) -> (usize, usize, Report) {
+    use viastack_scenario::group::Entry;
+    let src = stack("", LAYERS).replace(
+        "kind = \"vsync\"",
+        &format!("kind = \"vsync\"\nprimary = \"{primary}\""),
+    ) + r#"
+[scenario]
+nodes = 5
+seed = 3
+duration = "9s"
+expect = "total-order"
+[scenario.link]
+latency = "1ms"
+loss = 0.05
+[[scenario.workload]]
+channel = "g"
+pattern = "multicast"
+messages = 100
+interval = "30ms"
+start = "300ms"
+size = 32
+[[scenario.partition]]
+at = "1500ms"
+heal = "3000ms"
+groups = [[0, 1, 2], [3, 4]]
+"#;
+    let catalog = viastack_stack::standard_catalog();
+    let file = viastack_stack::parse("primary.toml", &src, &catalog).unwrap();
+    let (r, rec) =
+        viastack_scenario::run_recorded(&file, &catalog, &RunOptions::default(), |_| {}).unwrap();
+    let (mut small, mut large) = (0, 0);
+    for inc in rec.group.nodes.values().flatten() {
+        let mut size = 0;
+        for e in &inc.entries {
+            match e {
+                Entry::View { members, .. } => size = members.len(),
+                Entry::Delivered(_) if size <= 2 => small += 1,
+                Entry::Delivered(_) => large += 1,
+                Entry::Sent(_) => {}
+            }
+        }
+    }
+    (small, large, r)
+}
+
+/// `primary = "majority"`: the minority side {3,4} of a partition neither sends nor delivers
+/// (its messages wait and go out in the merged view); with `"none"` it goes on. Both runs keep
+/// every property.
+#[test]
+fn primary_partition_is_a_parameter() {
+    let (small, large, r) = deliveries_by_view_size("majority");
+    assert!(r.verdict.holds, "{r}");
+    assert_eq!(small, 0, "a minority view delivered: {r}");
+    assert!(large > 0, "{r}");
+    let (small, _, r) = deliveries_by_view_size("none");
+    assert!(r.verdict.holds, "{r}");
+    assert!(
+        small > 0,
+        "the minority side delivered nothing without primary mode: {r}"
+    );
+}
