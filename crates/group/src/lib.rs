@@ -8,6 +8,7 @@
 //!   every view change;
 //! - [`total`]: total order by a sequencer with failover at view change, a separate layer
 //!   stacked above `vsync` or left out;
+//! - [`causal`]: causal order by vector clocks, likewise a separate layer;
 //! - [`wire`]: both layers' packets (view + repr), documented in docs/WIRE.md.
 //!
 //! Nothing here opens a socket, reads a clock or spawns a thread (DESIGN.md §4.1): the layers
@@ -16,10 +17,12 @@
 //! `viastack-scenario` (`group` module), so later group layers reuse it.
 #![deny(unsafe_code)]
 
+pub mod causal;
 pub mod total;
 pub mod vsync;
 pub mod wire;
 
+pub use causal::CausalOrder;
 pub use total::TotalOrder;
 pub use vsync::{view_notice, Primary, ViewNotice, Vsync, VIEW};
-pub use wire::{Member, Pdu, TotalPdu, ViewId, WireError};
+pub use wire::{CausalPdu, Member, Pdu, TotalPdu, ViewId, WireError};

@@ -90,6 +90,12 @@ pub static GROUP_PACKET: EventTypeDef = EventTypeDef::new("GroupPacket", Some(&S
 /// A view installed: goes up after the last message of the previous view. Body: [`ViewNotice`].
 pub static VIEW: EventTypeDef = EventTypeDef::new("View", Some(&CHANNEL_EVENT));
 
+/// The group stopped sending for a flush: layers above hold their messages until the next
+/// [`VIEW`] (or [`UNBLOCK`]). No body.
+pub static BLOCK: EventTypeDef = EventTypeDef::new("Block", Some(&CHANNEL_EVENT));
+/// The flush announced by [`BLOCK`] was given up: the current view goes on. No body.
+pub static UNBLOCK: EventTypeDef = EventTypeDef::new("Unblock", Some(&CHANNEL_EVENT));
+
 /// The body of a [`VIEW`] notice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ViewNotice {
@@ -189,7 +195,13 @@ impl Layer for Vsync {
         vec![INBOUND.id(), SUSPECT.id()]
     }
     fn provides(&self) -> Vec<EventType> {
-        vec![GROUP_PACKET.id(), VIEW.id(), SEND_REFUSED.id()]
+        vec![
+            GROUP_PACKET.id(),
+            VIEW.id(),
+            BLOCK.id(),
+            UNBLOCK.id(),
+            SEND_REFUSED.id(),
+        ]
     }
     /// FIFO per sender within a view; not "reliable" in the point-to-point sense: a member
     /// excluded from the view does not get the messages of the views it is not in.
@@ -374,6 +386,19 @@ impl VsyncSession {
     pub fn buffered(&self) -> usize {
         let held = |s: &Store| s.logs.iter().map(|l| l.held.len()).sum::<usize>();
         held(&self.store) + self.prev.as_ref().map_or(0, held) + self.queue.len()
+    }
+
+    /// Gives up a flush: back to the current view, sending and delivering again.
+    fn unflush(&mut self, ctx: &mut Context<'_>) {
+        self.phase = Phase::Normal;
+        ctx.go(Event::new(
+            UNBLOCK.id(),
+            Direction::Up,
+            self.channel,
+            Body::Empty,
+        ));
+        self.deliver_ready(ctx);
+        self.drain_queue(ctx);
     }
 
     fn primary(&self, members: usize) -> bool {
@@ -825,9 +850,7 @@ impl VsyncSession {
             self.proposal = None;
             ctx.count("flush_abandoned");
             if matches!(self.phase, Phase::Flushing { .. }) {
-                self.phase = Phase::Normal;
-                self.deliver_ready(ctx);
-                self.drain_queue(ctx);
+                self.unflush(ctx);
             }
         }
         if !matches!(self.phase, Phase::Normal) {
@@ -909,6 +932,14 @@ impl VsyncSession {
                 self.proposal = None; // a higher proposal wins
             }
             self.accepted = proposal.counter;
+            if matches!(self.phase, Phase::Normal) {
+                ctx.go(Event::new(
+                    BLOCK.id(),
+                    Direction::Up,
+                    self.channel,
+                    Body::Empty,
+                ));
+            }
             self.phase = Phase::Flushing {
                 proposal,
                 since: ctx.now(),
@@ -994,9 +1025,7 @@ impl VsyncSession {
             self.proposal = None;
             ctx.count("flush_abandoned");
             if matches!(&self.phase, Phase::Flushing { proposal: p, .. } if *p == proposal) {
-                self.phase = Phase::Normal;
-                self.deliver_ready(ctx);
-                self.drain_queue(ctx);
+                self.unflush(ctx);
             }
         }
     }
@@ -1036,6 +1065,14 @@ impl VsyncSession {
             return;
         }
         self.accepted = self.accepted.max(view.counter);
+        if matches!(self.phase, Phase::Normal) {
+            ctx.go(Event::new(
+                BLOCK.id(),
+                Direction::Up,
+                self.channel,
+                Body::Empty,
+            ));
+        }
         self.phase = Phase::Installing {
             view,
             members,
@@ -1123,9 +1160,7 @@ impl VsyncSession {
                 if now.saturating_duration_since(*since) >= self.config.flush_timeout * 2 =>
             {
                 ctx.count("flush_abandoned");
-                self.phase = Phase::Normal;
-                self.deliver_ready(ctx);
-                self.drain_queue(ctx);
+                self.unflush(ctx);
             }
             _ => {}
         }

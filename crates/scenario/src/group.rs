@@ -16,6 +16,10 @@
 //! - **no-duplication**: no incarnation delivers a message twice;
 //! - **total-order** (when asked): incarnations that install V then W delivered V's messages
 //!   in the same order;
+//! - **causal-order** (when asked): no incarnation delivers a message after one it causally
+//!   precedes — `m1` precedes `m2` when `m2`'s sender had delivered or sent `m1` (or a
+//!   successor of it) before sending `m2`; per source the predecessors are a sequence-number
+//!   prefix, so the relation is kept as one vector of sequence numbers per message;
 //! - **liveness**: when the run ends at least [`LIVENESS_BOUND`] after its last fault
 //!   (crash, restart, partition heal, leave), every live member's last view is one view whose
 //!   members are exactly the live nodes, installed within the bound after the last fault.
@@ -114,6 +118,8 @@ pub enum Outcome {
 pub struct Facts {
     /// Check total order too.
     pub total_order: bool,
+    /// Check causal order too.
+    pub causal_order: bool,
     /// Nodes up (booted, not crashed, not left) at the end.
     pub live: BTreeSet<NodeId>,
     /// Time of the last fault (crash, restart, heal, leave), if any.
@@ -353,6 +359,10 @@ pub fn check(history: &History, facts: &Facts) -> BTreeMap<&'static str, Outcome
     out.insert("no-duplication", dup);
     out.insert("self-delivery", selfd);
 
+    if facts.causal_order {
+        out.insert("causal-order", causal(&incs));
+    }
+
     // liveness
     let quiet = facts.end.saturating_duration_since(facts.last_fault);
     let live = if quiet < LIVENESS_BOUND {
@@ -416,6 +426,90 @@ pub fn check(history: &History, facts: &Facts) -> BTreeMap<&'static str, Outcome
     out
 }
 
+/// A source of messages: (workload, node).
+type Source = (u16, NodeId);
+
+/// Per source, the highest sequence number causally before a message (or known to a member).
+type Clock = BTreeMap<Source, u64>;
+
+fn merge(into: &mut Clock, from: &Clock) {
+    for (s, &q) in from {
+        let e = into.entry(*s).or_insert(q);
+        *e = (*e).max(q);
+    }
+}
+
+/// The causal-order property over every incarnation's history.
+fn causal(incs: &[(NodeId, usize, &Incarnation)]) -> Outcome {
+    // Each message's causal past, computed to a fixpoint: a sender's past at a send is what it
+    // had sent and delivered before, with the pasts of what it delivered.
+    let mut past: BTreeMap<MsgId, Clock> = BTreeMap::new();
+    loop {
+        let mut changed = false;
+        for &(_, _, inc) in incs {
+            let mut known = Clock::new();
+            for e in &inc.entries {
+                match e {
+                    Entry::Sent(m) => {
+                        if past.get(m) != Some(&known) {
+                            past.insert(*m, known.clone());
+                            changed = true;
+                        }
+                        let e = known.entry((m.0, m.1)).or_insert(m.2);
+                        *e = (*e).max(m.2);
+                    }
+                    Entry::Delivered(m) => {
+                        if let Some(p) = past.get(m) {
+                            let p = p.clone();
+                            merge(&mut known, &p);
+                        }
+                        let e = known.entry((m.0, m.1)).or_insert(m.2);
+                        *e = (*e).max(m.2);
+                    }
+                    Entry::View { .. } => {}
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for &(n, k, inc) in incs {
+        // Per source, the highest number a delivered message required first.
+        let mut floor = Clock::new();
+        let mut got: BTreeSet<MsgId> = BTreeSet::new();
+        let mut first_needing: BTreeMap<Source, MsgId> = BTreeMap::new();
+        for e in &inc.entries {
+            let Entry::Delivered(m) = e else {
+                continue;
+            };
+            let src = (m.0, m.1);
+            if let Some(&f) = floor.get(&src) {
+                if m.2 <= f && !got.contains(m) {
+                    let after = first_needing.get(&src).copied().unwrap_or(*m);
+                    return Outcome::Violated(format!(
+                        "{} delivered{} after{}, which its sender sent after delivering it",
+                        who(n, k),
+                        show_msgs([m], 1),
+                        show_msgs([&after], 1)
+                    ));
+                }
+            }
+            got.insert(*m);
+            if let Some(p) = past.get(m) {
+                for (s, &q) in p {
+                    let e = floor.entry(*s).or_insert(0);
+                    if q > *e {
+                        *e = q;
+                        first_needing.insert(*s, *m);
+                    }
+                }
+            }
+        }
+    }
+    Outcome::Held
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -435,6 +529,7 @@ mod tests {
     fn facts(total: bool) -> Facts {
         Facts {
             total_order: total,
+            causal_order: total,
             live: [NodeId(0), NodeId(1)].into(),
             last_fault: Instant::ZERO,
             end: Instant::from_millis(10_000),
@@ -462,7 +557,7 @@ mod tests {
     fn a_good_history_passes_every_property() {
         let r = check(&good(), &facts(true));
         assert!(r.values().all(|o| *o == Outcome::Held), "{r:?}");
-        assert_eq!(r.len(), 8);
+        assert_eq!(r.len(), 9);
     }
 
     #[test]
@@ -484,6 +579,23 @@ mod tests {
         let r = check(&h, &facts(true));
         assert!(matches!(r["total-order"], Outcome::Violated(_)), "{r:?}");
         assert_eq!(r["virtual-synchrony"], Outcome::Held);
+
+        // Node 1 delivers node 0's reply before the message it answers: causal order. Node 0
+        // delivered its own m(0,0), then node 1's m(1,0), then sent m(0,1) (it follows both).
+        let mut h = good();
+        h.push(NodeId(0), Entry::Sent(msg(0, 1)));
+        h.push(NodeId(1), Entry::Delivered(msg(0, 1)));
+        let mut f = facts(true);
+        f.live.clear();
+        assert_eq!(check(&h, &f)["causal-order"], Outcome::Held);
+        let n1 = &mut h.nodes.get_mut(&NodeId(1)).unwrap()[0].entries;
+        let last = n1.len() - 1;
+        n1.swap(2, last); // m(0,1) now comes before m(0,0) at node 1
+        assert!(
+            matches!(check(&h, &f)["causal-order"], Outcome::Violated(_)),
+            "{:?}",
+            check(&h, &f)
+        );
 
         // Same view id, different members: agreement.
         let mut h = good();

@@ -163,6 +163,7 @@ fn group_check(
     }
     let facts = group::Facts {
         total_order: scenario.expect == viastack_stack::model::Expect::TotalOrder,
+        causal_order: scenario.expect == viastack_stack::model::Expect::CausalOrder,
         live,
         last_fault: Instant::ZERO + last,
         end,
@@ -292,7 +293,9 @@ pub fn run_recorded(
     };
     let group_outcomes = matches!(
         scenario.expect,
-        viastack_stack::model::Expect::VirtualSynchrony | viastack_stack::model::Expect::TotalOrder
+        viastack_stack::model::Expect::VirtualSynchrony
+            | viastack_stack::model::Expect::TotalOrder
+            | viastack_stack::model::Expect::CausalOrder
     )
     .then(|| {
         let rec = recorder.borrow();

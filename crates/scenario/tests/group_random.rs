@@ -37,6 +37,8 @@ timeout = "100ms"
 kind = "vsync"
 [layers.to]
 kind = "total-order"
+[layers.co]
+kind = "causal-order"
 {extra_layers}
 [qos.group]
 layers = [{}]
@@ -152,12 +154,13 @@ fn seeds() -> u64 {
         .unwrap_or(100)
 }
 
-#[test]
-fn group_stack_keeps_every_property_over_random_faults() {
+/// Runs `layers` over every seed's random faults, expecting `expect`; prints the pass counts
+/// per property and fails with the first failing seeds.
+fn many_seeds(layers: &[&str], expect: &str) {
     let mut tally: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut failures = Vec::new();
     for seed in 0..seeds() {
-        let src = stack("", LAYERS) + &scenario(seed, "total-order");
+        let src = stack("", layers) + &scenario(seed, expect);
         let r = run_file(&src);
         for (k, v) in &r.properties {
             let t = tally.entry(k.clone()).or_default();
@@ -171,13 +174,46 @@ fn group_stack_keeps_every_property_over_random_faults() {
             failures.push(format!("seed {seed}:\n{r}\n{src}"));
         }
     }
-    println!("group properties over {} seeds (held / violated):", seeds());
+    println!(
+        "{expect} over {} seeds, layers {layers:?} (held / violated):",
+        seeds()
+    );
     for (k, (held, bad)) in &tally {
         println!("  {k:<18} {held:>6} / {bad}");
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     // Liveness must actually be judged (not skipped) on every seed.
     assert_eq!(tally.get("liveness").map(|t| t.0), Some(seeds()));
+}
+
+#[test]
+fn group_stack_keeps_every_property_over_random_faults() {
+    many_seeds(LAYERS, "total-order");
+}
+
+#[test]
+fn causal_stack_keeps_every_property_over_random_faults() {
+    many_seeds(&["dev", "sum", "hb", "vs", "co"], "causal-order");
+}
+
+/// A planted bug: a layer above `causal-order` holds back some deliveries at random, so a
+/// reply can overtake what it answers: the causal-order property must fail.
+#[test]
+fn a_planted_causal_reordering_is_caught() {
+    let extra =
+        "[layers.bug]\nkind = \"reorder\"\nrate = 0.3\nhold = \"60ms\"\ndirection = \"up\"\n";
+    let order = ["dev", "sum", "hb", "vs", "co", "bug"];
+    let caught = (0..5).any(|seed| {
+        let src = stack(extra, &order) + &scenario(seed, "causal-order");
+        let r = run_file(&src);
+        r.properties
+            .get("causal-order")
+            .is_some_and(|v| v.starts_with("violated"))
+    });
+    assert!(
+        caught,
+        "deliveries reordered above causal-order went unnoticed"
+    );
 }
 
 /// A planted bug: a layer above the group drops 5 % of what node-side deliveries carry up.
@@ -249,7 +285,7 @@ fn shipped_group_stack_holds() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../stacks/group.toml");
     let r = run_file(&std::fs::read_to_string(path).unwrap());
     assert!(r.verdict.holds, "{r}");
-    assert_eq!(r.properties.len(), 8, "{r}");
+    assert_eq!(r.properties.len(), 8, "{r}"); // total-order's seven and liveness
     assert!(r.properties.values().all(|v| v == "held"), "{r}");
     assert!(r.notices.get("View").copied().unwrap_or(0) >= 10, "{r}");
 }

@@ -114,6 +114,9 @@ pub enum Expect {
     /// `virtual-synchrony`, and members that go from one view to the same next view deliver
     /// that view's messages in the same order (total-order agreement).
     TotalOrder,
+    /// `virtual-synchrony`, and no member delivers a message before one that causally
+    /// precedes it (delivered or sent by its sender before it sent it).
+    CausalOrder,
 }
 
 impl Expect {
@@ -127,6 +130,7 @@ impl Expect {
         "overlay-multicast",
         "virtual-synchrony",
         "total-order",
+        "causal-order",
     ];
 
     /// The value named `name`.
@@ -140,6 +144,7 @@ impl Expect {
             "overlay-multicast" => Some(Expect::OverlayMulticast),
             "virtual-synchrony" => Some(Expect::VirtualSynchrony),
             "total-order" => Some(Expect::TotalOrder),
+            "causal-order" => Some(Expect::CausalOrder),
             _ => None,
         }
     }
@@ -155,6 +160,7 @@ impl Expect {
             Expect::OverlayMulticast => "overlay-multicast",
             Expect::VirtualSynchrony => "virtual-synchrony",
             Expect::TotalOrder => "total-order",
+            Expect::CausalOrder => "causal-order",
         }
     }
 }

@@ -21,7 +21,7 @@ mod sp;
 
 pub use coordination::{HEARTBEAT, SYNC};
 pub use filters::{COMPRESS, CORRUPT, DEDUP, DELAY, DROP, DUPLICATE, ENCRYPT, REORDER, TTL};
-pub use group::{TOTAL_ORDER, VSYNC};
+pub use group::{CAUSAL_ORDER, TOTAL_ORDER, VSYNC};
 pub use mcast::{DVMRP, INTERFACE};
 pub use overlay::{MESSAGESTORE, OVERLAY};
 pub use reliable::{BUNDLE, CHECKSUM, FRAGMENT, RELIABLE_FIFO};
@@ -71,6 +71,7 @@ pub fn standard_catalog() -> Catalog {
         INTERFACE,
         VSYNC,
         TOTAL_ORDER,
+        CAUSAL_ORDER,
     ] {
         // Names are distinct and specs valid; the test below holds it.
         if let Err(e) = c.register(kind) {
@@ -93,6 +94,7 @@ mod tests {
             names,
             vec![
                 "bundle",
+                "causal-order",
                 "checksum",
                 "compress",
                 "corrupt",

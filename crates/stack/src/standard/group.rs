@@ -1,10 +1,11 @@
 //! Stack-file kinds for group communication (seed 001 §2.1): `vsync` (membership, reliable
-//! group multicast, virtual synchrony) and `total-order` (a sequencer above it).
+//! group multicast, virtual synchrony), `total-order` (a sequencer above it) and
+//! `causal-order` (vector clocks above it).
 
 use std::sync::Arc;
 
 use viastack_group::vsync::{self, Primary, Vsync};
-use viastack_group::TotalOrder;
+use viastack_group::{CausalOrder, TotalOrder};
 use viastack_kernel::{Duration, LayerRef};
 
 use crate::catalog::{BuildEnv, BuildError, LayerKind, ParamKind, ParamSpec, Params};
@@ -124,4 +125,34 @@ fn build_total(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, 
     let capacity = params.get_int("capacity")?;
     let capacity = usize::try_from(capacity).map_err(|_| format!("capacity {capacity}"))?;
     Ok(Arc::new(TotalOrder::new(name, env.node, capacity)))
+}
+
+/// `causal-order`: vector clocks above `vsync`.
+pub const CAUSAL_ORDER: LayerKind = LayerKind {
+    name: "causal-order",
+    doc: "Causal order by vector clocks (seed 001 §1; Birman, Schiper and Stephenson), stacked \
+          above `vsync`: a message carries its view and the sender's clock of deliveries, and \
+          waits until everything its sender had delivered before sending it is delivered \
+          here. Holds the application's messages while `vsync` flushes (`Block`), so every \
+          message is stamped in the view it travels in; at a view change what depends on a \
+          message no survivor holds is dropped alike at every survivor.",
+    params: &[ParamSpec {
+        name: "capacity",
+        kind: ParamKind::Int {
+            min: 1,
+            max: 1 << 20,
+        },
+        default: Some("4096"),
+        doc: "messages waiting for their predecessors, and messages held during a flush \
+              (memory bound; beyond, dropped and counted, or refused with `SendRefused`)",
+    }],
+    one_of: &[],
+    device: false,
+    build: build_causal,
+};
+
+fn build_causal(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, BuildError> {
+    let capacity = params.get_int("capacity")?;
+    let capacity = usize::try_from(capacity).map_err(|_| format!("capacity {capacity}"))?;
+    Ok(Arc::new(CausalOrder::new(name, env.node, capacity)))
 }
