@@ -184,3 +184,33 @@ fn total_order_vectors() {
     }
     assert!(n >= 4);
 }
+
+#[test]
+fn causal_order_vectors() {
+    use viastack_group::wire::CausalPdu;
+    let doc = doc();
+    let mut n = 0;
+    for v in doc["causal"].as_array().unwrap() {
+        let name = v["name"].as_str().unwrap();
+        let bytes = hex(v["hex"].as_str().unwrap());
+        n += 1;
+        if let Some(e) = v["error"].as_str() {
+            let got = CausalPdu::parse(&bytes).unwrap_err();
+            assert_eq!(class(got), e, "{name}: {got}");
+            continue;
+        }
+        let (pdu, len) = CausalPdu::parse(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let want = CausalPdu {
+            view: view(&v["view"]),
+            sender: u(&v["sender"]) as u16,
+            vc: digest(&v["vc"]),
+        };
+        assert_eq!(pdu, want, "{name}");
+        let payload = hex(v["payload_hex"].as_str().unwrap());
+        assert_eq!(&bytes[len..], &payload[..], "{name}");
+        let mut again = pdu.emit();
+        again.extend_from_slice(&payload);
+        assert_eq!(again, bytes, "{name}: re-encoding");
+    }
+    assert!(n >= 4);
+}
