@@ -73,7 +73,7 @@ pub const VSYNC: LayerKind = LayerKind {
     build: build_vsync,
 };
 
-fn build_vsync(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, BuildError> {
+fn vsync_config(params: &Params) -> Result<vsync::Config, BuildError> {
     let capacity = params.get_int("capacity")?;
     let config = vsync::Config {
         tick: params.get_duration("tick")?,
@@ -95,6 +95,11 @@ fn build_vsync(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, 
             config.flush_timeout, config.tick
         )));
     }
+    Ok(config)
+}
+
+fn build_vsync(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, BuildError> {
+    let config = vsync_config(params)?;
     Ok(Arc::new(Vsync::new(name, env.node, env.nodes, config)))
 }
 
@@ -155,4 +160,19 @@ fn build_causal(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef,
     let capacity = params.get_int("capacity")?;
     let capacity = usize::try_from(capacity).map_err(|_| format!("capacity {capacity}"))?;
     Ok(Arc::new(CausalOrder::new(name, env.node, capacity)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The catalog's defaults and `vsync::Config::default` are one set of values.
+    #[test]
+    fn vsync_defaults_are_the_configs() {
+        let mut params = Params::new("vsync");
+        for spec in VSYNC.params {
+            params.insert(spec.name, spec.default_value().unwrap());
+        }
+        assert_eq!(vsync_config(&params).unwrap(), vsync::Config::default());
+    }
 }
