@@ -53,7 +53,8 @@
 //! if the sender is suspected. A message is *stable* once every member's status covers it,
 //! and is then dropped. Buffers are bounded by `capacity` per sender: a sender whose own
 //! unstable messages reach `capacity` (a slow or dead member holds stability back) refuses the
-//! application's message with a `SendRefused` notice (counted `vsync.refused`), and receivers
+//! application's message with a `SendRefused` notice (counted `vsync.refused`) and names the
+//! laggard in a [`SLOW_MEMBER`] notice (once per member and view), and receivers
 //! drop messages more than `capacity` ahead of what they delivered. Memory never grows with
 //! the traffic.
 //!
@@ -95,6 +96,11 @@ pub static VIEW: EventTypeDef = EventTypeDef::new("View", Some(&CHANNEL_EVENT));
 pub static BLOCK: EventTypeDef = EventTypeDef::new("Block", Some(&CHANNEL_EVENT));
 /// The flush announced by [`BLOCK`] was given up: the current view goes on. No body.
 pub static UNBLOCK: EventTypeDef = EventTypeDef::new("Unblock", Some(&CHANNEL_EVENT));
+
+/// A member holds this member's buffer: its status lags by `capacity` messages, so this
+/// member refuses to send more (a [`PeerNotice`](viastack_protocols::events::PeerNotice)
+/// naming the laggard; once per member and view).
+pub static SLOW_MEMBER: EventTypeDef = EventTypeDef::new("SlowMember", Some(&CHANNEL_EVENT));
 
 /// The body of a [`VIEW`] notice.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -200,6 +206,7 @@ impl Layer for Vsync {
             VIEW.id(),
             BLOCK.id(),
             UNBLOCK.id(),
+            SLOW_MEMBER.id(),
             SEND_REFUSED.id(),
         ]
     }
@@ -332,6 +339,8 @@ pub struct VsyncSession {
     suspects: BTreeMap<NodeId, Instant>,
     left: BTreeSet<Member>,
     departed: BTreeSet<Member>,
+    /// Members reported slow in this view.
+    slow: BTreeSet<Member>,
     epochs: BTreeMap<NodeId, (u32, [u32; RETIRED])>,
     proposal: Option<Proposal>,
     unresponsive: BTreeSet<Member>,
@@ -363,6 +372,7 @@ impl VsyncSession {
             suspects: BTreeMap::new(),
             left: BTreeSet::new(),
             departed: BTreeSet::new(),
+            slow: BTreeSet::new(),
             epochs: BTreeMap::new(),
             proposal: None,
             unresponsive: BTreeSet::new(),
@@ -542,6 +552,16 @@ impl VsyncSession {
         };
         if self.store.logs[i].held.len() >= self.config.capacity {
             // Stability lags: a slow or dead member holds the buffer (reported, not grown).
+            let laggard = (0..self.store.members.len())
+                .filter(|&j| j != i)
+                .min_by_key(|&j| self.store.statuses[j].as_ref().map_or(0, |d| d[i]));
+            if let Some(j) = laggard {
+                let m = self.store.members[j];
+                if self.slow.insert(m) {
+                    ctx.count("slow_member");
+                    ctx.go(events::notice(&SLOW_MEMBER, self.channel, m.node));
+                }
+            }
             self.refuse(tag, ctx);
             return;
         }
@@ -1114,6 +1134,7 @@ impl VsyncSession {
         self.prev = Some(old);
         self.accepted = self.accepted.max(view.counter);
         self.departed.clear();
+        self.slow.clear();
         self.unresponsive.clear();
         self.foreign.clear();
         self.left.retain(|m| members.contains(m));

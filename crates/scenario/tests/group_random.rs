@@ -293,7 +293,8 @@ fn shipped_group_stack_holds() {
 /// Bounded buffers: with `capacity = 8` and a member that crashes for good, stability stops
 /// until the crash is confirmed and the member excluded; senders refuse what does not fit
 /// (`SendRefused`, counted `vs.refused`) instead of growing, and every property still holds
-/// (a refused message is exempt from self-delivery, as its sender was told).
+/// (a refused message is exempt from self-delivery, as its sender was told); the laggard is
+/// reported in a `SlowMember` notice.
 #[test]
 fn a_dead_member_makes_senders_refuse_not_grow() {
     let src = stack("", LAYERS).replace(
