@@ -394,3 +394,84 @@ fn primary_partition_is_a_parameter() {
         "the minority side delivered nothing without primary mode: {r}"
     );
 }
+
+/// The views each node installed: (time, members by node), every incarnation in order.
+fn views_of(src: &str) -> (Report, BTreeMap<u32, Vec<(f64, Vec<u32>)>>) {
+    use viastack_scenario::group::Entry;
+    let catalog = viastack_stack::standard_catalog();
+    let file = viastack_stack::parse("views.toml", src, &catalog).unwrap();
+    let (r, rec) =
+        viastack_scenario::run_recorded(&file, &catalog, &RunOptions::default(), |_| {}).unwrap();
+    let mut out = BTreeMap::new();
+    for (n, incs) in &rec.group.nodes {
+        let v: &mut Vec<(f64, Vec<u32>)> = out.entry(n.0).or_default();
+        for e in incs.iter().flat_map(|i| &i.entries) {
+            if let Entry::View { at, members, .. } = e {
+                v.push((
+                    at.as_nanos() as f64 / 1e9,
+                    members.iter().map(|m| m.0).collect(),
+                ));
+            }
+        }
+    }
+    (r, out)
+}
+
+fn four_nodes(vsync_params: &str, faults: &str) -> String {
+    stack("", LAYERS).replace(
+        "kind = \"vsync\"",
+        &format!("kind = \"vsync\"\n{vsync_params}"),
+    ) + r#"
+[scenario]
+nodes = 4
+seed = 11
+duration = "9s"
+expect = "total-order"
+[scenario.link]
+latency = "1ms"
+[[scenario.workload]]
+channel = "g"
+pattern = "multicast"
+messages = 50
+interval = "40ms"
+start = "300ms"
+size = 32
+"# + faults
+}
+
+/// A graceful leave is a view change at once (the `Leave` packet), not a suspicion: with
+/// `confirm = "1s"` a crash would take over a second to exclude, the leave takes a few ticks.
+#[test]
+fn a_leave_is_excluded_without_waiting_for_suspicion() {
+    let src = four_nodes(
+        "confirm = \"1s\"",
+        "[[scenario.leave]]\nnode = 3\nat = \"2s\"\n",
+    );
+    let (r, views) = views_of(&src);
+    assert!(r.verdict.holds, "{r}");
+    let (at, members) = views[&0].last().unwrap().clone();
+    assert_eq!(members, vec![0, 1, 2], "{views:?}");
+    assert!(at > 2.0 && at < 2.3, "excluded at {at} s: {views:?}");
+}
+
+/// Suspicion is confirmed before exclusion: node 3 cut off for 300 ms (suspected after the
+/// detector's 100 ms timeout, heard again after the heal) stays in the view when `confirm`
+/// is 1 s, and is excluded (then merged back) when `confirm` is 100 ms.
+#[test]
+fn a_short_suspicion_is_not_an_exclusion() {
+    let cut = "[[scenario.partition]]\nat = \"2s\"\nheal = \"2300ms\"\ngroups = [[0, 1, 2], [3]]\n";
+    let (r, views) = views_of(&four_nodes("confirm = \"1s\"", cut));
+    assert!(r.verdict.holds, "{r}");
+    assert!(r.notices.get("Suspect").copied().unwrap_or(0) > 0, "{r}");
+    assert!(
+        views[&0].iter().all(|(at, m)| *at < 1.0 || m.len() == 4),
+        "a view without node 3: {views:?}"
+    );
+    let (r, views) = views_of(&four_nodes("confirm = \"100ms\"", cut));
+    assert!(r.verdict.holds, "{r}");
+    assert!(
+        views[&0].iter().any(|(at, m)| *at > 2.0 && m.len() == 3),
+        "node 3 never excluded: {views:?}"
+    );
+    assert_eq!(views[&0].last().unwrap().1, vec![0, 1, 2, 3], "{views:?}");
+}
