@@ -395,8 +395,11 @@ fn primary_partition_is_a_parameter() {
     );
 }
 
-/// The views each node installed: (time, members by node), every incarnation in order.
-fn views_of(src: &str) -> (Report, BTreeMap<u32, Vec<(f64, Vec<u32>)>>) {
+/// Per node, the views it installed: (time in s, members by node), incarnations in order.
+type Views = BTreeMap<u32, Vec<(f64, Vec<u32>)>>;
+
+/// The views each node installed.
+fn views_of(src: &str) -> (Report, Views) {
     use viastack_scenario::group::Entry;
     let catalog = viastack_stack::standard_catalog();
     let file = viastack_stack::parse("views.toml", src, &catalog).unwrap();
