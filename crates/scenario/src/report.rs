@@ -171,6 +171,10 @@ pub struct Report {
     /// (`[topology]` name, else `n<index>`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub memory: BTreeMap<String, NodeMemory>,
+    /// The group checker's verdict per property (`held`, `violated`, `not checked: why`), for
+    /// `virtual-synchrony` and `total-order` runs.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub properties: BTreeMap<String, String>,
 }
 
 /// Builds the delivery part of a report from the recorder.
@@ -299,6 +303,7 @@ pub fn build(info: &RunInfo<'_>, observed: Observed<'_>) -> Report {
             violations: Vec::new(),
         },
         memory: BTreeMap::new(),
+        properties: BTreeMap::new(),
     };
     report.warnings = warnings(&report);
     report.verdict = judge(info.expect, &report);
@@ -470,6 +475,14 @@ impl fmt::Display for Report {
         if simulated {
             writeln!(f, "  trace      {} ({} steps)", self.trace_hash, self.steps)?;
         }
+        if !self.properties.is_empty() {
+            let shown: Vec<String> = self
+                .properties
+                .iter()
+                .map(|(k, v)| format!("{k} {}", v.split(':').next().unwrap_or(v)))
+                .collect();
+            writeln!(f, "  group      {}", shown.join("   "))?;
+        }
         for w in &self.warnings {
             writeln!(f, "  warning    {w}")?;
         }
@@ -523,6 +536,7 @@ mod tests {
                 violations: Vec::new(),
             },
             memory: BTreeMap::new(),
+            properties: BTreeMap::new(),
         }
     }
 

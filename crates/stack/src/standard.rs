@@ -13,6 +13,7 @@ use crate::catalog::{BuildEnv, BuildError, Catalog, LayerKind, Params, DEVICE};
 
 mod coordination;
 mod filters;
+mod group;
 mod mcast;
 mod overlay;
 mod reliable;
@@ -20,6 +21,7 @@ mod sp;
 
 pub use coordination::{HEARTBEAT, SYNC};
 pub use filters::{COMPRESS, CORRUPT, DEDUP, DELAY, DROP, DUPLICATE, ENCRYPT, REORDER, TTL};
+pub use group::{CAUSAL_ORDER, TOTAL_ORDER, VSYNC};
 pub use mcast::{DVMRP, INTERFACE};
 pub use overlay::{MESSAGESTORE, OVERLAY};
 pub use reliable::{BUNDLE, CHECKSUM, FRAGMENT, RELIABLE_FIFO};
@@ -67,6 +69,9 @@ pub fn standard_catalog() -> Catalog {
         MESSAGESTORE,
         DVMRP,
         INTERFACE,
+        VSYNC,
+        TOTAL_ORDER,
+        CAUSAL_ORDER,
     ] {
         // Names are distinct and specs valid; the test below holds it.
         if let Err(e) = c.register(kind) {
@@ -89,6 +94,7 @@ mod tests {
             names,
             vec![
                 "bundle",
+                "causal-order",
                 "checksum",
                 "compress",
                 "corrupt",
@@ -110,8 +116,10 @@ mod tests {
                 "reorder",
                 "sp",
                 "sync",
+                "total-order",
                 "transparent",
                 "ttl",
+                "vsync",
             ]
         );
         for kind in c.kinds() {
