@@ -12,7 +12,12 @@
 
 pub mod addr;
 pub mod dvmrp;
+pub mod forward;
+pub mod groups;
+pub mod igmp;
 pub mod memory;
+pub mod prune;
+pub mod tree;
 pub mod wire;
 
 pub use addr::{node_addr, Addr, Prefix};

@@ -1,6 +1,6 @@
 //! The DVMRP hex vectors in `testdata/vectors/dvmrp.json`: probes (with and without
 //! neighbours), reports (connected, unreachable, poison-reverse metrics, default and host
-//! routes, empty), and invalid messages with the error class the decoder must give. Each valid
+//! routes, empty), prunes, grafts and graft acks, and invalid messages with the error class the decoder must give. Each valid
 //! vector decodes to its fields and re-encodes to the same bytes.
 
 #![allow(clippy::unwrap_used)]
@@ -28,6 +28,9 @@ fn class(e: WireError) -> &'static str {
         WireError::Prefix { .. } => "prefix",
         WireError::Metric { .. } => "metric",
         WireError::Buffer { .. } => "buffer",
+        WireError::BodyLength { .. } => "body_length",
+        WireError::Group => "group",
+        WireError::Source => "source",
     }
 }
 
@@ -48,6 +51,26 @@ fn dvmrp_vectors() {
             continue;
         }
         let r = Repr::parse_bytes(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        if let Some(sg) = v.get("prune_graft") {
+            let kind = sg["kind"].as_str().unwrap();
+            let (k, source, group, lifetime) = match &r {
+                Repr::Prune {
+                    source,
+                    group,
+                    lifetime_ms,
+                } => ("prune", source, group, Some(u64::from(*lifetime_ms))),
+                Repr::Graft { source, group } => ("graft", source, group, None),
+                Repr::GraftAck { source, group } => ("graft_ack", source, group, None),
+                _ => panic!("{name}: decoded {r:?}"),
+            };
+            assert_eq!(k, kind, "{name}");
+            assert_eq!(source.to_string(), sg["source"].as_str().unwrap(), "{name}");
+            assert_eq!(group.to_string(), sg["group"].as_str().unwrap(), "{name}");
+            assert_eq!(lifetime, sg["lifetime_ms"].as_u64(), "{name}");
+            assert_eq!(r.to_vec().unwrap(), bytes, "{name}: re-encoding differs");
+            valid += 1;
+            continue;
+        }
         match (&r, v.get("probe"), v.get("report")) {
             (Repr::Probe { gen_id, neighbors }, Some(p), None) => {
                 assert_eq!(u64::from(*gen_id), p["gen_id"].as_u64().unwrap(), "{name}");

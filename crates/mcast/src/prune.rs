@@ -1,0 +1,439 @@
+//! Pruning and grafting, sans-IO: seed 004's "Pruning" and "Grafting" components of the
+//! Multicast Routing composite protocol (draft-ietf-idmr-dvmrp-v3, its pruning and grafting
+//! sections). Reads the source tree and the group table, writes the prune table
+//! ([`crate::tree::PruneTable`]); multicast forwarding ([`crate::forward`]) reads the result.
+//!
+//! # Pruning
+//! A router whose (S, G) data has nowhere to go — no child interface with members of G, no
+//! dependent downstream neighbour that has not pruned (S, G) — sends a **prune** to its
+//! upstream neighbour with a lifetime (the draft's 2 hours, or the shortest remaining lifetime
+//! of the downstream prunes it stands for). The upstream records it for that neighbour until the
+//! lifetime ends; when every dependent of every child interface has pruned and no child has
+//! members, it prunes in turn, and so on up the tree. A prune that is lost shows itself by data
+//! that keeps arriving: data arriving after the **retransmission time** (3 s) sends the prune
+//! again, with the time doubled each time (exponential back-off).
+//!
+//! # Grafting
+//! A pruned router that needs the data again — a member joined on a child interface (group
+//! table), a graft arrived from a dependent, a new dependent appeared — sends a **graft**
+//! upstream and re-sends it every 5 s, doubled each time, until the upstream's **graft ack**
+//! arrives. A router answers every graft with a graft ack, removes the sender's prune, and grafts
+//! upstream if it had pruned itself. A change of upstream (route change) voids the source's
+//! prune state.
+//!
+//! # Calls
+//! `handle_datagram` for prune, graft and graft-ack messages (probes and reports are route
+//! exchange's: ignored here), `data_unwanted` from forwarding, `sync` after anything else wrote
+//! the source tree or group table, `handle_timeout` at `poll_timeout`; then `poll_transmit`.
+
+use std::collections::VecDeque;
+
+use viastack_kernel::{Duration, Instant};
+
+use crate::addr::{Addr, Prefix};
+use crate::dvmrp::Outgoing;
+use crate::groups::GroupChange;
+use crate::memory::{Changes, GlobalMemory, Reader};
+use crate::tree::{TreeChange, Upstream};
+use crate::wire::Repr;
+
+/// The component's timers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timers {
+    /// Lifetime of a prune sent without downstream prunes (draft: 2 hours).
+    pub prune_lifetime: Duration,
+    /// First prune retransmission time (draft: 3 s, exponential back-off).
+    pub prune_retransmit: Duration,
+    /// First graft retransmission time (draft: 5 s, exponential back-off).
+    pub graft_retransmit: Duration,
+}
+
+impl Timers {
+    /// The draft's defaults.
+    pub fn rfc() -> Self {
+        Timers {
+            prune_lifetime: Duration::from_secs(7200),
+            prune_retransmit: Duration::from_secs(3),
+            graft_retransmit: Duration::from_secs(5),
+        }
+    }
+
+    /// Every timer times `factor` (at least 1 µs); a factor that is not positive and finite
+    /// changes nothing.
+    pub fn scaled(self, factor: f64) -> Self {
+        if !(factor.is_finite() && factor > 0.0) {
+            return self;
+        }
+        let s = |d: Duration| d.mul_f64(factor).max(Duration::from_micros(1));
+        Timers {
+            prune_lifetime: s(self.prune_lifetime),
+            prune_retransmit: s(self.prune_retransmit),
+            graft_retransmit: s(self.graft_retransmit),
+        }
+    }
+}
+
+impl Default for Timers {
+    fn default() -> Self {
+        Timers::rfc()
+    }
+}
+
+/// Counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Prunes sent (first transmissions).
+    pub prunes_sent: u64,
+    /// Prunes sent again because data kept arriving.
+    pub prune_retransmits: u64,
+    /// Prunes received from dependents and recorded.
+    pub prunes_received: u64,
+    /// Grafts sent (first transmissions).
+    pub grafts_sent: u64,
+    /// Grafts sent again for want of an ack.
+    pub graft_retransmits: u64,
+    /// Grafts received.
+    pub grafts_received: u64,
+    /// Graft acks received from the upstream while grafting.
+    pub graft_acks_received: u64,
+    /// Prunes from routers that are not dependents on a child interface, and stray acks.
+    pub ignored: u64,
+    /// Datagrams that did not decode.
+    pub malformed: u64,
+}
+
+/// The pruning and grafting component of one router.
+#[derive(Debug)]
+pub struct Pruner {
+    timers: Timers,
+    tree_reader: Reader,
+    group_reader: Reader,
+    out: VecDeque<Outgoing>,
+    stats: Stats,
+}
+
+/// The child interfaces that want (S, G) data at `now`: children of `source`'s tree with
+/// members of `group`, or with a dependent that has not pruned (S, G). Multicast forwarding
+/// replicates onto these; an empty list means "prune".
+pub fn downstream(mem: &GlobalMemory, source: Prefix, group: Addr, now: Instant) -> Vec<u16> {
+    let Some(tree) = mem.tree.get(source) else {
+        return Vec::new();
+    };
+    tree.children
+        .iter()
+        .filter(|(&iface, deps)| {
+            mem.groups.has_members(iface, group)
+                || deps
+                    .iter()
+                    .any(|&d| !mem.prunes.is_pruned_by(source, group, iface, d, now))
+        })
+        .map(|(&i, _)| i)
+        .collect()
+}
+
+impl Pruner {
+    /// A pruner reading `mem`'s source tree and group table.
+    pub fn new(timers: Timers, mem: &mut GlobalMemory) -> Self {
+        Pruner {
+            timers,
+            tree_reader: mem.tree.subscribe(),
+            group_reader: mem.groups.subscribe(),
+            out: VecDeque::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The next message to send.
+    pub fn poll_transmit(&mut self) -> Option<Outgoing> {
+        self.out.pop_front()
+    }
+
+    /// When `handle_timeout` is next due.
+    pub fn poll_timeout(&self, mem: &GlobalMemory) -> Option<Instant> {
+        mem.prunes.next_deadline()
+    }
+
+    fn send(&mut self, iface: u16, to: Addr, m: &Repr) {
+        if let Ok(bytes) = m.to_vec() {
+            self.out.push_back(Outgoing {
+                iface,
+                to: Some(to),
+                bytes,
+            });
+        }
+    }
+
+    /// A DVMRP datagram from `from` on `iface`: prunes, grafts and graft acks are handled,
+    /// other types left to route exchange.
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        iface: u16,
+        from: Addr,
+        bytes: &[u8],
+        mem: &mut GlobalMemory,
+    ) {
+        self.sync(now, mem);
+        match Repr::parse_bytes(bytes) {
+            Err(_) => self.stats.malformed += 1,
+            Ok(Repr::Prune {
+                source,
+                group,
+                lifetime_ms,
+            }) => self.on_prune(now, iface, from, source, group, lifetime_ms, mem),
+            Ok(Repr::Graft { source, group }) => self.on_graft(now, iface, from, source, group, mem),
+            Ok(Repr::GraftAck { source, group }) => {
+                let up = mem.tree.get(source).and_then(|t| t.upstream);
+                if up == Some(from)
+                    && matches!(mem.prunes.upstream(source, group), Upstream::Grafting { .. })
+                {
+                    self.stats.graft_acks_received += 1;
+                    mem.prunes.set_upstream(source, group, Upstream::Forwarding);
+                } else {
+                    self.stats.ignored += 1;
+                }
+            }
+            Ok(Repr::Probe { .. } | Repr::Report { .. }) => {}
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_prune(
+        &mut self,
+        now: Instant,
+        iface: u16,
+        from: Addr,
+        source: Prefix,
+        group: Addr,
+        lifetime_ms: u32,
+        mem: &mut GlobalMemory,
+    ) {
+        let dependent = mem
+            .tree
+            .get(source)
+            .and_then(|t| t.children.get(&iface))
+            .is_some_and(|deps| deps.contains(&from));
+        if !dependent {
+            self.stats.ignored += 1;
+            return;
+        }
+        self.stats.prunes_received += 1;
+        let until = now.saturating_add(Duration::from_millis(u64::from(lifetime_ms)));
+        mem.prunes.pruned_by(source, group, iface, from, until);
+        if downstream(mem, source, group, now).is_empty()
+            && mem.prunes.upstream(source, group) == Upstream::Forwarding
+        {
+            self.prune_upstream(now, source, group, mem);
+        }
+    }
+
+    fn on_graft(
+        &mut self,
+        now: Instant,
+        iface: u16,
+        from: Addr,
+        source: Prefix,
+        group: Addr,
+        mem: &mut GlobalMemory,
+    ) {
+        self.stats.grafts_received += 1;
+        self.send(iface, from, &Repr::GraftAck { source, group });
+        mem.prunes.grafted_by(source, group, iface, from);
+        self.graft_if_needed(now, source, group, mem);
+    }
+
+    /// Graft (S, G) upstream if we pruned it and someone downstream wants it now.
+    fn graft_if_needed(&mut self, now: Instant, source: Prefix, group: Addr, mem: &mut GlobalMemory) {
+        if !matches!(mem.prunes.upstream(source, group), Upstream::Pruned { .. })
+            || downstream(mem, source, group, now).is_empty()
+        {
+            return;
+        }
+        let Some((iface, up)) = mem
+            .tree
+            .get(source)
+            .and_then(|t| Some((t.upstream_iface, t.upstream?)))
+        else {
+            mem.prunes.set_upstream(source, group, Upstream::Forwarding);
+            return;
+        };
+        self.stats.grafts_sent += 1;
+        self.send(iface, up, &Repr::Graft { source, group });
+        let backoff = self.timers.graft_retransmit;
+        mem.prunes.set_upstream(
+            source,
+            group,
+            Upstream::Grafting {
+                retransmit_at: now.saturating_add(backoff),
+                backoff,
+            },
+        );
+    }
+
+    /// Send a prune for (S, G) upstream (first transmission).
+    fn prune_upstream(&mut self, now: Instant, source: Prefix, group: Addr, mem: &mut GlobalMemory) {
+        let Some((iface, up)) = mem
+            .tree
+            .get(source)
+            .and_then(|t| Some((t.upstream_iface, t.upstream?)))
+        else {
+            return;
+        };
+        // The shortest remaining downstream prune, else the default lifetime.
+        let lifetime = mem
+            .prunes
+            .get(source, group)
+            .and_then(|e| e.downstream.values().min().copied())
+            .map_or(self.timers.prune_lifetime, |t| t.saturating_duration_since(now))
+            .min(self.timers.prune_lifetime);
+        let ms = u32::try_from(lifetime.as_millis()).unwrap_or(u32::MAX).max(1);
+        let backoff = self.timers.prune_retransmit;
+        let state = Upstream::Pruned {
+            until: now.saturating_add(lifetime),
+            retransmit_at: now.saturating_add(backoff),
+            backoff,
+        };
+        if mem.prunes.set_upstream(source, group, state) {
+            self.stats.prunes_sent += 1;
+            self.send(
+                iface,
+                up,
+                &Repr::Prune {
+                    source,
+                    group,
+                    lifetime_ms: ms,
+                },
+            );
+        }
+    }
+
+    /// Forwarding got (S, G) data from the upstream with no child interface wanting it: prune
+    /// (or prune again, after the retransmission time, with back-off).
+    pub fn data_unwanted(&mut self, now: Instant, source: Prefix, group: Addr, mem: &mut GlobalMemory) {
+        self.sync(now, mem);
+        match mem.prunes.upstream(source, group) {
+            Upstream::Forwarding => self.prune_upstream(now, source, group, mem),
+            Upstream::Pruned {
+                until,
+                retransmit_at,
+                backoff,
+            } if retransmit_at <= now => {
+                let Some((iface, up)) = mem
+                    .tree
+                    .get(source)
+                    .and_then(|t| Some((t.upstream_iface, t.upstream?)))
+                else {
+                    return;
+                };
+                let ms = u32::try_from(until.saturating_duration_since(now).as_millis())
+                    .unwrap_or(u32::MAX)
+                    .max(1);
+                self.stats.prune_retransmits += 1;
+                self.send(
+                    iface,
+                    up,
+                    &Repr::Prune {
+                        source,
+                        group,
+                        lifetime_ms: ms,
+                    },
+                );
+                let backoff = backoff.saturating_mul(2);
+                mem.prunes.set_upstream(
+                    source,
+                    group,
+                    Upstream::Pruned {
+                        until,
+                        retransmit_at: now.saturating_add(backoff),
+                        backoff,
+                    },
+                );
+            }
+            Upstream::Pruned { .. } | Upstream::Grafting { .. } => {}
+        }
+    }
+
+    /// Read what others wrote: a new member on a child interface grafts the pruned (S, G)
+    /// pairs of its group; a changed upstream voids the source's prune state; a changed tree
+    /// (a new dependent) may graft.
+    pub fn sync(&mut self, now: Instant, mem: &mut GlobalMemory) {
+        let groups = match mem.groups.changes(self.group_reader) {
+            Changes::List(l) => l
+                .into_iter()
+                .filter_map(|c| match c {
+                    GroupChange::Joined { group, .. } => Some(group),
+                    GroupChange::Left { .. } => None,
+                })
+                .collect(),
+            Changes::Resync => mem.groups.iter().map(|m| m.group).collect::<Vec<_>>(),
+        };
+        let mut sources = Vec::new();
+        match mem.tree.changes(self.tree_reader) {
+            Changes::List(l) => {
+                for c in l {
+                    match c {
+                        TreeChange::Changed {
+                            source,
+                            upstream_changed: true,
+                        }
+                        | TreeChange::Removed { source } => mem.prunes.forget_source(source),
+                        TreeChange::Changed { source, .. } => sources.push(source),
+                    }
+                }
+            }
+            Changes::Resync => sources.extend(mem.tree.iter().map(|t| t.source)),
+        }
+        let candidates: Vec<(Prefix, Addr)> = mem
+            .prunes
+            .iter()
+            .filter(|(&(s, g), _)| groups.contains(&g) || sources.contains(&s))
+            .map(|(&k, _)| k)
+            .collect();
+        for (s, g) in candidates {
+            self.graft_if_needed(now, s, g, mem);
+        }
+    }
+
+    /// Timers: prune expiries, graft retransmissions.
+    pub fn handle_timeout(&mut self, now: Instant, mem: &mut GlobalMemory) {
+        self.sync(now, mem);
+        mem.prunes.expire(now);
+        let due: Vec<(Prefix, Addr, Duration)> = mem
+            .prunes
+            .iter()
+            .filter_map(|(&(s, g), e)| match e.upstream {
+                Upstream::Grafting {
+                    retransmit_at,
+                    backoff,
+                } if retransmit_at <= now => Some((s, g, backoff)),
+                _ => None,
+            })
+            .collect();
+        for (source, group, backoff) in due {
+            let Some((iface, up)) = mem
+                .tree
+                .get(source)
+                .and_then(|t| Some((t.upstream_iface, t.upstream?)))
+            else {
+                mem.prunes.set_upstream(source, group, Upstream::Forwarding);
+                continue;
+            };
+            self.stats.graft_retransmits += 1;
+            self.send(iface, up, &Repr::Graft { source, group });
+            let backoff = backoff.saturating_mul(2);
+            mem.prunes.set_upstream(
+                source,
+                group,
+                Upstream::Grafting {
+                    retransmit_at: now.saturating_add(backoff),
+                    backoff,
+                },
+            );
+        }
+    }
+}
