@@ -16,6 +16,7 @@ pub mod forward;
 pub mod groups;
 pub mod igmp;
 pub mod memory;
+pub mod node;
 pub mod prune;
 pub mod tree;
 pub mod wire;
