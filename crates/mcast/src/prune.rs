@@ -437,3 +437,137 @@ impl Pruner {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::Origin;
+
+    const B: Addr = Addr(0x0aff_0002);
+    const C: Addr = Addr(0x0aff_0003);
+    const G: Addr = Addr(0xef00_0001);
+
+    fn ms(n: u64) -> Instant {
+        Instant::from_millis(n)
+    }
+
+    /// A router (address 1) with source link 9 upstream via B on interface 0 and dependent C
+    /// on interface 1; timers / 100 (prune retransmission 30 ms, graft 50 ms, lifetime 72 s).
+    fn setup() -> (Pruner, GlobalMemory, Prefix) {
+        let mut mem = GlobalMemory::new(Addr(0x0aff_0001));
+        let src = Prefix::of_link(9);
+        mem.routes.set(
+            src,
+            3,
+            Origin::Learned { iface: 0, via: B },
+            ms(0),
+        );
+        mem.routes.set_dependent(src, 1, C, true);
+        mem.rebuild_tree(2);
+        let p = Pruner::new(Timers::rfc().scaled(0.01), &mut mem);
+        (p, mem, src)
+    }
+
+    fn sent(p: &mut Pruner) -> Vec<(u16, Option<Addr>, Repr)> {
+        std::iter::from_fn(|| p.poll_transmit())
+            .map(|o| (o.iface, o.to, Repr::parse_bytes(&o.bytes).unwrap_or_else(|e| panic!("{e}"))))
+            .collect()
+    }
+
+    #[test]
+    fn prunes_propagate_and_back_off() {
+        let (mut p, mut mem, src) = setup();
+        assert_eq!(downstream(&mem, src, G, ms(0)), vec![1], "C depends on us");
+        // A prune from a router that is not a dependent is ignored.
+        let prune = |l| {
+            Repr::Prune {
+                source: src,
+                group: G,
+                lifetime_ms: l,
+            }
+            .to_vec()
+            .unwrap_or_default()
+        };
+        p.handle_datagram(ms(1), 1, Addr(0x0aff_0009), &prune(1000), &mut mem);
+        assert_eq!(p.stats().ignored, 1);
+        // C prunes for 1 s: nobody downstream is left, so the prune goes up at once, for C's
+        // remaining lifetime.
+        p.handle_datagram(ms(2), 1, C, &prune(1000), &mut mem);
+        assert!(downstream(&mem, src, G, ms(2)).is_empty());
+        assert_eq!(
+            sent(&mut p),
+            vec![(0, Some(B), Repr::Prune { source: src, group: G, lifetime_ms: 1000 })]
+        );
+        // Data keeps coming: no retransmission before 30 ms, then at 30 ms and 60 ms more.
+        p.data_unwanted(ms(20), src, G, &mut mem);
+        assert!(sent(&mut p).is_empty());
+        p.data_unwanted(ms(32), src, G, &mut mem);
+        assert_eq!(sent(&mut p).len(), 1);
+        p.data_unwanted(ms(80), src, G, &mut mem);
+        assert!(sent(&mut p).is_empty(), "back-off doubled to 60 ms");
+        p.data_unwanted(ms(92), src, G, &mut mem);
+        assert_eq!(sent(&mut p).len(), 1);
+        assert_eq!(p.stats().prune_retransmits, 2);
+        // The lifetimes end: C's prune and ours (1 s): data flows again.
+        p.handle_timeout(ms(1002), &mut mem);
+        assert_eq!(mem.prunes.upstream(src, G), Upstream::Forwarding);
+        assert_eq!(downstream(&mem, src, G, ms(1002)), vec![1]);
+        assert!(mem.prunes.is_empty());
+        assert!(mem.check_invariants().is_ok());
+    }
+
+    #[test]
+    fn grafts_are_acknowledged_and_retransmitted() {
+        let (mut p, mut mem, src) = setup();
+        let prune = Repr::Prune {
+            source: src,
+            group: G,
+            lifetime_ms: 60_000,
+        }
+        .to_vec()
+        .unwrap_or_default();
+        p.handle_datagram(ms(1), 1, C, &prune, &mut mem);
+        sent(&mut p);
+        // C grafts: we ack it and graft upstream.
+        let graft = Repr::Graft { source: src, group: G }.to_vec().unwrap_or_default();
+        p.handle_datagram(ms(10), 1, C, &graft, &mut mem);
+        assert_eq!(
+            sent(&mut p),
+            vec![
+                (1, Some(C), Repr::GraftAck { source: src, group: G }),
+                (0, Some(B), Repr::Graft { source: src, group: G }),
+            ]
+        );
+        // No ack: again after 50 ms, then after 100 ms more.
+        assert_eq!(p.poll_timeout(&mem), Some(ms(60)));
+        p.handle_timeout(ms(60), &mut mem);
+        assert_eq!(sent(&mut p).len(), 1);
+        assert_eq!(p.poll_timeout(&mem), Some(ms(160)));
+        p.handle_timeout(ms(100), &mut mem);
+        assert!(sent(&mut p).is_empty());
+        p.handle_timeout(ms(160), &mut mem);
+        assert_eq!(p.stats().graft_retransmits, 2);
+        sent(&mut p);
+        // An ack from someone else is ignored; B's ends the grafting.
+        let ack = Repr::GraftAck { source: src, group: G }.to_vec().unwrap_or_default();
+        p.handle_datagram(ms(170), 1, C, &ack, &mut mem);
+        assert!(matches!(mem.prunes.upstream(src, G), Upstream::Grafting { .. }));
+        p.handle_datagram(ms(171), 0, B, &ack, &mut mem);
+        assert_eq!(mem.prunes.upstream(src, G), Upstream::Forwarding);
+        assert_eq!(p.poll_timeout(&mem), None);
+        // A member joining on a pruned branch grafts too.
+        p.handle_datagram(ms(200), 1, C, &prune, &mut mem);
+        sent(&mut p);
+        mem.groups.report(1, G, Addr(0x0a00_0105), ms(5000));
+        p.sync(ms(201), &mut mem);
+        assert_eq!(
+            sent(&mut p),
+            vec![(0, Some(B), Repr::Graft { source: src, group: G })]
+        );
+        // A new upstream voids the prune state.
+        mem.routes.set(src, 3, Origin::Learned { iface: 1, via: C }, ms(300));
+        mem.rebuild_tree(2);
+        p.sync(ms(300), &mut mem);
+        assert!(mem.prunes.is_empty());
+    }
+}
