@@ -19,7 +19,8 @@
 //! upstream and re-sends it every 5 s, doubled each time, until the upstream's **graft ack**
 //! arrives. A router answers every graft with a graft ack, removes the sender's prune, and grafts
 //! upstream if it had pruned itself. A change of upstream (route change) voids the source's
-//! prune state.
+//! prune state; a prune from a neighbour that stops depending on us is void too (when it
+//! depends on us again it starts unpruned).
 //!
 //! # Calls
 //! `handle_datagram` for prune, graft and graft-ack messages (probes and reports are route
@@ -98,6 +99,8 @@ pub struct Stats {
     pub graft_acks_received: u64,
     /// Prunes from routers that are not dependents on a child interface, and stray acks.
     pub ignored: u64,
+    /// Prunes and grafts older than the last taken from their sender (overtaken).
+    pub stale: u64,
     /// Datagrams that did not decode.
     pub malformed: u64,
 }
@@ -110,6 +113,7 @@ pub struct Pruner {
     group_reader: Reader,
     out: VecDeque<Outgoing>,
     stats: Stats,
+    next_seq: u16,
 }
 
 /// The child interfaces that want (S, G) data at `now`: children of `source`'s tree with
@@ -140,7 +144,13 @@ impl Pruner {
             group_reader: mem.groups.subscribe(),
             out: VecDeque::new(),
             stats: Stats::default(),
+            next_seq: 0,
         }
+    }
+
+    fn seq(&mut self) -> u16 {
+        self.next_seq = self.next_seq.wrapping_add(1);
+        self.next_seq
     }
 
     /// The counters.
@@ -185,12 +195,26 @@ impl Pruner {
                 source,
                 group,
                 lifetime_ms,
-            }) => self.on_prune(now, iface, from, source, group, lifetime_ms, mem),
-            Ok(Repr::Graft { source, group }) => self.on_graft(now, iface, from, source, group, mem),
-            Ok(Repr::GraftAck { source, group }) => {
+                seq,
+            }) => {
+                if self.fresh(iface, from, source, group, seq, mem) {
+                    self.on_prune(now, iface, from, source, group, lifetime_ms, mem);
+                }
+            }
+            Ok(Repr::Graft { source, group, seq }) => {
+                // Always acknowledged (a retransmission means the ack was lost); acted on
+                // only when newer than the last prune or graft from that neighbour.
+                self.stats.grafts_received += 1;
+                self.send(iface, from, &Repr::GraftAck { source, group, seq });
+                if self.fresh(iface, from, source, group, seq, mem) {
+                    mem.prunes.grafted_by(source, group, iface, from);
+                    self.graft_if_needed(now, source, group, mem);
+                }
+            }
+            Ok(Repr::GraftAck { source, group, seq }) => {
                 let up = mem.tree.get(source).and_then(|t| t.upstream);
                 if up == Some(from)
-                    && matches!(mem.prunes.upstream(source, group), Upstream::Grafting { .. })
+                    && matches!(mem.prunes.upstream(source, group), Upstream::Grafting { seq: s, .. } if s == seq)
                 {
                     self.stats.graft_acks_received += 1;
                     mem.prunes.set_upstream(source, group, Upstream::Forwarding);
@@ -200,6 +224,27 @@ impl Pruner {
             }
             Ok(Repr::Probe { .. } | Repr::Report { .. }) => {}
         }
+    }
+
+    /// Whether a prune or graft from `from` is newer than the last one taken (see the wire's
+    /// sequence numbers); stale ones are counted.
+    fn fresh(
+        &mut self,
+        iface: u16,
+        from: Addr,
+        source: Prefix,
+        group: Addr,
+        seq: u16,
+        mem: &mut GlobalMemory,
+    ) -> bool {
+        let gen_id = mem.neighbors.get(iface, from).map_or(0, |n| n.gen_id);
+        let fresh = mem
+            .prunes
+            .fresh(source, group, iface, from, gen_id, seq);
+        if !fresh {
+            self.stats.stale += 1;
+        }
+        fresh
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -232,21 +277,6 @@ impl Pruner {
         }
     }
 
-    fn on_graft(
-        &mut self,
-        now: Instant,
-        iface: u16,
-        from: Addr,
-        source: Prefix,
-        group: Addr,
-        mem: &mut GlobalMemory,
-    ) {
-        self.stats.grafts_received += 1;
-        self.send(iface, from, &Repr::GraftAck { source, group });
-        mem.prunes.grafted_by(source, group, iface, from);
-        self.graft_if_needed(now, source, group, mem);
-    }
-
     /// Graft (S, G) upstream if we pruned it and someone downstream wants it now.
     fn graft_if_needed(&mut self, now: Instant, source: Prefix, group: Addr, mem: &mut GlobalMemory) {
         if !matches!(mem.prunes.upstream(source, group), Upstream::Pruned { .. })
@@ -263,7 +293,8 @@ impl Pruner {
             return;
         };
         self.stats.grafts_sent += 1;
-        self.send(iface, up, &Repr::Graft { source, group });
+        let seq = self.seq();
+        self.send(iface, up, &Repr::Graft { source, group, seq });
         let backoff = self.timers.graft_retransmit;
         mem.prunes.set_upstream(
             source,
@@ -271,6 +302,7 @@ impl Pruner {
             Upstream::Grafting {
                 retransmit_at: now.saturating_add(backoff),
                 backoff,
+                seq,
             },
         );
     }
@@ -300,6 +332,7 @@ impl Pruner {
         };
         if mem.prunes.set_upstream(source, group, state) {
             self.stats.prunes_sent += 1;
+            let seq = self.seq();
             self.send(
                 iface,
                 up,
@@ -307,6 +340,7 @@ impl Pruner {
                     source,
                     group,
                     lifetime_ms: ms,
+                    seq,
                 },
             );
         }
@@ -334,6 +368,7 @@ impl Pruner {
                     .unwrap_or(u32::MAX)
                     .max(1);
                 self.stats.prune_retransmits += 1;
+                let seq = self.seq();
                 self.send(
                     iface,
                     up,
@@ -341,6 +376,7 @@ impl Pruner {
                         source,
                         group,
                         lifetime_ms: ms,
+                        seq,
                     },
                 );
                 let backoff = backoff.saturating_mul(2);
@@ -388,6 +424,16 @@ impl Pruner {
             }
             Changes::Resync => sources.extend(mem.tree.iter().map(|t| t.source)),
         }
+        // Prunes from neighbours that no longer depend on us are void.
+        for &s in &sources {
+            let Some(tree) = mem.tree.get(s) else {
+                continue;
+            };
+            let children = tree.children.clone();
+            mem.prunes.keep_downstream(s, |i, a| {
+                children.get(&i).is_some_and(|deps| deps.contains(&a))
+            });
+        }
         let candidates: Vec<(Prefix, Addr)> = mem
             .prunes
             .iter()
@@ -410,6 +456,7 @@ impl Pruner {
                 Upstream::Grafting {
                     retransmit_at,
                     backoff,
+                    ..
                 } if retransmit_at <= now => Some((s, g, backoff)),
                 _ => None,
             })
@@ -424,7 +471,8 @@ impl Pruner {
                 continue;
             };
             self.stats.graft_retransmits += 1;
-            self.send(iface, up, &Repr::Graft { source, group });
+            let seq = self.seq();
+            self.send(iface, up, &Repr::Graft { source, group, seq });
             let backoff = backoff.saturating_mul(2);
             mem.prunes.set_upstream(
                 source,
@@ -432,6 +480,7 @@ impl Pruner {
                 Upstream::Grafting {
                     retransmit_at: now.saturating_add(backoff),
                     backoff,
+                    seq,
                 },
             );
         }
@@ -479,25 +528,38 @@ mod tests {
         let (mut p, mut mem, src) = setup();
         assert_eq!(downstream(&mem, src, G, ms(0)), vec![1], "C depends on us");
         // A prune from a router that is not a dependent is ignored.
-        let prune = |l| {
+        let prune = |l, seq| {
             Repr::Prune {
                 source: src,
                 group: G,
                 lifetime_ms: l,
+                seq,
             }
             .to_vec()
             .unwrap_or_default()
         };
-        p.handle_datagram(ms(1), 1, Addr(0x0aff_0009), &prune(1000), &mut mem);
+        p.handle_datagram(ms(1), 1, Addr(0x0aff_0009), &prune(1000, 1), &mut mem);
         assert_eq!(p.stats().ignored, 1);
         // C prunes for 1 s: nobody downstream is left, so the prune goes up at once, for C's
         // remaining lifetime.
-        p.handle_datagram(ms(2), 1, C, &prune(1000), &mut mem);
+        p.handle_datagram(ms(2), 1, C, &prune(1000, 5), &mut mem);
         assert!(downstream(&mem, src, G, ms(2)).is_empty());
         assert_eq!(
             sent(&mut p),
-            vec![(0, Some(B), Repr::Prune { source: src, group: G, lifetime_ms: 1000 })]
+            vec![(
+                0,
+                Some(B),
+                Repr::Prune {
+                    source: src,
+                    group: G,
+                    lifetime_ms: 1000,
+                    seq: 1
+                }
+            )]
         );
+        // An older prune from C (overtaken) is ignored.
+        p.handle_datagram(ms(3), 1, C, &prune(5000, 4), &mut mem);
+        assert_eq!(p.stats().stale, 1);
         // Data keeps coming: no retransmission before 30 ms, then at 30 ms and 60 ms more.
         p.data_unwanted(ms(20), src, G, &mut mem);
         assert!(sent(&mut p).is_empty());
@@ -519,25 +581,53 @@ mod tests {
     #[test]
     fn grafts_are_acknowledged_and_retransmitted() {
         let (mut p, mut mem, src) = setup();
-        let prune = Repr::Prune {
+        let prune = |seq| {
+            Repr::Prune {
+                source: src,
+                group: G,
+                lifetime_ms: 60_000,
+                seq,
+            }
+            .to_vec()
+            .unwrap_or_default()
+        };
+        p.handle_datagram(ms(1), 1, C, &prune(1), &mut mem);
+        sent(&mut p);
+        // C grafts: we ack it and graft upstream.
+        let graft = Repr::Graft {
             source: src,
             group: G,
-            lifetime_ms: 60_000,
+            seq: 2,
         }
         .to_vec()
         .unwrap_or_default();
-        p.handle_datagram(ms(1), 1, C, &prune, &mut mem);
-        sent(&mut p);
-        // C grafts: we ack it and graft upstream.
-        let graft = Repr::Graft { source: src, group: G }.to_vec().unwrap_or_default();
         p.handle_datagram(ms(10), 1, C, &graft, &mut mem);
         assert_eq!(
             sent(&mut p),
             vec![
-                (1, Some(C), Repr::GraftAck { source: src, group: G }),
-                (0, Some(B), Repr::Graft { source: src, group: G }),
+                (
+                    1,
+                    Some(C),
+                    Repr::GraftAck {
+                        source: src,
+                        group: G,
+                        seq: 2
+                    }
+                ),
+                (
+                    0,
+                    Some(B),
+                    Repr::Graft {
+                        source: src,
+                        group: G,
+                        seq: 2
+                    }
+                ),
             ]
         );
+        // C's prune, overtaken by its graft, arrives late: ignored, the branch stays grafted.
+        p.handle_datagram(ms(11), 1, C, &prune(1), &mut mem);
+        assert_eq!(downstream(&mem, src, G, ms(11)), vec![1]);
         // No ack: again after 50 ms, then after 100 ms more.
         assert_eq!(p.poll_timeout(&mem), Some(ms(60)));
         p.handle_timeout(ms(60), &mut mem);
@@ -548,21 +638,42 @@ mod tests {
         p.handle_timeout(ms(160), &mut mem);
         assert_eq!(p.stats().graft_retransmits, 2);
         sent(&mut p);
-        // An ack from someone else is ignored; B's ends the grafting.
-        let ack = Repr::GraftAck { source: src, group: G }.to_vec().unwrap_or_default();
-        p.handle_datagram(ms(170), 1, C, &ack, &mut mem);
+        // An ack from someone else, or of an earlier graft, is ignored; B's of the last graft
+        // (sequence 4) ends the grafting.
+        let ack = |seq| {
+            Repr::GraftAck {
+                source: src,
+                group: G,
+                seq,
+            }
+            .to_vec()
+            .unwrap_or_default()
+        };
+        p.handle_datagram(ms(170), 1, C, &ack(4), &mut mem);
+        p.handle_datagram(ms(170), 0, B, &ack(3), &mut mem);
         assert!(matches!(mem.prunes.upstream(src, G), Upstream::Grafting { .. }));
-        p.handle_datagram(ms(171), 0, B, &ack, &mut mem);
+        p.handle_datagram(ms(171), 0, B, &ack(4), &mut mem);
         assert_eq!(mem.prunes.upstream(src, G), Upstream::Forwarding);
         assert_eq!(p.poll_timeout(&mem), None);
         // A member joining on a pruned branch grafts too.
-        p.handle_datagram(ms(200), 1, C, &prune, &mut mem);
-        sent(&mut p);
+        p.handle_datagram(ms(200), 1, C, &prune(3), &mut mem);
+        assert!(matches!(
+            sent(&mut p)[..],
+            [(0, Some(B), Repr::Prune { seq: 5, .. })]
+        ));
         mem.groups.report(1, G, Addr(0x0a00_0105), ms(5000));
         p.sync(ms(201), &mut mem);
         assert_eq!(
             sent(&mut p),
-            vec![(0, Some(B), Repr::Graft { source: src, group: G })]
+            vec![(
+                0,
+                Some(B),
+                Repr::Graft {
+                    source: src,
+                    group: G,
+                    seq: 6
+                }
+            )]
         );
         // A new upstream voids the prune state.
         mem.routes.set(src, 3, Origin::Learned { iface: 1, via: C }, ms(300));

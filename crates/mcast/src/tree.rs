@@ -226,6 +226,8 @@ pub enum Upstream {
         retransmit_at: Instant,
         /// The current back-off.
         backoff: Duration,
+        /// The sequence number of the last graft sent (its ack echoes it).
+        seq: u16,
     },
 }
 
@@ -254,6 +256,14 @@ impl Default for PruneEntry {
 #[derive(Debug, Default)]
 pub struct PruneTable {
     entries: BTreeMap<(Prefix, Addr), PruneEntry>,
+    /// Per (source, group, interface, neighbour): the neighbour's generation id and the
+    /// sequence number of the last prune or graft taken from it.
+    seen: BTreeMap<(Prefix, Addr, u16, Addr), (u32, u16)>,
+}
+
+/// Whether serial number `a` is newer than `b` (RFC 1982 arithmetic on 16 bits).
+pub fn seq_newer(a: u16, b: u16) -> bool {
+    a != b && (a.wrapping_sub(b) as i16) > 0
 }
 
 impl PruneTable {
@@ -319,9 +329,55 @@ impl PruneTable {
         self.tidy(source, group);
     }
 
+    /// Write: whether a prune or graft with `seq` from `neighbor` (generation `gen_id`) on
+    /// `iface` is newer than the last one taken for (source, group); if so it is recorded. A
+    /// new generation (the neighbour restarted) is always fresh. When the record is full
+    /// (more than four entries per prune-table entry bound), messages are taken unrecorded.
+    pub fn fresh(
+        &mut self,
+        source: Prefix,
+        group: Addr,
+        iface: u16,
+        neighbor: Addr,
+        gen_id: u32,
+        seq: u16,
+    ) -> bool {
+        let key = (source, group, iface, neighbor);
+        match self.seen.get(&key) {
+            Some(&(g, last)) if g == gen_id && !seq_newer(seq, last) => false,
+            Some(_) => {
+                self.seen.insert(key, (gen_id, seq));
+                true
+            }
+            None => {
+                if self.seen.len() < 4 * MAX_PRUNE_ENTRIES {
+                    self.seen.insert(key, (gen_id, seq));
+                }
+                true
+            }
+        }
+    }
+
+    /// Write: forget the downstream prunes of `source` from neighbours for which `keep` is
+    /// false (they no longer depend on us: their prune is void, and a later return as a
+    /// dependent starts unpruned).
+    pub fn keep_downstream(&mut self, source: Prefix, keep: impl Fn(u16, Addr) -> bool) {
+        for (_, e) in self
+            .entries
+            .range_mut((source, Addr(0))..=(source, Addr(u32::MAX)))
+        {
+            e.downstream.retain(|&(i, a), _| keep(i, a));
+        }
+        self.seen
+            .retain(|&(s, _, i, a), _| s != source || keep(i, a));
+        self.entries
+            .retain(|_, e| e.upstream != Upstream::Forwarding || !e.downstream.is_empty());
+    }
+
     /// Write: forget every prune state of `source` (its upstream changed or it is gone).
     pub fn forget_source(&mut self, source: Prefix) {
         self.entries.retain(|&(s, _), _| s != source);
+        self.seen.retain(|&(s, ..), _| s != source);
     }
 
     /// Write: remove downstream prunes expired at `now`, and upstream prunes whose lifetime
@@ -502,5 +558,12 @@ mod tests {
         pt.pruned_by(s, g, 2, Addr(9), t(100));
         pt.forget_source(s);
         assert!(pt.is_empty());
+        // Sequence numbers: newer only, per generation, with wrap-around.
+        assert!(pt.fresh(s, g, 2, Addr(9), 1, 0xfffe));
+        assert!(!pt.fresh(s, g, 2, Addr(9), 1, 0xfffe), "the same again");
+        assert!(pt.fresh(s, g, 2, Addr(9), 1, 3), "wrapped");
+        assert!(!pt.fresh(s, g, 2, Addr(9), 1, 0xffff), "older than 3");
+        assert!(pt.fresh(s, g, 2, Addr(9), 2, 0), "restarted neighbour");
+        assert!(seq_newer(1, 0) && !seq_newer(0, 1) && seq_newer(0, 0xffff));
     }
 }

@@ -15,9 +15,15 @@
 //!   route keeps every entry the same size.
 //! - **Prune** (16 bytes of body): source network address (4), group (4, class D), lifetime in
 //!   milliseconds (4; the draft has seconds: milliseconds let scaled timers prune for less than
-//!   a second), source prefix length (1), three reserved zero bytes.
+//!   a second), source prefix length (1), sequence number (2), a reserved zero byte.
 //! - **Graft** and **Graft Ack** (12 bytes of body): source network address (4), group (4),
-//!   prefix length (1), three reserved zero bytes.
+//!   prefix length (1), sequence number (2), a reserved zero byte.
+//!
+//! The sequence number is viastack's addition: every prune and graft a router sends takes the
+//! next value of its counter, and a graft ack echoes its graft's. The upstream ignores a prune
+//! or graft older (serial-number arithmetic) than the last it took from that neighbour, so a
+//! prune overtaken by a later graft cannot cut a branch that was grafted back; the draft's
+//! messages, without it, can (for a whole prune lifetime).
 //!
 //! As in smoltcp, [`Packet`] is a checked view (after `new_checked` no accessor can panic) and
 //! [`Repr`] the parsed form with `parse`, `emit` and `buffer_len`.
@@ -202,7 +208,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
                 if !group.is_multicast() {
                     return Err(WireError::Group);
                 }
-                if source.is_none() || body.get(need - 3..) != Some(&[0, 0, 0][..]) {
+                if source.is_none() || body.last() != Some(&0) {
                     return Err(WireError::Source);
                 }
             }
@@ -218,6 +224,19 @@ impl<T: AsRef<[u8]>> Packet<T> {
         }
         let (s, g) = sg_fields(self.bytes().get(HEADER_LEN..).unwrap_or_default());
         Some((s?, g))
+    }
+
+    /// A prune's, graft's or graft ack's sequence number (0 for others).
+    pub fn seq(&self) -> u16 {
+        if !matches!(self.kind(), TYPE_PRUNE | TYPE_GRAFT | TYPE_GRAFT_ACK) {
+            return 0;
+        }
+        let b = self.bytes();
+        let n = b.len();
+        match (b.get(n.wrapping_sub(3)), b.get(n.wrapping_sub(2))) {
+            (Some(&h), Some(&l)) => u16::from_be_bytes([h, l]),
+            _ => 0,
+        }
     }
 
     /// A prune's lifetime in milliseconds (0 for others).
@@ -335,6 +354,8 @@ pub enum Repr {
         group: Addr,
         /// How long the prune holds, in milliseconds.
         lifetime_ms: u32,
+        /// The sender's sequence number.
+        seq: u16,
     },
     /// A graft: the sender wants (source, group) data again.
     Graft {
@@ -342,6 +363,8 @@ pub enum Repr {
         source: Prefix,
         /// The group.
         group: Addr,
+        /// The sender's sequence number.
+        seq: u16,
     },
     /// The acknowledgement of a graft.
     GraftAck {
@@ -349,6 +372,8 @@ pub enum Repr {
         source: Prefix,
         /// The group.
         group: Addr,
+        /// The acknowledged graft's sequence number.
+        seq: u16,
     },
 }
 
@@ -365,9 +390,18 @@ impl Repr {
                 source,
                 group,
                 lifetime_ms: p.lifetime_ms(),
+                seq: p.seq(),
             },
-            (TYPE_GRAFT, Some((source, group))) => Repr::Graft { source, group },
-            (TYPE_GRAFT_ACK, Some((source, group))) => Repr::GraftAck { source, group },
+            (TYPE_GRAFT, Some((source, group))) => Repr::Graft {
+                source,
+                group,
+                seq: p.seq(),
+            },
+            (TYPE_GRAFT_ACK, Some((source, group))) => Repr::GraftAck {
+                source,
+                group,
+                seq: p.seq(),
+            },
             _ => Repr::Report {
                 entries: p.entries().collect(),
             },
@@ -439,22 +473,25 @@ impl Repr {
                 source,
                 group,
                 lifetime_ms,
+                seq,
             } => {
                 if !group.is_multicast() {
                     return Err(WireError::Group);
                 }
+                let [h, l] = seq.to_be_bytes();
                 w.extend_from_slice(&source.addr().to_be_bytes());
                 w.extend_from_slice(&group.0.to_be_bytes());
                 w.extend_from_slice(&lifetime_ms.to_be_bytes());
-                w.extend_from_slice(&[source.len(), 0, 0, 0]);
+                w.extend_from_slice(&[source.len(), h, l, 0]);
             }
-            Repr::Graft { source, group } | Repr::GraftAck { source, group } => {
+            Repr::Graft { source, group, seq } | Repr::GraftAck { source, group, seq } => {
                 if !group.is_multicast() {
                     return Err(WireError::Group);
                 }
+                let [h, l] = seq.to_be_bytes();
                 w.extend_from_slice(&source.addr().to_be_bytes());
                 w.extend_from_slice(&group.0.to_be_bytes());
-                w.extend_from_slice(&[source.len(), 0, 0, 0]);
+                w.extend_from_slice(&[source.len(), h, l, 0]);
             }
         }
         out.copy_from_slice(&w);
@@ -499,14 +536,17 @@ mod tests {
                 source: Prefix::of_link(3),
                 group: g,
                 lifetime_ms: 7_200_000,
+                seq: 0xfffe,
             },
             Repr::Graft {
                 source: Prefix::of_link(3),
                 group: g,
+                seq: 1,
             },
             Repr::GraftAck {
                 source: Prefix::of_link(3),
                 group: g,
+                seq: 0x0100,
             },
         ] {
             let b = m.to_vec().unwrap_or_default();
@@ -516,7 +556,8 @@ mod tests {
         assert_eq!(
             Repr::Graft {
                 source: Prefix::of_link(3),
-                group: Addr(1)
+                group: Addr(1),
+                seq: 0
             }
             .to_vec(),
             Err(WireError::Group)

@@ -53,16 +53,18 @@ fn dvmrp_vectors() {
         let r = Repr::parse_bytes(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
         if let Some(sg) = v.get("prune_graft") {
             let kind = sg["kind"].as_str().unwrap();
-            let (k, source, group, lifetime) = match &r {
+            let (k, source, group, lifetime, seq) = match &r {
                 Repr::Prune {
                     source,
                     group,
                     lifetime_ms,
-                } => ("prune", source, group, Some(u64::from(*lifetime_ms))),
-                Repr::Graft { source, group } => ("graft", source, group, None),
-                Repr::GraftAck { source, group } => ("graft_ack", source, group, None),
+                    seq,
+                } => ("prune", source, group, Some(u64::from(*lifetime_ms)), seq),
+                Repr::Graft { source, group, seq } => ("graft", source, group, None, seq),
+                Repr::GraftAck { source, group, seq } => ("graft_ack", source, group, None, seq),
                 _ => panic!("{name}: decoded {r:?}"),
             };
+            assert_eq!(Some(u64::from(*seq)), sg["seq"].as_u64(), "{name}");
             assert_eq!(k, kind, "{name}");
             assert_eq!(source.to_string(), sg["source"].as_str().unwrap(), "{name}");
             assert_eq!(group.to_string(), sg["group"].as_str().unwrap(), "{name}");

@@ -2,6 +2,8 @@
 //! ([`HostNode`]) as simulator nodes on a multi-hop topology.
 #![allow(dead_code, clippy::unwrap_used)]
 
+use std::collections::BTreeMap;
+
 use viastack_kernel::{Dest, Instant, NodeId};
 use viastack_mcast::dvmrp::{Config, Interface, Timers};
 use viastack_mcast::node::{host_addr, Delivery, HostNode, RouterNode};
@@ -10,8 +12,8 @@ use viastack_sim::{Node, Topology, Transmit};
 
 /// A router or a host, with the deliveries its application got.
 pub enum McNode {
-    /// A router.
-    Router(Box<RouterNode>),
+    /// A router, and the data frames it sent per interface.
+    Router(Box<RouterNode>, BTreeMap<u16, u64>),
     /// A host and its deliveries.
     Host(HostNode, Vec<Delivery>),
 }
@@ -35,7 +37,7 @@ impl McNode {
                 interfaces,
                 timers: Timers::rfc().scaled(scale),
             };
-            McNode::Router(Box::new(RouterNode::new(cfg, scale, now)))
+            McNode::Router(Box::new(RouterNode::new(cfg, scale, now)), BTreeMap::new())
         } else {
             let link = u16::try_from(links.first().copied().unwrap_or(0)).unwrap();
             let addr = host_addr(link, u16::try_from(id.0).unwrap());
@@ -48,7 +50,7 @@ impl McNode {
 
     pub fn router(&self) -> &RouterNode {
         match self {
-            McNode::Router(r) => r,
+            McNode::Router(r, _) => r,
             McNode::Host(..) => panic!("not a router"),
         }
     }
@@ -56,14 +58,22 @@ impl McNode {
     pub fn host(&mut self) -> &mut HostNode {
         match self {
             McNode::Host(h, _) => h,
-            McNode::Router(_) => panic!("not a host"),
+            McNode::Router(..) => panic!("not a host"),
+        }
+    }
+
+    /// Data frames sent per interface (routers).
+    pub fn data_sent(&self) -> BTreeMap<u16, u64> {
+        match self {
+            McNode::Router(_, d) => d.clone(),
+            McNode::Host(..) => BTreeMap::new(),
         }
     }
 
     pub fn deliveries(&self) -> &[Delivery] {
         match self {
             McNode::Host(_, d) => d,
-            McNode::Router(_) => &[],
+            McNode::Router(..) => &[],
         }
     }
 
@@ -79,7 +89,7 @@ impl McNode {
 impl Node for McNode {
     fn handle_datagram(&mut self, now: Instant, port: u16, from: NodeId, bytes: Vec<u8>) {
         match self {
-            McNode::Router(r) => {
+            McNode::Router(r, _) => {
                 let from = node_addr(u16::try_from(from.0).unwrap_or(u16::MAX));
                 r.handle_datagram(now, port, from, &bytes);
             }
@@ -89,21 +99,27 @@ impl Node for McNode {
     }
     fn handle_timeout(&mut self, now: Instant) {
         match self {
-            McNode::Router(r) => r.handle_timeout(now),
+            McNode::Router(r, _) => r.handle_timeout(now),
             McNode::Host(h, _) => h.handle_timeout(now),
         }
     }
     fn poll_timeout(&self) -> Option<Instant> {
         match self {
-            McNode::Router(r) => r.poll_timeout(),
+            McNode::Router(r, _) => r.poll_timeout(),
             McNode::Host(h, _) => h.poll_timeout(),
         }
     }
     fn poll_transmit(&mut self) -> Option<Transmit> {
         let o = match self {
-            McNode::Router(r) => r.poll_transmit(),
-            McNode::Host(h, _) => h.poll_transmit(),
-        }?;
+            McNode::Router(r, sent) => {
+                let o = r.poll_transmit()?;
+                if o.bytes.first() == Some(&viastack_mcast::forward::TYPE_DATA) {
+                    *sent.entry(o.iface).or_default() += 1;
+                }
+                o
+            }
+            McNode::Host(h, _) => h.poll_transmit()?,
+        };
         Some(Transmit {
             port: o.iface,
             dest: o
