@@ -85,11 +85,14 @@ impl SimNode {
     /// The node's global memory (seed 004), if a `dvmrp` session runs on it, as report rows.
     pub fn memory(&self) -> Option<crate::report::NodeMemory> {
         use viastack_mcast::memory::Origin;
+        use viastack_mcast::tree::Upstream;
         use viastack_protocols::dvmrp::DvmrpSession;
-        let mem = self
+        let shared = self
             .sessions
             .iter()
             .find_map(|&(_, sid)| self.kernel.session::<DvmrpSession>(sid)?.memory())?;
+        let mem = viastack_protocols::mcast::lock(&shared);
+        let now = self.kernel.now();
         Some(crate::report::NodeMemory {
             neighbors: mem
                 .neighbors
@@ -112,6 +115,49 @@ impl SimNode {
                         Origin::Connected { .. } => None,
                     },
                     dependents: r.dependents.len(),
+                })
+                .collect(),
+            tree: mem
+                .tree
+                .iter()
+                .map(|t| crate::report::TreeRow {
+                    source: t.source.to_string(),
+                    upstream_iface: t.upstream_iface,
+                    upstream: t.upstream.map(|a| a.to_string()),
+                    children: t
+                        .children
+                        .iter()
+                        .map(|(&i, d)| (i, d.iter().map(ToString::to_string).collect()))
+                        .collect(),
+                })
+                .collect(),
+            prunes: mem
+                .prunes
+                .iter()
+                .map(|(&(s, g), e)| crate::report::PruneRow {
+                    source: s.to_string(),
+                    group: g.to_string(),
+                    upstream: match e.upstream {
+                        Upstream::Forwarding => "forwarding",
+                        Upstream::Pruned { .. } => "pruned",
+                        Upstream::Grafting { .. } => "grafting",
+                    }
+                    .to_string(),
+                    pruned_by: e
+                        .downstream
+                        .iter()
+                        .filter(|(_, &t)| t > now)
+                        .map(|(&(i, a), _)| format!("{i}/{a}"))
+                        .collect(),
+                })
+                .collect(),
+            groups: mem
+                .groups
+                .iter()
+                .map(|m| crate::report::GroupRow {
+                    iface: m.iface,
+                    group: m.group.to_string(),
+                    last_reporter: m.last_reporter.to_string(),
                 })
                 .collect(),
         })
