@@ -466,10 +466,10 @@ impl Dvmrp {
         if let Ok(bytes) = probe.to_vec() {
             self.stats.probes_sent += 1;
             self.out.push_back(Outgoing {
-                    iface,
-                    to: None,
-                    bytes,
-                });
+                iface,
+                to: None,
+                bytes,
+            });
         }
     }
 

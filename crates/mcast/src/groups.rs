@@ -162,7 +162,10 @@ impl GroupTable {
     pub fn check_invariants(&self) -> Result<(), String> {
         for (&(i, g), m) in &self.entries {
             if (m.iface, m.group) != (i, g) {
-                return Err(format!("membership keyed ({i}, {g}) is for ({}, {})", m.iface, m.group));
+                return Err(format!(
+                    "membership keyed ({i}, {g}) is for ({}, {})",
+                    m.iface, m.group
+                ));
             }
             if !g.is_multicast() {
                 return Err(format!("{g} on interface {i} is not a multicast group"));

@@ -129,9 +129,7 @@ impl RouterNode {
                 self.pruner.sync(now, &mut self.mem);
             }
             Kind::Data => {
-                let v = self
-                    .forward
-                    .handle_data(now, iface, from, bytes, &self.mem);
+                let v = self.forward.handle_data(now, iface, from, bytes, &self.mem);
                 for i in v.out {
                     self.out.push_back(Outgoing {
                         iface: i,

@@ -238,9 +238,7 @@ impl Pruner {
         mem: &mut GlobalMemory,
     ) -> bool {
         let gen_id = mem.neighbors.get(iface, from).map_or(0, |n| n.gen_id);
-        let fresh = mem
-            .prunes
-            .fresh(source, group, iface, from, gen_id, seq);
+        let fresh = mem.prunes.fresh(source, group, iface, from, gen_id, seq);
         if !fresh {
             self.stats.stale += 1;
         }
@@ -278,7 +276,13 @@ impl Pruner {
     }
 
     /// Graft (S, G) upstream if we pruned it and someone downstream wants it now.
-    fn graft_if_needed(&mut self, now: Instant, source: Prefix, group: Addr, mem: &mut GlobalMemory) {
+    fn graft_if_needed(
+        &mut self,
+        now: Instant,
+        source: Prefix,
+        group: Addr,
+        mem: &mut GlobalMemory,
+    ) {
         if !matches!(mem.prunes.upstream(source, group), Upstream::Pruned { .. })
             || downstream(mem, source, group, now).is_empty()
         {
@@ -308,7 +312,13 @@ impl Pruner {
     }
 
     /// Send a prune for (S, G) upstream (first transmission).
-    fn prune_upstream(&mut self, now: Instant, source: Prefix, group: Addr, mem: &mut GlobalMemory) {
+    fn prune_upstream(
+        &mut self,
+        now: Instant,
+        source: Prefix,
+        group: Addr,
+        mem: &mut GlobalMemory,
+    ) {
         let Some((iface, up)) = mem
             .tree
             .get(source)
@@ -321,9 +331,13 @@ impl Pruner {
             .prunes
             .get(source, group)
             .and_then(|e| e.downstream.values().min().copied())
-            .map_or(self.timers.prune_lifetime, |t| t.saturating_duration_since(now))
+            .map_or(self.timers.prune_lifetime, |t| {
+                t.saturating_duration_since(now)
+            })
             .min(self.timers.prune_lifetime);
-        let ms = u32::try_from(lifetime.as_millis()).unwrap_or(u32::MAX).max(1);
+        let ms = u32::try_from(lifetime.as_millis())
+            .unwrap_or(u32::MAX)
+            .max(1);
         let backoff = self.timers.prune_retransmit;
         let state = Upstream::Pruned {
             until: now.saturating_add(lifetime),
@@ -348,7 +362,13 @@ impl Pruner {
 
     /// Forwarding got (S, G) data from the upstream with no child interface wanting it: prune
     /// (or prune again, after the retransmission time, with back-off).
-    pub fn data_unwanted(&mut self, now: Instant, source: Prefix, group: Addr, mem: &mut GlobalMemory) {
+    pub fn data_unwanted(
+        &mut self,
+        now: Instant,
+        source: Prefix,
+        group: Addr,
+        mem: &mut GlobalMemory,
+    ) {
         self.sync(now, mem);
         match mem.prunes.upstream(source, group) {
             Upstream::Forwarding => self.prune_upstream(now, source, group, mem),
@@ -505,12 +525,8 @@ mod tests {
     fn setup() -> (Pruner, GlobalMemory, Prefix) {
         let mut mem = GlobalMemory::new(Addr(0x0aff_0001));
         let src = Prefix::of_link(9);
-        mem.routes.set(
-            src,
-            3,
-            Origin::Learned { iface: 0, via: B },
-            ms(0),
-        );
+        mem.routes
+            .set(src, 3, Origin::Learned { iface: 0, via: B }, ms(0));
         mem.routes.set_dependent(src, 1, C, true);
         mem.rebuild_tree(2);
         let p = Pruner::new(Timers::rfc().scaled(0.01), &mut mem);
@@ -519,7 +535,13 @@ mod tests {
 
     fn sent(p: &mut Pruner) -> Vec<(u16, Option<Addr>, Repr)> {
         std::iter::from_fn(|| p.poll_transmit())
-            .map(|o| (o.iface, o.to, Repr::parse_bytes(&o.bytes).unwrap_or_else(|e| panic!("{e}"))))
+            .map(|o| {
+                (
+                    o.iface,
+                    o.to,
+                    Repr::parse_bytes(&o.bytes).unwrap_or_else(|e| panic!("{e}")),
+                )
+            })
             .collect()
     }
 
@@ -651,7 +673,10 @@ mod tests {
         };
         p.handle_datagram(ms(170), 1, C, &ack(4), &mut mem);
         p.handle_datagram(ms(170), 0, B, &ack(3), &mut mem);
-        assert!(matches!(mem.prunes.upstream(src, G), Upstream::Grafting { .. }));
+        assert!(matches!(
+            mem.prunes.upstream(src, G),
+            Upstream::Grafting { .. }
+        ));
         p.handle_datagram(ms(171), 0, B, &ack(4), &mut mem);
         assert_eq!(mem.prunes.upstream(src, G), Upstream::Forwarding);
         assert_eq!(p.poll_timeout(&mem), None);
@@ -676,7 +701,8 @@ mod tests {
             )]
         );
         // A new upstream voids the prune state.
-        mem.routes.set(src, 3, Origin::Learned { iface: 1, via: C }, ms(300));
+        mem.routes
+            .set(src, 3, Origin::Learned { iface: 1, via: C }, ms(300));
         mem.rebuild_tree(2);
         p.sync(ms(300), &mut mem);
         assert!(mem.prunes.is_empty());

@@ -197,7 +197,10 @@ impl SourceTree {
                 return Err(format!("tree keyed {p} is for {}", e.source));
             }
             if e.children.contains_key(&e.upstream_iface) {
-                return Err(format!("{p}: upstream interface {} is a child", e.upstream_iface));
+                return Err(format!(
+                    "{p}: upstream interface {} is a child",
+                    e.upstream_iface
+                ));
             }
         }
         Ok(())
@@ -499,10 +502,7 @@ mod tests {
         tree.rebuild(own, 3, &rt);
         let e = tree.get(src).cloned().unwrap_or_else(|| panic!("no entry"));
         assert_eq!(e.upstream, Some(Addr(1)));
-        assert_eq!(
-            e.children,
-            BTreeMap::from([(1, BTreeSet::from([Addr(7)]))])
-        );
+        assert_eq!(e.children, BTreeMap::from([(1, BTreeSet::from([Addr(7)]))]));
         assert!(tree.check_invariants().is_ok());
         // Neighbour 4 withdraws (poison reverse: it now depends on someone here): we forward
         // on interface 2 as well, a leaf.
@@ -542,7 +542,10 @@ mod tests {
         assert_eq!(pt.upstream(s, g), Upstream::Forwarding);
         assert!(pt.pruned_by(s, g, 2, Addr(9), t(100)));
         assert!(pt.is_pruned_by(s, g, 2, Addr(9), t(50)));
-        assert!(!pt.is_pruned_by(s, g, 2, Addr(9), t(100)), "expired at its end");
+        assert!(
+            !pt.is_pruned_by(s, g, 2, Addr(9), t(100)),
+            "expired at its end"
+        );
         let pruned = Upstream::Pruned {
             until: t(80),
             retransmit_at: t(30),

@@ -162,7 +162,11 @@ impl Net<'_> {
             self.sim.run_until(t).map_err(|e| e.to_string()).unwrap();
             for &(h, at) in joins {
                 if at <= t && at + Duration::from_millis(20) > t {
-                    self.sim.node_mut(NodeId(h as u32)).unwrap().host().join(t, G);
+                    self.sim
+                        .node_mut(NodeId(h as u32))
+                        .unwrap()
+                        .host()
+                        .join(t, G);
                 }
             }
             if t >= ms(1_000) && t < until {
@@ -174,7 +178,12 @@ impl Net<'_> {
     }
 
     fn member(&mut self, h: usize) -> bool {
-        self.sim.node_mut(NodeId(h as u32)).unwrap().host().igmp.is_member(G)
+        self.sim
+            .node_mut(NodeId(h as u32))
+            .unwrap()
+            .host()
+            .igmp
+            .is_member(G)
     }
 
     fn data_sent(&self) -> Vec<BTreeMap<u16, u64>> {
@@ -249,7 +258,15 @@ impl Net<'_> {
         for r in 0..self.case.routers {
             if let Some(t) = &trees[r] {
                 for &i in t.children.keys() {
-                    if wants_link(r, link_of(r, i), &trees, topo, &members, self.case.routers, 0) {
+                    if wants_link(
+                        r,
+                        link_of(r, i),
+                        &trees,
+                        topo,
+                        &members,
+                        self.case.routers,
+                        0,
+                    ) {
                         out.insert((r, i));
                     }
                 }
@@ -269,9 +286,15 @@ impl Net<'_> {
         }
         for r in 0..self.case.routers {
             let node = self.sim.node(NodeId(r as u32)).unwrap().router();
-            eprintln!("router {r} ifaces {:?}", self.case.topo.interfaces(NodeId(r as u32)));
+            eprintln!(
+                "router {r} ifaces {:?}",
+                self.case.topo.interfaces(NodeId(r as u32))
+            );
             for t in node.mem.tree.iter() {
-                eprintln!("  tree {} up {} {:?} children {:?}", t.source, t.upstream_iface, t.upstream, t.children);
+                eprintln!(
+                    "  tree {} up {} {:?} children {:?}",
+                    t.source, t.upstream_iface, t.upstream, t.children
+                );
             }
             for (k, e) in node.mem.prunes.iter() {
                 eprintln!("  prune {k:?} {e:?}");
@@ -279,7 +302,11 @@ impl Net<'_> {
             for m in node.mem.groups.iter() {
                 eprintln!("  group {m:?}");
             }
-            eprintln!("  fwd {:?} pruner {:?}", node.forward.stats(), node.pruner.stats());
+            eprintln!(
+                "  fwd {:?} pruner {:?}",
+                node.forward.stats(),
+                node.pruner.stats()
+            );
         }
     }
 
@@ -357,12 +384,24 @@ fn check(seed: u64) -> Result<(), String> {
     net.check_window(ms(7_700), ms(8_700), "converged")?;
     let t = net.sim.now();
     if let Some(h) = case.late_join {
-        net.sim.node_mut(NodeId(h as u32)).unwrap().host().join(t, G);
+        net.sim
+            .node_mut(NodeId(h as u32))
+            .unwrap()
+            .host()
+            .join(t, G);
     }
     if let Some(h) = case.late_leave {
-        net.sim.node_mut(NodeId(h as u32)).unwrap().host().leave(t, G);
+        net.sim
+            .node_mut(NodeId(h as u32))
+            .unwrap()
+            .host()
+            .leave(t, G);
     }
-    net.check_window(t + Duration::from_millis(300), t + Duration::from_millis(1_300), "after a join and a leave")?;
+    net.check_window(
+        t + Duration::from_millis(300),
+        t + Duration::from_millis(1_300),
+        "after a join and a leave",
+    )?;
     for r in 0..routers {
         net.sim
             .node(NodeId(r as u32))

@@ -50,7 +50,8 @@ fn link(latency_ms: u64) -> LinkConfig {
 /// The 19 links of `stacks/mcast-net15.toml`, in file order (link k is network 10.0.k.0/24).
 pub fn net15() -> Topology {
     let mut t = Topology::default();
-    t.links.push(TopoLink::new([NodeId(0), NodeId(1), NodeId(10)], link(1)));
+    t.links
+        .push(TopoLink::new([NodeId(0), NodeId(1), NodeId(10)], link(1)));
     for (a, b, lat) in [
         (1, 2, 2),
         (1, 3, 2),
@@ -111,7 +112,12 @@ impl Run {
             t = (t + Duration::from_millis(100)).min(until);
             self.sim.run_until(t).unwrap();
             if from.is_some_and(|f| t >= f) && t < until {
-                let seq = self.sim.node_mut(NodeId(A)).unwrap().host().send(G1, b"tick");
+                let seq = self
+                    .sim
+                    .node_mut(NodeId(A))
+                    .unwrap()
+                    .host()
+                    .send(G1, b"tick");
                 assert_eq!(seq, Some(u32::try_from(self.sent.len()).unwrap()));
                 self.sent.push(t);
             }
@@ -205,7 +211,9 @@ fn iface(r: u32, l: usize) -> u16 {
 }
 
 fn addrs(ids: &[u32]) -> BTreeSet<Addr> {
-    ids.iter().map(|&i| node_addr(u16::try_from(i).unwrap())).collect()
+    ids.iter()
+        .map(|&i| node_addr(u16::try_from(i).unwrap()))
+        .collect()
 }
 
 #[test]
@@ -270,7 +278,11 @@ fn the_seeds_operational_scenario_on_net15() {
         assert!(!dup, "H{h}: duplicates");
         // Everything but what is still in flight (a few ms).
         let want = run.sent_between(ms(0), ms(19_950));
-        assert!(got.is_superset(&want), "H{h} missed {:?}", want.difference(&got));
+        assert!(
+            got.is_superset(&want),
+            "H{h} missed {:?}",
+            want.difference(&got)
+        );
         assert!(got.is_subset(&all));
     }
     for h in [H3, H4] {
@@ -338,7 +350,11 @@ fn the_seeds_operational_scenario_on_net15() {
     // Nothing crosses R1's child links any more: R2 sees no data from 31 s on.
     let r2_rx = run.router(2).forward.stats().received;
     run.run(Some(ms(40_000)), ms(41_000));
-    assert_eq!(run.router(2).forward.stats().received, r2_rx, "R1 still forwards to R2");
+    assert_eq!(
+        run.router(2).forward.stats().received,
+        r2_rx,
+        "R1 still forwards to R2"
+    );
     run.check_invariants();
 
     // 6. H1 joins again: R4 grafts to R2, R2 to R1; acks come back; data flows to H1 only.
@@ -356,11 +372,17 @@ fn the_seeds_operational_scenario_on_net15() {
     let first = run.first_delivery_after(H1, join_at).unwrap();
     let join_latency = first.saturating_duration_since(join_at);
     // The graft goes up two hops and the next packet (≤ 100 ms later) comes down.
-    assert!(join_latency <= Duration::from_millis(300), "{join_latency:?}");
+    assert!(
+        join_latency <= Duration::from_millis(300),
+        "{join_latency:?}"
+    );
     let (h1, dup) = run.received(H1);
     assert!(!dup);
     assert!(h1.is_superset(&run.sent_between(join_at + Duration::from_millis(300), ms(49_950))));
-    assert!(run.received(H2).0.is_disjoint(&run.sent_between(ms(30_500), ms(50_000))));
+    assert!(run
+        .received(H2)
+        .0
+        .is_disjoint(&run.sent_between(ms(30_500), ms(50_000))));
     assert!(run.received(H3).0.is_empty() && run.received(H4).0.is_empty());
     run.check_invariants();
     eprintln!(

@@ -231,8 +231,16 @@ impl DvmrpSession {
                     was.graft_acks_received,
                     now.graft_acks_received,
                 ),
-                ("prune_retransmits", was.prune_retransmits, now.prune_retransmits),
-                ("graft_retransmits", was.graft_retransmits, now.graft_retransmits),
+                (
+                    "prune_retransmits",
+                    was.prune_retransmits,
+                    now.prune_retransmits,
+                ),
+                (
+                    "graft_retransmits",
+                    was.graft_retransmits,
+                    now.graft_retransmits,
+                ),
             ] {
                 if b > a {
                     ctx.count_n(name, b - a);
@@ -309,7 +317,9 @@ impl Session for DvmrpSession {
             ) {
                 let mut mem = lock(m);
                 match note {
-                    Note::Unwanted { source, group } => p.data_unwanted(now, source, group, &mut mem),
+                    Note::Unwanted { source, group } => {
+                        p.data_unwanted(now, source, group, &mut mem)
+                    }
                     Note::GroupsChanged => p.sync(now, &mut mem),
                 }
             }

@@ -374,8 +374,7 @@ impl Session for IgmpSession {
         }
         if ty == MCAST_GROUP.id() {
             let now = ctx.now();
-            if let (Some(h), Some(cmd)) =
-                (self.host.as_mut(), custom_body::<GroupCommand>(&event))
+            if let (Some(h), Some(cmd)) = (self.host.as_mut(), custom_body::<GroupCommand>(&event))
             {
                 match cmd {
                     GroupCommand::Join(g) => {
@@ -402,7 +401,8 @@ impl Session for IgmpSession {
                 let now = ctx.now();
                 let from = addr_of(s.source);
                 let iface = self.ifaces.index(channel);
-                if let (Some(r), Some(m), Some(i)) = (self.router.as_mut(), self.mem.as_ref(), iface)
+                if let (Some(r), Some(m), Some(i)) =
+                    (self.router.as_mut(), self.mem.as_ref(), iface)
                 {
                     r.handle_datagram(now, i, from, bytes, &mut lock(m));
                     self.note(ctx, channel);
@@ -588,8 +588,11 @@ impl Session for McastForwardSession {
                 );
                 for i in v.out {
                     if let Some(ch) = self.ifaces.get(i) {
-                        let copy =
-                            Sendable::new(node, Dest::Broadcast, Message::from_wire(v.bytes.clone()));
+                        let copy = Sendable::new(
+                            node,
+                            Dest::Broadcast,
+                            Message::from_wire(v.bytes.clone()),
+                        );
                         ctx.go(Event::sendable(SENDABLE.id(), Direction::Down, ch, copy));
                     }
                 }

@@ -255,7 +255,16 @@ fn net15_operational_scenario_through_the_stacks() {
     let more = delivered(&r) - d19;
     assert!((130..=151).contains(&more), "H1 got {more} after rejoining");
     assert!(r.counters.get("route.grafts_sent").copied().unwrap_or(0) >= 2);
-    assert!(r.counters.get("route.graft_acks_received").copied().unwrap_or(0) >= 2);
+    assert!(
+        r.counters
+            .get("route.graft_acks_received")
+            .copied()
+            .unwrap_or(0)
+            >= 2
+    );
     assert!(r.counters.get("groups.leaves_sent").copied().unwrap_or(0) >= 2);
-    eprintln!("delivered: {d14} by 14 s, {d19} by 19 s, {more} after the rejoin; {}", r.memory["R4"].prunes.len());
+    eprintln!(
+        "delivered: {d14} by 14 s, {d19} by 19 s, {more} after the rejoin; {}",
+        r.memory["R4"].prunes.len()
+    );
 }

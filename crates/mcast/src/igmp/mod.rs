@@ -103,13 +103,13 @@ impl Timers {
     }
 
     /// A duration as a wire max response time (tenths of an unscaled second, 1..=255).
-    fn to_wire(&self, d: Duration) -> u8 {
+    fn wire_max_resp(&self, d: Duration) -> u8 {
         let tenths = d.as_secs_f64() / self.scale * 10.0;
         tenths.round().clamp(1.0, 255.0) as u8
     }
 
     /// A wire max response time as a duration at this scale.
-    fn from_wire(&self, max_resp: u8) -> Duration {
+    fn max_resp_duration(&self, max_resp: u8) -> Duration {
         Duration::from_secs_f64(f64::from(max_resp) / 10.0 * self.scale)
     }
 }
@@ -145,8 +145,13 @@ pub struct Stats {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
-    Querier { next_query: Instant, startup_left: u8 },
-    NonQuerier { other_present_until: Instant },
+    Querier {
+        next_query: Instant,
+        startup_left: u8,
+    },
+    NonQuerier {
+        other_present_until: Instant,
+    },
 }
 
 /// Last-member queries under way for one group.
@@ -175,7 +180,13 @@ pub struct Router {
 impl Router {
     /// A router with address `addr` and `ifaces` interfaces, starting at `now` as querier
     /// everywhere.
-    pub fn new(addr: Addr, ifaces: u16, timers: Timers, now: Instant, mem: &mut GlobalMemory) -> Self {
+    pub fn new(
+        addr: Addr,
+        ifaces: u16,
+        timers: Timers,
+        now: Instant,
+        mem: &mut GlobalMemory,
+    ) -> Self {
         let mut r = Router {
             addr,
             timers,
@@ -283,7 +294,7 @@ impl Router {
                         },
                     );
                     self.stats.group_queries += 1;
-                    let max_resp = t.to_wire(t.last_member_query_interval);
+                    let max_resp = t.wire_max_resp(t.last_member_query_interval);
                     self.send(
                         iface,
                         Repr::Query {
@@ -334,7 +345,7 @@ impl Router {
                     sends.push((
                         iface,
                         Repr::Query {
-                            max_resp: t.to_wire(t.query_response_interval),
+                            max_resp: t.wire_max_resp(t.query_response_interval),
                             group: None,
                         },
                     ));
@@ -352,7 +363,7 @@ impl Router {
                         sends.push((
                             iface,
                             Repr::Query {
-                                max_resp: t.to_wire(t.last_member_query_interval),
+                                max_resp: t.wire_max_resp(t.last_member_query_interval),
                                 group: Some(g),
                             },
                         ));
@@ -524,7 +535,7 @@ impl Host {
         self.stats.received += 1;
         match repr {
             Repr::Query { max_resp, group } => {
-                let max = self.timers.from_wire(max_resp);
+                let max = self.timers.max_resp_duration(max_resp);
                 let targets: Vec<Addr> = match group {
                     None => self.groups.keys().copied().collect(),
                     Some(g) if self.groups.contains_key(&g) => vec![g],
@@ -620,8 +631,8 @@ mod tests {
         let s = t.scaled(0.01);
         assert_eq!(s.query_interval, Duration::from_millis(1250));
         // The wire keeps RFC units: a 10 s response interval is 100 tenths at any scale.
-        assert_eq!(s.to_wire(s.query_response_interval), 100);
-        assert_eq!(s.from_wire(100), Duration::from_millis(100));
+        assert_eq!(s.wire_max_resp(s.query_response_interval), 100);
+        assert_eq!(s.max_resp_duration(100), Duration::from_millis(100));
     }
 
     #[test]
@@ -638,7 +649,11 @@ mod tests {
         );
         assert!(r.is_querier(0));
         // A report: members for the group membership interval (2.6 s).
-        let rep = Repr::Report { group: G, v1: false }.to_bytes();
+        let rep = Repr::Report {
+            group: G,
+            v1: false,
+        }
+        .to_bytes();
         r.handle_datagram(ms(10), 0, Addr(20), &rep, &mut mem);
         assert!(mem.groups.has_members(0, G));
         assert_eq!(mem.groups.next_expiry(), Some(ms(2610)));
@@ -682,7 +697,13 @@ mod tests {
         let mut b = Host::new(t, 2);
         assert!(!a.join(ms(0), Addr(7)), "not a group");
         assert!(a.join(ms(0), G));
-        assert_eq!(sent(&mut a.out), vec![Repr::Report { group: G, v1: false }]);
+        assert_eq!(
+            sent(&mut a.out),
+            vec![Repr::Report {
+                group: G,
+                v1: false
+            }]
+        );
         // The repeated unsolicited report, within 100 ms.
         let at = a.poll_timeout().unwrap_or(ms(1000));
         assert!(at <= ms(100));
@@ -700,9 +721,16 @@ mod tests {
         .to_bytes();
         a.handle_datagram(ms(200), &q);
         b.handle_datagram(ms(200), &q);
-        let (ta, tb) = (a.poll_timeout().unwrap_or(ms(0)), b.poll_timeout().unwrap_or(ms(0)));
+        let (ta, tb) = (
+            a.poll_timeout().unwrap_or(ms(0)),
+            b.poll_timeout().unwrap_or(ms(0)),
+        );
         assert!(ta <= ms(300) && tb <= ms(300));
-        let (first, second) = if ta <= tb { (&mut a, &mut b) } else { (&mut b, &mut a) };
+        let (first, second) = if ta <= tb {
+            (&mut a, &mut b)
+        } else {
+            (&mut b, &mut a)
+        };
         first.handle_timeout(ta.min(tb));
         let report = first.out.pop_front().map(|o| o.bytes).unwrap_or_default();
         second.handle_datagram(ta.min(tb), &report);

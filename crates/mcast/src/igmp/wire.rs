@@ -120,11 +120,9 @@ impl Repr {
     pub fn to_bytes(&self) -> [u8; LEN] {
         let (kind, max_resp, group) = match *self {
             Repr::Query { max_resp, group } => (TYPE_QUERY, max_resp, group.unwrap_or_default()),
-            Repr::Report { group, v1 } => (
-                if v1 { TYPE_REPORT_V1 } else { TYPE_REPORT_V2 },
-                0,
-                group,
-            ),
+            Repr::Report { group, v1 } => {
+                (if v1 { TYPE_REPORT_V1 } else { TYPE_REPORT_V2 }, 0, group)
+            }
             Repr::Leave { group } => (TYPE_LEAVE, 0, group),
             Repr::Unknown(k) => (k, 0, Addr(0)),
         };
@@ -153,7 +151,10 @@ mod tests {
                 max_resp: 10,
                 group: Some(g),
             },
-            Repr::Report { group: g, v1: false },
+            Repr::Report {
+                group: g,
+                v1: false,
+            },
             Repr::Report { group: g, v1: true },
             Repr::Leave { group: g },
         ] {

@@ -15,7 +15,7 @@ pub enum McNode {
     /// A router, and the data frames it sent per interface.
     Router(Box<RouterNode>, BTreeMap<u16, u64>),
     /// A host and its deliveries.
-    Host(HostNode, Vec<Delivery>),
+    Host(Box<HostNode>, Vec<Delivery>),
 }
 
 impl McNode {
@@ -42,7 +42,7 @@ impl McNode {
             let link = u16::try_from(links.first().copied().unwrap_or(0)).unwrap();
             let addr = host_addr(link, u16::try_from(id.0).unwrap());
             McNode::Host(
-                HostNode::new(addr, scale, u64::from(id.0) * 7919 + 1),
+                Box::new(HostNode::new(addr, scale, u64::from(id.0) * 7919 + 1)),
                 Vec::new(),
             )
         }

@@ -129,7 +129,9 @@ pub fn parse_group(s: &str) -> Result<viastack_mcast::Addr, String> {
             if addr.is_multicast() {
                 Ok(addr)
             } else {
-                Err(format!("`{s}` is not a multicast group (224.0.0.0–239.255.255.255)"))
+                Err(format!(
+                    "`{s}` is not a multicast group (224.0.0.0–239.255.255.255)"
+                ))
             }
         }
         _ => Err(format!("`{s}` is not a dotted IPv4 address")),
