@@ -224,6 +224,7 @@ pub fn run_recorded(
         let recorder = Rc::clone(&recorder);
         let workloads = scenario.workloads.clone();
         let leaves = scenario.leaves.clone();
+        let groups = scenario.groups.clone();
         let topology = scenario.topology.clone();
         move |id: NodeId, now: Instant| {
             let env = BuildEnv {
@@ -245,6 +246,13 @@ pub fn run_recorded(
                         SimNode::new(id, nodes, built, &workloads, Rc::clone(&recorder), now);
                     if let Some(l) = leaves.iter().filter(|l| l.node == id.0).map(|l| l.at).min() {
                         node.leave_at((Instant::ZERO + l).max(now));
+                    }
+                    // Group commands still ahead (a restarted host rejoins nothing by itself).
+                    for g in groups.iter().filter(|g| g.node == id.0) {
+                        let at = Instant::ZERO + g.at;
+                        if at >= now {
+                            node.group_at(at, g.join, g.group);
+                        }
                     }
                     node
                 }

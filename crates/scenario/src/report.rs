@@ -78,6 +78,44 @@ pub struct RouteRow {
     pub dependents: usize,
 }
 
+/// One source network of a node's source tree (global memory).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct TreeRow {
+    /// The source network.
+    pub source: String,
+    /// The interface towards it.
+    pub upstream_iface: u16,
+    /// The upstream neighbour (none when the network is attached).
+    pub upstream: Option<String>,
+    /// Child interfaces (this node is their designated forwarder) and their dependent
+    /// downstream neighbours (none: a leaf).
+    pub children: BTreeMap<u16, Vec<String>>,
+}
+
+/// One (source network, group) of a node's prune table (global memory).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PruneRow {
+    /// The source network.
+    pub source: String,
+    /// The group.
+    pub group: String,
+    /// Towards the upstream: `forwarding`, `pruned` or `grafting`.
+    pub upstream: String,
+    /// Neighbours whose prune is in force, as `interface/address`.
+    pub pruned_by: Vec<String>,
+}
+
+/// One membership of a node's group table (global memory).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct GroupRow {
+    /// The interface.
+    pub iface: u16,
+    /// The group.
+    pub group: String,
+    /// The host that reported last.
+    pub last_reporter: String,
+}
+
 /// The global memory objects of one node at the end of the run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
 pub struct NodeMemory {
@@ -85,6 +123,12 @@ pub struct NodeMemory {
     pub neighbors: Vec<NeighborRow>,
     /// The routing table.
     pub routes: Vec<RouteRow>,
+    /// The source tree.
+    pub tree: Vec<TreeRow>,
+    /// The prune table.
+    pub prunes: Vec<PruneRow>,
+    /// The group table.
+    pub groups: Vec<GroupRow>,
 }
 
 impl From<&NetStats> for Network {
@@ -445,8 +489,10 @@ impl fmt::Display for Report {
                 writeln!(
                     f,
                     "  memory     {node}: {adjacent} two-way neighbours, {reachable} reachable \
-                     networks of {} routes",
-                    m.routes.len()
+                     networks of {} routes, {} group memberships, {} prune entries",
+                    m.routes.len(),
+                    m.groups.len(),
+                    m.prunes.len()
                 )?;
             }
         } else {

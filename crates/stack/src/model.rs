@@ -326,6 +326,21 @@ pub struct LeaveSpec {
     pub line: usize,
 }
 
+/// `[[scenario.group]]`: a host's application joins or leaves a multicast group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupEventSpec {
+    /// The host.
+    pub node: u32,
+    /// Join (else leave).
+    pub join: bool,
+    /// The group address (class D).
+    pub group: u32,
+    /// When.
+    pub at: Duration,
+    /// Line of the entry.
+    pub line: usize,
+}
+
 /// `[[scenario.workload]]`: messages the application sends on a channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workload {
@@ -370,6 +385,8 @@ pub struct Scenario {
     pub leaves: Vec<LeaveSpec>,
     /// Workloads, in file order.
     pub workloads: Vec<Workload>,
+    /// Group joins and leaves, in file order.
+    pub groups: Vec<GroupEventSpec>,
     /// Link failures of the `[topology]` links, in file order.
     pub link_failures: Vec<LinkFailureSpec>,
     /// The file's `[topology]`: with one, datagrams travel its links (and `link`/`links` are

@@ -22,7 +22,7 @@ mod sp;
 pub use coordination::{HEARTBEAT, SYNC};
 pub use filters::{COMPRESS, CORRUPT, DEDUP, DELAY, DROP, DUPLICATE, ENCRYPT, REORDER, TTL};
 pub use group::{CAUSAL_ORDER, TOTAL_ORDER, VSYNC};
-pub use mcast::{DVMRP, INTERFACE};
+pub use mcast::{parse_group, DVMRP, IGMP, INTERFACE, MCAST_FORWARD};
 pub use overlay::{MESSAGESTORE, OVERLAY};
 pub use reliable::{BUNDLE, CHECKSUM, FRAGMENT, RELIABLE_FIFO};
 pub use sp::SP;
@@ -72,6 +72,8 @@ pub fn standard_catalog() -> Catalog {
         VSYNC,
         TOTAL_ORDER,
         CAUSAL_ORDER,
+        IGMP,
+        MCAST_FORWARD,
     ] {
         // Names are distinct and specs valid; the test below holds it.
         if let Err(e) = c.register(kind) {
@@ -109,7 +111,9 @@ mod tests {
                 "fragment",
                 "ghost",
                 "heartbeat",
+                "igmp",
                 "interface",
+                "mcast-forward",
                 "messagestore",
                 "overlay",
                 "reliable-fifo",
