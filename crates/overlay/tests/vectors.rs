@@ -94,8 +94,12 @@ fn dt_fields(b: &[u8]) -> Value {
 
 fn hc_fields(b: &[u8]) -> Value {
     let r = hc::Repr::parse_bytes(b).unwrap();
-    json!({"type": format!("{:?}", r.kind), "hops": r.hops, "label": r.label.value(),
-        "value": r.value, "substrate": r.substrate.as_ref().map(sub_json)})
+    let mut v = json!({"type": format!("{:?}", r.kind), "hops": r.hops, "label": r.label.value(),
+        "value": r.value, "substrate": r.substrate.as_ref().map(sub_json)});
+    if let Some(c) = r.cube {
+        v["cube"] = json!(c);
+    }
+    v
 }
 
 fn p(x: i32, y: i32) -> DtAddr {
@@ -270,6 +274,7 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
                 label: HcLabel::new(0b110),
                 value: 5,
                 substrate: Some(udp("10.0.0.1:7000")),
+                cube: None,
             },
         ),
         (
@@ -280,6 +285,7 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
                 label: HcLabel::new(0b011),
                 value: 0,
                 substrate: None,
+                cube: None,
             },
         ),
         (
@@ -290,6 +296,7 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
                 label: HcLabel::new(0b101),
                 value: 0b100,
                 substrate: Some(sim),
+                cube: None,
             },
         ),
         (
@@ -300,6 +307,7 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
                 label: HcLabel::new(0),
                 value: 0,
                 substrate: Some(sim),
+                cube: None,
             },
         ),
         (
@@ -310,6 +318,7 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
                 label: HcLabel::new(0b111),
                 value: 0,
                 substrate: None,
+                cube: None,
             },
         ),
         (
@@ -320,6 +329,7 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
                 label: HcLabel::new(0b010),
                 value: 0,
                 substrate: None,
+                cube: None,
             },
         ),
         (
@@ -330,6 +340,7 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
                 label: HcLabel::new(0b001),
                 value: 0,
                 substrate: None,
+                cube: None,
             },
         ),
         (
@@ -340,6 +351,40 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
                 label: HcLabel::new(0b011),
                 value: 0,
                 substrate: Some(sim),
+                cube: None,
+            },
+        ),
+        (
+            "Beacon from HRoot 0b110, sequence 5, of cube 0x1234abcd",
+            hc::Repr {
+                kind: hc::MessageKind::Beacon,
+                hops: 0,
+                label: HcLabel::new(0b110),
+                value: 5,
+                substrate: Some(sim),
+                cube: Some(0x1234_abcd),
+            },
+        ),
+        (
+            "Assign 0b111 in cube 0x1234abcd",
+            hc::Repr {
+                kind: hc::MessageKind::Assign,
+                hops: 0,
+                label: HcLabel::new(0b111),
+                value: 0,
+                substrate: None,
+                cube: Some(0x1234_abcd),
+            },
+        ),
+        (
+            "Rejoin: cube 0x0badcafe lost a merge, join through sim:3",
+            hc::Repr {
+                kind: hc::MessageKind::Rejoin,
+                hops: 0,
+                label: HcLabel::new(0),
+                value: 0,
+                substrate: Some(sim),
+                cube: Some(0x0bad_cafe),
             },
         ),
         (
@@ -350,6 +395,7 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
                 label: HcLabel::new(1),
                 value: 2,
                 substrate: None,
+                cube: None,
             },
         ),
     ];
@@ -612,6 +658,7 @@ fn hypercube_messages_round_trip_through_the_wire() {
             root: l,
             seq: 7,
             root_substrate: s,
+            cube: 0xfeed,
         },
         Message::Ping { src: l },
         Message::Lookup {
@@ -621,13 +668,17 @@ fn hypercube_messages_round_trip_through_the_wire() {
             hops: 3,
         },
         Message::Join { joiner: s },
-        Message::Assign { label: l },
+        Message::Assign {
+            label: l,
+            cube: 0xfeed,
+        },
         Message::Leave { src: l },
         Message::Hole { label: l },
         Message::Duplicate {
             label: l,
             holder: s,
         },
+        Message::Rejoin { cube: 3, via: s },
     ];
     for m in all {
         let mut b = Vec::new();
@@ -642,6 +693,7 @@ fn hypercube_messages_round_trip_through_the_wire() {
         label: l,
         value: 0,
         substrate: None,
+        cube: None,
     };
     assert_eq!(r.to_message::<SimAddr>(), None);
 }

@@ -138,8 +138,8 @@ use viastack_spec::service::{
 
 use crate::events::{self, PEER_UNREACHABLE, SEND_REFUSED};
 use crate::overlay::{TreeInfo, TreeQuery, NEIGHBOUR_ADDED, NEIGHBOUR_REMOVED, TREE, TREE_QUERY};
-use viastack_overlay::HcLabel;
 use crate::specbundle::{self, Assembly, Bundle, Hash, Signature, SPEC_REQUEST, SPEC_RESPONSE};
+use viastack_overlay::HcLabel;
 
 /// MessageType of a failure report (a layer message; the service never sees it).
 pub const FAILURE_REPORT: u8 = 0xFE;

@@ -374,11 +374,10 @@ impl OverlaySession {
                 self.fwd = Fwd::Dt(Forwarder::new(self.config.forward, first_id));
             }
             TopologyKind::Hypercube => {
-                self.engine = Engine::Hypercube(hypercube::Node::new(
-                    self.config.hypercube.clone(),
-                    self.node,
-                    now,
-                ));
+                let mut hc = self.config.hypercube.clone();
+                // Cube identifiers this node draws differ from every other node's.
+                hc.salt = self.seed ^ u64::from(self.node.0).wrapping_add(1) << 32;
+                self.engine = Engine::Hypercube(hypercube::Node::new(hc, self.node, now));
                 self.fwd = Fwd::Hc(Forwarder::new(self.config.forward, first_id));
             }
         }
