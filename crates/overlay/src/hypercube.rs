@@ -358,6 +358,7 @@ impl<S: Clone + Ord> Node<S> {
         });
         self.seq = seq;
         self.set_root_flag(true);
+        self.claimed_at = Some(now);
         self.timers[Timer::Beacon as usize] = Some(now);
     }
 
@@ -733,7 +734,6 @@ impl<S: Clone + Ord> Node<S> {
             self.root = None;
             if index(me).wrapping_add(1) == index(gone) {
                 self.become_root(now, me);
-                self.claimed_at = Some(now);
             }
             return;
         }
@@ -878,7 +878,6 @@ impl<S: Clone + Ord> Node<S> {
                 // partition): take the root. If this lasts `fragment_after`, this fragment
                 // founds a cube of its own (below).
                 self.become_root(now, me);
-                self.claimed_at = Some(now);
             }
             if let Some(at) = self.claimed_at {
                 if !self.is_root {
