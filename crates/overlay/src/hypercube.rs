@@ -245,7 +245,14 @@ pub struct Node<S> {
     join_via: Option<S>,
     /// When this node took the root because the old one went silent (while it stays HRoot).
     claimed_at: Option<Instant>,
+    /// Joiners whose join this node forwarded lately, and when (at most [`MAX_BUDDIES`]).
+    joins_forwarded: VecDeque<(S, Instant)>,
+    /// When this node last answered a foreign beacon (at most once per beacon period).
+    foreign_answered: Option<Instant>,
 }
+
+/// At most this many buddies (configured and learned).
+pub const MAX_BUDDIES: usize = 32;
 
 /// A cube identifier, drawn from the time, the founder's label and its salt (SplitMix64): two
 /// fragments that become cubes of their own do so at different labels, so they draw different
@@ -291,6 +298,8 @@ impl<S: Clone + Ord> Node<S> {
             cube: 0,
             join_via: None,
             claimed_at: None,
+            joins_forwarded: VecDeque::new(),
+            foreign_answered: None,
         }
     }
 
@@ -325,6 +334,29 @@ impl<S: Clone + Ord> Node<S> {
     /// What was dropped so far.
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// Adds a rendezvous point learned at run time (from a rendezvous server,
+    /// [`crate::rendezvous`]): joins are sent to it, and the HRoot's beacon goes to it (how
+    /// cubes find each other). At most [`MAX_BUDDIES`] are kept, the oldest dropped first.
+    pub fn add_buddy(&mut self, buddy: S) {
+        if buddy == self.me || self.config.buddies.contains(&buddy) {
+            return;
+        }
+        self.config.buddies.push(buddy);
+        while self.config.buddies.len() > MAX_BUDDIES {
+            self.config.buddies.remove(0);
+        }
+    }
+
+    /// Founds the cube (takes G(0) and the root) if the node has no label yet: for a node
+    /// that a rendezvous server told it is the first.
+    pub fn bootstrap(&mut self, now: Instant) {
+        if matches!(self.state, State::Joining { .. }) {
+            self.cube = cube_id(now, HcLabel::gray(0), self.config.salt);
+            self.take_label(now, HcLabel::gray(0));
+            self.become_root(now, HcLabel::gray(0));
+        }
     }
 
     /// Leaves the cube: tells the neighbours, which report the hole to the HRoot.
@@ -621,7 +653,13 @@ impl<S: Clone + Ord> Node<S> {
             (index(root), std::cmp::Reverse(cube)) > (index(mine), std::cmp::Reverse(self.cube));
         if theirs_win {
             self.rejoin(now, me, root_substrate, None);
-        } else {
+        } else if self
+            .foreign_answered
+            .is_none_or(|t| now >= t + self.config.beacon)
+        {
+            // Answered at most once per beacon period: two nodes with views of several cubes
+            // must not bounce beacons at network speed.
+            self.foreign_answered = Some(now);
             self.transmits.push_back((
                 from,
                 Message::Beacon {
@@ -720,6 +758,21 @@ impl<S: Clone + Ord> Node<S> {
             Some(r)
                 if r.substrate != self.me && r.substrate != *from && index(r.label) > index(me) =>
             {
+                // Each joiner's join is forwarded at most once per ping period: views of
+                // several cubes (before a merge) can form a forwarding cycle of higher indices.
+                if self
+                    .joins_forwarded
+                    .iter()
+                    .any(|(j, t)| *j == joiner && now < *t + self.config.ping)
+                {
+                    self.stats.wrong_state += 1;
+                    return;
+                }
+                self.joins_forwarded.retain(|(j, _)| *j != joiner);
+                self.joins_forwarded.push_back((joiner.clone(), now));
+                while self.joins_forwarded.len() > MAX_BUDDIES {
+                    self.joins_forwarded.pop_front();
+                }
                 let to = r.substrate.clone();
                 self.transmits.push_back((to, Message::Join { joiner }));
             }

@@ -603,6 +603,8 @@ impl OverlaySession {
                     _ => ctx.count("unsupported"),
                 }
             }
+            // A stack node has no rendezvous client (the buddies are configured).
+            Ok(Kind::Rendezvous) => ctx.count("unsupported"),
             Ok(Kind::Unknown(_)) | Err(_) => ctx.count("malformed"),
         }
         self.flush(ctx);
