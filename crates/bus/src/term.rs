@@ -825,18 +825,18 @@ impl<'a> TextParser<'a> {
         }
     }
 
+    /// `[A-Za-z0-9_-]*` not ending in '-' (so `a-b` is one name and `X-1` stays readable).
     pub(crate) fn ident(&mut self) -> &'a str {
         let start = self.pos;
         while let Some(c) = self.peek() {
             if c.is_ascii_alphanumeric() || c == '_' || (c == '-' && self.pos > start) {
-                // A trailing '-' followed by a non-identifier character is not part of it.
-                if c == '-' && !self.peek2().is_some_and(|d| d.is_ascii_alphanumeric()) {
-                    break;
-                }
                 self.bump();
             } else {
                 break;
             }
+        }
+        while self.pos > start && self.src[..self.pos].ends_with('-') {
+            self.pos -= 1;
         }
         &self.src[start..self.pos]
     }
