@@ -9,5 +9,6 @@
 
 pub mod saf;
 pub mod term;
+pub mod wire;
 
 pub use term::{Arena, Kind, ParseError, RefInfo, Term};

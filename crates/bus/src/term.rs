@@ -900,9 +900,10 @@ impl<'a> TextParser<'a> {
         }
         let text = &self.src[start..self.pos];
         if real {
-            text.parse::<f64>()
-                .map(|r| arena.real(r))
-                .map_err(|_| self.error(format!("invalid real '{text}'")))
+            match text.parse::<f64>() {
+                Ok(r) if r.is_finite() => Ok(arena.real(r)),
+                _ => Err(self.error(format!("invalid real '{text}'"))),
+            }
         } else {
             text.parse::<i64>()
                 .map(|i| arena.int(i))
