@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 pub mod saf;
+pub mod script;
 pub mod term;
 pub mod wire;
 
