@@ -7,6 +7,8 @@
 //!   event/ack-event, notes), a checked decoder with typed errors;
 #![deny(unsafe_code)]
 
+pub mod interp;
+pub mod refs;
 pub mod saf;
 pub mod script;
 pub mod term;

@@ -175,8 +175,14 @@ impl fmt::Display for Atom {
             Op::Assign => write!(
                 f,
                 "{} := {}",
-                self.args.first().map(ToString::to_string).unwrap_or_default(),
-                self.args.get(1).map(ToString::to_string).unwrap_or_default()
+                self.args
+                    .first()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+                self.args
+                    .get(1)
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
             ),
             op => {
                 write!(f, "{}", op.name())?;
@@ -330,7 +336,10 @@ impl Script {
         }
         for (ty, pos) in &ps.type_uses {
             if !BASE_TYPES.contains(&ty.as_str()) && !script.tools.contains_key(ty) {
-                return Err(ps.err_at(*pos, format!("unknown type '{ty}' (not a base type nor a declared tool)")));
+                return Err(ps.err_at(
+                    *pos,
+                    format!("unknown type '{ty}' (not a base type nor a declared tool)"),
+                ));
             }
         }
         for (name, n, pos) in &ps.creates {
@@ -346,7 +355,10 @@ impl Script {
             }
         }
         if script.toolbus.is_empty() {
-            return Err(ps.err_at(Pos { line: 1, col: 1 }, "no toolbus(...) entry: nothing to run"));
+            return Err(ps.err_at(
+                Pos { line: 1, col: 1 },
+                "no toolbus(...) entry: nothing to run",
+            ));
         }
         Ok(script)
     }
@@ -670,7 +682,9 @@ impl<'a> Parser<'a, '_> {
                 self.p.expect(',').map_err(|e| self.conv(e))?;
                 let pid = self.term()?;
                 if !matches!(pid.kind(), Kind::Var { result: true, .. }) {
-                    return Err(self.err_at(cpos, "create's second argument is a result variable (Pid?)"));
+                    return Err(
+                        self.err_at(cpos, "create's second argument is a result variable (Pid?)")
+                    );
                 }
                 self.p.expect(')').map_err(|e| self.conv(e))?;
                 args.push(pid);
@@ -765,9 +779,15 @@ mod tests {
         .unwrap();
         // (a . b + c . (d * e)) || f
         let body = &s.processes["P"].body;
-        let Proc::Merge(l, _) = &**body else { panic!("{body:?}") };
-        let Proc::Alt(_, r) = &**l else { panic!("{l:?}") };
-        let Proc::Seq(_, it) = &**r else { panic!("{r:?}") };
+        let Proc::Merge(l, _) = &**body else {
+            panic!("{body:?}")
+        };
+        let Proc::Alt(_, r) = &**l else {
+            panic!("{l:?}")
+        };
+        let Proc::Seq(_, it) = &**r else {
+            panic!("{r:?}")
+        };
         assert!(matches!(&**it, Proc::Iter(..)));
     }
 
@@ -779,10 +799,15 @@ mod tests {
         let e = parse("process P is tau * tau * tau toolbus(P)").unwrap_err();
         assert!(e.msg.contains("chain"), "{e}");
         let e = parse("process P is\n snd-msg(X) toolbus(P)").unwrap_err();
-        assert_eq!((e.line, e.msg.contains("X is not declared")), (2, true), "{e}");
+        assert_eq!(
+            (e.line, e.msg.contains("X is not declared")),
+            (2, true),
+            "{e}"
+        );
         let e = parse("process P(X : widget) is tau toolbus(P(1))").unwrap_err();
         assert!(e.msg.contains("unknown type 'widget'"), "{e}");
-        let e = parse("process P is let Pid : int in create(Q, Pid?) endlet toolbus(P)").unwrap_err();
+        let e =
+            parse("process P is let Pid : int in create(Q, Pid?) endlet toolbus(P)").unwrap_err();
         assert!(e.msg.contains("no process named Q"), "{e}");
         let e = parse("process P is snd-eval(1) toolbus(P)").unwrap_err();
         assert!(e.msg.contains("takes 2"), "{e}");

@@ -285,7 +285,10 @@ impl Term {
                 continue;
             }
             if let Kind::Ref(r) = t.kind() {
-                if !out.iter().any(|o: &RefInfo| o.owner == r.owner && o.var == r.var) {
+                if !out
+                    .iter()
+                    .any(|o: &RefInfo| o.owner == r.owner && o.var == r.var)
+                {
                     out.push((**r).clone());
                 }
                 continue;
@@ -298,7 +301,8 @@ impl Term {
 
 impl PartialEq for Term {
     fn eq(&self, other: &Term) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || (self.0.hash == other.0.hash && self.0.kind == other.0.kind)
+        Arc::ptr_eq(&self.0, &other.0)
+            || (self.0.hash == other.0.hash && self.0.kind == other.0.kind)
     }
 }
 impl Eq for Term {}
@@ -419,6 +423,7 @@ impl BuildHasher for PassThrough {
 #[derive(Default)]
 pub struct Arena {
     set: HashSet<Term, PassThrough>,
+    last_len: usize,
 }
 
 /// Why text is not a term: what was expected, at `line:col` (1-based).
@@ -457,6 +462,14 @@ impl Arena {
             if self.set.len() == before {
                 break;
             }
+        }
+    }
+
+    /// [`Arena::purge`] once the arena has doubled since the last purge (amortised).
+    pub fn purge_if_large(&mut self) {
+        if self.set.len() > 2 * self.last_len.max(1024) {
+            self.purge();
+            self.last_len = self.set.len();
         }
     }
 
@@ -674,7 +687,9 @@ pub fn has_type(ty: &str, value: &Term) -> bool {
         "str" => matches!(v.kind(), Kind::Str(_)),
         "blob" => matches!(v.kind(), Kind::Blob(_)),
         "list" => matches!(v.kind(), Kind::List(_)),
-        "bool" => v.as_appl().is_some_and(|(f, a)| a.is_empty() && (f == "true" || f == "false")),
+        "bool" => v
+            .as_appl()
+            .is_some_and(|(f, a)| a.is_empty() && (f == "true" || f == "false")),
         f => v.as_appl().is_some_and(|(g, _)| g == f),
     }
 }
@@ -731,15 +746,13 @@ fn match_rec(
         (Kind::Appl { fun: f, args: a }, Kind::Appl { fun: g, args: b }) => {
             f == g
                 && a.len() == b.len()
-                && a
-                    .iter()
+                && a.iter()
                     .zip(b.iter())
                     .all(|(x, y)| match_rec(x, y, scope, out, depth + 1))
         }
         (Kind::List(a), Kind::List(b)) => {
             a.len() == b.len()
-                && a
-                    .iter()
+                && a.iter()
                     .zip(b.iter())
                     .all(|(x, y)| match_rec(x, y, scope, out, depth + 1))
         }
@@ -1023,7 +1036,7 @@ impl<'a> TextParser<'a> {
 
 /// Hex digits to bytes; `None` if odd-length or not hex.
 pub fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())

@@ -530,9 +530,7 @@ impl Frame {
             0x23 => Frame::Ack {
                 delivery: b.u64("delivery")?,
             },
-            0x24 => Frame::Fin {
-                var: b.u64("var")?,
-            },
+            0x24 => Frame::Fin { var: b.u64("var")? },
             0x25 => Frame::End {
                 reason: b.str("reason")?,
             },
@@ -678,7 +676,9 @@ impl Frame {
                 tool,
                 lease_ms,
                 threshold,
-            } => json!({"version": version, "tool": tool, "lease_ms": lease_ms, "threshold": threshold}),
+            } => {
+                json!({"version": version, "tool": tool, "lease_ms": lease_ms, "threshold": threshold})
+            }
             Frame::Eval {
                 request,
                 delivery,

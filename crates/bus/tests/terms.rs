@@ -1,6 +1,7 @@
 //! Property tests of the term model: the text syntax and the binary format both round-trip any
 //! term, the binary format keeps the sharing (as many nodes decoded as encoded, and a stream no
 //! larger than the DAG), and decoding never panics on mutated streams.
+#![allow(clippy::unwrap_used)]
 
 use proptest::prelude::*;
 use viastack_bus::saf;
@@ -35,11 +36,16 @@ fn leaf() -> impl Strategy<Value = T> {
 fn term() -> impl Strategy<Value = T> {
     leaf().prop_recursive(5, 64, 4, |inner| {
         prop_oneof![
-            ("[a-z][a-z0-9]{0,3}", proptest::collection::vec(inner.clone(), 0..4))
+            (
+                "[a-z][a-z0-9]{0,3}",
+                proptest::collection::vec(inner.clone(), 0..4)
+            )
                 .prop_map(|(f, a)| T::Appl(f, a)),
             proptest::collection::vec(inner.clone(), 0..4).prop_map(T::List),
             // Repeat a subterm to exercise sharing.
-            inner.clone().prop_map(|t| T::List(vec![t.clone(), t.clone(), t])),
+            inner
+                .clone()
+                .prop_map(|t| T::List(vec![t.clone(), t.clone(), t])),
             (inner.clone(), proptest::collection::vec(inner, 1..3))
                 .prop_map(|(t, a)| T::Annot(Box::new(t), a)),
         ]
@@ -121,5 +127,9 @@ fn shared_stream_is_dag_sized() {
     let item = a.appl("chunk", vec![big]);
     let list = a.list(vec![item; 1000]);
     let bytes = saf::encode(&list);
-    assert!(bytes.len() < 10_000 + 1000 * 3 + 64, "{} bytes", bytes.len());
+    assert!(
+        bytes.len() < 10_000 + 1000 * 3 + 64,
+        "{} bytes",
+        bytes.len()
+    );
 }

@@ -4,6 +4,7 @@
 //! `terms.json` — each term stream decodes to its text and re-encodes to the same bytes.
 //! `cargo test -p viastack-bus --test vectors -- --ignored regenerate` rewrites them from the
 //! lists below.
+#![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
 
@@ -28,38 +29,188 @@ fn unhex(s: &str) -> Vec<u8> {
 fn valid_frames(a: &mut Arena) -> Vec<(&'static str, Frame)> {
     let mut t = |s: &str| a.parse(s).unwrap();
     vec![
-        ("HELLO of an active tool", Frame::Hello { version: VERSION, name: "producer".into(), location: "127.0.0.1:4100".into(), token: "s3cret".into() }),
-        ("HELLO of a passive tool", Frame::Hello { version: VERSION, name: "consumer".into(), location: String::new(), token: String::new() }),
-        ("REG", Frame::Reg { version: VERSION, tool: 7, lease_ms: 10_000, threshold: 65_536 }),
-        ("EVAL without references", Frame::Eval { request: 1, delivery: 0, term: t(r#"compute(21,"x")"#) }),
-        ("EVAL with a reference", Frame::Eval { request: 2, delivery: 5, term: t(r#"consume(@ref(7,1,52428800,"127.0.0.1:4100",data(<blob>)))"#) }),
-        ("VALUE with shared subterms", Frame::Value { request: 1, term: t("pair(f([1,2]),f([1,2]))") }),
-        ("DO", Frame::Do { delivery: 0, term: t(r#"show("hello")"#) }),
-        ("EVENT", Frame::Event { event: 3, term: t("clicked(1.5){src(button)}") }),
-        ("ACK_EVENT", Frame::AckEvent { event: 3, delivery: 0, term: t("clicked(1.5)") }),
+        (
+            "HELLO of an active tool",
+            Frame::Hello {
+                version: VERSION,
+                name: "producer".into(),
+                location: "127.0.0.1:4100".into(),
+                token: "s3cret".into(),
+            },
+        ),
+        (
+            "HELLO of a passive tool",
+            Frame::Hello {
+                version: VERSION,
+                name: "consumer".into(),
+                location: String::new(),
+                token: String::new(),
+            },
+        ),
+        (
+            "REG",
+            Frame::Reg {
+                version: VERSION,
+                tool: 7,
+                lease_ms: 10_000,
+                threshold: 65_536,
+            },
+        ),
+        (
+            "EVAL without references",
+            Frame::Eval {
+                request: 1,
+                delivery: 0,
+                term: t(r#"compute(21,"x")"#),
+            },
+        ),
+        (
+            "EVAL with a reference",
+            Frame::Eval {
+                request: 2,
+                delivery: 5,
+                term: t(r#"consume(@ref(7,1,52428800,"127.0.0.1:4100",data(<blob>)))"#),
+            },
+        ),
+        (
+            "VALUE with shared subterms",
+            Frame::Value {
+                request: 1,
+                term: t("pair(f([1,2]),f([1,2]))"),
+            },
+        ),
+        (
+            "DO",
+            Frame::Do {
+                delivery: 0,
+                term: t(r#"show("hello")"#),
+            },
+        ),
+        (
+            "EVENT",
+            Frame::Event {
+                event: 3,
+                term: t("clicked(1.5){src(button)}"),
+            },
+        ),
+        (
+            "ACK_EVENT",
+            Frame::AckEvent {
+                event: 3,
+                delivery: 0,
+                term: t("clicked(1.5)"),
+            },
+        ),
         ("TERMINATE", Frame::Terminate { term: t("done") }),
-        ("NOTE", Frame::Note { term: t(r#"status("up")"#) }),
-        ("GET", Frame::Get { delivery: 5, var: 1, offset: 0, window: 1_048_576 }),
-        ("PUT chunk", Frame::Put { var: 1, offset: 4096, total: 8192, data: vec![0xde, 0xad, 0xbe, 0xef] }),
-        ("CREDIT", Frame::Credit { var: 1, bytes: 262_144 }),
+        (
+            "NOTE",
+            Frame::Note {
+                term: t(r#"status("up")"#),
+            },
+        ),
+        (
+            "GET",
+            Frame::Get {
+                delivery: 5,
+                var: 1,
+                offset: 0,
+                window: 1_048_576,
+            },
+        ),
+        (
+            "PUT chunk",
+            Frame::Put {
+                var: 1,
+                offset: 4096,
+                total: 8192,
+                data: vec![0xde, 0xad, 0xbe, 0xef],
+            },
+        ),
+        (
+            "CREDIT",
+            Frame::Credit {
+                var: 1,
+                bytes: 262_144,
+            },
+        ),
         ("ACK", Frame::Ack { delivery: 5 }),
         ("FIN", Frame::Fin { var: 1 }),
-        ("END", Frame::End { reason: "bye".into() }),
-        ("FAIL owner lost", Frame::Fail { delivery: 5, code: FailCode::OwnerLost, detail: "lease expired".into() }),
+        (
+            "END",
+            Frame::End {
+                reason: "bye".into(),
+            },
+        ),
+        (
+            "FAIL owner lost",
+            Frame::Fail {
+                delivery: 5,
+                code: FailCode::OwnerLost,
+                detail: "lease expired".into(),
+            },
+        ),
         ("PING", Frame::Ping { nonce: 42 }),
-        ("unknown kind kept", Frame::Unknown { kind: 0x7e, body: vec![1, 2, 3] }),
+        (
+            "unknown kind kept",
+            Frame::Unknown {
+                kind: 0x7e,
+                body: vec![1, 2, 3],
+            },
+        ),
     ]
 }
 
 fn invalid_frames() -> Vec<(&'static str, Vec<u8>, WireError)> {
     vec![
         ("LEN zero", vec![0, 0, 0, 0], WireError::Empty),
-        ("LEN above the limit", vec![0x01, 0, 0, 1, 0x27], WireError::TooLarge { len: 16_777_217, max: DEFAULT_MAX_FRAME }),
-        ("ACK cut short", vec![0, 0, 0, 5, 0x23, 0, 0, 0, 1], WireError::Truncated { kind: "ACK", field: "delivery" }),
-        ("PING with a byte too many", vec![0, 0, 0, 10, 0x27, 0, 0, 0, 0, 0, 0, 0, 1, 9], WireError::Trailing { kind: "PING", extra: 1 }),
-        ("END reason not UTF-8", vec![0, 0, 0, 4, 0x25, 0, 1, 0xff], WireError::Utf8 { kind: "END", field: "reason" }),
-        ("NOTE with a bad term magic", vec![0, 0, 0, 9, 0x16, 0, 0, 0, 4, 0x56, 0x42, 0x02, 0x01], WireError::Term { kind: "NOTE", err: saf::SafError::Magic }),
-        ("NOTE term with a forward back reference", vec![0, 0, 0, 10, 0x16, 0, 0, 0, 5, 0x56, 0x42, 0x01, 0x0a, 0x03], WireError::Term { kind: "NOTE", err: saf::SafError::BackRef { index: 3, at: 0 } }),
+        (
+            "LEN above the limit",
+            vec![0x01, 0, 0, 1, 0x27],
+            WireError::TooLarge {
+                len: 16_777_217,
+                max: DEFAULT_MAX_FRAME,
+            },
+        ),
+        (
+            "ACK cut short",
+            vec![0, 0, 0, 5, 0x23, 0, 0, 0, 1],
+            WireError::Truncated {
+                kind: "ACK",
+                field: "delivery",
+            },
+        ),
+        (
+            "PING with a byte too many",
+            vec![0, 0, 0, 10, 0x27, 0, 0, 0, 0, 0, 0, 0, 1, 9],
+            WireError::Trailing {
+                kind: "PING",
+                extra: 1,
+            },
+        ),
+        (
+            "END reason not UTF-8",
+            vec![0, 0, 0, 4, 0x25, 0, 1, 0xff],
+            WireError::Utf8 {
+                kind: "END",
+                field: "reason",
+            },
+        ),
+        (
+            "NOTE with a bad term magic",
+            vec![0, 0, 0, 9, 0x16, 0, 0, 0, 4, 0x56, 0x42, 0x02, 0x01],
+            WireError::Term {
+                kind: "NOTE",
+                err: saf::SafError::Magic,
+            },
+        ),
+        (
+            "NOTE term with a forward back reference",
+            vec![0, 0, 0, 10, 0x16, 0, 0, 0, 5, 0x56, 0x42, 0x01, 0x0a, 0x03],
+            WireError::Term {
+                kind: "NOTE",
+                err: saf::SafError::BackRef { index: 3, at: 0 },
+            },
+        ),
     ]
 }
 
@@ -74,7 +225,10 @@ fn terms() -> Vec<(&'static str, &'static str)> {
         ("blob", r##"#"00ff10""##),
         ("annotation", "t(1){pos(3,4)}"),
         ("variables", "pair(X,Y?)"),
-        ("reference", r#"@ref(7,1,1000000,"unix:/tmp/t.sock",data(<blob>))"#),
+        (
+            "reference",
+            r#"@ref(7,1,1000000,"unix:/tmp/t.sock",data(<blob>))"#,
+        ),
     ]
 }
 
@@ -100,11 +254,24 @@ fn regenerate() {
     let about = "bus wire v1 (docs/WIRE.md, Bus frames): u32 LEN (bytes after it), u8 KIND, body; integers big endian, str = u16 length + UTF-8, term = u32 length + term stream";
     std::fs::create_dir_all(dir()).unwrap();
     let write = |name: &str, v: Value| {
-        std::fs::write(dir().join(name), serde_json::to_string_pretty(&v).unwrap() + "\n").unwrap();
+        std::fs::write(
+            dir().join(name),
+            serde_json::to_string_pretty(&v).unwrap() + "\n",
+        )
+        .unwrap();
     };
-    write("frames.json", json!({"about": "every frame kind, valid", "format": about, "max_frame": DEFAULT_MAX_FRAME, "vectors": valid}));
-    write("invalid.json", json!({"about": "frames every decoder must refuse, with the error", "format": about, "max_frame": DEFAULT_MAX_FRAME, "vectors": invalid}));
-    write("terms.json", json!({"about": "term streams (docs/WIRE.md, Bus terms): magic 56 42 01, pre-order nodes, back references to shared nodes", "vectors": terms}));
+    write(
+        "frames.json",
+        json!({"about": "every frame kind, valid", "format": about, "max_frame": DEFAULT_MAX_FRAME, "vectors": valid}),
+    );
+    write(
+        "invalid.json",
+        json!({"about": "frames every decoder must refuse, with the error", "format": about, "max_frame": DEFAULT_MAX_FRAME, "vectors": invalid}),
+    );
+    write(
+        "terms.json",
+        json!({"about": "term streams (docs/WIRE.md, Bus terms): magic 56 42 01, pre-order nodes, back references to shared nodes", "vectors": terms}),
+    );
 }
 
 #[test]
@@ -123,7 +290,10 @@ fn valid_frames_decode_to_their_fields() {
     // The file is what the lists above produce (no drift between code and vectors).
     let mut b = Arena::new();
     let names: Vec<_> = valid_frames(&mut b).into_iter().map(|(n, _)| n).collect();
-    let file_names: Vec<_> = vectors.iter().map(|v| v["name"].as_str().unwrap()).collect();
+    let file_names: Vec<_> = vectors
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, file_names);
 }
 
@@ -134,7 +304,12 @@ fn invalid_frames_are_refused_with_their_error() {
     for vec in v["vectors"].as_array().unwrap() {
         let bytes = unhex(vec["hex"].as_str().unwrap());
         let err = Frame::parse(&mut a, &bytes, DEFAULT_MAX_FRAME).unwrap_err();
-        assert_eq!(format!("{err:?}"), vec["error"].as_str().unwrap(), "{}", vec["name"]);
+        assert_eq!(
+            format!("{err:?}"),
+            vec["error"].as_str().unwrap(),
+            "{}",
+            vec["name"]
+        );
     }
 }
 
