@@ -1264,6 +1264,8 @@ impl Bus {
 
     fn exec(&mut self, pid: u64, atom: &Arc<Atom>, cont: Arc<Proc>, now: Instant) {
         let mut binds: Vec<(Arc<str>, Term)> = Vec::new();
+        // References a matched queue entry held, released after the bindings are made.
+        let mut release: Vec<(u64, u64)> = Vec::new();
         let Some(p) = self.procs.get(&pid) else {
             return;
         };
@@ -1322,12 +1324,7 @@ impl Bus {
                         .position(|n| self.arena.matches(pat, n, &scope, &mut binds))
                     {
                         if let Some(n) = p.notes.remove(i) {
-                            let mut actions = Vec::new();
-                            self.refs.unbind(
-                                n.refs().into_iter().map(|r| (r.owner, r.var)),
-                                &mut actions,
-                            );
-                            self.apply(actions);
+                            release.extend(n.refs().into_iter().map(|r| (r.owner, r.var)));
                         }
                     }
                 }
@@ -1423,12 +1420,7 @@ impl Bus {
                         if rec_value {
                             if let Some(v) = t.values.pop_front() {
                                 self.arena.matches(pat, &v, &scope, &mut binds);
-                                let mut actions = Vec::new();
-                                self.refs.unbind(
-                                    v.refs().into_iter().map(|r| (r.owner, r.var)),
-                                    &mut actions,
-                                );
-                                self.apply(actions);
+                                release.extend(v.refs().into_iter().map(|r| (r.owner, r.var)));
                             }
                         } else if let Some(i) = t
                             .events
@@ -1450,6 +1442,9 @@ impl Bus {
         for (name, v) in binds {
             self.set_var(pid, &name, v);
         }
+        let mut actions = Vec::new();
+        self.refs.unbind(release, &mut actions);
+        self.apply(actions);
         self.advance(pid, cont, now);
     }
 }

@@ -7,7 +7,9 @@
 //!   event/ack-event, notes), a checked decoder with typed errors;
 #![deny(unsafe_code)]
 
+pub mod client;
 pub mod interp;
+pub mod net;
 pub mod refs;
 pub mod saf;
 pub mod script;

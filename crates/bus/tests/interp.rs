@@ -172,7 +172,9 @@ fn references_are_counted_until_ack_then_fin() {
         },
     );
     assert_eq!(b.ref_count(p, 1), 2, "bound to V and in flight to C");
-    let frames = sent_to(&drain(&mut b), c);
+    let out = drain(&mut b);
+    assert!(sent_to(&out, p).is_empty(), "no FIN while bound: {out:?}");
+    let frames = sent_to(&out, c);
     let Frame::Eval { delivery, term, .. } = &frames[0] else {
         panic!("{frames:?}")
     };
@@ -189,6 +191,7 @@ fn references_are_counted_until_ack_then_fin() {
         },
     );
     assert_eq!(b.ref_count(p, 1), 2);
+    assert!(sent_to(&drain(&mut b), p).is_empty());
     b.handle_frame(
         ms(4),
         c,
