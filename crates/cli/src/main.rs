@@ -9,7 +9,8 @@
 //! - `overlay join|status` runs one overlay node on real UDP and shows its status;
 //! - `bench kernel` measures the kernel's dispatch (seed 001 Table 3);
 //! - `spec check|dot|conformance` reads, draws and tests SCXML specifications (issue 5);
-//! - `services hash|sign|pubkey|serve|fetch` handles spec bundles deployed at run time.
+//! - `services hash|sign|pubkey|serve|fetch` handles spec bundles deployed at run time;
+//! - `bus serve|check|decode` runs the coordination bus on a T-script (seed 003).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -39,6 +40,7 @@ macro_rules! out {
 
 mod alloc;
 mod bench;
+mod bus;
 mod check;
 mod keygen;
 mod member;
@@ -151,6 +153,11 @@ enum Command {
     Overlay {
         #[command(subcommand)]
         what: overlay_cmd::OverlayCommand,
+    },
+    /// The coordination bus: run a T-script that coordinates tools, check one, decode a frame.
+    Bus {
+        #[command(subcommand)]
+        what: bus::BusCommand,
     },
     /// Measure viastack against its references and print the ratios.
     Bench {
@@ -296,6 +303,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Spec { what } => spec::run(what),
         Command::Services { what } => services::run(what),
         Command::Overlay { what } => overlay_cmd::run(what),
+        Command::Bus { what } => bus::run(what),
         Command::Bench { what } => {
             bench::run(what)?;
             Ok(ExitCode::SUCCESS)
