@@ -57,6 +57,9 @@ pub struct ServeArgs {
     /// Values whose encoding exceeds this many bytes go by reference.
     #[arg(long, default_value_t = Config::default().threshold)]
     threshold: u32,
+    /// Largest frame accepted, in bytes (values sent by value must fit).
+    #[arg(long, default_value_t = Config::default().max_frame)]
+    max_frame: usize,
     /// A token tools must present (repeatable; none: no token needed).
     #[arg(long)]
     token: Vec<String>,
@@ -134,6 +137,7 @@ pub fn run(cmd: BusCommand) -> anyhow::Result<ExitCode> {
             let config = Config {
                 lease,
                 threshold: args.threshold,
+                max_frame: args.max_frame,
                 seed: args.seed,
                 trace: args.trace,
                 tokens: args.token,
