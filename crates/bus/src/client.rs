@@ -153,7 +153,7 @@ pub struct Tool {
     id: u64,
     threshold: u32,
     writer: Arc<Mutex<Stream>>,
-    frames: mpsc::Receiver<io::Result<Option<Vec<u8>>>>,
+    reader: Stream,
     location: String,
     store: Store,
     next_var: u64,
@@ -206,20 +206,11 @@ impl Tool {
                 token: config.token.clone(),
             },
         )?;
-        let (tx, rx) = mpsc::channel();
         let max = config.max_frame;
-        thread::spawn(move || loop {
-            let r = read_frame(&mut reader, max);
-            let end = !matches!(r, Ok(Some(_)));
-            if tx.send(r).is_err() || end {
-                break;
-            }
-        });
         let mut arena = Arena::new();
-        let first = match rx.recv() {
-            Ok(Ok(Some(b))) => Frame::parse(&mut arena, &b, max)?,
-            Ok(Err(e)) => return Err(e.into()),
-            _ => return Err(ClientError::Ended("closed during the handshake".into())),
+        let first = match read_frame(&mut reader, max)? {
+            Some(b) => Frame::parse(&mut arena, &b, max)?,
+            None => return Err(ClientError::Ended("closed during the handshake".into())),
         };
         let (id, lease_ms, threshold) = match first {
             Frame::Reg {
@@ -258,7 +249,7 @@ impl Tool {
             id,
             threshold,
             writer,
-            frames: rx,
+            reader,
             location,
             store,
             next_var: 0,
@@ -297,10 +288,9 @@ impl Tool {
     /// The connection's failure or end.
     pub fn next_request(&mut self) -> Result<Request, ClientError> {
         loop {
-            let bytes = match self.frames.recv() {
-                Ok(Ok(Some(b))) => b,
-                Ok(Err(e)) => return Err(e.into()),
-                _ => return Err(ClientError::Ended("connection closed".into())),
+            // Read on the caller's thread: no hand-off per frame.
+            let Some(bytes) = read_frame(&mut self.reader, self.config.max_frame)? else {
+                return Err(ClientError::Ended("connection closed".into()));
             };
             let f = Frame::parse(&mut self.arena, &bytes, self.config.max_frame)?;
             return Ok(match f {
