@@ -10,7 +10,8 @@
 //! - `overlay join|status` runs one overlay node on real UDP and shows its status;
 //! - `bench kernel` measures the kernel's dispatch (seed 001 Table 3);
 //! - `spec check|dot|conformance` reads, draws and tests SCXML specifications (issue 5);
-//! - `services hash|sign|pubkey|serve|fetch` handles spec bundles deployed at run time.
+//! - `services hash|sign|pubkey|serve|fetch` handles spec bundles deployed at run time;
+//! - `bus serve|check|decode` runs the coordination bus on a T-script (seed 003).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -40,6 +41,7 @@ macro_rules! out {
 
 mod alloc;
 mod bench;
+mod bus;
 mod check;
 mod keygen;
 mod member;
@@ -158,6 +160,11 @@ enum Command {
     Testbed {
         #[command(subcommand)]
         what: testbed::TestbedCommand,
+    },
+    /// The coordination bus: run a T-script that coordinates tools, check one, decode a frame.
+    Bus {
+        #[command(subcommand)]
+        what: bus::BusCommand,
     },
     /// Measure viastack against its references and print the ratios.
     Bench {
@@ -304,6 +311,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Spec { what } => spec::run(what),
         Command::Services { what } => services::run(what),
         Command::Overlay { what } => overlay_cmd::run(what),
+        Command::Bus { what } => bus::run(what),
         Command::Bench { what } => {
             bench::run(what)?;
             Ok(ExitCode::SUCCESS)

@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 use clap::Subcommand;
 
 mod all;
+mod bus;
 mod charts;
 mod cpu;
 mod kernel;
@@ -33,6 +34,9 @@ pub enum BenchCommand {
     /// Overlays: DT convergence of 10,000 simulated nodes, steady-state control traffic, and
     /// multicast throughput with h2hack vs without a service on a 16-node loopback overlay.
     Overlay(overlay::OverlayArgs),
+    /// The coordination bus: by reference vs by value (1 KB–50 MB), the bus's peak memory,
+    /// evaluate/value round trips vs a TCP echo (seed 003 "Results").
+    Bus(bus::BusArgs),
     /// Every benchmark, recorded with the machine and commit in bench/results/ (and charts
     /// with `--plot DIR`).
     All(all::AllArgs),
@@ -76,6 +80,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Sp(args) => sp::run(&args),
         BenchCommand::Spec(args) => spec::run(&args),
         BenchCommand::Overlay(args) => overlay::run(&args),
+        BenchCommand::Bus(args) => bus::run(&args),
         BenchCommand::All(args) => all::run(&args),
     }
 }

@@ -1,0 +1,101 @@
+"""Two Python tools against a real `viastack bus serve`: a 2 MB value goes from the producer to
+the consumer by reference (fetched once, though sent twice), FIN frees it at the producer.
+The binary is $VIASTACK_BIN, or target/{debug,release}/viastack (skipped if absent)."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..", "..")
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+from viastack_bus import Tool, appl, blob, string  # noqa: E402
+
+SCRIPT = """
+process Main is let P : producer, C : consumer, V : term, R : term in
+    rec-connect(P?) . rec-connect(C?) .
+    snd-eval(P, make(2000000)) . rec-value(P, V?) .
+    snd-eval(C, consume(V)) . rec-value(C, R?) .
+    snd-eval(C, consume(V)) . rec-value(C, R?) .
+    V := none . snd-terminate(C, done) . snd-terminate(P, done)
+endlet
+tool producer is { }
+tool consumer is { }
+toolbus(Main)
+"""
+
+
+def binary():
+    env = os.environ.get("VIASTACK_BIN")
+    if env:
+        return env
+    for target in [os.environ.get("CARGO_TARGET_DIR", ""), os.path.join(ROOT, "target")]:
+        for profile in ("debug", "release"):
+            p = os.path.join(target, profile, "viastack")
+            if target and os.path.exists(p):
+                return p
+    return None
+
+
+@unittest.skipIf(binary() is None, "no viastack binary built")
+class BusServe(unittest.TestCase):
+    def test_value_by_reference_between_python_tools(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "pipe.tb")
+            with open(path, "w") as f:
+                f.write(SCRIPT)
+            bus = subprocess.Popen([binary(), "bus", "serve", "--listen", "127.0.0.1:0", path],
+                                   stdout=subprocess.PIPE, text=True)
+            try:
+                addr = bus.stdout.readline().strip().rsplit(" ", 1)[1]
+                log = []
+
+                def producer():
+                    t = Tool(addr, "producer")
+                    while True:
+                        kind, f = t.next_request()
+                        if kind == "EVAL":
+                            v = appl("data", string("big"), blob(bytes(range(256)) * 7813))
+                            r = t.put(v)
+                            log.append(("ref", r[0]))
+                            t.value(f["request"], r)
+                        elif kind == "FIN":
+                            log.append(("fin", len(t.store)))
+                        elif kind == "TERMINATE":
+                            return
+
+                def consumer():
+                    t = Tool(addr, "consumer", serve=False)
+                    while True:
+                        kind, f = t.next_request()
+                        if kind == "EVAL":
+                            v = t.resolve(f["term"], f["delivery"])
+                            data = v[2][0][2][1][1]
+                            log.append(("got", len(data), data[:3]))
+                            t.value(f["request"], appl("ok"))
+                        elif kind == "TERMINATE":
+                            log.append(("fetches", t.fetches))
+                            return
+
+                threads = [threading.Thread(target=producer), threading.Thread(target=consumer)]
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join(60)
+                self.assertEqual(bus.wait(60), 0)
+            finally:
+                if bus.poll() is None:
+                    bus.kill()
+                bus.stdout.close()
+        self.assertIn(("ref", "ref"), log)
+        self.assertIn(("got", 256 * 7813, bytes([0, 1, 2])), log)
+        self.assertIn(("fetches", 1), log)
+        self.assertIn(("fin", 0), log)
+
+
+if __name__ == "__main__":
+    unittest.main()

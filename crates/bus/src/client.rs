@@ -1,0 +1,631 @@
+//! The Rust tool client (seed 003 "The design", the tool side): connect to a bus, answer its
+//! evaluate and do requests, send events and notes, and put and get values by value or by
+//! reference.
+//!
+//! - [`Tool::put`] keeps a value whose encoding exceeds the bus's threshold (announced in REG)
+//!   and returns a reference to it (location, size, signature) to send in its place; smaller
+//!   values, and every value of a passive tool (one that cannot accept connections, seed 003's
+//!   passive–passive case), go by value.
+//! - [`Tool::resolve`] replaces the references of a received term by their values, fetching
+//!   each from its owner with GET and PUT chunks under a window the consumer grants (flow
+//!   control by CREDIT frames), at most once per consumer (a cache keyed by owner and
+//!   variable), then ACKs the delivery so the bus can release its count.
+//! - A FIN from the bus frees the owned value ([`Request::Fin`] from [`Tool::next_request`] tells the tool too).
+//! - A thread sends PING at a third of the lease, so a live tool keeps its references.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+
+use thiserror::Error;
+
+use crate::net::{read_frame, Endpoint, Listener, Stream};
+use crate::saf;
+use crate::term::{Arena, Kind, RefInfo, Term};
+use crate::wire::{FailCode, Frame, WireError, DEFAULT_MAX_FRAME, VERSION};
+
+/// What went wrong on the tool side.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// The socket failed.
+    #[error("i/o: {0}")]
+    Io(#[from] io::Error),
+    /// A frame did not decode.
+    #[error("bad frame: {0}")]
+    Wire(#[from] WireError),
+    /// A fetched value did not decode.
+    #[error("bad value: {0}")]
+    Term(#[from] saf::SafError),
+    /// The bus refused the handshake or closed the connection.
+    #[error("bus ended the connection: {0}")]
+    Ended(String),
+    /// A reference could not be fetched (owner lost, unknown variable, refused).
+    #[error("transfer failed ({code:?}): {detail}")]
+    Transfer {
+        /// Why.
+        code: FailCode,
+        /// Details.
+        detail: String,
+    },
+    /// The other side broke the protocol.
+    #[error("protocol: {0}")]
+    Protocol(String),
+}
+
+/// How a tool connects.
+#[derive(Debug, Clone)]
+pub struct ToolConfig {
+    /// Its name (its type in the script).
+    pub name: String,
+    /// Its credential.
+    pub token: String,
+    /// Where it serves its values: `Some("127.0.0.1:0")` (active, the default), a Unix path
+    /// `unix:/…`, or `None` (passive: everything goes by value).
+    pub serve: Option<String>,
+    /// PUT chunk size.
+    pub chunk: usize,
+    /// Window granted when fetching (bytes in flight before a CREDIT).
+    pub window: u32,
+    /// Largest frame accepted from the bus.
+    pub max_frame: usize,
+}
+
+impl ToolConfig {
+    /// An active tool named `name`.
+    pub fn new(name: &str) -> ToolConfig {
+        ToolConfig {
+            name: name.to_string(),
+            token: String::new(),
+            serve: Some("127.0.0.1:0".into()),
+            chunk: 256 * 1024,
+            window: 4 << 20,
+            max_frame: DEFAULT_MAX_FRAME,
+        }
+    }
+}
+
+/// A request from the bus.
+#[derive(Debug, Clone)]
+pub enum Request {
+    /// Evaluate `term` and answer with [`Tool::value`].
+    Eval {
+        /// Echo it in the answer.
+        request: u64,
+        /// Delivery to [`Tool::resolve`] (0: no references).
+        delivery: u64,
+        /// The term.
+        term: Term,
+    },
+    /// Do `term`.
+    Do {
+        /// Delivery to resolve.
+        delivery: u64,
+        /// The term.
+        term: Term,
+    },
+    /// The script acknowledged an event.
+    AckEvent {
+        /// The event's number.
+        event: u64,
+        /// Delivery to resolve.
+        delivery: u64,
+        /// The term.
+        term: Term,
+    },
+    /// The bus freed one of this tool's values (already dropped from its store).
+    Fin {
+        /// The variable.
+        var: u64,
+    },
+    /// A transfer or frame failed.
+    Fail {
+        /// Delivery concerned.
+        delivery: u64,
+        /// Why.
+        code: FailCode,
+        /// Details.
+        detail: String,
+    },
+    /// The script ends the tool.
+    Terminate {
+        /// Why.
+        term: Term,
+    },
+}
+
+type Store = Arc<Mutex<HashMap<u64, Arc<Vec<u8>>>>>;
+
+/// Counts of a tool's transfers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ToolStats {
+    /// Values fetched from owners (each at most once).
+    pub fetches: u64,
+    /// Bytes fetched.
+    pub fetched_bytes: u64,
+    /// References resolved from the cache.
+    pub cache_hits: u64,
+}
+
+/// A tool connected to a bus.
+pub struct Tool {
+    id: u64,
+    threshold: u32,
+    writer: Arc<Mutex<Stream>>,
+    reader: Stream,
+    location: String,
+    store: Store,
+    next_var: u64,
+    next_event: u64,
+    cache: HashMap<(u64, u64), Term>,
+    config: ToolConfig,
+    stop: Arc<AtomicBool>,
+    _ping: mpsc::Sender<()>,
+    /// The tool's arena (build terms with it).
+    pub arena: Arena,
+    /// Transfer counts.
+    pub stats: ToolStats,
+}
+
+fn write_frame(w: &Mutex<Stream>, f: &Frame) -> io::Result<()> {
+    let bytes = f.to_bytes();
+    let mut s = w
+        .lock()
+        .map_err(|_| io::Error::other("writer lock poisoned"))?;
+    s.write_all(&bytes)
+}
+
+impl Tool {
+    /// Connects to the bus at `bus` (`host:port` or `unix:/path`) and registers.
+    ///
+    /// # Errors
+    /// The socket's error, or the bus's refusal.
+    pub fn connect(bus: &str, config: ToolConfig) -> Result<Tool, ClientError> {
+        let store: Store = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let location = match &config.serve {
+            None => String::new(),
+            Some(ep) => {
+                let l = Listener::bind(&Endpoint::parse(ep))?;
+                let loc = l.endpoint().to_string();
+                let (store, config, stop) = (store.clone(), config.clone(), stop.clone());
+                thread::spawn(move || serve_values(l, store, config, stop));
+                loc
+            }
+        };
+        let stream = Endpoint::parse(bus).connect()?;
+        let mut reader = stream.try_clone()?;
+        let writer = Arc::new(Mutex::new(stream));
+        write_frame(
+            &writer,
+            &Frame::Hello {
+                version: VERSION,
+                name: config.name.clone(),
+                location: location.clone(),
+                token: config.token.clone(),
+            },
+        )?;
+        let max = config.max_frame;
+        let mut arena = Arena::new();
+        let first = match read_frame(&mut reader, max)? {
+            Some(b) => Frame::parse(&mut arena, &b, max)?,
+            None => return Err(ClientError::Ended("closed during the handshake".into())),
+        };
+        let (id, lease_ms, threshold) = match first {
+            Frame::Reg {
+                tool,
+                lease_ms,
+                threshold,
+                ..
+            } => (tool, lease_ms, threshold),
+            Frame::End { reason } => return Err(ClientError::Ended(reason)),
+            f => {
+                return Err(ClientError::Protocol(format!(
+                    "REG expected, got {}",
+                    f.name()
+                )))
+            }
+        };
+        // The PING thread waits on a channel the tool holds: dropping the tool ends it
+        // (a timed wait, not a sleep).
+        let (ping_keep, park) = mpsc::channel::<()>();
+        {
+            let (writer, stop) = (writer.clone(), stop.clone());
+            let every = std::time::Duration::from_millis(u64::from(lease_ms / 3).max(1));
+            thread::spawn(move || {
+                let mut nonce = 0;
+                while let Err(mpsc::RecvTimeoutError::Timeout) = park.recv_timeout(every) {
+                    nonce += 1;
+                    if stop.load(Ordering::Relaxed)
+                        || write_frame(&writer, &Frame::Ping { nonce }).is_err()
+                    {
+                        break;
+                    }
+                }
+            });
+        }
+        Ok(Tool {
+            id,
+            threshold,
+            writer,
+            reader,
+            location,
+            store,
+            next_var: 0,
+            next_event: 0,
+            cache: HashMap::new(),
+            config,
+            stop,
+            _ping: ping_keep,
+            arena,
+            stats: ToolStats::default(),
+        })
+    }
+
+    /// The tool's id on the bus.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Where it serves its values ("" when passive).
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// Values this tool still holds for others.
+    pub fn held(&self) -> usize {
+        self.store.lock().map_or(0, |s| s.len())
+    }
+
+    fn send(&self, f: &Frame) -> Result<(), ClientError> {
+        Ok(write_frame(&self.writer, f)?)
+    }
+
+    /// The next request from the bus (blocking). FINs free the value before being returned.
+    ///
+    /// # Errors
+    /// The connection's failure or end.
+    pub fn next_request(&mut self) -> Result<Request, ClientError> {
+        loop {
+            // Read on the caller's thread: no hand-off per frame.
+            let Some(bytes) = read_frame(&mut self.reader, self.config.max_frame)? else {
+                return Err(ClientError::Ended("connection closed".into()));
+            };
+            let f = Frame::parse(&mut self.arena, &bytes, self.config.max_frame)?;
+            return Ok(match f {
+                Frame::Eval {
+                    request,
+                    delivery,
+                    term,
+                } => Request::Eval {
+                    request,
+                    delivery,
+                    term,
+                },
+                Frame::Do { delivery, term } => Request::Do { delivery, term },
+                Frame::AckEvent {
+                    event,
+                    delivery,
+                    term,
+                } => Request::AckEvent {
+                    event,
+                    delivery,
+                    term,
+                },
+                Frame::Fin { var } => {
+                    if let Ok(mut s) = self.store.lock() {
+                        s.remove(&var);
+                    }
+                    Request::Fin { var }
+                }
+                Frame::Fail {
+                    delivery,
+                    code,
+                    detail,
+                } => Request::Fail {
+                    delivery,
+                    code,
+                    detail,
+                },
+                Frame::Terminate { term } => Request::Terminate { term },
+                Frame::End { reason } => return Err(ClientError::Ended(reason)),
+                Frame::Ping { .. } | Frame::Unknown { .. } => continue,
+                f => {
+                    return Err(ClientError::Protocol(format!(
+                        "{} not expected from the bus",
+                        f.name()
+                    )))
+                }
+            });
+        }
+    }
+
+    /// Answers an evaluation.
+    ///
+    /// # Errors
+    /// The socket's error.
+    pub fn value(&mut self, request: u64, term: Term) -> Result<(), ClientError> {
+        self.send(&Frame::Value { request, term })
+    }
+
+    /// Sends an event; returns its number (echoed by the acknowledgement).
+    ///
+    /// # Errors
+    /// The socket's error.
+    pub fn event(&mut self, term: Term) -> Result<u64, ClientError> {
+        self.next_event += 1;
+        self.send(&Frame::Event {
+            event: self.next_event,
+            term,
+        })?;
+        Ok(self.next_event)
+    }
+
+    /// Publishes a note.
+    ///
+    /// # Errors
+    /// The socket's error.
+    pub fn note(&mut self, term: Term) -> Result<(), ClientError> {
+        self.send(&Frame::Note { term })
+    }
+
+    /// The term to send for `value`: the value itself when small (or when this tool is
+    /// passive), else a reference to it, kept here until the bus's FIN.
+    pub fn put(&mut self, value: &Term) -> Term {
+        let bytes = saf::encode(value);
+        if self.location.is_empty() || bytes.len() <= self.threshold as usize {
+            return value.clone();
+        }
+        self.next_var += 1;
+        let var = self.next_var;
+        let size = bytes.len() as u64;
+        if let Ok(mut s) = self.store.lock() {
+            s.insert(var, Arc::new(bytes));
+        }
+        let sig = self.arena.signature(value, 64);
+        self.arena.reference(RefInfo {
+            owner: self.id,
+            var,
+            size,
+            location: self.location.as_str().into(),
+            sig,
+        })
+    }
+
+    /// `term` with every reference replaced by its value (fetched from its owner at most once),
+    /// then ACKs `delivery` (when non-zero).
+    ///
+    /// # Errors
+    /// A transfer's failure (the delivery is not acknowledged then).
+    pub fn resolve(&mut self, term: &Term, delivery: u64) -> Result<Term, ClientError> {
+        for r in term.refs() {
+            if self.cache.contains_key(&(r.owner, r.var)) {
+                self.stats.cache_hits += 1;
+                continue;
+            }
+            let value = if r.owner == self.id {
+                let bytes = self
+                    .store
+                    .lock()
+                    .ok()
+                    .and_then(|s| s.get(&r.var).cloned())
+                    .ok_or_else(|| ClientError::Transfer {
+                        code: FailCode::UnknownVar,
+                        detail: "own value already freed".into(),
+                    })?;
+                saf::decode(&mut self.arena, &bytes)?
+            } else {
+                let bytes = fetch(&r, delivery, &self.config)?;
+                self.stats.fetches += 1;
+                self.stats.fetched_bytes += bytes.len() as u64;
+                saf::decode(&mut self.arena, &bytes)?
+            };
+            self.cache.insert((r.owner, r.var), value);
+        }
+        let out = substitute_refs(&mut self.arena, term, &self.cache);
+        if delivery != 0 {
+            self.send(&Frame::Ack { delivery })?;
+        }
+        Ok(out)
+    }
+
+    /// Forgets the fetched values `term` refers to (its references may be fetched again only
+    /// if the bus grants them again).
+    pub fn release(&mut self, term: &Term) {
+        for r in term.refs() {
+            self.cache.remove(&(r.owner, r.var));
+        }
+        self.arena.purge();
+    }
+
+    /// Says goodbye (END) and closes.
+    pub fn close(self) {
+        let _ = self.send(&Frame::End {
+            reason: "bye".into(),
+        });
+        self.stop.store(true, Ordering::Relaxed);
+        if let Ok(s) = self.writer.lock() {
+            s.shutdown();
+        }
+    }
+}
+
+impl Drop for Tool {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn substitute_refs(arena: &mut Arena, t: &Term, values: &HashMap<(u64, u64), Term>) -> Term {
+    match t.kind() {
+        Kind::Ref(r) => values
+            .get(&(r.owner, r.var))
+            .cloned()
+            .unwrap_or_else(|| t.clone()),
+        Kind::Appl { fun, args } => {
+            let args = args
+                .iter()
+                .map(|a| substitute_refs(arena, a, values))
+                .collect();
+            arena.make(Kind::Appl {
+                fun: fun.clone(),
+                args,
+            })
+        }
+        Kind::List(xs) => {
+            let xs = xs
+                .iter()
+                .map(|a| substitute_refs(arena, a, values))
+                .collect();
+            arena.make(Kind::List(xs))
+        }
+        Kind::Annot { term, annos } => {
+            let term = substitute_refs(arena, term, values);
+            arena.make(Kind::Annot {
+                term,
+                annos: annos.clone(),
+            })
+        }
+        _ => t.clone(),
+    }
+}
+
+/// Fetches a reference's bytes from its owner: GET with a window, PUT chunks, CREDIT as the
+/// window drains. The owner may not send more than the reference's size.
+fn fetch(r: &RefInfo, delivery: u64, config: &ToolConfig) -> Result<Vec<u8>, ClientError> {
+    if r.location.is_empty() {
+        return Err(ClientError::Transfer {
+            code: FailCode::Refused,
+            detail: "owner is passive (no location)".into(),
+        });
+    }
+    let mut s = Endpoint::parse(&r.location).connect()?;
+    let mut arena = Arena::new();
+    s.write_all(
+        &Frame::Get {
+            delivery,
+            var: r.var,
+            offset: 0,
+            window: config.window,
+        }
+        .to_bytes(),
+    )?;
+    let total = usize::try_from(r.size).map_err(|_| ClientError::Protocol("size".into()))?;
+    let mut out = Vec::with_capacity(total);
+    let mut since_credit: usize = 0;
+    while out.len() < total {
+        let Some(bytes) = read_frame(&mut s, config.max_frame.max(config.chunk + 64))? else {
+            return Err(ClientError::Transfer {
+                code: FailCode::OwnerLost,
+                detail: "owner closed the transfer".into(),
+            });
+        };
+        match Frame::parse(&mut arena, &bytes, usize::MAX)? {
+            Frame::Put {
+                offset,
+                total: t,
+                data,
+                ..
+            } if offset as usize == out.len() && t == r.size && out.len() + data.len() <= total => {
+                since_credit += data.len();
+                out.extend_from_slice(&data);
+                if since_credit >= config.window as usize / 2 && out.len() < total {
+                    s.write_all(
+                        &Frame::Credit {
+                            var: r.var,
+                            bytes: since_credit as u32,
+                        }
+                        .to_bytes(),
+                    )?;
+                    since_credit = 0;
+                }
+            }
+            Frame::Fail { code, detail, .. } => return Err(ClientError::Transfer { code, detail }),
+            f => {
+                return Err(ClientError::Protocol(format!(
+                    "unexpected {} while fetching",
+                    f.name()
+                )))
+            }
+        }
+    }
+    let _ = s.write_all(
+        &Frame::End {
+            reason: "done".into(),
+        }
+        .to_bytes(),
+    );
+    Ok(out)
+}
+
+/// The owner's side: answers GETs with PUT chunks within the consumer's window.
+fn serve_values(l: Listener, store: Store, config: ToolConfig, stop: Arc<AtomicBool>) {
+    while let Ok(s) = l.accept() {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let (store, config) = (store.clone(), config.clone());
+        thread::spawn(move || {
+            let _ = serve_one(s, &store, &config);
+        });
+    }
+}
+
+fn serve_one(mut s: Stream, store: &Store, config: &ToolConfig) -> Result<(), ClientError> {
+    let mut arena = Arena::new();
+    let max = 1024;
+    while let Some(bytes) = read_frame(&mut s, max)? {
+        let Frame::Get {
+            delivery,
+            var,
+            offset,
+            window,
+        } = Frame::parse(&mut arena, &bytes, max)?
+        else {
+            return Ok(());
+        };
+        let value = store.lock().ok().and_then(|m| m.get(&var).cloned());
+        let Some(value) = value else {
+            s.write_all(
+                &Frame::Fail {
+                    delivery,
+                    code: FailCode::UnknownVar,
+                    detail: format!("no variable {var}"),
+                }
+                .to_bytes(),
+            )?;
+            continue;
+        };
+        let total = value.len();
+        let mut pos = usize::try_from(offset).unwrap_or(usize::MAX).min(total);
+        let mut allowed = window as usize;
+        let mut buf = Vec::with_capacity(config.chunk + 40);
+        while pos < total {
+            if allowed == 0 {
+                match read_frame(&mut s, max)? {
+                    Some(b) => match Frame::parse(&mut arena, &b, max)? {
+                        Frame::Credit { bytes, .. } => allowed += bytes as usize,
+                        _ => return Ok(()),
+                    },
+                    None => return Ok(()),
+                }
+                continue;
+            }
+            let n = config.chunk.min(allowed).min(total - pos);
+            buf.clear();
+            // PUT header by hand to avoid copying the chunk into a frame first.
+            let len = (1 + 24 + n) as u32;
+            buf.extend_from_slice(&len.to_be_bytes());
+            buf.push(0x21);
+            buf.extend_from_slice(&var.to_be_bytes());
+            buf.extend_from_slice(&(pos as u64).to_be_bytes());
+            buf.extend_from_slice(&(total as u64).to_be_bytes());
+            s.write_all(&buf)?;
+            s.write_all(&value[pos..pos + n])?;
+            pos += n;
+            allowed -= n;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,339 @@
+//! `viastack bench bus`: the coordination bus (seed 003 "Results"), measured beside its
+//! references in one run.
+//!
+//! - `by_reference_vs_by_value`: the time to move a value from one tool to another through a
+//!   real `viastack bus serve` process, by value (the value travels tool → bus → tool) against
+//!   by reference (the bus passes a reference, the consumer fetches the value from the
+//!   producer), per size; the ratio is by-value time over by-reference time (> 1: references
+//!   win). Time runs from the producer's `put` to the consumer holding the decoded value.
+//! - `bus_peak_rss_mb`: the bus process's peak resident set (VmHWM) in each run, so one sees
+//!   whether it depends on the value's size.
+//! - `roundtrip_vs_tcp_echo`: evaluate/value round trips per second between the bus and one
+//!   tool, over a plain TCP echo of the same frame size on the same loopback (ratio ≥ 0.5 is
+//!   the target).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use clap::Args;
+use serde_json::{json, Map, Value};
+use viastack_bus::client::{Request, Tool, ToolConfig};
+
+/// Options of `bench bus`.
+#[derive(Args)]
+pub struct BusArgs {
+    /// Value sizes in bytes, comma-separated (default 1 KB, 64 KB, 1 MB, 10 MB, 50 MB).
+    #[arg(long, value_delimiter = ',')]
+    size: Vec<usize>,
+    /// Transfers per size and mode (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// Round trips per rate measurement.
+    #[arg(long, default_value_t = 5000)]
+    roundtrips: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+const TRANSFER: &str = r#"
+process Main is let P : producer, C : consumer, V : term, R : term in
+  rec-connect(P?) . rec-connect(C?) .
+  snd-eval(P, make(0)) . rec-value(P, V?) .
+  snd-eval(C, consume(V)) . rec-value(C, R?) .
+  V := none . snd-terminate(C, done) . snd-terminate(P, done) . delta
+endlet
+tool producer is { }
+tool consumer is { }
+toolbus(Main)
+"#;
+
+const ROUNDTRIP: &str = r#"
+process Main is let T : echo, K : int, X : term in
+  rec-connect(T?) . K := 0 .
+  (if less(K, NNN) then snd-eval(T, e(K)) . rec-value(T, X?) . K := add(K, 1) else delta fi) *
+  (if less(K, NNN) then delta else snd-terminate(T, done) fi) . delta
+endlet
+tool echo is { }
+toolbus(Main)
+"#;
+
+struct Served {
+    child: Child,
+    addr: String,
+}
+
+impl Served {
+    fn start(script: &str, extra: &[String]) -> anyhow::Result<Served> {
+        let dir = std::env::temp_dir().join(format!("viastack-bench-bus-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join("bench.tb");
+        std::fs::write(&path, script)?;
+        let mut child = Command::new(std::env::current_exe()?)
+            .args(["bus", "serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .arg(&path)
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("cannot start viastack bus serve")?;
+        let out = child.stdout.take().context("no stdout")?;
+        let mut line = String::new();
+        BufReader::new(out).read_line(&mut line)?;
+        let addr = line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .context("no address line")?
+            .to_string();
+        Ok(Served { child, addr })
+    }
+
+    /// Peak resident set of the bus process, MB (VmHWM).
+    fn peak_rss_mb(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .map_or(f64::NAN, |kb| kb / 1024.0)
+    }
+
+    fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One transfer of `size` bytes; returns (seconds, bus peak RSS MB).
+fn transfer(size: usize, by_reference: bool) -> anyhow::Result<(f64, f64)> {
+    let max_frame = if by_reference {
+        16 << 20
+    } else {
+        size + (16 << 20)
+    };
+    let threshold = if by_reference { 65_536u32 } else { u32::MAX };
+    let served = Served::start(
+        TRANSFER,
+        &[
+            "--threshold".into(),
+            threshold.to_string(),
+            "--max-frame".into(),
+            max_frame.to_string(),
+        ],
+    )?;
+    let start: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let (a1, a2, s1) = (served.addr.clone(), served.addr.clone(), start.clone());
+    let producer = thread::spawn(move || -> anyhow::Result<()> {
+        let mut cfg = ToolConfig::new("producer");
+        cfg.max_frame = max_frame;
+        let mut t = Tool::connect(&a1, cfg)?;
+        loop {
+            match t.next_request()? {
+                Request::Eval { request, .. } => {
+                    let blob = t.arena.blob(vec![0x5au8; size]);
+                    let v = t.arena.appl("data", vec![blob]);
+                    if let Ok(mut s) = s1.lock() {
+                        *s = Some(crate_now());
+                    }
+                    let r = t.put(&v);
+                    t.value(request, r)?;
+                }
+                Request::Terminate { .. } => return Ok(()),
+                _ => {}
+            }
+        }
+    });
+    let consumer = thread::spawn(move || -> anyhow::Result<Instant> {
+        let mut cfg = ToolConfig::new("consumer");
+        cfg.max_frame = max_frame;
+        let mut t = Tool::connect(&a2, cfg)?;
+        let mut done = None;
+        loop {
+            match t.next_request()? {
+                Request::Eval {
+                    request,
+                    delivery,
+                    term,
+                } => {
+                    let v = t.resolve(&term, delivery)?;
+                    done = Some(crate_now());
+                    anyhow::ensure!(v.as_appl().is_some(), "no value");
+                    let ok = t.arena.appl("ok", vec![]);
+                    t.value(request, ok)?;
+                }
+                Request::Terminate { .. } => return done.context("nothing consumed"),
+                _ => {}
+            }
+        }
+    });
+    producer
+        .join()
+        .map_err(|_| anyhow::anyhow!("producer panicked"))??;
+    let end = consumer
+        .join()
+        .map_err(|_| anyhow::anyhow!("consumer panicked"))??;
+    let rss = served.peak_rss_mb();
+    served.stop();
+    let begin = start
+        .lock()
+        .ok()
+        .and_then(|s| *s)
+        .context("no start time")?;
+    Ok((end.duration_since(begin).as_secs_f64(), rss))
+}
+
+#[allow(clippy::disallowed_methods)] // the bench driver reads the clock
+fn crate_now() -> Instant {
+    Instant::now()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Evaluate/value round trips per second through the bus.
+fn bus_rate(n: usize) -> anyhow::Result<f64> {
+    let served = Served::start(&ROUNDTRIP.replace("NNN", &n.to_string()), &[])?;
+    let mut t = Tool::connect(&served.addr, ToolConfig::new("echo"))?;
+    let mut first = None;
+    let mut count = 0usize;
+    let end = loop {
+        match t.next_request()? {
+            Request::Eval { request, term, .. } => {
+                if first.is_none() {
+                    first = Some(crate_now());
+                }
+                count += 1;
+                t.value(request, term)?;
+            }
+            Request::Terminate { .. } => break crate_now(),
+            _ => {}
+        }
+    };
+    served.stop();
+    let first = first.context("no evaluation")?;
+    Ok(count.saturating_sub(1) as f64 / end.duration_since(first).as_secs_f64())
+}
+
+/// Round trips per second of a plain TCP echo of `len`-byte messages.
+fn tcp_rate(n: usize, len: usize) -> anyhow::Result<f64> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let addr = l.local_addr()?;
+    let server = thread::spawn(move || -> std::io::Result<()> {
+        let (mut s, _) = l.accept()?;
+        s.set_nodelay(true)?;
+        let mut buf = vec![0u8; len];
+        loop {
+            if s.read_exact(&mut buf).is_err() {
+                return Ok(());
+            }
+            s.write_all(&buf)?;
+        }
+    });
+    let mut c = TcpStream::connect(addr)?;
+    c.set_nodelay(true)?;
+    let mut buf = vec![7u8; len];
+    let t0 = crate_now();
+    for _ in 0..n {
+        c.write_all(&buf)?;
+        c.read_exact(&mut buf)?;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    drop(c);
+    let _ = server.join();
+    Ok(n as f64 / secs)
+}
+
+/// Runs the benchmark.
+pub fn run(args: &BusArgs) -> anyhow::Result<()> {
+    let sizes: Vec<usize> = if args.size.is_empty() {
+        vec![1_000, 64_000, 1_000_000, 10_000_000, 50_000_000]
+    } else {
+        args.size.clone()
+    };
+    let mut rows = Vec::new();
+    for &size in &sizes {
+        let (mut by_val, mut by_ref, mut rss_val, mut rss_ref) = (vec![], vec![], vec![], vec![]);
+        for _ in 0..args.repeat.max(1) {
+            let (t, r) = transfer(size, false)?;
+            by_val.push(t);
+            rss_val.push(r);
+            let (t, r) = transfer(size, true)?;
+            by_ref.push(t);
+            rss_ref.push(r);
+        }
+        let (v, r) = (median(by_val), median(by_ref));
+        let row = json!({
+            "size_bytes": size,
+            "by_value_ms": v * 1e3,
+            "by_reference_ms": r * 1e3,
+            "by_reference_vs_by_value": v / r,
+            "bus_peak_rss_mb_by_value": median(rss_val),
+            "bus_peak_rss_mb_by_reference": median(rss_ref),
+        });
+        if !args.json {
+            println!(
+                "{size:>10} B  by value {:>9.2} ms  by reference {:>9.2} ms  ratio {:>5.2}  bus peak RSS {:>6.1} / {:>6.1} MB",
+                v * 1e3,
+                r * 1e3,
+                v / r,
+                row["bus_peak_rss_mb_by_value"].as_f64().unwrap_or(f64::NAN),
+                row["bus_peak_rss_mb_by_reference"].as_f64().unwrap_or(f64::NAN),
+            );
+        }
+        rows.push(row);
+    }
+    let n = args.roundtrips.max(10);
+    let mut ratios = Vec::new();
+    let (mut bus, mut tcp) = (vec![], vec![]);
+    for _ in 0..args.repeat.max(1) {
+        let b = bus_rate(n)?;
+        // An EVAL of e(K) is about 30 bytes, its VALUE about the same.
+        let e = tcp_rate(n, 32)?;
+        bus.push(b);
+        tcp.push(e);
+        ratios.push(b / e);
+    }
+    let at_50mb = rows
+        .iter()
+        .find(|r| r["size_bytes"] == json!(50_000_000))
+        .or(rows.last())
+        .cloned()
+        .unwrap_or(Value::Null);
+    let mut out = Map::new();
+    out.insert("transfers".into(), Value::Array(rows.clone()));
+    out.insert(
+        "by_reference_vs_by_value".into(),
+        at_50mb["by_reference_vs_by_value"].clone(),
+    );
+    out.insert(
+        "bus_peak_rss_mb".into(),
+        json!(rows
+            .iter()
+            .filter_map(|r| r["bus_peak_rss_mb_by_reference"].as_f64())
+            .fold(0.0f64, f64::max)),
+    );
+    out.insert("bus_roundtrips_per_s".into(), json!(median(bus)));
+    out.insert("tcp_echo_roundtrips_per_s".into(), json!(median(tcp)));
+    out.insert("roundtrip_vs_tcp_echo".into(), json!(median(ratios)));
+    if args.json {
+        println!("{}", Value::Object(out));
+    } else {
+        println!(
+            "round trips: bus {:.0}/s, TCP echo {:.0}/s, ratio {:.3}",
+            out["bus_roundtrips_per_s"].as_f64().unwrap_or(f64::NAN),
+            out["tcp_echo_roundtrips_per_s"]
+                .as_f64()
+                .unwrap_or(f64::NAN),
+            out["roundtrip_vs_tcp_echo"].as_f64().unwrap_or(f64::NAN)
+        );
+    }
+    Ok(())
+}
