@@ -94,6 +94,14 @@ impl History {
         }
     }
 
+    /// Keeps `m` as the last message of `slot`'s event (a slot out of range is ignored).
+    #[inline]
+    pub fn keep(&mut self, slot: u8, m: &Message) {
+        if let Some(slot) = self.last.get_mut(usize::from(slot)) {
+            super::native::keep(slot, m);
+        }
+    }
+
     /// The last message kept in `slot`.
     #[inline]
     pub fn last(&self, slot: u8) -> Option<&Message> {

@@ -38,10 +38,10 @@ use crate::chart::{
 use super::action::Prim;
 use super::action::Primitive;
 use super::action::{self, Action, Ctx, Draft, Network};
-use super::flat::{Base, FastOp, Flat, Src, Step};
+use super::flat::{Base, FastOp, Flat, SendOp, Src, Step, NO_SLOT};
 use super::history::History;
 use super::load::Service;
-use super::message::{Addr, Attr, InstanceKey, Message, NodeInfo, PAYLOAD_TYPE};
+use super::message::{Addr, InstanceKey, Message, NodeInfo, PAYLOAD_TYPE};
 use super::{Runner, RunnerError};
 
 /// Store limits. (The per-event step limit is the service's: [`Service::set_step_limit`].)
@@ -731,13 +731,34 @@ fn flat_step<N: Network>(
     input: Input<'_, N>,
 ) -> bool {
     let now = input.now;
-    for &e in hits {
-        if let Some(m) = input.current {
-            inst.hist.record(&svc.layout, e, m);
+    // One basic event: its load-time plan (history slot, index, composites that some state
+    // takes), no per-event lookups.
+    let single = match hits {
+        [e] => machine.event_plan(*e).map(|p| (*e, p)),
+        _ => None,
+    };
+    match single {
+        Some((e, plan)) => {
+            if let Some(m) = input.current {
+                if plan.slot != NO_SLOT {
+                    inst.hist.keep(plan.slot, m);
+                }
+            }
+            if plan.logic {
+                svc.logic
+                    .record(&mut inst.hist.logic, e, now, input.current, input.timer);
+            }
         }
-        if svc.logic.listens(e) {
-            svc.logic
-                .record(&mut inst.hist.logic, e, now, input.current, input.timer);
+        None => {
+            for &e in hits {
+                if let Some(m) = input.current {
+                    inst.hist.record(&svc.layout, e, m);
+                }
+                if svc.logic.listens(e) {
+                    svc.logic
+                        .record(&mut inst.hist.logic, e, now, input.current, input.timer);
+                }
+            }
         }
     }
     let FlatInst { state, hist } = inst;
@@ -760,9 +781,9 @@ fn flat_step<N: Network>(
             }
         }
     }
-    let candidates: &[u16] = match hits {
-        [e] => &svc.comp_by_basic[usize::from(*e)],
-        hits => {
+    let candidates: &[u16] = match single {
+        Some((_, plan)) => &plan.comps,
+        None => {
             comps.clear();
             for &e in hits {
                 comps.extend_from_slice(&svc.comp_by_basic[usize::from(e)]);
@@ -847,13 +868,8 @@ fn run_op<N: Network>(op: &FastOp, ctx: &mut Ctx<'_, N>, scratch: &mut Message) 
             ctx.net.perform(ctx.now, ctx.key, Primitive::Terminate);
             ctx.terminated = true;
         }
-        FastOp::Send { prim, base, sets } => return send(*prim, *base, sets, ctx, scratch),
-        FastOp::Each {
-            selector,
-            prim,
-            base,
-            sets,
-        } => {
+        FastOp::Send(op) => return send(op, ctx, scratch),
+        FastOp::Each { selector, send: op } => {
             // The selection is made before any send (as the interpreter does): on the stack
             // for the usual few nodes.
             let mut near = [Addr(0); 16];
@@ -871,7 +887,7 @@ fn run_op<N: Network>(op: &FastOp, ctx: &mut Ctx<'_, N>, scratch: &mut Message) 
             let mut ok = true;
             for a in near[..n].iter().chain(&spill) {
                 ctx.each = a.0 as i64;
-                if !send(*prim, *base, sets, ctx, scratch) {
+                if !send(op, ctx, scratch) {
                     ok = false;
                     break;
                 }
@@ -890,14 +906,8 @@ fn run_op<N: Network>(op: &FastOp, ctx: &mut Ctx<'_, N>, scratch: &mut Message) 
 /// Payload), so no reference count is taken to be dropped; `msg` is the store's scratch
 /// message, overwritten whole by every send and left without a payload.
 #[inline(always)]
-fn send<N: Network>(
-    prim: Prim,
-    base: Base,
-    sets: &[(Attr, Src)],
-    ctx: &mut Ctx<'_, N>,
-    msg: &mut Message,
-) -> bool {
-    let from = match base {
+fn send<N: Network>(op: &SendOp, ctx: &mut Ctx<'_, N>, msg: &mut Message) -> bool {
+    let from = match op.base {
         Base::Fresh => None,
         Base::Last(s) => match ctx.history.last(s) {
             Some(m) => Some(m),
@@ -912,9 +922,22 @@ fn send<N: Network>(
         Some(m) => msg.assign_header(m),
         None => msg.assign_fresh(),
     }
+    // The constant one-byte attributes, without dispatch.
+    let (mask, b) = (op.mask, op.bytes);
+    if mask != 0 {
+        if mask & 1 != 0 {
+            msg.message_type = b[0];
+        }
+        if mask & 2 != 0 {
+            msg.delivery_mode = b[1];
+        }
+        if mask & 4 != 0 {
+            msg.hop_limit = b[2];
+        }
+    }
     // A value that cannot be read ends the send with nothing performed (the scratch message
     // is simply overwritten by the next one).
-    for &(a, src) in sets {
+    for &(a, src) in op.sets.iter() {
         let x = match src {
             Src::Int(x) => x,
             Src::LastAttr(s, b) => match ctx.history.last(s) {
@@ -931,6 +954,7 @@ fn send<N: Network>(
         };
         msg.set(a, x);
     }
+    let prim = op.prim;
     let carries = match prim {
         Prim::SendControl => false,
         Prim::Send => msg.message_type == PAYLOAD_TYPE,
