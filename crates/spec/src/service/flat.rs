@@ -290,6 +290,9 @@ pub(crate) struct EventPlan {
     pub slot: u8,
     /// Whether a composite index records it.
     pub logic: bool,
+    /// The one keyed index it updates, keyed by this attribute of its message, when that is
+    /// all it updates ([`Program::direct_keyed`](super::logic::Program::direct_keyed)).
+    pub keyed: Option<(u16, Attr)>,
     /// Composite events (indexes) to evaluate after it, in declaration order.
     pub comps: Box<[u16]>,
 }
@@ -607,6 +610,7 @@ impl Flat {
         basics: usize,
         slot: impl Fn(u16) -> Option<u8>,
         listens: impl Fn(u16) -> bool,
+        keyed: impl Fn(u16) -> Option<(u16, Attr)>,
         comps: &[Vec<u16>],
     ) {
         let taken = |c: u16| {
@@ -621,6 +625,7 @@ impl Flat {
                 EventPlan {
                     slot: slot(e16).filter(|&s| s != NO_SLOT).unwrap_or(NO_SLOT),
                     logic: listens(e16),
+                    keyed: keyed(e16),
                     comps: comps
                         .get(e)
                         .map(|v| v.iter().copied().filter(|&c| taken(c)).collect())

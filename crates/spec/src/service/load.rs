@@ -194,6 +194,7 @@ impl Service {
                     data.basic.len(),
                     |e| layout.slot(e),
                     |e| program.listens(e),
+                    |e| program.direct_keyed(e),
                     &comp_by_basic,
                 );
                 (Some(f), None)

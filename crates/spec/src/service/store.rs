@@ -744,9 +744,15 @@ fn flat_step<N: Network>(
                     inst.hist.keep(plan.slot, m);
                 }
             }
-            if plan.logic {
-                svc.logic
-                    .record(&mut inst.hist.logic, e, now, input.current, input.timer);
+            match (plan.keyed, input.current) {
+                (Some((id, a)), Some(m)) => {
+                    svc.logic.record_keyed(&mut inst.hist.logic, id, m.get(a), now)
+                }
+                _ if plan.logic => {
+                    svc.logic
+                        .record(&mut inst.hist.logic, e, now, input.current, input.timer)
+                }
+                _ => {}
             }
         }
         None => {
