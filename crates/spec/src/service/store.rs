@@ -804,15 +804,29 @@ fn flat_step<N: Network>(
     }
     let basics = svc.data.basic.len();
     let before = *state;
+    // Every candidate is evaluated in the state before any of them runs; the first that
+    // holds runs the step found while evaluating (the state has not changed yet), the others
+    // the step of the state the machine is in when their turn comes.
+    let mut first: Option<&Step> = None;
     fire.clear();
     for &c in candidates {
-        if machine.step(basics + usize::from(c), before).is_some()
-            && svc
+        if let Some(step) = machine.step(basics + usize::from(c), before) {
+            if svc
                 .logic
                 .eval(usize::from(c), &ctx.history.logic, ctx.node, now)
-        {
-            fire.push(c);
+            {
+                match first {
+                    None => first = Some(step),
+                    Some(_) => fire.push(c),
+                }
+            }
         }
+    }
+    let Some(step) = first else {
+        return false;
+    };
+    if run_flat(step, state, &mut ctx, input.scratch) {
+        return true;
     }
     for &c in fire.iter() {
         if let Some(step) = machine.step(basics + usize::from(c), *state) {
