@@ -47,7 +47,10 @@ fn load(messages: u64, concurrent: u64) -> Vec<In> {
     let mut first = 1;
     while first <= messages {
         let ids = first..(first + concurrent).min(messages + 1);
-        let key = |id| InstanceKey { service: 1, message: id };
+        let key = |id| InstanceKey {
+            service: 1,
+            message: id,
+        };
         for phase in 0..10 {
             t += 1;
             let at = Instant::from_micros(t);
@@ -100,7 +103,15 @@ fn main() {
     let (svc, _) = Service::load("h2hack.scxml", src).unwrap();
     let svc = Arc::new(svc);
     let inputs = load(ids, 1000);
-    let table = || Store::new(vec![Arc::clone(&svc)], StoreConfig { pool: 0, capacity: usize::MAX });
+    let table = || {
+        Store::new(
+            vec![Arc::clone(&svc)],
+            StoreConfig {
+                pool: 0,
+                capacity: usize::MAX,
+            },
+        )
+    };
     let mut t = Vec::new();
     let mut h = Vec::new();
     for _ in 0..rounds {
@@ -117,5 +128,8 @@ fn main() {
     };
     let (te, ta) = med(&mut t);
     let (he, ha) = med(&mut h);
-    println!("table {te:.0} ev/s ({ta} actions), handwritten {he:.0} ev/s ({ha} actions), ratio {:.3}", te / he);
+    println!(
+        "table {te:.0} ev/s ({ta} actions), handwritten {he:.0} ev/s ({ha} actions), ratio {:.3}",
+        te / he
+    );
 }

@@ -14,7 +14,10 @@
 //! `<onentry>`) and, on reaching a top-level `<final>`, its `<onexit>` as the interpreter
 //! exits. [`Flat`] stores exactly that — a table indexed by (service event, atomic state) of
 //! steps, each a target and its action blocks, the blocks also resolved into [`FastOp`]s — so
-//! an instance is one state number and an event is one table read (issue 15 §2).
+//! an instance is one state number and an event is one table read (issue 15 §2). Per basic
+//! event, an [`EventPlan`] resolves what an input of that event alone does besides its step
+//! (history slot, direct keyed-index record, the composites some state takes), and a send's
+//! constant one-byte writes are split from its other writes ([`SendOp`]).
 //!
 //! [`Flat::compile`] accepts a chart only when the flat run is indistinguishable from the
 //! general engine's ([`chart::Instance`](crate::chart::Instance)); tests drive every shipped

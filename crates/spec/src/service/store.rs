@@ -746,7 +746,8 @@ fn flat_step<N: Network>(
             }
             match (plan.keyed, input.current) {
                 (Some((id, a)), Some(m)) => {
-                    svc.logic.record_keyed(&mut inst.hist.logic, id, m.get(a), now)
+                    svc.logic
+                        .record_keyed(&mut inst.hist.logic, id, m.get(a), now)
                 }
                 _ if plan.logic => {
                     svc.logic
