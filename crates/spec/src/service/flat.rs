@@ -849,6 +849,38 @@ mod tests {
         assert_eq!(op.sets.len(), 2);
     }
 
+    /// h2hack's plans: the ACK keeps no message but updates the "who acknowledged" index
+    /// directly, keyed by its source; the payload is kept and is followed by the two
+    /// composites on it; a timer keeps nothing and is followed by none.
+    #[test]
+    fn h2hack_event_plans() {
+        let src = include_str!("../../../../specs/h2hack.scxml");
+        let (svc, _) = Service::load("h2hack.scxml", src).unwrap();
+        let flat = svc.flat.as_ref().unwrap();
+        let idx = |name: &str| svc.data.basic.iter().position(|b| b.name == name).unwrap() as u16;
+        let comp = |name: &str| {
+            svc.data
+                .composite
+                .iter()
+                .position(|c| c.name == name)
+                .unwrap() as u16
+        };
+        let ack = flat.event_plan(idx("h2hackmessage")).unwrap();
+        assert!(ack.logic);
+        assert!(matches!(ack.keyed, Some((_, Attr::Source))), "{ack:?}");
+        assert_eq!(ack.slot, NO_SLOT);
+        assert_eq!(&*ack.comps, &[comp("allh2hackmessagesreceived")]);
+        let payload = flat.event_plan(idx("payloadmessage")).unwrap();
+        assert_ne!(payload.slot, NO_SLOT);
+        assert!(payload.keyed.is_none() && !payload.logic);
+        assert_eq!(&*payload.comps, &[comp("haschildren"), comp("nochildren")]);
+        let timer = flat.event_plan(idx("acktimeout")).unwrap();
+        assert_eq!(
+            (timer.slot, timer.logic, timer.comps.len()),
+            (NO_SLOT, false, 0)
+        );
+    }
+
     /// Every action of the shipped h2hack (timers, sends from `last(E)`, the fused
     /// create/set/execute run, the `foreach` send) resolves to a fast op: none is left to the
     /// interpreter, so `bench spec`'s run-time lane measures the resolved path.

@@ -179,4 +179,32 @@ mod tests {
         h.record(&l, 2, &m2);
         assert_eq!(h.last(s).unwrap().seq, 2);
     }
+
+    /// A recycled history holds no message and no payload, and is equal to a new one.
+    #[test]
+    fn reset_lets_go_of_messages_and_payloads() {
+        let mut l = Layout::new(1);
+        let s = l.keep(0);
+        let mut h = History::new(&l, logic::State::default());
+        let payload: std::sync::Arc<[u8]> = vec![1u8; 8].into();
+        let m = Message {
+            seq: 7,
+            payload: Some(std::sync::Arc::clone(&payload)),
+            extra: vec![("X".into(), "y".into())],
+            ..Message::default()
+        };
+        h.keep(s, &m);
+        drop(m);
+        assert_eq!(std::sync::Arc::strong_count(&payload), 2);
+        h.reset();
+        assert!(h.last(s).is_none());
+        assert_eq!(std::sync::Arc::strong_count(&payload), 1);
+        assert_eq!(h, History::new(&l, logic::State::default()));
+        let m2 = Message {
+            seq: 8,
+            ..Message::default()
+        };
+        h.record(&l, 0, &m2);
+        assert_eq!(h.last(s), Some(&m2));
+    }
 }
