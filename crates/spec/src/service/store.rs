@@ -890,35 +890,46 @@ fn run_op<N: Network>(op: &FastOp, ctx: &mut Ctx<'_, N>, scratch: &mut Message) 
             ctx.terminated = true;
         }
         FastOp::Send(op) => return send(op, ctx, scratch),
-        FastOp::Each { selector, send: op } => {
-            // The selection is made before any send (as the interpreter does): on the stack
-            // for the usual few nodes.
-            let mut near = [Addr(0); 16];
-            let mut n = 0;
-            let mut spill = Vec::new();
-            selector.for_each(&ctx.history.logic, ctx.node, ctx.now, |a| {
-                if n < near.len() {
-                    near[n] = a;
-                    n += 1;
-                } else {
-                    spill.push(a);
-                }
-            });
-            let outer = ctx.each;
-            let mut ok = true;
-            for a in near[..n].iter().chain(&spill) {
-                ctx.each = a.0 as i64;
-                if !send(op, ctx, scratch) {
-                    ok = false;
-                    break;
-                }
-            }
-            ctx.each = outer;
-            return ok;
-        }
+        FastOp::Each { selector, send: op } => return send_each(selector, op, ctx, scratch),
         FastOp::Action(a) => return action::run(a, ctx, &()).is_ok(),
     }
     true
+}
+
+/// A `foreach` send: the nodes are selected first (on the stack for the usual few), then one
+/// send each; false at the first that fails. Out of line, so the usual ops' loop keeps a small
+/// frame.
+#[inline(never)]
+fn send_each<N: Network>(
+    selector: &super::logic::Selector,
+    op: &SendOp,
+    ctx: &mut Ctx<'_, N>,
+    scratch: &mut Message,
+) -> bool {
+    // The selection is made before any send (as the interpreter does): on the stack
+    // for the usual few nodes.
+    let mut near = [Addr(0); 16];
+    let mut n = 0;
+    let mut spill = Vec::new();
+    selector.for_each(&ctx.history.logic, ctx.node, ctx.now, |a| {
+        if n < near.len() {
+            near[n] = a;
+            n += 1;
+        } else {
+            spill.push(a);
+        }
+    });
+    let outer = ctx.each;
+    let mut ok = true;
+    for a in near[..n].iter().chain(&spill) {
+        ctx.each = a.0 as i64;
+        if !send(op, ctx, scratch) {
+            ok = false;
+            break;
+        }
+    }
+    ctx.each = outer;
+    ok
 }
 
 /// Builds a message in `msg` (its base, then the attribute writes) and performs `prim`;
