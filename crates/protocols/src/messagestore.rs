@@ -88,6 +88,20 @@
 //! DestinationAddress, RootAddress, SequenceNumber (u64 each), a payload flag (u8, 1 if a
 //! payload follows) and the payload. All big-endian.
 //!
+//! # Batches
+//!
+//! A node acknowledges every payload to its previous hop (h2hack), so control messages would
+//! double the datagrams of a multicast. A message of at most [`BATCH_ENTRY_MAX`] bytes (every
+//! control message: 49 bytes) therefore waits in the layer's outbox until the kernel's
+//! [`FLUSH`] at the end of the current batch of input (one `recvmmsg` of datagrams, the timers
+//! due now, one batch of application sends — never a timer, no Nagle); then the messages for
+//! each next hop leave together: one alone as itself, several as one *batch* (first byte
+//! [`BATCH`], a count, each message behind its length; at most [`BATCH_MAX_BYTES`], a fuller
+//! batch leaves at once and a new one starts). A larger message (a payload) leaves at once,
+//! after what waits for the same node, so the messages to one node keep their order. A
+//! received batch is checked whole ([`decode_batch`]; damaged: counted `malformed`, nothing
+//! of it handed on) and its messages are handled one by one, as if each came alone.
+//!
 //! # Counters
 //!
 //! Under the layer's name: `malformed`, `unknown_service` (a message for a service not here:
@@ -102,14 +116,17 @@
 //! oldest goes), `full` (an input refused because `capacity` instances live), `step_limit`,
 //! `timers_evicted`, `failure_reported` (a notice went up at the sender), `report_sent`,
 //! `report_received`, `report_unanswered`, `reports_evicted`, `duplicate_suppressed`,
-//! `delivered_evicted`, `send_refused` (this node's own message never reached its service —
+//! `delivered_evicted`, `batches` (batch datagrams sent), `batched` (messages in them; every
+//! message sent, batched or not, is counted `sent`), `batches_received`, `send_refused` (this
+//! node's own message never reached its service —
 //! pushed out of the data buffer, or refused by a full store or the step limit — and the
 //! application got a `SendRefused` notice with its tag).
 //!
 //! # Memory
 //!
 //! Bounded: at most `capacity` live instances (the store's bound), `queue` data messages and
-//! `queue` control inputs waiting for their tree, [`Deploy::queue`] messages waiting for a service, [`MAX_FETCHES`] fetches (each
+//! `queue` control inputs waiting for their tree, the outbox (what one batch of input sends,
+//! emptied at its end), [`Deploy::queue`] messages waiting for a service, [`MAX_FETCHES`] fetches (each
 //! reassembling at most one bundle of [`specbundle::MAX_SPEC`] bytes), [`Deploy::max_services`]
 //! services, 64 refused hashes, and per instance its timers (the timer table holds at most `8 × capacity`
 //! entries; beyond, the oldest are cancelled and counted); at most `capacity` failure reports
@@ -124,7 +141,7 @@ use std::sync::Arc;
 
 use rand::RngCore;
 
-use viastack_kernel::event::{CHANNEL_INIT, SENDABLE, TIMER};
+use viastack_kernel::event::{CHANNEL_INIT, FLUSH, SENDABLE, TIMER};
 use viastack_kernel::{
     Body, ChannelId, Context, Delivery, Dest, Direction, Event, EventType, Layer, Message, NodeId,
     Sendable, Session, Tag, TimerId,
@@ -167,6 +184,20 @@ pub const MAX_FETCHES: usize = 16;
 const FETCH_FIRST: usize = 8;
 /// Timer token of the repair pass (instance timers and reports use small tokens).
 const REPAIR_TOKEN: u64 = u64::MAX;
+
+/// First byte of a *batch*: several service messages for one next hop in one overlay payload
+/// (see "Batches" in the module doc); a single message starts with its version, 1.
+pub const BATCH: u8 = 2;
+/// Bytes of a batch's header (`BATCH`, `count`).
+pub const BATCH_HEADER: usize = 3;
+/// Bytes before each message in a batch (its length, u16).
+pub const BATCH_ENTRY_HEADER: usize = 2;
+/// A message encoded in at most this many bytes waits for the end of the kernel batch to
+/// share a datagram (control messages: 49 bytes); a larger one (a payload) leaves at once.
+pub const BATCH_ENTRY_MAX: usize = 256;
+/// Most bytes of a batch (the overlay's, checksum's and device's headers fit with it in a
+/// 1,500-byte Ethernet MTU); a fuller batch leaves and a new one starts.
+pub const BATCH_MAX_BYTES: usize = 1200;
 
 /// A service a node starts with: loaded and verified, with the bundle it ships to nodes that
 /// ask for it.
@@ -370,6 +401,56 @@ pub fn decode(b: &[u8]) -> Option<SMsg> {
     })
 }
 
+/// Encodes a batch of already encoded messages (at least 2, each at most 65,535 bytes): the
+/// module's batch format. For tests and tools; the layer builds its batches in place.
+pub fn encode_batch(messages: &[&[u8]]) -> Vec<u8> {
+    let n: usize = messages.iter().map(|m| BATCH_ENTRY_HEADER + m.len()).sum();
+    let mut b = Vec::with_capacity(BATCH_HEADER + n);
+    b.push(BATCH);
+    b.extend_from_slice(&(messages.len() as u16).to_be_bytes());
+    for m in messages {
+        b.extend_from_slice(&(m.len() as u16).to_be_bytes());
+        b.extend_from_slice(m);
+    }
+    b
+}
+
+/// The byte ranges of the messages of a batch, all of its framing checked first; `None` if
+/// `b` is not a well-formed batch (not [`BATCH`], fewer than 2 messages, an empty message, a
+/// length past the end, bytes after the last message). Each message is then decoded on its
+/// own ([`decode`]): a batch inside a batch is refused there.
+pub fn decode_batch(b: &[u8]) -> Option<Vec<std::ops::Range<usize>>> {
+    if *b.first()? != BATCH {
+        return None;
+    }
+    let count = u16::from_be_bytes(b.get(1..BATCH_HEADER)?.try_into().ok()?);
+    if count < 2 {
+        return None;
+    }
+    let mut ranges = Vec::with_capacity(usize::from(count));
+    let mut at = BATCH_HEADER;
+    for _ in 0..count {
+        let len = u16::from_be_bytes(b.get(at..at + BATCH_ENTRY_HEADER)?.try_into().ok()?);
+        let start = at + BATCH_ENTRY_HEADER;
+        let end = start + usize::from(len);
+        if len == 0 || end > b.len() {
+            return None;
+        }
+        ranges.push(start..end);
+        at = end;
+    }
+    (at == b.len()).then_some(ranges)
+}
+
+/// Small messages for one next hop waiting for the end of the kernel batch ([`FLUSH`]).
+#[derive(Debug)]
+struct Outgoing {
+    to: NodeId,
+    /// The batch being built: header room, then each message's length and bytes.
+    body: Vec<u8>,
+    count: u16,
+}
+
 /// An input waiting for its tree.
 #[derive(Debug)]
 enum Input {
@@ -484,6 +565,9 @@ pub struct MessageStoreSession {
     held: BTreeMap<InstanceKey, Held>,
     /// A repair pass is armed.
     repair_armed: bool,
+    /// Small messages waiting for the end of the kernel batch, per next hop (a few at most:
+    /// the neighbours and the addressees of this batch's unicasts).
+    outbox: Vec<Outgoing>,
 }
 
 /// A payload an instance multicast down its tree, and the nodes it reached.
@@ -560,6 +644,7 @@ impl MessageStoreSession {
             delivered_order: VecDeque::new(),
             held: BTreeMap::new(),
             repair_armed: false,
+            outbox: Vec::new(),
         }
     }
 
@@ -801,11 +886,11 @@ impl MessageStoreSession {
             self.held.remove(&key);
             return;
         }
-        let (Some(channel), Some(h)) = (self.channel, self.held.get_mut(&key)) else {
+        let (Some(_), Some(h)) = (self.channel, self.held.get_mut(&key)) else {
             return;
         };
         let me = self.node;
-        let mut bytes = None;
+        let mut to = Vec::new();
         let mut again = false;
         for &c in children {
             if c == me {
@@ -820,10 +905,13 @@ impl MessageStoreSession {
             }
             *due -= 1;
             again |= *due > 0;
-            let b = bytes.get_or_insert_with(|| encode(&h.message)).clone();
-            ctx.count("sent");
-            let s = Sendable::new(me, Dest::Node(c), Message::from_wire(b));
-            ctx.go(Event::sendable(SENDABLE.id(), Direction::Down, channel, s));
+            to.push(c);
+        }
+        if !to.is_empty() {
+            let bytes = encode(&h.message);
+            for c in to {
+                self.transmit(ctx, c, &bytes);
+            }
         }
         if again && !self.repair_armed {
             self.repair_armed = true;
@@ -859,6 +947,85 @@ impl MessageStoreSession {
                 h.sent_to.insert(t, 0);
             }
         }
+    }
+
+    /// Sends one encoded message to `to`. A small one (at most [`BATCH_ENTRY_MAX`] bytes: a
+    /// control message) waits in the outbox until the kernel's [`FLUSH`] at the end of the
+    /// current batch of input, so the messages this batch makes for one next hop leave as one
+    /// batch; a larger one leaves at once, after what waits for `to` (the messages to one node
+    /// keep their order).
+    fn transmit(&mut self, ctx: &mut Context<'_>, to: NodeId, bytes: &[u8]) {
+        ctx.count("sent");
+        if bytes.len() > BATCH_ENTRY_MAX {
+            self.flush_to(ctx, to);
+            self.emit(ctx, to, bytes.to_vec());
+            return;
+        }
+        let entry = BATCH_ENTRY_HEADER + bytes.len();
+        let at = self.outbox.iter().position(|o| o.to == to);
+        let i = match at {
+            Some(i)
+                if self.outbox[i].body.len() + entry <= BATCH_MAX_BYTES
+                    && self.outbox[i].count < u16::MAX =>
+            {
+                i
+            }
+            _ => {
+                if let Some(i) = at {
+                    let full = self.outbox.swap_remove(i);
+                    self.emit_outgoing(ctx, full);
+                }
+                let mut body = Vec::with_capacity(BATCH_MAX_BYTES.min(BATCH_HEADER + 4 * entry));
+                body.extend_from_slice(&[BATCH, 0, 0]);
+                self.outbox.push(Outgoing { to, body, count: 0 });
+                ctx.request_flush();
+                self.outbox.len() - 1
+            }
+        };
+        let o = &mut self.outbox[i];
+        o.body
+            .extend_from_slice(&(bytes.len() as u16).to_be_bytes());
+        o.body.extend_from_slice(bytes);
+        o.count += 1;
+    }
+
+    /// Sends what waits in the outbox (the kernel's [`FLUSH`]).
+    fn flush_outbox(&mut self, ctx: &mut Context<'_>) {
+        for o in std::mem::take(&mut self.outbox) {
+            self.emit_outgoing(ctx, o);
+        }
+    }
+
+    /// Sends what waits in the outbox for `to`.
+    fn flush_to(&mut self, ctx: &mut Context<'_>, to: NodeId) {
+        if let Some(i) = self.outbox.iter().position(|o| o.to == to) {
+            let o = self.outbox.swap_remove(i);
+            self.emit_outgoing(ctx, o);
+        }
+    }
+
+    /// One waiting message leaves as it is; several as one batch.
+    fn emit_outgoing(&mut self, ctx: &mut Context<'_>, mut o: Outgoing) {
+        match o.count {
+            0 => {}
+            1 => {
+                let bytes = o.body.split_off(BATCH_HEADER + BATCH_ENTRY_HEADER);
+                self.emit(ctx, o.to, bytes);
+            }
+            n => {
+                o.body[1..BATCH_HEADER].copy_from_slice(&n.to_be_bytes());
+                ctx.count("batches");
+                ctx.count_n("batched", u64::from(n));
+                self.emit(ctx, o.to, o.body);
+            }
+        }
+    }
+
+    /// One datagram's worth of bytes to `to`, down the channel.
+    fn emit(&mut self, ctx: &mut Context<'_>, to: NodeId, bytes: Vec<u8>) {
+        let Some(channel) = self.channel else { return };
+        let s = Sendable::new(self.node, Dest::Node(to), Message::from_wire(bytes));
+        ctx.go(Event::sendable(SENDABLE.id(), Direction::Down, channel, s));
     }
 
     /// The sender's side of a refusal: its own message `message` never reached the service
@@ -1016,9 +1183,7 @@ impl MessageStoreSession {
                 }
                 let bytes = encode(&m);
                 for t in targets {
-                    ctx.count("sent");
-                    let s = Sendable::new(me, Dest::Node(t), Message::from_wire(bytes.clone()));
-                    ctx.go(Event::sendable(SENDABLE.id(), Direction::Down, channel, s));
+                    self.transmit(ctx, t, &bytes);
                 }
             }
             Out::SetTimer(key, id, after) => {
@@ -1116,6 +1281,22 @@ impl MessageStoreSession {
     }
 
     fn on_network(&mut self, ctx: &mut Context<'_>, from: NodeId, bytes: &[u8]) {
+        if bytes.first() == Some(&BATCH) {
+            let Some(ranges) = decode_batch(bytes) else {
+                ctx.count("malformed");
+                return;
+            };
+            ctx.count("batches_received");
+            for r in ranges {
+                self.on_message(ctx, from, &bytes[r]);
+            }
+            return;
+        }
+        self.on_message(ctx, from, bytes);
+    }
+
+    /// One service message from `from`.
+    fn on_message(&mut self, ctx: &mut Context<'_>, from: NodeId, bytes: &[u8]) {
         let Some(mut m) = decode(bytes) else {
             ctx.count("malformed");
             return;
@@ -1413,6 +1594,10 @@ impl Session for MessageStoreSession {
                 let token = t.token;
                 self.on_timer(ctx, token);
             }
+            return;
+        }
+        if ty == FLUSH.id() {
+            self.flush_outbox(ctx);
             return;
         }
         if ty == CHANNEL_INIT.id() {
