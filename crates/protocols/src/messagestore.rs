@@ -40,7 +40,10 @@
 //!   `sendControlMessage` and `forwardMessage` send one overlay datagram per target: the
 //!   children of the tree for DeliveryMode 1 (multicast, one hop each), the DestinationAddress
 //!   for 3 (unicast), the neighbours but the previous hop for 2 (flood); `setTimer` /
-//!   `cancelTimer` are kernel one-shot timers; `terminate` and `updateNodeInfo` need nothing.
+//!   `cancelTimer` are one-shot timers the layer keeps in its own deadline queue, with one kernel
+//!   timer armed at the earliest (a kernel timer per instance timer cost a kernel table entry
+//!   and a cancel each: h2hack sets four per payload); `terminate` and `updateNodeInfo` need
+//!   nothing.
 //! - With `failure_state` set (h2hack: `reset`), when the instance of a message this node sent
 //!   enters that state after a step, a [`PEER_UNREACHABLE`] notice with the message's tag goes
 //!   up (addressee `NodeId(u32::MAX)` for a broadcast): the sender learns the service gave up.
@@ -136,7 +139,7 @@
 //! (MessageType [`FAILURE_REPORT`] / [`REPORT_ACK`], the reported message's ServiceID,
 //! MessageID and RootAddress, DeliveryMode 3); the service never sees them.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use rand::RngCore;
@@ -184,6 +187,8 @@ pub const MAX_FETCHES: usize = 16;
 const FETCH_FIRST: usize = 8;
 /// Timer token of the repair pass (instance timers and reports use small tokens).
 const REPAIR_TOKEN: u64 = u64::MAX;
+/// Token of the one kernel timer armed for the instance timers (at the earliest of them).
+const INSTANCE_TIMERS_TOKEN: u64 = u64::MAX - 1;
 
 /// First byte of a *batch*: several service messages for one next hop in one overlay payload
 /// (see "Batches" in the module doc); a single message starts with its version, 1.
@@ -545,10 +550,17 @@ pub struct MessageStoreSession {
     next_message: u64,
     /// The root of each instance's tree (for its timers).
     roots: BTreeMap<InstanceKey, NodeId>,
-    /// Armed timers by (instance, TimerIdentifier): kernel timer and token.
-    timers: BTreeMap<(InstanceKey, u32), (TimerId, u64)>,
-    /// Token of a kernel timer to its (instance, TimerIdentifier).
-    tokens: BTreeMap<u64, (InstanceKey, u32)>,
+    /// Armed instance timers by (instance, TimerIdentifier): their token.
+    timers: HashMap<(InstanceKey, u32), u64, fnv::FnvBuildHasher>,
+    /// Token of an armed instance timer (in the order they were set) to its instance,
+    /// TimerIdentifier and deadline.
+    tokens: BTreeMap<u64, (InstanceKey, u32, viastack_kernel::Instant)>,
+    /// The instance timers' deadlines, earliest first (with entries of cancelled timers,
+    /// skipped when they come up; rebuilt when they outnumber the live ones). One kernel
+    /// timer stands for all of them ([`INSTANCE_TIMERS_TOKEN`]), armed at the earliest.
+    due: std::collections::BinaryHeap<std::cmp::Reverse<(viastack_kernel::Instant, u64)>>,
+    /// The kernel timer armed for `due`: its deadline and id.
+    armed: Option<(viastack_kernel::Instant, TimerId)>,
     next_timer: u64,
     /// Failure reports in flight, by the failed instance: the root they go to, the reports
     /// sent so far and the token of the timer for the next.
@@ -634,8 +646,10 @@ impl MessageStoreSession {
             next_token: 0,
             next_message: 0,
             roots: BTreeMap::new(),
-            timers: BTreeMap::new(),
+            timers: HashMap::default(),
             tokens: BTreeMap::new(),
+            due: std::collections::BinaryHeap::new(),
+            armed: None,
             next_timer: 0,
             reports: BTreeMap::new(),
             report_tokens: BTreeMap::new(),
@@ -958,7 +972,7 @@ impl MessageStoreSession {
         ctx.count("sent");
         if bytes.len() > BATCH_ENTRY_MAX {
             self.flush_to(ctx, to);
-            self.emit(ctx, to, bytes.to_vec());
+            self.emit(ctx, to, bytes);
             return;
         }
         let entry = BATCH_ENTRY_HEADER + bytes.len();
@@ -1008,23 +1022,21 @@ impl MessageStoreSession {
     fn emit_outgoing(&mut self, ctx: &mut Context<'_>, mut o: Outgoing) {
         match o.count {
             0 => {}
-            1 => {
-                let bytes = o.body.split_off(BATCH_HEADER + BATCH_ENTRY_HEADER);
-                self.emit(ctx, o.to, bytes);
-            }
+            1 => self.emit(ctx, o.to, &o.body[BATCH_HEADER + BATCH_ENTRY_HEADER..]),
             n => {
                 o.body[1..BATCH_HEADER].copy_from_slice(&n.to_be_bytes());
                 ctx.count("batches");
                 ctx.count_n("batched", u64::from(n));
-                self.emit(ctx, o.to, o.body);
+                self.emit(ctx, o.to, &o.body);
             }
         }
     }
 
-    /// One datagram's worth of bytes to `to`, down the channel.
-    fn emit(&mut self, ctx: &mut Context<'_>, to: NodeId, bytes: Vec<u8>) {
+    /// One datagram's worth of bytes to `to`, down the channel (copied once, with room in
+    /// front for the headers of the layers below).
+    fn emit(&mut self, ctx: &mut Context<'_>, to: NodeId, bytes: &[u8]) {
         let Some(channel) = self.channel else { return };
-        let s = Sendable::new(self.node, Dest::Node(to), Message::from_wire(bytes));
+        let s = Sendable::new(self.node, Dest::Node(to), Message::from_payload(bytes));
         ctx.go(Event::sendable(SENDABLE.id(), Direction::Down, channel, s));
     }
 
@@ -1187,36 +1199,89 @@ impl MessageStoreSession {
                 }
             }
             Out::SetTimer(key, id, after) => {
-                if let Some((old, tok)) = self.timers.remove(&(key, id)) {
-                    ctx.cancel_timer(old);
+                if let Some(tok) = self.timers.remove(&(key, id)) {
                     self.tokens.remove(&tok);
                 }
                 while self.tokens.len() >= 8 * self.capacity {
-                    let Some((tok, k)) = self.tokens.pop_first() else {
+                    let Some((_, (k, i, _))) = self.tokens.pop_first() else {
                         break;
                     };
-                    if let Some((t, _)) = self.timers.remove(&k) {
-                        ctx.cancel_timer(t);
-                    }
+                    self.timers.remove(&(k, i));
                     ctx.count("timers_evicted");
-                    let _ = tok;
                 }
                 let tok = self.next_timer;
                 self.next_timer = self.next_timer.wrapping_add(1);
-                let t = ctx.set_timer(after, tok);
-                self.timers.insert((key, id), (t, tok));
-                self.tokens.insert(tok, (key, id));
+                let at = ctx.now() + after;
+                self.timers.insert((key, id), tok);
+                self.tokens.insert(tok, (key, id, at));
+                self.due.push(std::cmp::Reverse((at, tok)));
+                if self.due.len() > 2 * self.tokens.len() + 1024 {
+                    // Cancelled timers' entries: rebuilt from the live ones.
+                    self.due = self
+                        .tokens
+                        .iter()
+                        .map(|(&t, &(_, _, at))| std::cmp::Reverse((at, t)))
+                        .collect();
+                }
+                self.arm(ctx);
             }
             Out::Cancel(key, id) => {
-                if let Some((t, tok)) = self.timers.remove(&(key, id)) {
-                    ctx.cancel_timer(t);
+                if let Some(tok) = self.timers.remove(&(key, id)) {
                     self.tokens.remove(&tok);
                 }
             }
         }
     }
 
+    /// Keeps one kernel timer armed at the earliest instance timer (the entries of cancelled
+    /// timers at the top of the queue are dropped first).
+    fn arm(&mut self, ctx: &mut Context<'_>) {
+        while let Some(&std::cmp::Reverse((_, tok))) = self.due.peek() {
+            if self.tokens.contains_key(&tok) {
+                break;
+            }
+            self.due.pop();
+        }
+        let Some(&std::cmp::Reverse((at, _))) = self.due.peek() else {
+            return;
+        };
+        match self.armed {
+            Some((armed_at, _)) if armed_at <= at => {}
+            other => {
+                if let Some((_, t)) = other {
+                    ctx.cancel_timer(t);
+                }
+                let t = ctx.set_timer_at(at, INSTANCE_TIMERS_TOKEN);
+                self.armed = Some((at, t));
+            }
+        }
+    }
+
+    /// The kernel timer of the instance timers fired: every instance timer due now goes to
+    /// its instance (in deadline order, ties in the order they were set).
+    fn instance_timers_due(&mut self, ctx: &mut Context<'_>) {
+        self.armed = None;
+        let now = ctx.now();
+        while let Some(&std::cmp::Reverse((at, tok))) = self.due.peek() {
+            if at > now {
+                break;
+            }
+            self.due.pop();
+            let Some((key, id, _)) = self.tokens.remove(&tok) else {
+                continue;
+            };
+            self.timers.remove(&(key, id));
+            let root = self.roots.get(&key).copied().unwrap_or(self.node);
+            self.enqueue(ctx, root, Input::Timer(key, id));
+        }
+        self.arm(ctx);
+    }
+
     fn on_timer(&mut self, ctx: &mut Context<'_>, token: u64) {
+        if token == INSTANCE_TIMERS_TOKEN {
+            self.instance_timers_due(ctx);
+            return;
+        }
         if token == REPAIR_TOKEN {
             self.repair_armed = false;
             self.repair_pass(ctx);
@@ -1228,14 +1293,7 @@ impl MessageStoreSession {
         }
         if let Some(sid) = self.fetch_tokens.remove(&token) {
             self.fetch_retry(ctx, sid);
-            return;
         }
-        let Some((key, id)) = self.tokens.remove(&token) else {
-            return;
-        };
-        self.timers.remove(&(key, id));
-        let root = self.roots.get(&key).copied().unwrap_or(self.node);
-        self.enqueue(ctx, root, Input::Timer(key, id));
     }
 
     fn on_application(&mut self, ctx: &mut Context<'_>, dest: Dest, tag: Tag, payload: Vec<u8>) {
