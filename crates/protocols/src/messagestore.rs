@@ -132,14 +132,14 @@
 //! emptied at its end), [`Deploy::queue`] messages waiting for a service, [`MAX_FETCHES`] fetches (each
 //! reassembling at most one bundle of [`specbundle::MAX_SPEC`] bytes), [`Deploy::max_services`]
 //! services, 64 refused hashes, and per instance its timers (the timer table holds at most `8 × capacity`
-//! entries; beyond, the oldest are cancelled and counted); at most `capacity` failure reports
+//! entries; beyond, the earliest due are cancelled and counted); at most `capacity` failure reports
 //! in flight and [`DELIVERED_MAX`] remembered deliveries.
 //!
 //! Failure reports and their acknowledgements are layer messages in the same format
 //! (MessageType [`FAILURE_REPORT`] / [`REPORT_ACK`], the reported message's ServiceID,
 //! MessageID and RootAddress, DeliveryMode 3); the service never sees them.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use rand::RngCore;
@@ -550,15 +550,13 @@ pub struct MessageStoreSession {
     next_message: u64,
     /// The root of each instance's tree (for its timers).
     roots: BTreeMap<InstanceKey, NodeId>,
-    /// Armed instance timers by (instance, TimerIdentifier): their token.
-    timers: HashMap<(InstanceKey, u32), u64, fnv::FnvBuildHasher>,
-    /// Token of an armed instance timer (in the order they were set) to its instance,
-    /// TimerIdentifier and deadline.
-    tokens: BTreeMap<u64, (InstanceKey, u32, viastack_kernel::Instant)>,
-    /// The instance timers' deadlines, earliest first (with entries of cancelled timers,
-    /// skipped when they come up; rebuilt when they outnumber the live ones). One kernel
-    /// timer stands for all of them ([`INSTANCE_TIMERS_TOKEN`]), armed at the earliest.
-    due: std::collections::BinaryHeap<std::cmp::Reverse<(viastack_kernel::Instant, u64)>>,
+    /// Armed instance timers by (instance, TimerIdentifier): their deadline and sequence
+    /// number (the order they were set).
+    timers: BTreeMap<(InstanceKey, u32), (viastack_kernel::Instant, u64)>,
+    /// The same timers by deadline, then sequence number (ties fire in the order they were
+    /// set). One kernel timer stands for all of them ([`INSTANCE_TIMERS_TOKEN`]), armed at
+    /// the earliest.
+    due: BTreeMap<(viastack_kernel::Instant, u64), (InstanceKey, u32)>,
     /// The kernel timer armed for `due`: its deadline and id.
     armed: Option<(viastack_kernel::Instant, TimerId)>,
     next_timer: u64,
@@ -646,9 +644,8 @@ impl MessageStoreSession {
             next_token: 0,
             next_message: 0,
             roots: BTreeMap::new(),
-            timers: HashMap::default(),
-            tokens: BTreeMap::new(),
-            due: std::collections::BinaryHeap::new(),
+            timers: BTreeMap::new(),
+            due: BTreeMap::new(),
             armed: None,
             next_timer: 0,
             reports: BTreeMap::new(),
@@ -1199,50 +1196,36 @@ impl MessageStoreSession {
                 }
             }
             Out::SetTimer(key, id, after) => {
-                if let Some(tok) = self.timers.remove(&(key, id)) {
-                    self.tokens.remove(&tok);
+                if let Some(old) = self.timers.remove(&(key, id)) {
+                    self.due.remove(&old);
                 }
-                while self.tokens.len() >= 8 * self.capacity {
-                    let Some((_, (k, i, _))) = self.tokens.pop_first() else {
+                while self.due.len() >= 8 * self.capacity {
+                    // The bound: the earliest due is cancelled.
+                    let Some((_, k)) = self.due.pop_first() else {
                         break;
                     };
-                    self.timers.remove(&(k, i));
+                    self.timers.remove(&k);
                     ctx.count("timers_evicted");
                 }
-                let tok = self.next_timer;
+                let seq = self.next_timer;
                 self.next_timer = self.next_timer.wrapping_add(1);
-                let at = ctx.now() + after;
-                self.timers.insert((key, id), tok);
-                self.tokens.insert(tok, (key, id, at));
-                self.due.push(std::cmp::Reverse((at, tok)));
-                if self.due.len() > 2 * self.tokens.len() + 1024 {
-                    // Cancelled timers' entries: rebuilt from the live ones.
-                    self.due = self
-                        .tokens
-                        .iter()
-                        .map(|(&t, &(_, _, at))| std::cmp::Reverse((at, t)))
-                        .collect();
-                }
+                let at = (ctx.now() + after, seq);
+                self.timers.insert((key, id), at);
+                self.due.insert(at, (key, id));
                 self.arm(ctx);
             }
             Out::Cancel(key, id) => {
-                if let Some(tok) = self.timers.remove(&(key, id)) {
-                    self.tokens.remove(&tok);
+                if let Some(at) = self.timers.remove(&(key, id)) {
+                    self.due.remove(&at);
                 }
             }
         }
     }
 
-    /// Keeps one kernel timer armed at the earliest instance timer (the entries of cancelled
-    /// timers at the top of the queue are dropped first).
+    /// Keeps one kernel timer armed at the earliest instance timer (one armed earlier stays:
+    /// it fires, finds nothing due, and arms the next).
     fn arm(&mut self, ctx: &mut Context<'_>) {
-        while let Some(&std::cmp::Reverse((_, tok))) = self.due.peek() {
-            if self.tokens.contains_key(&tok) {
-                break;
-            }
-            self.due.pop();
-        }
-        let Some(&std::cmp::Reverse((at, _))) = self.due.peek() else {
+        let Some((&(at, _), _)) = self.due.first_key_value() else {
             return;
         };
         match self.armed {
@@ -1262,14 +1245,11 @@ impl MessageStoreSession {
     fn instance_timers_due(&mut self, ctx: &mut Context<'_>) {
         self.armed = None;
         let now = ctx.now();
-        while let Some(&std::cmp::Reverse((at, tok))) = self.due.peek() {
-            if at > now {
+        while let Some(entry) = self.due.first_entry() {
+            if entry.key().0 > now {
                 break;
             }
-            self.due.pop();
-            let Some((key, id, _)) = self.tokens.remove(&tok) else {
-                continue;
-            };
+            let (key, id) = entry.remove();
             self.timers.remove(&(key, id));
             let root = self.roots.get(&key).copied().unwrap_or(self.node);
             self.enqueue(ctx, root, Input::Timer(key, id));
