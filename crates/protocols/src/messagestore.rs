@@ -189,6 +189,8 @@ const FETCH_FIRST: usize = 8;
 const REPAIR_TOKEN: u64 = u64::MAX;
 /// Token of the one kernel timer armed for the instance timers (at the earliest of them).
 const INSTANCE_TIMERS_TOKEN: u64 = u64::MAX - 1;
+/// Instance timers handed to their instances per expiry of that kernel timer at most.
+const TIMERS_AT_ONCE: usize = 64;
 
 /// First byte of a *batch*: several service messages for one next hop in one overlay payload
 /// (see "Batches" in the module doc); a single message starts with its version, 1.
@@ -714,10 +716,14 @@ impl MessageStoreSession {
     }
 
     fn on_tree(&mut self, ctx: &mut Context<'_>, info: &TreeInfo) {
+        // Tokens increase in each buffer (handed out in order, never reordered within one):
+        // a binary search, not a scan (a repair pass queues one input per held instance).
         let taken = [&mut self.data_pending, &mut self.control_pending]
             .into_iter()
             .find_map(|buffer| {
-                let i = buffer.iter().position(|(t, _, _)| *t == info.token)?;
+                let i = buffer
+                    .binary_search_by_key(&info.token, |(t, _, _)| *t)
+                    .ok()?;
                 buffer.remove(i)
             });
         let Some((_, root, input)) = taken else {
@@ -807,6 +813,9 @@ impl MessageStoreSession {
             Input::Probe => return,
         };
         self.check_failure(ctx, key, root);
+        if self.store.state(key).is_none() {
+            self.forget(key);
+        }
         if self.roots.len() > 2 * self.capacity {
             let live: std::collections::BTreeSet<InstanceKey> =
                 self.store.keys().into_iter().collect();
@@ -817,6 +826,25 @@ impl MessageStoreSession {
         while self.own.len() > self.capacity {
             self.own.pop_first();
             ctx.count("own_evicted");
+        }
+    }
+
+    /// Instance `key` ended (or never began): what the layer kept for it goes — its held
+    /// payload, its root, its timers (the store ignores a timer of an instance that is gone,
+    /// seed 000 §5.1.4.2; h2hack's 30 s `finaldelete` outlives its instance by 20 s). Only
+    /// the delivery record stays (a few bytes, for duplicate suppression).
+    fn forget(&mut self, key: InstanceKey) {
+        self.held.remove(&key);
+        self.roots.remove(&key);
+        let armed: Vec<(InstanceKey, u32)> = self
+            .timers
+            .range((key, 0)..=(key, u32::MAX))
+            .map(|(&k, _)| k)
+            .collect();
+        for k in armed {
+            if let Some(at) = self.timers.remove(&k) {
+                self.due.remove(&at);
+            }
         }
     }
 
@@ -1242,13 +1270,22 @@ impl MessageStoreSession {
 
     /// The kernel timer of the instance timers fired: every instance timer due now goes to
     /// its instance (in deadline order, ties in the order they were set).
+    ///
+    /// At most as many as the control buffer has room for go at once (each waits there for
+    /// its tree): the kernel timer is armed again at the next due, now, and fires again once
+    /// these have been stepped — a burst of expiries is never pushed out of the buffer.
     fn instance_timers_due(&mut self, ctx: &mut Context<'_>) {
         self.armed = None;
         let now = ctx.now();
+        let mut room = self
+            .queue
+            .saturating_sub(self.control_pending.len())
+            .clamp(1, TIMERS_AT_ONCE);
         while let Some(entry) = self.due.first_entry() {
-            if entry.key().0 > now {
+            if entry.key().0 > now || room == 0 {
                 break;
             }
+            room -= 1;
             let (key, id) = entry.remove();
             self.timers.remove(&(key, id));
             let root = self.roots.get(&key).copied().unwrap_or(self.node);
