@@ -1,11 +1,14 @@
 //! Any bytes as a `messagestore` layer message: decoding never panics, and what decodes
 //! encodes back to the same bytes (with its root's hypercube label in version 2); the same for the spec-fetch payloads (issue 16 §4:
 //! `SPEC_REQUEST` / `SPEC_RESPONSE`), whether inside a message or alone, and reassembling a
-//! decoded chunk never panics.
+//! decoded chunk never panics. A batch (several messages for one next hop) decodes only when
+//! all of its framing holds; its messages encode back to the same batch.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use viastack_protocols::messagestore::{decode, decode_labelled, encode, encode_labelled};
+use viastack_protocols::messagestore::{
+    decode, decode_batch, decode_labelled, encode, encode_batch, encode_labelled,
+};
 use viastack_protocols::specbundle::{
     decode_chunk, decode_request, encode_chunk, encode_request, Assembly, SPEC_REQUEST,
     SPEC_RESPONSE,
@@ -36,4 +39,14 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     payloads(data);
+    if let Some(ranges) = decode_batch(data) {
+        assert!(ranges.len() >= 2);
+        let parts: Vec<&[u8]> = ranges.iter().map(|r| &data[r.clone()]).collect();
+        assert_eq!(encode_batch(&parts), data);
+        for p in parts {
+            if let Some(m) = decode(p) {
+                assert_eq!(encode(&m), p);
+            }
+        }
+    }
 });

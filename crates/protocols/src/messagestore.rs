@@ -40,7 +40,10 @@
 //!   `sendControlMessage` and `forwardMessage` send one overlay datagram per target: the
 //!   children of the tree for DeliveryMode 1 (multicast, one hop each), the DestinationAddress
 //!   for 3 (unicast), the neighbours but the previous hop for 2 (flood); `setTimer` /
-//!   `cancelTimer` are kernel one-shot timers; `terminate` and `updateNodeInfo` need nothing.
+//!   `cancelTimer` are one-shot timers the layer keeps in its own deadline queue, with one kernel
+//!   timer armed at the earliest (a kernel timer per instance timer cost a kernel table entry
+//!   and a cancel each: h2hack sets four per payload); `terminate` and `updateNodeInfo` need
+//!   nothing.
 //! - With `failure_state` set (h2hack: `reset`), when the instance of a message this node sent
 //!   enters that state after a step, a [`PEER_UNREACHABLE`] notice with the message's tag goes
 //!   up (addressee `NodeId(u32::MAX)` for a broadcast): the sender learns the service gave up.
@@ -88,6 +91,20 @@
 //! DestinationAddress, RootAddress, SequenceNumber (u64 each), a payload flag (u8, 1 if a
 //! payload follows) and the payload. All big-endian.
 //!
+//! # Batches
+//!
+//! A node acknowledges every payload to its previous hop (h2hack), so control messages would
+//! double the datagrams of a multicast. A message of at most [`BATCH_ENTRY_MAX`] bytes (every
+//! control message: 49 bytes) therefore waits in the layer's outbox until the kernel's
+//! [`FLUSH`] at the end of the current batch of input (one `recvmmsg` of datagrams, the timers
+//! due now, one batch of application sends — never a timer, no Nagle); then the messages for
+//! each next hop leave together: one alone as itself, several as one *batch* (first byte
+//! [`BATCH`], a count, each message behind its length; at most [`BATCH_MAX_BYTES`], a fuller
+//! batch leaves at once and a new one starts). A larger message (a payload) leaves at once,
+//! after what waits for the same node, so the messages to one node keep their order. A
+//! received batch is checked whole ([`decode_batch`]; damaged: counted `malformed`, nothing
+//! of it handed on) and its messages are handled one by one, as if each came alone.
+//!
 //! # Counters
 //!
 //! Under the layer's name: `malformed`, `unknown_service` (a message for a service not here:
@@ -102,17 +119,20 @@
 //! oldest goes), `full` (an input refused because `capacity` instances live), `step_limit`,
 //! `timers_evicted`, `failure_reported` (a notice went up at the sender), `report_sent`,
 //! `report_received`, `report_unanswered`, `reports_evicted`, `duplicate_suppressed`,
-//! `delivered_evicted`, `send_refused` (this node's own message never reached its service —
+//! `delivered_evicted`, `batches` (batch datagrams sent), `batched` (messages in them; every
+//! message sent, batched or not, is counted `sent`), `batches_received`, `send_refused` (this
+//! node's own message never reached its service —
 //! pushed out of the data buffer, or refused by a full store or the step limit — and the
 //! application got a `SendRefused` notice with its tag).
 //!
 //! # Memory
 //!
 //! Bounded: at most `capacity` live instances (the store's bound), `queue` data messages and
-//! `queue` control inputs waiting for their tree, [`Deploy::queue`] messages waiting for a service, [`MAX_FETCHES`] fetches (each
+//! `queue` control inputs waiting for their tree, the outbox (what one batch of input sends,
+//! emptied at its end), [`Deploy::queue`] messages waiting for a service, [`MAX_FETCHES`] fetches (each
 //! reassembling at most one bundle of [`specbundle::MAX_SPEC`] bytes), [`Deploy::max_services`]
 //! services, 64 refused hashes, and per instance its timers (the timer table holds at most `8 × capacity`
-//! entries; beyond, the oldest are cancelled and counted); at most `capacity` failure reports
+//! entries; beyond, the earliest due are cancelled and counted); at most `capacity` failure reports
 //! in flight and [`DELIVERED_MAX`] remembered deliveries.
 //!
 //! Failure reports and their acknowledgements are layer messages in the same format
@@ -124,7 +144,7 @@ use std::sync::Arc;
 
 use rand::RngCore;
 
-use viastack_kernel::event::{CHANNEL_INIT, SENDABLE, TIMER};
+use viastack_kernel::event::{CHANNEL_INIT, FLUSH, SENDABLE, TIMER};
 use viastack_kernel::{
     Body, ChannelId, Context, Delivery, Dest, Direction, Event, EventType, Layer, Message, NodeId,
     Sendable, Session, Tag, TimerId,
@@ -168,6 +188,25 @@ pub const MAX_FETCHES: usize = 16;
 const FETCH_FIRST: usize = 8;
 /// Timer token of the repair pass (instance timers and reports use small tokens).
 const REPAIR_TOKEN: u64 = u64::MAX;
+/// Token of the one kernel timer armed for the instance timers (at the earliest of them).
+const INSTANCE_TIMERS_TOKEN: u64 = u64::MAX - 1;
+/// Instance timers handed to their instances per expiry of that kernel timer at most.
+const TIMERS_AT_ONCE: usize = 64;
+
+/// First byte of a *batch*: several service messages for one next hop in one overlay payload
+/// (see "Batches" in the module doc); a single message starts with its version (1, or 2 with
+/// the root's hypercube label), so batches take the high bit, clear of later versions.
+pub const BATCH: u8 = 0x80;
+/// Bytes of a batch's header (`BATCH`, `count`).
+pub const BATCH_HEADER: usize = 3;
+/// Bytes before each message in a batch (its length, u16).
+pub const BATCH_ENTRY_HEADER: usize = 2;
+/// A message encoded in at most this many bytes waits for the end of the kernel batch to
+/// share a datagram (control messages: 49 bytes); a larger one (a payload) leaves at once.
+pub const BATCH_ENTRY_MAX: usize = 256;
+/// Most bytes of a batch (the overlay's, checksum's and device's headers fit with it in a
+/// 1,500-byte Ethernet MTU); a fuller batch leaves and a new one starts.
+pub const BATCH_MAX_BYTES: usize = 1200;
 
 /// A service a node starts with: loaded and verified, with the bundle it ships to nodes that
 /// ask for it.
@@ -400,6 +439,56 @@ pub fn decode_labelled(b: &[u8]) -> Option<(SMsg, Option<HcLabel>)> {
     ))
 }
 
+/// Encodes a batch of already encoded messages (at least 2, each at most 65,535 bytes): the
+/// module's batch format. For tests and tools; the layer builds its batches in place.
+pub fn encode_batch(messages: &[&[u8]]) -> Vec<u8> {
+    let n: usize = messages.iter().map(|m| BATCH_ENTRY_HEADER + m.len()).sum();
+    let mut b = Vec::with_capacity(BATCH_HEADER + n);
+    b.push(BATCH);
+    b.extend_from_slice(&(messages.len() as u16).to_be_bytes());
+    for m in messages {
+        b.extend_from_slice(&(m.len() as u16).to_be_bytes());
+        b.extend_from_slice(m);
+    }
+    b
+}
+
+/// The byte ranges of the messages of a batch, all of its framing checked first; `None` if
+/// `b` is not a well-formed batch (not [`BATCH`], fewer than 2 messages, an empty message, a
+/// length past the end, bytes after the last message). Each message is then decoded on its
+/// own ([`decode`]): a batch inside a batch is refused there.
+pub fn decode_batch(b: &[u8]) -> Option<Vec<std::ops::Range<usize>>> {
+    if *b.first()? != BATCH {
+        return None;
+    }
+    let count = u16::from_be_bytes(b.get(1..BATCH_HEADER)?.try_into().ok()?);
+    if count < 2 {
+        return None;
+    }
+    let mut ranges = Vec::with_capacity(usize::from(count));
+    let mut at = BATCH_HEADER;
+    for _ in 0..count {
+        let len = u16::from_be_bytes(b.get(at..at + BATCH_ENTRY_HEADER)?.try_into().ok()?);
+        let start = at + BATCH_ENTRY_HEADER;
+        let end = start + usize::from(len);
+        if len == 0 || end > b.len() {
+            return None;
+        }
+        ranges.push(start..end);
+        at = end;
+    }
+    (at == b.len()).then_some(ranges)
+}
+
+/// Small messages for one next hop waiting for the end of the kernel batch ([`FLUSH`]).
+#[derive(Debug)]
+struct Outgoing {
+    to: NodeId,
+    /// The batch being built: header room, then each message's length and bytes.
+    body: Vec<u8>,
+    count: u16,
+}
+
 /// An input waiting for its tree.
 #[derive(Debug)]
 enum Input {
@@ -494,10 +583,15 @@ pub struct MessageStoreSession {
     next_message: u64,
     /// The root of each instance's tree (for its timers).
     roots: BTreeMap<InstanceKey, NodeId>,
-    /// Armed timers by (instance, TimerIdentifier): kernel timer and token.
-    timers: BTreeMap<(InstanceKey, u32), (TimerId, u64)>,
-    /// Token of a kernel timer to its (instance, TimerIdentifier).
-    tokens: BTreeMap<u64, (InstanceKey, u32)>,
+    /// Armed instance timers by (instance, TimerIdentifier): their deadline and sequence
+    /// number (the order they were set).
+    timers: BTreeMap<(InstanceKey, u32), (viastack_kernel::Instant, u64)>,
+    /// The same timers by deadline, then sequence number (ties fire in the order they were
+    /// set). One kernel timer stands for all of them ([`INSTANCE_TIMERS_TOKEN`]), armed at
+    /// the earliest.
+    due: BTreeMap<(viastack_kernel::Instant, u64), (InstanceKey, u32)>,
+    /// The kernel timer armed for `due`: its deadline and id.
+    armed: Option<(viastack_kernel::Instant, TimerId)>,
     next_timer: u64,
     /// Failure reports in flight, by the failed instance: the root they go to, the reports
     /// sent so far and the token of the timer for the next.
@@ -521,6 +615,9 @@ pub struct MessageStoreSession {
     my_label: Option<HcLabel>,
     root_labels: BTreeMap<NodeId, HcLabel>,
     root_label_order: VecDeque<NodeId>,
+    /// Small messages waiting for the end of the kernel batch, per next hop (a few at most:
+    /// the neighbours and the addressees of this batch's unicasts).
+    outbox: Vec<Outgoing>,
 }
 
 /// At most this many roots' hypercube labels are remembered.
@@ -591,7 +688,8 @@ impl MessageStoreSession {
             next_message: 0,
             roots: BTreeMap::new(),
             timers: BTreeMap::new(),
-            tokens: BTreeMap::new(),
+            due: BTreeMap::new(),
+            armed: None,
             next_timer: 0,
             reports: BTreeMap::new(),
             report_tokens: BTreeMap::new(),
@@ -603,6 +701,7 @@ impl MessageStoreSession {
             root_label_order: VecDeque::new(),
             held: BTreeMap::new(),
             repair_armed: false,
+            outbox: Vec::new(),
         }
     }
 
@@ -694,10 +793,14 @@ impl MessageStoreSession {
     }
 
     fn on_tree(&mut self, ctx: &mut Context<'_>, info: &TreeInfo) {
+        // Tokens increase in each buffer (handed out in order, never reordered within one):
+        // a binary search, not a scan (a repair pass queues one input per held instance).
         let taken = [&mut self.data_pending, &mut self.control_pending]
             .into_iter()
             .find_map(|buffer| {
-                let i = buffer.iter().position(|(t, _, _)| *t == info.token)?;
+                let i = buffer
+                    .binary_search_by_key(&info.token, |(t, _, _)| *t)
+                    .ok()?;
                 buffer.remove(i)
             });
         let Some((_, root, input)) = taken else {
@@ -790,6 +893,9 @@ impl MessageStoreSession {
             Input::Probe => return,
         };
         self.check_failure(ctx, key, root);
+        if self.store.state(key).is_none() {
+            self.forget(key);
+        }
         if self.roots.len() > 2 * self.capacity {
             let live: std::collections::BTreeSet<InstanceKey> =
                 self.store.keys().into_iter().collect();
@@ -800,6 +906,25 @@ impl MessageStoreSession {
         while self.own.len() > self.capacity {
             self.own.pop_first();
             ctx.count("own_evicted");
+        }
+    }
+
+    /// Instance `key` ended (or never began): what the layer kept for it goes — its held
+    /// payload, its root, its timers (the store ignores a timer of an instance that is gone,
+    /// seed 000 §5.1.4.2; h2hack's 30 s `finaldelete` outlives its instance by 20 s). Only
+    /// the delivery record stays (a few bytes, for duplicate suppression).
+    fn forget(&mut self, key: InstanceKey) {
+        self.held.remove(&key);
+        self.roots.remove(&key);
+        let armed: Vec<(InstanceKey, u32)> = self
+            .timers
+            .range((key, 0)..=(key, u32::MAX))
+            .map(|(&k, _)| k)
+            .collect();
+        for k in armed {
+            if let Some(at) = self.timers.remove(&k) {
+                self.due.remove(&at);
+            }
         }
     }
 
@@ -885,11 +1010,11 @@ impl MessageStoreSession {
             .get(&key)
             .and_then(|h| node_of(h.message.root))
             .and_then(|r| self.label_of(r));
-        let (Some(channel), Some(h)) = (self.channel, self.held.get_mut(&key)) else {
+        let (Some(_), Some(h)) = (self.channel, self.held.get_mut(&key)) else {
             return;
         };
         let me = self.node;
-        let mut bytes = None;
+        let mut to = Vec::new();
         let mut again = false;
         for &c in children {
             if c == me {
@@ -904,12 +1029,13 @@ impl MessageStoreSession {
             }
             *due -= 1;
             again |= *due > 0;
-            let b = bytes
-                .get_or_insert_with(|| encode_labelled(&h.message, label))
-                .clone();
-            ctx.count("sent");
-            let s = Sendable::new(me, Dest::Node(c), Message::from_wire(b));
-            ctx.go(Event::sendable(SENDABLE.id(), Direction::Down, channel, s));
+            to.push(c);
+        }
+        if !to.is_empty() {
+            let bytes = encode_labelled(&h.message, label);
+            for c in to {
+                self.transmit(ctx, c, &bytes);
+            }
         }
         if again && !self.repair_armed {
             self.repair_armed = true;
@@ -945,6 +1071,83 @@ impl MessageStoreSession {
                 h.sent_to.insert(t, 0);
             }
         }
+    }
+
+    /// Sends one encoded message to `to`. A small one (at most [`BATCH_ENTRY_MAX`] bytes: a
+    /// control message) waits in the outbox until the kernel's [`FLUSH`] at the end of the
+    /// current batch of input, so the messages this batch makes for one next hop leave as one
+    /// batch; a larger one leaves at once, after what waits for `to` (the messages to one node
+    /// keep their order).
+    fn transmit(&mut self, ctx: &mut Context<'_>, to: NodeId, bytes: &[u8]) {
+        ctx.count("sent");
+        if bytes.len() > BATCH_ENTRY_MAX {
+            self.flush_to(ctx, to);
+            self.emit(ctx, to, bytes);
+            return;
+        }
+        let entry = BATCH_ENTRY_HEADER + bytes.len();
+        let at = self.outbox.iter().position(|o| o.to == to);
+        let i = match at {
+            Some(i)
+                if self.outbox[i].body.len() + entry <= BATCH_MAX_BYTES
+                    && self.outbox[i].count < u16::MAX =>
+            {
+                i
+            }
+            _ => {
+                if let Some(i) = at {
+                    let full = self.outbox.swap_remove(i);
+                    self.emit_outgoing(ctx, full);
+                }
+                let mut body = Vec::with_capacity(BATCH_MAX_BYTES.min(BATCH_HEADER + 4 * entry));
+                body.extend_from_slice(&[BATCH, 0, 0]);
+                self.outbox.push(Outgoing { to, body, count: 0 });
+                ctx.request_flush();
+                self.outbox.len() - 1
+            }
+        };
+        let o = &mut self.outbox[i];
+        o.body
+            .extend_from_slice(&(bytes.len() as u16).to_be_bytes());
+        o.body.extend_from_slice(bytes);
+        o.count += 1;
+    }
+
+    /// Sends what waits in the outbox (the kernel's [`FLUSH`]).
+    fn flush_outbox(&mut self, ctx: &mut Context<'_>) {
+        for o in std::mem::take(&mut self.outbox) {
+            self.emit_outgoing(ctx, o);
+        }
+    }
+
+    /// Sends what waits in the outbox for `to`.
+    fn flush_to(&mut self, ctx: &mut Context<'_>, to: NodeId) {
+        if let Some(i) = self.outbox.iter().position(|o| o.to == to) {
+            let o = self.outbox.swap_remove(i);
+            self.emit_outgoing(ctx, o);
+        }
+    }
+
+    /// One waiting message leaves as it is; several as one batch.
+    fn emit_outgoing(&mut self, ctx: &mut Context<'_>, mut o: Outgoing) {
+        match o.count {
+            0 => {}
+            1 => self.emit(ctx, o.to, &o.body[BATCH_HEADER + BATCH_ENTRY_HEADER..]),
+            n => {
+                o.body[1..BATCH_HEADER].copy_from_slice(&n.to_be_bytes());
+                ctx.count("batches");
+                ctx.count_n("batched", u64::from(n));
+                self.emit(ctx, o.to, &o.body);
+            }
+        }
+    }
+
+    /// One datagram's worth of bytes to `to`, down the channel (copied once, with room in
+    /// front for the headers of the layers below).
+    fn emit(&mut self, ctx: &mut Context<'_>, to: NodeId, bytes: &[u8]) {
+        let Some(channel) = self.channel else { return };
+        let s = Sendable::new(self.node, Dest::Node(to), Message::from_payload(bytes));
+        ctx.go(Event::sendable(SENDABLE.id(), Direction::Down, channel, s));
     }
 
     /// The sender's side of a refusal: its own message `message` never reached the service
@@ -1102,42 +1305,85 @@ impl MessageStoreSession {
                 }
                 let bytes = self.encode_for(&m);
                 for t in targets {
-                    ctx.count("sent");
-                    let s = Sendable::new(me, Dest::Node(t), Message::from_wire(bytes.clone()));
-                    ctx.go(Event::sendable(SENDABLE.id(), Direction::Down, channel, s));
+                    self.transmit(ctx, t, &bytes);
                 }
             }
             Out::SetTimer(key, id, after) => {
-                if let Some((old, tok)) = self.timers.remove(&(key, id)) {
-                    ctx.cancel_timer(old);
-                    self.tokens.remove(&tok);
+                if let Some(old) = self.timers.remove(&(key, id)) {
+                    self.due.remove(&old);
                 }
-                while self.tokens.len() >= 8 * self.capacity {
-                    let Some((tok, k)) = self.tokens.pop_first() else {
+                while self.due.len() >= 8 * self.capacity {
+                    // The bound: the earliest due is cancelled.
+                    let Some((_, k)) = self.due.pop_first() else {
                         break;
                     };
-                    if let Some((t, _)) = self.timers.remove(&k) {
-                        ctx.cancel_timer(t);
-                    }
+                    self.timers.remove(&k);
                     ctx.count("timers_evicted");
-                    let _ = tok;
                 }
-                let tok = self.next_timer;
+                let seq = self.next_timer;
                 self.next_timer = self.next_timer.wrapping_add(1);
-                let t = ctx.set_timer(after, tok);
-                self.timers.insert((key, id), (t, tok));
-                self.tokens.insert(tok, (key, id));
+                let at = (ctx.now() + after, seq);
+                self.timers.insert((key, id), at);
+                self.due.insert(at, (key, id));
+                self.arm(ctx);
             }
             Out::Cancel(key, id) => {
-                if let Some((t, tok)) = self.timers.remove(&(key, id)) {
-                    ctx.cancel_timer(t);
-                    self.tokens.remove(&tok);
+                if let Some(at) = self.timers.remove(&(key, id)) {
+                    self.due.remove(&at);
                 }
             }
         }
     }
 
+    /// Keeps one kernel timer armed at the earliest instance timer (one armed earlier stays:
+    /// it fires, finds nothing due, and arms the next).
+    fn arm(&mut self, ctx: &mut Context<'_>) {
+        let Some((&(at, _), _)) = self.due.first_key_value() else {
+            return;
+        };
+        match self.armed {
+            Some((armed_at, _)) if armed_at <= at => {}
+            other => {
+                if let Some((_, t)) = other {
+                    ctx.cancel_timer(t);
+                }
+                let t = ctx.set_timer_at(at, INSTANCE_TIMERS_TOKEN);
+                self.armed = Some((at, t));
+            }
+        }
+    }
+
+    /// The kernel timer of the instance timers fired: every instance timer due now goes to
+    /// its instance (in deadline order, ties in the order they were set).
+    ///
+    /// At most as many as the control buffer has room for go at once (each waits there for
+    /// its tree): the kernel timer is armed again at the next due, now, and fires again once
+    /// these have been stepped — a burst of expiries is never pushed out of the buffer.
+    fn instance_timers_due(&mut self, ctx: &mut Context<'_>) {
+        self.armed = None;
+        let now = ctx.now();
+        let mut room = self
+            .queue
+            .saturating_sub(self.control_pending.len())
+            .clamp(1, TIMERS_AT_ONCE);
+        while let Some(entry) = self.due.first_entry() {
+            if entry.key().0 > now || room == 0 {
+                break;
+            }
+            room -= 1;
+            let (key, id) = entry.remove();
+            self.timers.remove(&(key, id));
+            let root = self.roots.get(&key).copied().unwrap_or(self.node);
+            self.enqueue(ctx, root, Input::Timer(key, id));
+        }
+        self.arm(ctx);
+    }
+
     fn on_timer(&mut self, ctx: &mut Context<'_>, token: u64) {
+        if token == INSTANCE_TIMERS_TOKEN {
+            self.instance_timers_due(ctx);
+            return;
+        }
         if token == REPAIR_TOKEN {
             self.repair_armed = false;
             self.repair_pass(ctx);
@@ -1149,14 +1395,7 @@ impl MessageStoreSession {
         }
         if let Some(sid) = self.fetch_tokens.remove(&token) {
             self.fetch_retry(ctx, sid);
-            return;
         }
-        let Some((key, id)) = self.tokens.remove(&token) else {
-            return;
-        };
-        self.timers.remove(&(key, id));
-        let root = self.roots.get(&key).copied().unwrap_or(self.node);
-        self.enqueue(ctx, root, Input::Timer(key, id));
     }
 
     fn on_application(&mut self, ctx: &mut Context<'_>, dest: Dest, tag: Tag, payload: Vec<u8>) {
@@ -1202,6 +1441,22 @@ impl MessageStoreSession {
     }
 
     fn on_network(&mut self, ctx: &mut Context<'_>, from: NodeId, bytes: &[u8]) {
+        if bytes.first() == Some(&BATCH) {
+            let Some(ranges) = decode_batch(bytes) else {
+                ctx.count("malformed");
+                return;
+            };
+            ctx.count("batches_received");
+            for r in ranges {
+                self.on_message(ctx, from, &bytes[r]);
+            }
+            return;
+        }
+        self.on_message(ctx, from, bytes);
+    }
+
+    /// One service message from `from`.
+    fn on_message(&mut self, ctx: &mut Context<'_>, from: NodeId, bytes: &[u8]) {
         let Some((mut m, label)) = decode_labelled(bytes) else {
             ctx.count("malformed");
             return;
@@ -1502,6 +1757,10 @@ impl Session for MessageStoreSession {
                 let token = t.token;
                 self.on_timer(ctx, token);
             }
+            return;
+        }
+        if ty == FLUSH.id() {
+            self.flush_outbox(ctx);
             return;
         }
         if ty == CHANNEL_INIT.id() {

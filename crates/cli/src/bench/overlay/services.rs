@@ -11,7 +11,10 @@
 //! figure is the messages delivered per receiver divided by the time from the first send to
 //! the last delivery. Reported per lane: the median messages/s and Mbit/s of payload, the
 //! share of the messages delivered; and `services_vs_base`, the ratio of the medians with its
-//! 95 % interval (paired bootstrap over rounds).
+//! 95 % interval (paired bootstrap over rounds). Transparent huge pages are off for the
+//! process while it runs (`alloc::disable_transparent_huge_pages`: 32 node threads in one
+//! process otherwise made the kernel zero 2 MiB regions they barely used; `services_setup`
+//! says whether it took).
 
 #![allow(clippy::disallowed_methods)] // benchmarks read the clock and wait for the overlay
 
@@ -240,6 +243,10 @@ pub fn run(r: &ServicesRun) -> anyhow::Result<Vec<(String, Value)>> {
     if r.nodes < 2 {
         bail!("the overlay needs at least 2 nodes");
     }
+    // Both overlays' nodes are threads of this one process: 4 KiB pages, as each node's own
+    // process would touch them, not 2 MiB regions zeroed whole on first touch (see
+    // `alloc::disable_transparent_huge_pages`).
+    let thp_disabled = crate::alloc::disable_transparent_huge_pages();
     let (tx, rx) = mpsc::channel();
     let base = fleet(BASE, r.nodes, &tx).context("base overlay")?;
     let h2 = fleet(&H2HACK.replace("SPEC", &r.spec), r.nodes, &tx).context("h2hack overlay")?;
@@ -339,6 +346,7 @@ pub fn run(r: &ServicesRun) -> anyhow::Result<Vec<(String, Value)>> {
                 "nodes": r.nodes, "rounds": r.rounds, "messages": r.messages, "size": r.size,
                 "formed_base_s": form_base.as_secs_f64(), "formed_h2hack_s": form_h2.as_secs_f64(),
                 "h2hack_instances_at_end": instances.into_iter().collect::<Vec<_>>(),
+                "transparent_huge_pages": if thp_disabled { "off" } else { "as the host sets them" },
             }),
         ),
     ];
