@@ -891,9 +891,16 @@ fn run_op<N: Network>(op: &FastOp, ctx: &mut Ctx<'_, N>, scratch: &mut Message) 
         }
         FastOp::Send(op) => return send(op, ctx, scratch),
         FastOp::Each { selector, send: op } => return send_each(selector, op, ctx, scratch),
-        FastOp::Action(a) => return action::run(a, ctx, &()).is_ok(),
+        FastOp::Action(a) => return interpreted(a, ctx),
     }
     true
+}
+
+/// An action the flat machine did not resolve, run by the interpreter; whether it succeeded.
+/// Out of line (its error is a `String` to drop), so the usual ops' loop keeps a small frame.
+#[inline(never)]
+fn interpreted<N: Network>(a: &Action, ctx: &mut Ctx<'_, N>) -> bool {
+    action::run(a, ctx, &()).is_ok()
 }
 
 /// A `foreach` send: the nodes are selected first (on the stack for the usual few), then one
