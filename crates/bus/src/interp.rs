@@ -67,10 +67,9 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             lease: Duration::from_secs(10),
-            // 2 MiB, measured (`viastack bench bus`, loopback, 2 cores, medians of 3): by value
-            // vs every value by reference took 1.47 vs 2.69 ms at 1 MB, 2.30 vs 2.51 ms at
-            // 2 MB, 88 vs 12 ms at 4 MB, 207 vs 51 ms at 50 MB: references pay from ~2 MB
-            // (seed 003's "turning point").
+            // 2 MiB, above the measured turning point (`viastack bench bus`, docs/BUS.md
+            // "Figures"): below ~1 MB a reference costs as much as the copy through the bus;
+            // from a few MB it is several times faster (seed 003's "turning point").
             threshold: 2 << 20,
             max_frame: wire::DEFAULT_MAX_FRAME,
             max_refs_per_tool: 4096,
