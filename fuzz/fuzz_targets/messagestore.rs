@@ -1,11 +1,11 @@
 //! Any bytes as a `messagestore` layer message: decoding never panics, and what decodes
-//! encodes back to the same bytes; the same for the spec-fetch payloads (issue 16 §4:
+//! encodes back to the same bytes (with its root's hypercube label in version 2); the same for the spec-fetch payloads (issue 16 §4:
 //! `SPEC_REQUEST` / `SPEC_RESPONSE`), whether inside a message or alone, and reassembling a
 //! decoded chunk never panics.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use viastack_protocols::messagestore::{decode, encode};
+use viastack_protocols::messagestore::{decode, decode_labelled, encode, encode_labelled};
 use viastack_protocols::specbundle::{
     decode_chunk, decode_request, encode_chunk, encode_request, Assembly, SPEC_REQUEST,
     SPEC_RESPONSE,
@@ -25,8 +25,12 @@ fn payloads(p: &[u8]) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    if let Some(m) = decode(data) {
-        assert_eq!(encode(&m), data);
+    if let Some((m, label)) = decode_labelled(data) {
+        assert_eq!(encode_labelled(&m, label), data);
+        if label.is_none() {
+            assert_eq!(encode(&m), data);
+        }
+        assert_eq!(decode(data).as_ref(), Some(&m));
         if matches!(m.message_type, SPEC_REQUEST | SPEC_RESPONSE) {
             payloads(m.payload.as_deref().unwrap_or(&[]));
         }

@@ -4,6 +4,7 @@
 //! - `run FILE` runs its scenario in the deterministic simulator and judges its property;
 //! - `demo` runs the embedded default scenario (no files needed);
 //! - `node FILE --id N --deployment D` runs one node of a stack on real sockets;
+//! - `testbed up|down FILE` builds a stack file's topology from network namespaces and runs it;
 //! - `layers` lists the layer kinds a stack file may use, with their parameters;
 //! - `keygen [--out FILE]` makes a group key for `encrypt` (to stdout, or a new 0600 file);
 //! - `overlay join|status` runs one overlay node on real UDP and shows its status;
@@ -52,6 +53,7 @@ mod sp;
 mod spec;
 mod spec_explore;
 mod spec_run;
+mod testbed;
 
 /// The embedded default scenario of `viastack demo`.
 const DEMO: &str = include_str!("../../../stacks/demo.toml");
@@ -153,6 +155,11 @@ enum Command {
     Overlay {
         #[command(subcommand)]
         what: overlay_cmd::OverlayCommand,
+    },
+    /// The real multi-hop testbed (root): a stack file's topology as network namespaces.
+    Testbed {
+        #[command(subcommand)]
+        what: testbed::TestbedCommand,
     },
     /// The coordination bus: run a T-script that coordinates tools, check one, decode a frame.
     Bus {
@@ -290,6 +297,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Node(args) => member::run(&args, &catalog),
+        Command::Testbed { what } => testbed::run(&what, &catalog),
         Command::NetChild {
             file,
             node: id,

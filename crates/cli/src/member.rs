@@ -7,6 +7,10 @@
 //! messages and notices it receives, and runs until `--duration` passes or it is killed.
 //! `--metrics ADDR` serves the node's counters in the Prometheus text format at `/metrics`, in
 //! both modes (per channel only for a member: the workload generator keeps its own record).
+//!
+//! A deployment file that lists `[[interface]]`s was written by `viastack testbed up` for one
+//! node of a multi-hop network: the node then binds one socket per interface and talks to the
+//! testbed over stdin/stdout (`crate::testbed::node`, docs/TESTBED.md).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -79,6 +83,15 @@ fn deployment(args: &NodeArgs) -> anyhow::Result<Deployment> {
 
 /// Runs the command.
 pub fn run(args: &NodeArgs, catalog: &Catalog) -> anyhow::Result<ExitCode> {
+    // A node of `viastack testbed up`: its deployment lists its interfaces.
+    if let Some(path) = &args.deployment {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("{}: cannot read", path.display()))?;
+        if crate::testbed::is_testbed_deployment(&text) {
+            crate::testbed::node(&args.file, path, catalog)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
     let deployment = deployment(args)?;
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("{}: cannot read", args.file.display()))?;

@@ -12,6 +12,10 @@
 //!   message every D (on the lane of `--service ID`, else the plain lane), so that services
 //!   have instances to show. It leaves (goodbyes) after `--duration`, or runs until killed.
 //! - `overlay status FILE` prints the status a running `join` writes to its status file.
+//! - `overlay rendezvous --listen ADDR` runs the rendezvous server on UDP
+//!   ([`viastack_overlay::rendezvous::Server`], wire `docs/WIRE.md` "Rendezvous"): members
+//!   register, joining nodes ask who is there, leaders are introduced to each other. It
+//!   prints `rendezvous on udp ADDR` first, then one line per change of its member table.
 
 #![allow(clippy::disallowed_methods)] // a driver: the status ticks are wall-clock time
 
@@ -31,6 +35,19 @@ use viastack::{Deployment, Node, NodeId, RecvError};
 pub enum OverlayCommand {
     /// Join an overlay as one node on real UDP; print a status line each second.
     Join(JoinArgs),
+    /// Run the rendezvous server on UDP: joining nodes ask it for members, partition leaders
+    /// meet through it.
+    Rendezvous {
+        /// Where to listen (e.g. 127.0.0.1:47999; port 0 picks one).
+        #[arg(long)]
+        listen: SocketAddr,
+        /// Forget a member not heard from this long.
+        #[arg(long, value_parser = crate::duration_arg, default_value = "10s")]
+        member_timeout: viastack_kernel::Duration,
+        /// Remember at most this many members.
+        #[arg(long, default_value_t = 4096)]
+        max_members: usize,
+    },
     /// Show the status a running `overlay join --status-file FILE` writes.
     Status {
         /// The status file.
@@ -79,6 +96,11 @@ pub struct JoinArgs {
 pub fn run(cmd: OverlayCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         OverlayCommand::Join(args) => join(&args),
+        OverlayCommand::Rendezvous {
+            listen,
+            member_timeout,
+            max_members,
+        } => rendezvous(listen, member_timeout, max_members),
         OverlayCommand::Status { file, json } => {
             let text = std::fs::read_to_string(&file).with_context(|| {
                 format!(
@@ -94,6 +116,57 @@ pub fn run(cmd: OverlayCommand) -> anyhow::Result<ExitCode> {
                 outln!("{}", human(&v))?;
             }
             Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The rendezvous server's loop: one datagram at a time; every answer goes back to the
+/// datagram's sender (the server only ever answers the node that registers or asks).
+fn rendezvous(
+    listen: SocketAddr,
+    member_timeout: viastack_kernel::Duration,
+    max_members: usize,
+) -> anyhow::Result<ExitCode> {
+    use viastack_overlay::rendezvous::{Server, ServerConfig};
+    use viastack_overlay::wire::{rdv, SubstrateRepr};
+    let sock =
+        std::net::UdpSocket::bind(listen).with_context(|| format!("cannot bind {listen}"))?;
+    outln!("rendezvous on udp {}", sock.local_addr()?)?;
+    let mut server: Server<SubstrateRepr> = Server::new(ServerConfig {
+        member_timeout,
+        max_members: max_members.max(1),
+    });
+    let start = Instant::now();
+    let mut buf = vec![0u8; 65_536];
+    let mut members = 0usize;
+    let mut malformed = 0u64;
+    loop {
+        let (n, peer) = sock.recv_from(&mut buf)?;
+        let now = viastack_kernel::Instant::from_nanos(
+            u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX),
+        );
+        let Some(msg) = rdv::Repr::parse_bytes(&buf[..n])
+            .ok()
+            .and_then(|r| r.to_message::<SubstrateRepr>())
+        else {
+            malformed += 1;
+            eprintln!("{peer}: not a rendezvous message ({malformed} so far)");
+            continue;
+        };
+        server.handle_message(now, msg);
+        while let Some((_, answer)) = server.poll_transmit() {
+            let mut out = Vec::new();
+            rdv::Repr::from_message(&answer).emit_into(&mut out)?;
+            if let Err(e) = sock.send_to(&out, peer) {
+                eprintln!("{peer}: {e}");
+            }
+        }
+        let now_members = server.members().count();
+        if now_members != members {
+            members = now_members;
+            let leaders = server.members().filter(|(_, l)| *l).count();
+            // The server keeps serving if nobody reads its output any more.
+            let _ = outln!("members {members} leaders {leaders}");
         }
     }
 }

@@ -61,6 +61,14 @@ pub fn run_and_report(
         Driver::Threads => {
             viastack_net::run_threads(file, catalog, options).map_err(anyhow::Error::from)
         }
+        Driver::Processes if file.topology.is_some() => {
+            eprintln!(
+                "{}: a [topology] runs on loopback with every node a thread (one socket per \
+                 interface); `viastack testbed up` runs a process per node in network namespaces",
+                file.path
+            );
+            viastack_net::run_threads(file, catalog, options).map_err(anyhow::Error::from)
+        }
         Driver::Processes => crate::node::run_processes(file, catalog, options),
     };
     if let Some(b) = &bar {

@@ -171,3 +171,87 @@ fn four_processes_form_one_overlay_and_report_it() {
     drop(procs);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `overlay rendezvous --listen` on loopback: a node that asks first finds nobody; members
+/// register; a second leader is introduced to the first (how partitions meet); a later query
+/// names the leaders first. Waits are socket read timeouts, never sleeps.
+#[test]
+fn the_rendezvous_server_answers_on_loopback() {
+    use viastack_overlay::rendezvous::{Member, Message};
+    use viastack_overlay::wire::rdv;
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_viastack"))
+        .args(["overlay", "rendezvous", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn viastack");
+    let mut procs = Procs(Vec::new());
+    let mut line = String::new();
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    out.read_line(&mut line).expect("first line");
+    procs.0.push(child);
+    assert!(line.starts_with("rendezvous on udp "), "{line}");
+    let server: std::net::SocketAddr = line.trim().rsplit(' ').next().unwrap().parse().unwrap();
+
+    let sock = |_: u8| {
+        let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s
+    };
+    let ask = |s: &UdpSocket, m: Message<std::net::SocketAddr>| {
+        let mut b = Vec::new();
+        rdv::Repr::from_message(&m).emit_into(&mut b).unwrap();
+        s.send_to(&b, server).unwrap();
+    };
+    let answer = |s: &UdpSocket| -> Vec<Member<std::net::SocketAddr>> {
+        let mut buf = [0u8; 2048];
+        let (n, _) = s.recv_from(&mut buf).expect("an answer within 5 s");
+        match rdv::Repr::parse_bytes(&buf[..n]).unwrap().to_message() {
+            Some(Message::Members(v)) => v,
+            other => panic!("not a Members answer: {other:?}"),
+        }
+    };
+    let (a, b, c) = (sock(0), sock(1), sock(2));
+    let (aa, ba, ca) = (
+        a.local_addr().unwrap(),
+        b.local_addr().unwrap(),
+        c.local_addr().unwrap(),
+    );
+    ask(&c, Message::Query { node: ca });
+    assert_eq!(answer(&c), vec![], "nobody there yet");
+    // A leader registering alone hears nothing; a second leader is told of the first.
+    ask(
+        &a,
+        Message::Register {
+            leader: true,
+            node: aa,
+        },
+    );
+    ask(
+        &b,
+        Message::Register {
+            leader: true,
+            node: ba,
+        },
+    );
+    assert_eq!(
+        answer(&b),
+        vec![Member {
+            leader: true,
+            node: aa
+        }]
+    );
+    ask(&c, Message::Query { node: ca });
+    let m = answer(&c);
+    assert_eq!(m.len(), 2, "{m:?}");
+    assert!(m.iter().all(|m| m.leader && (m.node == aa || m.node == ba)));
+    // Garbage is ignored, the server keeps answering.
+    c.send_to(b"not rendezvous", server).unwrap();
+    ask(&c, Message::Query { node: ca });
+    assert_eq!(answer(&c).len(), 2);
+    // It reported its member table.
+    let mut next = String::new();
+    out.read_line(&mut next).unwrap();
+    assert_eq!(next.trim(), "members 1 leaders 1");
+}

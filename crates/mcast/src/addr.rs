@@ -9,6 +9,13 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Addr(pub u32);
 
+impl Addr {
+    /// Whether this is a multicast (class D, `224.0.0.0/4`) address: a group.
+    pub fn is_multicast(self) -> bool {
+        self.0 >> 28 == 0xe
+    }
+}
+
 impl fmt::Display for Addr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let [a, b, c, d] = self.0.to_be_bytes();

@@ -1,6 +1,8 @@
 //! DVMRP routing, sans-IO: neighbour discovery and route exchange (seed 004's "Neighbor
 //! Discovery" and "Route Exchange" components of the Multicast Routing composite protocol;
-//! draft-ietf-idmr-dvmrp-v3). Spanning tree, pruning and grafting are later slices.
+//! draft-ietf-idmr-dvmrp-v3). After every input it rebuilds the **source tree** (spanning tree:
+//! designated forwarders and dependent downstream neighbours, [`crate::tree`]) from what route
+//! exchange learned; pruning and grafting are the [`crate::prune`] component's.
 //!
 //! The core reads and writes the node's [`GlobalMemory`] (neighbour table, routing table)
 //! through their functional interfaces, which is how the group-management and data components
@@ -120,11 +122,14 @@ pub struct Config {
     pub timers: Timers,
 }
 
-/// A datagram to send: link-local broadcast (to all DVMRP routers) on `iface`.
+/// A datagram to send on `iface`: link-local broadcast (to all DVMRP routers), or to one
+/// neighbour (prunes, grafts and graft acks).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outgoing {
     /// The interface.
     pub iface: u16,
+    /// The neighbour it is for (`None`: every router on the link).
+    pub to: Option<Addr>,
     /// The encoded message.
     pub bytes: Vec<u8>,
 }
@@ -249,8 +254,11 @@ impl Dvmrp {
                         self.stats.not_adjacent += 1;
                     }
                 }
+                // Pruning and grafting are the `prune` component's.
+                Ok(Repr::Prune { .. } | Repr::Graft { .. } | Repr::GraftAck { .. }) => {}
             }
         }
+        mem.rebuild_tree(self.iface_count());
         self.update_deadline(mem);
     }
 
@@ -320,6 +328,7 @@ impl Dvmrp {
                 poisoned && reachable && our_iface != iface,
             );
         }
+        mem.tree.offer(e.prefix, iface, from, e.metric);
         let learned = Origin::Learned { iface, via: from };
         match current {
             None => {
@@ -362,6 +371,7 @@ impl Dvmrp {
             }
         }
         mem.routes.drop_dependent(iface, addr);
+        mem.tree.forget_neighbor(iface, addr);
     }
 
     fn mark_dirty(&mut self, now: Instant, p: Prefix) {
@@ -424,6 +434,7 @@ impl Dvmrp {
             }
             self.flash_at = None;
         }
+        mem.rebuild_tree(self.iface_count());
         self.update_deadline(mem);
     }
 
@@ -454,7 +465,11 @@ impl Dvmrp {
         };
         if let Ok(bytes) = probe.to_vec() {
             self.stats.probes_sent += 1;
-            self.out.push_back(Outgoing { iface, bytes });
+            self.out.push_back(Outgoing {
+                iface,
+                to: None,
+                bytes,
+            });
         }
     }
 
@@ -488,7 +503,11 @@ impl Dvmrp {
             };
             if let Ok(bytes) = report.to_vec() {
                 self.stats.reports_sent += 1;
-                self.out.push_back(Outgoing { iface, bytes });
+                self.out.push_back(Outgoing {
+                    iface,
+                    to: None,
+                    bytes,
+                });
             }
         }
     }

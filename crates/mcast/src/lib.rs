@@ -1,18 +1,28 @@
 //! viastack's multicast service of seed 004 ("Building a Reliable Multicast Service based on
 //! Composite Protocols"), sans-IO: the **global memory** objects shared by its composite
-//! protocols ([`memory`]: neighbour table, routing table, with typed read/write functions,
-//! invariants and change notification) and the **DVMRP routing** component ([`dvmrp`]:
-//! neighbour discovery and route exchange of draft-ietf-idmr-dvmrp-v3) with its wire format
-//! ([`wire`]).
+//! protocols ([`memory`]: neighbour table, routing table; [`tree`]: source tree, prune table;
+//! [`groups`]: group table — typed read/write functions, invariants, change notification), the
+//! routing components ([`dvmrp`]: neighbour discovery, route exchange and spanning tree of
+//! draft-ietf-idmr-dvmrp-v3, with its wire format [`wire`]; [`prune`]: pruning and grafting),
+//! group management ([`igmp`]: IGMPv2, RFC 2236), the data path ([`forward`]: multicast
+//! forwarding) and a router's and a host's deployment of them ([`node`]).
 //!
 //! Nothing here opens a socket or reads a clock (DESIGN.md §4.1). The kernel layer `dvmrp`
-//! (crates/protocols) wraps [`dvmrp::Dvmrp`] for stack files; tests drive it directly in the
-//! simulator's multi-hop topologies and compare the routes with a central Dijkstra.
+//! (crates/protocols) wraps [`dvmrp::Dvmrp`] and [`prune::Pruner`] for stack files, the layers
+//! `igmp` and `mcast-forward` the others; tests drive them directly in the simulator's
+//! multi-hop topologies (routes against a central Dijkstra, seed 004's operational scenario,
+//! pruned delivery trees over random networks).
 #![deny(unsafe_code)]
 
 pub mod addr;
 pub mod dvmrp;
+pub mod forward;
+pub mod groups;
+pub mod igmp;
 pub mod memory;
+pub mod node;
+pub mod prune;
+pub mod tree;
 pub mod wire;
 
 pub use addr::{node_addr, Addr, Prefix};

@@ -4,8 +4,9 @@
 //! typed read/write functions; each object keeps its own invariants (checked by
 //! `check_invariants`, which tests call after every write) and tells its readers what changed.
 //!
-//! This slice has the neighbour table and the routing table; the source tree, prune table and
-//! group table follow the same pattern in later slices.
+//! This module has the neighbour table and the routing table; the source tree and prune table
+//! are in [`crate::tree`], the group table in [`crate::groups`]; [`GlobalMemory`] holds all
+//! five of a node.
 //!
 //! # Change notification
 //! A reader calls `subscribe` once and later `changes(reader)` to take the changes written
@@ -75,7 +76,7 @@ pub enum Changes<C> {
 }
 
 impl<C: Clone> Notifier<C> {
-    fn subscribe(&mut self) -> Reader {
+    pub(crate) fn subscribe(&mut self) -> Reader {
         self.readers.push(Queue {
             pending: VecDeque::new(),
             overflowed: false,
@@ -83,7 +84,7 @@ impl<C: Clone> Notifier<C> {
         Reader(self.readers.len() - 1)
     }
 
-    fn notify(&mut self, c: &C) {
+    pub(crate) fn notify(&mut self, c: &C) {
         for q in &mut self.readers {
             if q.overflowed {
                 continue;
@@ -97,7 +98,7 @@ impl<C: Clone> Notifier<C> {
         }
     }
 
-    fn take(&mut self, r: Reader) -> Changes<C> {
+    pub(crate) fn take(&mut self, r: Reader) -> Changes<C> {
         let Some(q) = self.readers.get_mut(r.0) else {
             return Changes::Resync;
         };
@@ -599,22 +600,46 @@ fn upstream_of(o: Origin) -> Option<(u16, Addr)> {
     }
 }
 
-/// All global memory objects of one node.
+/// All global memory objects of one node (seed 004's five: neighbour table, routing table,
+/// source tree, prune table, group table).
 #[derive(Debug)]
 pub struct GlobalMemory {
+    own: Addr,
     /// The neighbour table.
     pub neighbors: NeighborTable,
     /// The routing table.
     pub routes: RoutingTable,
+    /// The source tree (spanning tree per source network).
+    pub tree: crate::tree::SourceTree,
+    /// The prune table (prune state per (source network, group)).
+    pub prunes: crate::tree::PruneTable,
+    /// The group table (members per leaf interface).
+    pub groups: crate::groups::GroupTable,
 }
 
 impl GlobalMemory {
     /// Empty objects for the node with address `own`.
     pub fn new(own: Addr) -> Self {
         GlobalMemory {
+            own,
             neighbors: NeighborTable::new(own),
             routes: RoutingTable::new(),
+            tree: crate::tree::SourceTree::default(),
+            prunes: crate::tree::PruneTable::default(),
+            groups: crate::groups::GroupTable::default(),
         }
+    }
+
+    /// The node's address.
+    pub fn own(&self) -> Addr {
+        self.own
+    }
+
+    /// Write: recompute the source tree from the routing table (upstreams, dependents) and the
+    /// neighbours' offers, for a router with `ifaces` interfaces. Readers of the tree are told
+    /// which sources changed.
+    pub fn rebuild_tree(&mut self, ifaces: u16) {
+        self.tree.rebuild(self.own, ifaces, &self.routes);
     }
 
     /// Check every object's invariants.
@@ -623,7 +648,10 @@ impl GlobalMemory {
     /// The first broken invariant.
     pub fn check_invariants(&self) -> Result<(), String> {
         self.neighbors.check_invariants()?;
-        self.routes.check_invariants()
+        self.routes.check_invariants()?;
+        self.tree.check_invariants()?;
+        self.prunes.check_invariants()?;
+        self.groups.check_invariants()
     }
 }
 

@@ -8,12 +8,17 @@
 //!   same [`Report`] as a simulated run;
 //! - [`procs`]: the same with one process per node ([`run_processes`], [`run_child`]).
 //!
+//! - [`multihop`]: a node of a `[topology]` with one socket per interface (a datagram travels
+//!   one link): on loopback ([`run_threads_topology`], what `run --net` runs for such a file)
+//!   and in the network namespaces of `viastack testbed up` (issue 17 §3).
+//!
 //! Link conditions, partitions and crashes of a `[scenario]` are simulator features: on real
-//! sockets faults come from fault-injection layers in the stack (or from `tc netem` in the
-//! testbed), and the run says which scenario settings it ignored.
+//! sockets faults come from fault-injection layers in the stack (or, for a `[topology]`, from
+//! the netns testbed's tc/nftables rules), and the run says which scenario settings it ignored.
 #![deny(unsafe_code)]
 
 pub mod clock;
+pub mod multihop;
 pub mod node;
 pub mod procs;
 pub mod tcp;
@@ -29,6 +34,9 @@ use viastack_scenario::{Recorder, Report, RunOptions};
 use viastack_stack::{build_node, BuildEnv, Catalog, Diagnostics, StackFile};
 
 pub use clock::Clock;
+pub use multihop::{
+    bind_interface, run_threads_topology, InterfaceSpec, LinkPeer, MultiNode, MultiOutcome,
+};
 pub use node::{NetNode, NodeOutcome, Snapshot, SnapshotReader};
 pub use procs::{run_child, run_processes};
 pub use tcp::TcpTransport;
@@ -66,6 +74,27 @@ pub fn ignored_settings(file: &StackFile) -> Vec<String> {
         return Vec::new();
     };
     let mut out = Vec::new();
+    if s.topology.is_some() {
+        // Each interface is a socket of its own, so datagrams travel one link; the sending
+        // node emulates each link's latency and jitter (`multihop`).
+        out.push(
+            "[topology] links' loss, duplication, reordering, corruption and bandwidth, and link \
+             failures (latency and jitter are emulated by the senders; `viastack testbed up` \
+             applies the rest on network namespaces)"
+                .to_string(),
+        );
+        out.extend(
+            [
+                (!s.partitions.is_empty(), "partitions"),
+                (!s.crashes.is_empty(), "crashes"),
+                (!s.leaves.is_empty(), "leaves"),
+            ]
+            .into_iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, what)| what.to_string()),
+        );
+        return out;
+    }
     let l = &s.link;
     if l.loss > 0.0 || l.duplicate > 0.0 || l.reorder > 0.0 || l.corrupt > 0.0 {
         out.push("link faults (use fault-injection layers or the netem testbed)".to_string());
@@ -81,13 +110,6 @@ pub fn ignored_settings(file: &StackFile) -> Vec<String> {
     }
     if !s.leaves.is_empty() {
         out.push("leaves".to_string());
-    }
-    if s.topology.is_some() {
-        out.push(
-            "[topology] and link failures (every node reaches every other directly; a \
-             multi-hop network on real sockets needs the netns testbed)"
-                .to_string(),
-        );
     }
     out
 }
@@ -119,7 +141,7 @@ pub fn bind_transport(kind: &str, me: NodeId) -> std::io::Result<Box<dyn Transpo
 }
 
 /// The seed of node `node`'s kernel in a run seeded with `seed`.
-pub(crate) fn kernel_seed(seed: u64, node: NodeId) -> u64 {
+pub fn kernel_seed(seed: u64, node: NodeId) -> u64 {
     seed ^ u64::from(node.0)
         .wrapping_add(1)
         .wrapping_mul(0x9e37_79b9_7f4a_7c15)
@@ -139,6 +161,9 @@ pub fn run_threads(
         .scenario
         .clone()
         .ok_or_else(|| NetError::NoScenario(file.path.clone()))?;
+    if scenario.topology.is_some() {
+        return run_threads_topology(file, catalog, options);
+    }
     let seed = options.seed.unwrap_or(scenario.seed);
     let duration = options.duration.unwrap_or(scenario.duration);
     let nodes = scenario.nodes;

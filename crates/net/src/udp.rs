@@ -65,7 +65,15 @@ impl UdpEndpoint {
     /// # Errors
     /// Socket errors from the operating system.
     pub fn bind(addr: SocketAddr) -> io::Result<Self> {
-        let socket = UdpSocket::bind(addr)?;
+        Self::from_socket(UdpSocket::bind(addr)?)
+    }
+
+    /// An endpoint over a socket already bound (e.g. to a device, by
+    /// [`crate::multihop::bind_interface`]).
+    ///
+    /// # Errors
+    /// Socket errors from the operating system.
+    pub fn from_socket(socket: UdpSocket) -> io::Result<Self> {
         // Room for bursts: a reliable window of large datagrams overruns the default ~200 KiB
         // and every overrun costs a retransmission. The kernel caps it at net.core.*mem_max.
         let sock = socket2::SockRef::from(&socket);

@@ -281,6 +281,20 @@ impl<S: Clone + PartialEq> Node<S> {
         self.last_change
     }
 
+    /// Adds a rendezvous point learned at run time (from a rendezvous server,
+    /// [`crate::rendezvous`]): a node with no neighbour sends it `NewNode`, and the leader's
+    /// `NewNode` goes to it (how partitions find each other). At most
+    /// [`crate::hypercube::MAX_BUDDIES`] are kept, the oldest dropped first.
+    pub fn add_buddy(&mut self, buddy: S) {
+        if buddy == self.me.substrate || self.config.buddies.contains(&buddy) {
+            return;
+        }
+        self.config.buddies.push(buddy);
+        while self.config.buddies.len() > crate::hypercube::MAX_BUDDIES {
+            self.config.buddies.remove(0);
+        }
+    }
+
     /// Leaves the overlay: says goodbye to every neighbour and stops.
     pub fn leave(&mut self, _now: Instant) {
         if self.state == State::Left {

@@ -51,6 +51,8 @@ pub enum Message<S> {
         seq: u32,
         /// The HRoot's substrate address.
         root_substrate: S,
+        /// The cube's identifier (see *Partitions* in the module documentation).
+        cube: u32,
     },
     /// Neighbour heartbeat.
     Ping {
@@ -77,6 +79,8 @@ pub enum Message<S> {
     Assign {
         /// The label.
         label: HcLabel,
+        /// The cube the label belongs to.
+        cube: u32,
     },
     /// The sender leaves.
     Leave {
@@ -95,6 +99,14 @@ pub enum Message<S> {
         label: HcLabel,
         /// The other node holding it.
         holder: S,
+    },
+    /// Cube `cube` lost a merge: its nodes give their labels up and join again through `via`
+    /// (the winning cube's HRoot), relaying this to their neighbours first.
+    Rejoin {
+        /// The losing cube.
+        cube: u32,
+        /// Where to join.
+        via: S,
     },
 }
 
@@ -132,6 +144,14 @@ pub struct Config<S> {
     pub bootstrap_after: Duration,
     /// Hops a lookup may travel: 64.
     pub lookup_hops: u8,
+    /// An HRoot that took the root because the old one went silent, and still is after this
+    /// long, founds a cube of its own under a new identifier (a partition cut it off; see
+    /// *Partitions*): 12 s (three root timeouts — longer than the transient double roots of a
+    /// hole being filled, which settle within one).
+    pub fragment_after: Duration,
+    /// Mixed into the cube identifiers this node draws (its substrate address, say), so that
+    /// two nodes founding cubes at the same instant draw different ones: 0.
+    pub salt: u64,
 }
 
 impl<S> Default for Config<S> {
@@ -143,6 +163,8 @@ impl<S> Default for Config<S> {
             neighbour_timeout: Duration::from_secs(3),
             root_timeout: Duration::from_secs(4),
             bootstrap_after: Duration::from_secs(2),
+            fragment_after: Duration::from_secs(12),
+            salt: 0,
             lookup_hops: 64,
         }
     }
@@ -159,6 +181,10 @@ pub struct Stats {
     pub not_neighbour: u64,
     /// Duplicate labels detected.
     pub duplicates: u64,
+    /// Beacons of another cube heard (partition merges).
+    pub foreign_beacons: u64,
+    /// Times this node gave its label up because its cube lost a merge.
+    pub rejoins: u64,
 }
 
 /// The node's timers.
@@ -213,6 +239,32 @@ pub struct Node<S> {
     transmits: VecDeque<(S, Message<S>)>,
     events: VecDeque<Event>,
     stats: Stats,
+    /// The identifier of the cube this node belongs to (drawn by the node that founds it).
+    cube: u32,
+    /// After a lost merge: the winning HRoot, asked first while joining.
+    join_via: Option<S>,
+    /// When this node took the root because the old one went silent (while it stays HRoot).
+    claimed_at: Option<Instant>,
+    /// Joiners whose join this node forwarded lately, and when (at most [`MAX_BUDDIES`]).
+    joins_forwarded: VecDeque<(S, Instant)>,
+    /// When this node last answered a foreign beacon (at most once per beacon period).
+    foreign_answered: Option<Instant>,
+}
+
+/// At most this many buddies (configured and learned).
+pub const MAX_BUDDIES: usize = 32;
+
+/// A cube identifier, drawn from the time, the founder's label and its salt (SplitMix64): two
+/// fragments that become cubes of their own do so at different labels, so they draw different
+/// identifiers.
+fn cube_id(now: Instant, label: HcLabel, salt: u64) -> u32 {
+    let mut z = now
+        .as_nanos()
+        .wrapping_add(u64::from(label.value()).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        ^ salt.wrapping_mul(0xd6e8_feb8_6659_fd93);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) as u32
 }
 
 fn index(l: HcLabel) -> u32 {
@@ -243,6 +295,11 @@ impl<S: Clone + Ord> Node<S> {
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
+            cube: 0,
+            join_via: None,
+            claimed_at: None,
+            joins_forwarded: VecDeque::new(),
+            foreign_answered: None,
         }
     }
 
@@ -279,6 +336,29 @@ impl<S: Clone + Ord> Node<S> {
         self.stats
     }
 
+    /// Adds a rendezvous point learned at run time (from a rendezvous server,
+    /// [`crate::rendezvous`]): joins are sent to it, and the HRoot's beacon goes to it (how
+    /// cubes find each other). At most [`MAX_BUDDIES`] are kept, the oldest dropped first.
+    pub fn add_buddy(&mut self, buddy: S) {
+        if buddy == self.me || self.config.buddies.contains(&buddy) {
+            return;
+        }
+        self.config.buddies.push(buddy);
+        while self.config.buddies.len() > MAX_BUDDIES {
+            self.config.buddies.remove(0);
+        }
+    }
+
+    /// Founds the cube (takes G(0) and the root) if the node has no label yet: for a node
+    /// that a rendezvous server told it is the first.
+    pub fn bootstrap(&mut self, now: Instant) {
+        if matches!(self.state, State::Joining { .. }) {
+            self.cube = cube_id(now, HcLabel::gray(0), self.config.salt);
+            self.take_label(now, HcLabel::gray(0));
+            self.become_root(now, HcLabel::gray(0));
+        }
+    }
+
     /// Leaves the cube: tells the neighbours, which report the hole to the HRoot.
     pub fn leave(&mut self, _now: Instant) {
         if let State::Labelled(l) = self.state {
@@ -310,6 +390,7 @@ impl<S: Clone + Ord> Node<S> {
         });
         self.seq = seq;
         self.set_root_flag(true);
+        self.claimed_at = Some(now);
         self.timers[Timer::Beacon as usize] = Some(now);
     }
 
@@ -318,6 +399,7 @@ impl<S: Clone + Ord> Node<S> {
             self.events.push_back(Event::NeighbourRemoved(l));
         }
         self.holes.clear();
+        self.join_via = None;
         self.state = State::Labelled(label);
         self.events.push_back(Event::Labelled(label));
         self.timers[Timer::Ping as usize] = Some(now);
@@ -370,7 +452,8 @@ impl<S: Clone + Ord> Node<S> {
             State::Joining { .. } => None,
         };
         match (my, msg) {
-            (None, Message::Assign { label }) => {
+            (None, Message::Assign { label, cube }) => {
+                self.cube = cube;
                 self.take_label(now, label);
                 if index(label) > 0 {
                     // The assigner holds the label just below: a neighbour.
@@ -415,8 +498,20 @@ impl<S: Clone + Ord> Node<S> {
                     root,
                     seq,
                     root_substrate,
+                    cube,
                 },
-            ) => self.handle_beacon(now, me, from, root, seq, root_substrate),
+            ) => {
+                if cube == self.cube {
+                    self.handle_beacon(now, me, from, root, seq, root_substrate);
+                } else {
+                    self.foreign_beacon(now, me, from, (root, seq), root_substrate, cube);
+                }
+            }
+            (Some(me), Message::Rejoin { cube, via }) => {
+                if cube == self.cube && via != self.me {
+                    self.rejoin(now, me, via, Some(&from));
+                }
+            }
             (
                 Some(me),
                 Message::Lookup {
@@ -510,10 +605,91 @@ impl<S: Clone + Ord> Node<S> {
                         root,
                         seq,
                         root_substrate: root_substrate.clone(),
+                        cube: self.cube,
                     },
                 ));
             }
         }
+    }
+
+    /// A beacon of another cube (a partition healed, or two fragments of one cube found each
+    /// other through a buddy): the cube whose HRoot has the higher Gray index wins (ties: the
+    /// lower identifier). If this node's cube loses, it dissolves ([`Message::Rejoin`]);
+    /// otherwise the other side is told of this cube's HRoot, so that it dissolves.
+    fn foreign_beacon(
+        &mut self,
+        now: Instant,
+        me: HcLabel,
+        from: S,
+        (root, seq): (HcLabel, u32),
+        root_substrate: S,
+        cube: u32,
+    ) {
+        if root_substrate == self.me {
+            return; // an old view of this node's own cube, relayed back
+        }
+        self.stats.foreign_beacons += 1;
+        let same_root = self
+            .root
+            .as_ref()
+            .is_some_and(|r| r.substrate == root_substrate);
+        let live = self
+            .root
+            .as_ref()
+            .is_some_and(|r| r.substrate == self.me || now < r.heard + self.config.root_timeout);
+        if same_root || !live {
+            // This node's own HRoot under a new identifier (it founded a cube of its own
+            // after a partition), or this node's HRoot is gone (crashed, or cut off): the
+            // new cube around it — a fragment's new HRoot — is its own.
+            self.cube = cube;
+            self.handle_beacon(now, me, from, root, seq, root_substrate);
+            return;
+        }
+        let (mine, my_sub, my_seq) = match &self.root {
+            Some(r) => (r.label, r.substrate.clone(), r.seq),
+            None => (me, self.me.clone(), self.seq),
+        };
+        let theirs_win =
+            (index(root), std::cmp::Reverse(cube)) > (index(mine), std::cmp::Reverse(self.cube));
+        if theirs_win {
+            self.rejoin(now, me, root_substrate, None);
+        } else if self
+            .foreign_answered
+            .is_none_or(|t| now >= t + self.config.beacon)
+        {
+            // Answered at most once per beacon period: two nodes with views of several cubes
+            // must not bounce beacons at network speed.
+            self.foreign_answered = Some(now);
+            self.transmits.push_back((
+                from,
+                Message::Beacon {
+                    root: mine,
+                    seq: my_seq,
+                    root_substrate: my_sub,
+                    cube: self.cube,
+                },
+            ));
+        }
+    }
+
+    /// This node's cube lost a merge: tell the neighbours (but `from`), give the label up and
+    /// join through `via`.
+    fn rejoin(&mut self, now: Instant, _me: HcLabel, via: S, from: Option<&S>) {
+        self.stats.rejoins += 1;
+        let cube = self.cube;
+        for n in self.neighbours.values() {
+            if Some(&n.substrate) != from {
+                self.transmits.push_back((
+                    n.substrate.clone(),
+                    Message::Rejoin {
+                        cube,
+                        via: via.clone(),
+                    },
+                ));
+            }
+        }
+        self.drop_label(now);
+        self.join_via = Some(via);
     }
 
     /// Forwards a lookup to the neighbour whose Gray index is nearest the target's, if nearer
@@ -554,8 +730,9 @@ impl<S: Clone + Ord> Node<S> {
         }
         if self.is_root {
             let label = HcLabel::gray(index(me).wrapping_add(1));
+            let cube = self.cube;
             self.transmits
-                .push_back((joiner.clone(), Message::Assign { label }));
+                .push_back((joiner.clone(), Message::Assign { label, cube }));
             self.upsert(now, label, joiner.clone());
             self.root = Some(RootInfo {
                 label,
@@ -571,8 +748,9 @@ impl<S: Clone + Ord> Node<S> {
             // The joiner is the HRoot we know of: its Assign was lost; repeat it.
             Some(r) if r.substrate == joiner => {
                 let label = r.label;
+                let cube = self.cube;
                 self.transmits
-                    .push_back((joiner, Message::Assign { label }));
+                    .push_back((joiner, Message::Assign { label, cube }));
             }
             // Forwarded towards a higher Gray index, and never back to the node it came from:
             // two nodes that each take the other for the HRoot (stale views) would otherwise
@@ -580,6 +758,21 @@ impl<S: Clone + Ord> Node<S> {
             Some(r)
                 if r.substrate != self.me && r.substrate != *from && index(r.label) > index(me) =>
             {
+                // Each joiner's join is forwarded at most once per ping period: views of
+                // several cubes (before a merge) can form a forwarding cycle of higher indices.
+                if self
+                    .joins_forwarded
+                    .iter()
+                    .any(|(j, t)| *j == joiner && now < *t + self.config.ping)
+                {
+                    self.stats.wrong_state += 1;
+                    return;
+                }
+                self.joins_forwarded.retain(|(j, _)| *j != joiner);
+                self.joins_forwarded.push_back((joiner.clone(), now));
+                while self.joins_forwarded.len() > MAX_BUDDIES {
+                    self.joins_forwarded.pop_front();
+                }
                 let to = r.substrate.clone();
                 self.transmits.push_back((to, Message::Join { joiner }));
             }
@@ -684,11 +877,20 @@ impl<S: Clone + Ord> Node<S> {
                 if self.timers[Timer::Ping as usize].is_some_and(|t| t <= now) {
                     let first = self.config.buddies.first() == Some(&self.me);
                     if first && now >= since + self.config.bootstrap_after {
+                        self.cube = cube_id(now, HcLabel::gray(0), self.config.salt);
                         self.take_label(now, HcLabel::gray(0));
                         self.become_root(now, HcLabel::gray(0));
                     } else {
+                        if let Some(v) = self.join_via.clone() {
+                            self.transmits.push_back((
+                                v,
+                                Message::Join {
+                                    joiner: self.me.clone(),
+                                },
+                            ));
+                        }
                         for b in &self.config.buddies {
-                            if *b != self.me {
+                            if *b != self.me && Some(b) != self.join_via.as_ref() {
                                 self.transmits.push_back((
                                     b.clone(),
                                     Message::Join {
@@ -725,7 +927,18 @@ impl<S: Clone + Ord> Node<S> {
                 r.substrate != self.me && now >= r.heard + self.config.root_timeout
             });
             if stale && !self.is_root && self.neighbours.keys().all(|l| index(*l) < index(me)) {
+                // The HRoot went silent (crashed, moved into a hole, or cut off by a
+                // partition): take the root. If this lasts `fragment_after`, this fragment
+                // founds a cube of its own (below).
                 self.become_root(now, me);
+            }
+            if let Some(at) = self.claimed_at {
+                if !self.is_root {
+                    self.claimed_at = None;
+                } else if now >= at + self.config.fragment_after {
+                    self.claimed_at = None;
+                    self.cube = cube_id(now, me, self.config.salt);
+                }
             }
             for n in self.neighbours.values() {
                 self.transmits
@@ -755,6 +968,7 @@ impl<S: Clone + Ord> Node<S> {
                     root: me,
                     seq: self.seq,
                     root_substrate: self.me.clone(),
+                    cube: self.cube,
                 };
                 let mut to: Vec<S> = self
                     .neighbours
@@ -839,7 +1053,8 @@ mod tests {
             vec![(
                 SimAddr(5),
                 Message::Assign {
-                    label: HcLabel::gray(1)
+                    label: HcLabel::gray(1),
+                    cube: a.cube
                 }
             )]
         );
@@ -851,6 +1066,7 @@ mod tests {
             SimAddr(0),
             Message::Assign {
                 label: HcLabel::gray(1),
+                cube: 0,
             },
         );
         assert_eq!(b.label(), Some(HcLabel::gray(1)));
@@ -873,8 +1089,8 @@ mod tests {
         let l = HcLabel::gray(3);
         let mut lo = Node::new(cfg(), SimAddr(2), t0);
         let mut hi = Node::new(cfg(), SimAddr(7), t0);
-        lo.handle_message(t0, SimAddr(9), Message::Assign { label: l });
-        hi.handle_message(t0, SimAddr(9), Message::Assign { label: l });
+        lo.handle_message(t0, SimAddr(9), Message::Assign { label: l, cube: 0 });
+        hi.handle_message(t0, SimAddr(9), Message::Assign { label: l, cube: 0 });
         drain(&mut lo);
         // lo hears hi's ping with its own label: tells hi to give it up.
         lo.handle_message(t0, SimAddr(7), Message::Ping { src: l });
@@ -901,7 +1117,14 @@ mod tests {
         assert_eq!(lo.stats().duplicates, 1);
         // A third node hearing both holders ping tells the greater one.
         let mut n = Node::new(cfg(), SimAddr(4), t0);
-        n.handle_message(t0, SimAddr(9), Message::Assign { label: l.flip(0) });
+        n.handle_message(
+            t0,
+            SimAddr(9),
+            Message::Assign {
+                label: l.flip(0),
+                cube: 0,
+            },
+        );
         drain(&mut n);
         n.handle_message(t0, SimAddr(7), Message::Ping { src: l });
         n.handle_message(t0, SimAddr(2), Message::Ping { src: l });

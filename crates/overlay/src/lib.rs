@@ -8,6 +8,8 @@
 //! - [`hypercube`]: the hypercube protocol (compact Gray-code labels, HRoot).
 //! - [`tree`]: trees embedded in the overlay, computed locally (compass routing on DT, the bit
 //!   rule on the hypercube).
+//! - [`rendezvous`]: the rendezvous server and client (joining through a server, partitions
+//!   finding each other).
 //! - [`forward`]: the forwarding engine (multicast, flood, unicast over the embedded trees).
 //! - [`wire`]: the wire formats (application header and extensions, control messages).
 //!
@@ -21,6 +23,7 @@ pub mod dt;
 pub mod forward;
 pub mod geometry;
 pub mod hypercube;
+pub mod rendezvous;
 pub mod tree;
 pub mod wire;
 

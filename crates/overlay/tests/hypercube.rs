@@ -223,3 +223,103 @@ fn leaves_and_crashes_are_repaired_compactly() {
         }
     }
 }
+
+/// A cube split in two (node 0 on one side, node 1 on the other: each side keeps a buddy)
+/// becomes two cubes; when the partition heals they find each other through the buddies (the
+/// HRoots beacon to them) and merge into one compact, consistent cube.
+fn partition_and_heal(seed: u64, n: usize) -> Result<(), String> {
+    let mut net = run_seed(seed, n)?;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
+    for i in 0..n {
+        net.group[i] = u8::from(i == 1 || (i >= 2 && rng.gen_bool(0.5)));
+    }
+    // A partition that lasts (longer than `fragment_after`: a fragment cut off from its
+    // HRoot founds a cube of its own).
+    let t = net.now;
+    net.run_until(t + Duration::from_secs(30), STEP_CAP)?;
+    let t = net.now;
+    net.run_until_quiet(
+        t + Duration::from_secs(1),
+        Duration::from_secs(10),
+        t + Duration::from_secs(600),
+        STEP_CAP,
+    )?;
+    let roots = net.nodes.iter().flatten().filter(|n| n.is_root()).count();
+    if std::env::var("HC_DEBUG").is_ok() {
+        eprintln!("{roots} HRoots during the partition");
+    }
+    let debug = std::env::var("HC_DEBUG").is_ok();
+    if check_compact(&net).is_err() && debug {
+        {
+            for (i, node) in net.nodes.iter().enumerate() {
+                if let Some(node) = node {
+                    eprintln!(
+                        "n{i} g{} {:?} root {:?} is_root {} nbrs {:?} {:?}",
+                        net.group[i],
+                        node.label(),
+                        node.root_label(),
+                        node.is_root(),
+                        node.neighbour_labels().collect::<Vec<_>>(),
+                        node.stats()
+                    );
+                }
+            }
+        }
+    }
+    net.group = vec![0; n];
+    let t = net.now;
+    net.run_until_quiet(
+        t + Duration::from_secs(1),
+        Duration::from_secs(10),
+        t + Duration::from_secs(900),
+        STEP_CAP,
+    )?;
+    if let Err(e) = check_compact(&net) {
+        if std::env::var("HC_DEBUG").is_ok() {
+            for (i, node) in net.nodes.iter().enumerate() {
+                if let Some(node) = node {
+                    eprintln!(
+                        "after n{i} {:?} root {:?} is_root {} nbrs {:?} {:?}",
+                        node.label(),
+                        node.root_label(),
+                        node.is_root(),
+                        node.neighbour_labels().collect::<Vec<_>>(),
+                        node.stats()
+                    );
+                }
+            }
+        }
+        return Err(format!("after the heal: {e}"));
+    }
+    check_trees(&net).map_err(|e| format!("after the heal, trees: {e}"))
+}
+
+/// Every seed must merge; `--nocapture` lists failures, `HC_DEBUG=1 HC_SEED=N` prints the
+/// nodes.
+#[test]
+fn partitions_merge_into_one_compact_cube_when_healed() {
+    let only: Option<u64> = std::env::var("HC_SEED").ok().and_then(|s| s.parse().ok());
+    let mut failures = Vec::new();
+    let mut count = 0;
+    for seed in 0..60u64 {
+        if only.is_some_and(|o| o != seed) {
+            continue;
+        }
+        let n = 4 + (seed as usize * 7) % 29;
+        count += 1;
+        if let Err(e) = partition_and_heal(seed, n) {
+            failures.push(format!("seed {seed} ({n} nodes): {e}"));
+        }
+    }
+    eprintln!(
+        "partition merges: {} of {count} seeds failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {count} seeds failed (rerun one with HC_SEED=N):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}

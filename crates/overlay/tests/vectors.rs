@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 use viastack_overlay::wire::app::{self, Address, DeliveryMode, Extension, MessageType};
-use viastack_overlay::wire::{dt, hc, SubstrateKind, WireError, WireSubstrate};
+use viastack_overlay::wire::{dt, hc, rdv, SubstrateKind, WireError, WireSubstrate};
 use viastack_overlay::{DtAddr, HcLabel, SimAddr};
 
 fn dir() -> PathBuf {
@@ -94,8 +94,25 @@ fn dt_fields(b: &[u8]) -> Value {
 
 fn hc_fields(b: &[u8]) -> Value {
     let r = hc::Repr::parse_bytes(b).unwrap();
-    json!({"type": format!("{:?}", r.kind), "hops": r.hops, "label": r.label.value(),
-        "value": r.value, "substrate": r.substrate.as_ref().map(sub_json)})
+    let mut v = json!({"type": format!("{:?}", r.kind), "hops": r.hops, "label": r.label.value(),
+        "value": r.value, "substrate": r.substrate.as_ref().map(sub_json)});
+    if let Some(c) = r.cube {
+        v["cube"] = json!(c);
+    }
+    v
+}
+
+fn rdv_fields(b: &[u8]) -> Value {
+    match rdv::Repr::parse_bytes(b).unwrap() {
+        rdv::Repr::Register { leader, node } => {
+            json!({"type": "Register", "leader": leader, "node": sub_json(&node)})
+        }
+        rdv::Repr::Query { node } => json!({"type": "Query", "node": sub_json(&node)}),
+        rdv::Repr::Members(v) => json!({"type": "Members", "members": v
+            .iter()
+            .map(|(l, s)| json!({"leader": l, "node": sub_json(s)}))
+            .collect::<Vec<_>>()}),
+    }
 }
 
 fn p(x: i32, y: i32) -> DtAddr {
@@ -270,6 +287,7 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
                 label: HcLabel::new(0b110),
                 value: 5,
                 substrate: Some(udp("10.0.0.1:7000")),
+                cube: None,
             },
         ),
         (
@@ -280,6 +298,7 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
                 label: HcLabel::new(0b011),
                 value: 0,
                 substrate: None,
+                cube: None,
             },
         ),
         (
@@ -290,6 +309,7 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
                 label: HcLabel::new(0b101),
                 value: 0b100,
                 substrate: Some(sim),
+                cube: None,
             },
         ),
         (
@@ -300,6 +320,7 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
                 label: HcLabel::new(0),
                 value: 0,
                 substrate: Some(sim),
+                cube: None,
             },
         ),
         (
@@ -310,6 +331,7 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
                 label: HcLabel::new(0b111),
                 value: 0,
                 substrate: None,
+                cube: None,
             },
         ),
         (
@@ -320,6 +342,7 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
                 label: HcLabel::new(0b010),
                 value: 0,
                 substrate: None,
+                cube: None,
             },
         ),
         (
@@ -330,6 +353,7 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
                 label: HcLabel::new(0b001),
                 value: 0,
                 substrate: None,
+                cube: None,
             },
         ),
         (
@@ -340,6 +364,40 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
                 label: HcLabel::new(0b011),
                 value: 0,
                 substrate: Some(sim),
+                cube: None,
+            },
+        ),
+        (
+            "Beacon from HRoot 0b110, sequence 5, of cube 0x1234abcd",
+            hc::Repr {
+                kind: hc::MessageKind::Beacon,
+                hops: 0,
+                label: HcLabel::new(0b110),
+                value: 5,
+                substrate: Some(sim),
+                cube: Some(0x1234_abcd),
+            },
+        ),
+        (
+            "Assign 0b111 in cube 0x1234abcd",
+            hc::Repr {
+                kind: hc::MessageKind::Assign,
+                hops: 0,
+                label: HcLabel::new(0b111),
+                value: 0,
+                substrate: None,
+                cube: Some(0x1234_abcd),
+            },
+        ),
+        (
+            "Rejoin: cube 0x0badcafe lost a merge, join through sim:3",
+            hc::Repr {
+                kind: hc::MessageKind::Rejoin,
+                hops: 0,
+                label: HcLabel::new(0),
+                value: 0,
+                substrate: Some(sim),
+                cube: Some(0x0bad_cafe),
             },
         ),
         (
@@ -350,6 +408,7 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
                 label: HcLabel::new(1),
                 value: 2,
                 substrate: None,
+                cube: None,
             },
         ),
     ];
@@ -358,6 +417,36 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
         r.emit_into(&mut b).unwrap();
         assert_eq!(b.len(), r.buffer_len());
         hcs.push(json!({"name": name, "hex": to_hex(&b), "fields": hc_fields(&b)}));
+    }
+
+    let mut rdvs = Vec::new();
+    let cases: Vec<(&str, rdv::Repr)> = vec![
+        (
+            "Register of a leader at 10.0.0.1:7000",
+            rdv::Repr::Register {
+                leader: true,
+                node: udp("10.0.0.1:7000"),
+            },
+        ),
+        (
+            "Register of a member, sim:3",
+            rdv::Repr::Register {
+                leader: false,
+                node: sim,
+            },
+        ),
+        ("Query from sim:3", rdv::Repr::Query { node: sim }),
+        ("Members: nobody", rdv::Repr::Members(vec![])),
+        (
+            "Members: a leader and a member",
+            rdv::Repr::Members(vec![(true, udp("10.0.0.1:7000")), (false, sim)]),
+        ),
+    ];
+    for (name, r) in cases {
+        let mut b = Vec::new();
+        r.emit_into(&mut b).unwrap();
+        assert_eq!(b.len(), r.buffer_len());
+        rdvs.push(json!({"name": name, "hex": to_hex(&b), "fields": rdv_fields(&b)}));
     }
 
     let invalid = |name: &str, decoder: &str, b: &[u8], e: WireError| json!({"name": name, "decoder": decoder, "hex": to_hex(b), "error": e.to_string()});
@@ -449,10 +538,41 @@ fn generate() -> Vec<(&'static str, &'static str, Vec<Value>)> {
         &[0x12, 2, 0, 0, 0],
         WireError::Truncated { len: 5, need: 8 },
     ));
+    bad.push(invalid(
+        "rendezvous type 7",
+        "rdv",
+        &[0x13, 7, 0, 0],
+        WireError::Kind(7),
+    ));
+    bad.push(invalid(
+        "rendezvous Query with the leader flag",
+        "rdv",
+        &[0x13, 2, 1, 0, 1, 4, 0, 0, 0, 3],
+        WireError::Reserved(1),
+    ));
+    bad.push(invalid(
+        "rendezvous Members announcing 2 entries, holding 1",
+        "rdv",
+        &[0x13, 3, 0, 2, 0, 1, 4, 0, 0, 0, 3],
+        WireError::Truncated { len: 11, need: 12 },
+    ));
+    bad.push(invalid(
+        "rendezvous Members with 33 entries",
+        "rdv",
+        &[0x13, 3, 0, 33],
+        WireError::Reserved(33),
+    ));
+    bad.push(invalid(
+        "rendezvous Register with a byte after the substrate",
+        "rdv",
+        &[0x13, 1, 0, 0, 1, 4, 0, 0, 0, 3, 0],
+        WireError::Trailing(1),
+    ));
     vec![
         ("app.json", "overlay application messages: version/kind, mode, hop limit, address type, next header, reserved, src, prev-hop, dest, then the extension chain (see docs/WIRE.md, Overlay)", apps),
         ("dt.json", "DT control messages (see docs/WIRE.md, Overlay)", dts),
         ("hc.json", "hypercube control messages (see docs/WIRE.md, Overlay)", hcs),
+        ("rdv.json", "rendezvous messages (see docs/WIRE.md, Overlay)", rdvs),
         ("invalid.json", "datagrams every decoder must refuse, with the error", bad),
     ]
 }
@@ -507,10 +627,20 @@ fn vectors_match_encoders_and_decoders() {
                         .unwrap();
                     assert_eq!(again, b, "{file}: {name} re-encodes");
                 }
+                "rdv.json" => {
+                    assert_eq!(rdv_fields(&b), vec["fields"], "{file}: {name}");
+                    let mut again = Vec::new();
+                    rdv::Repr::parse_bytes(&b)
+                        .unwrap()
+                        .emit_into(&mut again)
+                        .unwrap();
+                    assert_eq!(again, b, "{file}: {name} re-encodes");
+                }
                 _ => {
                     let err = match vec["decoder"].as_str().unwrap() {
                         "app" => app::Packet::new_checked(&b[..]).err(),
                         "dt" => dt::Packet::new_checked(&b[..]).err(),
+                        "rdv" => rdv::Repr::parse_bytes(&b[..]).err(),
                         _ => hc::Packet::new_checked(&b[..]).err(),
                     };
                     assert_eq!(
@@ -612,6 +742,7 @@ fn hypercube_messages_round_trip_through_the_wire() {
             root: l,
             seq: 7,
             root_substrate: s,
+            cube: 0xfeed,
         },
         Message::Ping { src: l },
         Message::Lookup {
@@ -621,13 +752,17 @@ fn hypercube_messages_round_trip_through_the_wire() {
             hops: 3,
         },
         Message::Join { joiner: s },
-        Message::Assign { label: l },
+        Message::Assign {
+            label: l,
+            cube: 0xfeed,
+        },
         Message::Leave { src: l },
         Message::Hole { label: l },
         Message::Duplicate {
             label: l,
             holder: s,
         },
+        Message::Rejoin { cube: 3, via: s },
     ];
     for m in all {
         let mut b = Vec::new();
@@ -642,6 +777,48 @@ fn hypercube_messages_round_trip_through_the_wire() {
         label: l,
         value: 0,
         substrate: None,
+        cube: None,
     };
     assert_eq!(r.to_message::<SimAddr>(), None);
+}
+
+#[test]
+fn rendezvous_messages_round_trip_through_the_wire() {
+    use viastack_overlay::rendezvous::{Member, Message};
+    let all: Vec<Message<SimAddr>> = vec![
+        Message::Register {
+            leader: true,
+            node: SimAddr(4),
+        },
+        Message::Query { node: SimAddr(5) },
+        Message::Members(vec![
+            Member {
+                leader: true,
+                node: SimAddr(1),
+            },
+            Member {
+                leader: false,
+                node: SimAddr(2),
+            },
+        ]),
+    ];
+    for m in all {
+        let mut b = Vec::new();
+        rdv::Repr::from_message(&m).emit_into(&mut b).unwrap();
+        let back: Option<Message<SimAddr>> = rdv::Repr::parse_bytes(&b).unwrap().to_message();
+        assert_eq!(back, Some(m));
+    }
+    // At most MAX_MEMBERS members go on the wire.
+    let many = Message::Members(
+        (0..100)
+            .map(|i| Member {
+                leader: false,
+                node: SimAddr(i),
+            })
+            .collect(),
+    );
+    let r = rdv::Repr::from_message(&many);
+    let mut b = Vec::new();
+    r.emit_into(&mut b).unwrap();
+    assert_eq!(b[3] as usize, rdv::MAX_MEMBERS);
 }

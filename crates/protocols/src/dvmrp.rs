@@ -16,22 +16,29 @@
 //!
 //! # Behaviour
 //!
-//! Everything arriving from below is a DVMRP message (the channels carry nothing else) and is
-//! consumed; sendables from above pass down untouched. Probes and reports go out as link-local
-//! broadcasts (`Dest::Broadcast` on the interface's channel). The session starts when its first
+//! DVMRP messages arriving from below are consumed; everything else (IGMP, multicast data:
+//! `viastack_mcast::node::classify`) passes up to the `igmp` and `mcast-forward` layers;
+//! sendables from above pass down untouched. Probes and reports go out as link-local
+//! broadcasts (`Dest::Broadcast` on the interface's channel), prunes, grafts and graft acks to
+//! their one neighbour. The session also runs **pruning and grafting**
+//! ([`viastack_mcast::prune::Pruner`]), told by the layers above through `MCAST_NOTE` events
+//! (crate::mcast) when data is unwanted or the group table changed. The session starts when its first
 //! channel starts (after a zero-delay timer, once every channel of the file has started) and
 //! keeps one kernel timer at the protocol's next deadline. Its generation id comes from the
 //! kernel's seeded generator, which differs at every restart.
 //!
 //! # Global memory
 //!
-//! The session owns its node's [`GlobalMemory`] (neighbour and routing tables): tests and the
-//! run report read them through [`DvmrpSession::memory`].
+//! The session creates its node's [`GlobalMemory`] (all five objects) as a
+//! [`crate::mcast::SharedMemory`] and hands it up every interface channel in an `MCAST_MEMORY`
+//! event when it starts; tests and the run report read it through [`DvmrpSession::memory`].
 //!
 //! # Counters
 //!
 //! Under the layer's name: `probes_sent`, `reports_sent`, `flash_updates`, `malformed`,
-//! `not_adjacent`, `bad_interface`, `neighbors_lost`, `routes_expired`.
+//! `not_adjacent`, `bad_interface`, `neighbors_lost`, `routes_expired`, `prunes_sent`,
+//! `prunes_received`, `grafts_sent`, `grafts_received`, `graft_acks_received`,
+//! `prune_retransmits`, `graft_retransmits`.
 
 use rand::RngCore;
 use viastack_kernel::event::{CHANNEL_INIT, INBOUND, SENDABLE, TIMER};
@@ -40,7 +47,11 @@ use viastack_kernel::{
     Sendable, Session, TimerId,
 };
 use viastack_mcast::dvmrp::{Config, Dvmrp, Interface, Stats, Timers};
+use viastack_mcast::node::{classify, Kind};
+use viastack_mcast::prune::{self, Pruner};
 use viastack_mcast::{node_addr, GlobalMemory, Prefix};
+
+use crate::mcast::{custom_body, custom_event, lock, Note, SharedMemory, MCAST_MEMORY, MCAST_NOTE};
 
 /// The layer's configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,7 +99,7 @@ impl Layer for DvmrpLayer {
         &self.name
     }
     fn accepts(&self) -> Vec<EventType> {
-        vec![SENDABLE.id(), CHANNEL_INIT.id()]
+        vec![SENDABLE.id(), CHANNEL_INIT.id(), MCAST_NOTE.id()]
     }
     fn requires(&self) -> Vec<EventType> {
         vec![INBOUND.id()]
@@ -102,9 +113,11 @@ impl Layer for DvmrpLayer {
             config: self.config.clone(),
             channels: Vec::new(),
             core: None,
+            pruner: None,
             mem: None,
             timer: None,
             reported: Stats::default(),
+            reported_prune: prune::Stats::default(),
         })
     }
 }
@@ -116,10 +129,12 @@ pub struct DvmrpSession {
     /// The interface channels, by interface number.
     channels: Vec<ChannelId>,
     core: Option<Dvmrp>,
-    mem: Option<GlobalMemory>,
+    pruner: Option<Pruner>,
+    mem: Option<SharedMemory>,
     timer: Option<(TimerId, Instant)>,
     /// Counters already added to the kernel's.
     reported: Stats,
+    reported_prune: prune::Stats,
 }
 
 /// The timer token of the start timer (the protocol's own timer uses 1).
@@ -128,8 +143,8 @@ const TICK: u64 = 1;
 
 impl DvmrpSession {
     /// The node's global memory, once routing has started.
-    pub fn memory(&self) -> Option<&GlobalMemory> {
-        self.mem.as_ref()
+    pub fn memory(&self) -> Option<SharedMemory> {
+        self.mem.clone()
     }
 
     /// The protocol's counters, once started.
@@ -166,6 +181,19 @@ impl DvmrpSession {
         };
         let mut mem = GlobalMemory::new(addr);
         self.core = Some(Dvmrp::new(cfg, now, &mut mem));
+        self.pruner = Some(Pruner::new(
+            prune::Timers::rfc().scaled(self.config.time_scale),
+            &mut mem,
+        ));
+        let mem: SharedMemory = std::sync::Arc::new(std::sync::Mutex::new(mem));
+        for &ch in &self.channels {
+            ctx.go(custom_event(
+                MCAST_MEMORY.id(),
+                Direction::Up,
+                ch,
+                mem.clone(),
+            ));
+        }
         self.mem = Some(mem);
         self.flush(ctx);
     }
@@ -176,12 +204,48 @@ impl DvmrpSession {
             return;
         };
         let node = ctx.node();
-        while let Some(o) = core.poll_transmit() {
+        let mut outs: Vec<_> = std::iter::from_fn(|| core.poll_transmit()).collect();
+        if let Some(p) = self.pruner.as_mut() {
+            outs.extend(std::iter::from_fn(|| p.poll_transmit()));
+        }
+        for o in outs {
             let Some(&channel) = self.channels.get(usize::from(o.iface)) else {
                 continue;
             };
-            let s = Sendable::new(node, Dest::Broadcast, Message::from_wire(o.bytes));
+            let dest = o.to.map_or(Dest::Broadcast, |a| {
+                Dest::Node(viastack_kernel::NodeId(a.0 & 0xffff))
+            });
+            let s = Sendable::new(node, dest, Message::from_wire(o.bytes));
             ctx.go(Event::sendable(SENDABLE.id(), Direction::Down, channel, s));
+        }
+        if let Some(p) = self.pruner.as_ref() {
+            let now = p.stats().clone();
+            let was = std::mem::replace(&mut self.reported_prune, now.clone());
+            for (name, a, b) in [
+                ("prunes_sent", was.prunes_sent, now.prunes_sent),
+                ("prunes_received", was.prunes_received, now.prunes_received),
+                ("grafts_sent", was.grafts_sent, now.grafts_sent),
+                ("grafts_received", was.grafts_received, now.grafts_received),
+                (
+                    "graft_acks_received",
+                    was.graft_acks_received,
+                    now.graft_acks_received,
+                ),
+                (
+                    "prune_retransmits",
+                    was.prune_retransmits,
+                    now.prune_retransmits,
+                ),
+                (
+                    "graft_retransmits",
+                    was.graft_retransmits,
+                    now.graft_retransmits,
+                ),
+            ] {
+                if b > a {
+                    ctx.count_n(name, b - a);
+                }
+            }
         }
         let now = core.stats().clone();
         let was = std::mem::replace(&mut self.reported, now.clone());
@@ -199,7 +263,12 @@ impl DvmrpSession {
                 ctx.count_n(name, b - a);
             }
         }
-        let want = core.poll_timeout();
+        let mut want = core.poll_timeout();
+        if let (Some(p), Some(m)) = (self.pruner.as_ref(), self.mem.as_ref()) {
+            if let Some(t) = p.poll_timeout(&lock(m)) {
+                want = Some(want.map_or(t, |w| w.min(t)));
+            }
+        }
         if self.timer.map(|(_, t)| t) == want {
             return;
         }
@@ -226,8 +295,33 @@ impl Session for DvmrpSession {
                 return;
             }
             self.timer = None;
-            if let (Some(core), Some(mem)) = (self.core.as_mut(), self.mem.as_mut()) {
-                core.handle_timeout(ctx.now(), mem);
+            let now = ctx.now();
+            if let (Some(core), Some(m)) = (self.core.as_mut(), self.mem.as_ref()) {
+                let mut mem = lock(m);
+                if core.poll_timeout().is_some_and(|t| t <= now) {
+                    core.handle_timeout(now, &mut mem);
+                }
+                if let Some(p) = self.pruner.as_mut() {
+                    p.handle_timeout(now, &mut mem);
+                }
+            }
+            self.flush(ctx);
+            return;
+        }
+        if ty == MCAST_NOTE.id() {
+            let now = ctx.now();
+            if let (Some(p), Some(m), Some(note)) = (
+                self.pruner.as_mut(),
+                self.mem.as_ref(),
+                custom_body::<Note>(&event),
+            ) {
+                let mut mem = lock(m);
+                match note {
+                    Note::Unwanted { source, group } => {
+                        p.data_unwanted(now, source, group, &mut mem)
+                    }
+                    Note::GroupsChanged => p.sync(now, &mut mem),
+                }
             }
             self.flush(ctx);
             return;
@@ -254,6 +348,10 @@ impl Session for DvmrpSession {
         match dir {
             Direction::Down => ctx.go(event),
             Direction::Up => {
+                if classify(s.message.as_slice()) != Kind::Dvmrp {
+                    ctx.go(event);
+                    return;
+                }
                 let from = node_addr(u16::try_from(s.source.0).unwrap_or(u16::MAX));
                 let bytes = std::mem::take(&mut s.message).into_vec();
                 let iface = self
@@ -261,10 +359,15 @@ impl Session for DvmrpSession {
                     .iter()
                     .position(|&c| c == channel)
                     .and_then(|i| u16::try_from(i).ok());
-                if let (Some(core), Some(mem), Some(iface)) =
-                    (self.core.as_mut(), self.mem.as_mut(), iface)
+                if let (Some(core), Some(m), Some(iface)) =
+                    (self.core.as_mut(), self.mem.as_ref(), iface)
                 {
-                    core.handle_datagram(ctx.now(), iface, from, &bytes, mem);
+                    let now = ctx.now();
+                    let mut mem = lock(m);
+                    core.handle_datagram(now, iface, from, &bytes, &mut mem);
+                    if let Some(p) = self.pruner.as_mut() {
+                        p.handle_datagram(now, iface, from, &bytes, &mut mem);
+                    }
                 }
                 self.flush(ctx);
             }

@@ -41,6 +41,7 @@ pub mod fifo;
 pub mod fragment;
 pub mod heartbeat;
 pub mod iface;
+pub mod mcast;
 pub mod messagestore;
 pub mod overlay;
 pub mod peers;

@@ -139,6 +139,7 @@ use viastack_spec::service::{
 use crate::events::{self, PEER_UNREACHABLE, SEND_REFUSED};
 use crate::overlay::{TreeInfo, TreeQuery, NEIGHBOUR_ADDED, NEIGHBOUR_REMOVED, TREE, TREE_QUERY};
 use crate::specbundle::{self, Assembly, Bundle, Hash, Signature, SPEC_REQUEST, SPEC_RESPONSE};
+use viastack_overlay::HcLabel;
 
 /// MessageType of a failure report (a layer message; the service never sees it).
 pub const FAILURE_REPORT: u8 = 0xFE;
@@ -310,11 +311,17 @@ pub fn node_of(a: Addr) -> Option<NodeId> {
         .map(NodeId)
 }
 
-/// Encodes a service message (the module's wire format).
+/// Encodes a service message (the module's wire format, version 1: no root label).
 pub fn encode(m: &SMsg) -> Vec<u8> {
+    encode_labelled(m, None)
+}
+
+/// Encodes a service message with its root's hypercube label when there is one (version 2,
+/// the RootLabel after the SequenceNumber), else as [`encode`] (version 1).
+pub fn encode_labelled(m: &SMsg, root_label: Option<HcLabel>) -> Vec<u8> {
     let p = m.payload.as_deref();
-    let mut b = Vec::with_capacity(49 + p.map_or(0, <[u8]>::len));
-    b.push(1);
+    let mut b = Vec::with_capacity(53 + p.map_or(0, <[u8]>::len));
+    b.push(if root_label.is_some() { 2 } else { 1 });
     b.extend_from_slice(&m.service_id.to_be_bytes());
     b.extend_from_slice(&m.message_id.to_be_bytes());
     b.push(m.message_type);
@@ -322,6 +329,9 @@ pub fn encode(m: &SMsg) -> Vec<u8> {
     b.push(m.hop_limit);
     for v in [m.source.0, m.destination.0, m.root.0, m.seq] {
         b.extend_from_slice(&v.to_be_bytes());
+    }
+    if let Some(l) = root_label {
+        b.extend_from_slice(&l.value().to_be_bytes());
     }
     match p {
         Some(p) => {
@@ -333,14 +343,31 @@ pub fn encode(m: &SMsg) -> Vec<u8> {
     b
 }
 
-/// Decodes a service message; `None` if malformed.
+/// Decodes a service message (either version; a root label is dropped); `None` if malformed.
 pub fn decode(b: &[u8]) -> Option<SMsg> {
+    decode_labelled(b).map(|(m, _)| m)
+}
+
+/// Decodes a service message and its root's hypercube label (version 2; `None` in version
+/// 1); `None` if malformed.
+pub fn decode_labelled(b: &[u8]) -> Option<(SMsg, Option<HcLabel>)> {
     fn u64_at(b: &[u8], at: usize) -> Option<u64> {
         Some(u64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
     }
-    if *b.first()? != 1 {
-        return None;
-    }
+    let (label, b) = match *b.first()? {
+        1 => (None, std::borrow::Cow::Borrowed(b)),
+        2 => {
+            // The version 1 layout once the label is taken out.
+            let l = u32::from_be_bytes(b.get(48..52)?.try_into().ok()?);
+            let mut v = Vec::with_capacity(b.len() - 4);
+            v.push(1);
+            v.extend_from_slice(&b[1..48]);
+            v.extend_from_slice(&b[52..]);
+            (Some(HcLabel::new(l)), std::borrow::Cow::Owned(v))
+        }
+        _ => return None,
+    };
+    let b: &[u8] = &b;
     let service_id = u32::from_be_bytes(b.get(1..5)?.try_into().ok()?);
     let message_id = u64_at(b, 5)?;
     let message_type = *b.get(13)?;
@@ -355,19 +382,22 @@ pub fn decode(b: &[u8]) -> Option<SMsg> {
         1 => Some(Arc::from(&b[49..])),
         _ => return None,
     };
-    Some(SMsg {
-        service_id,
-        message_id,
-        message_type,
-        delivery_mode,
-        hop_limit,
-        source,
-        destination,
-        root,
-        seq,
-        payload,
-        ..SMsg::default()
-    })
+    Some((
+        SMsg {
+            service_id,
+            message_id,
+            message_type,
+            delivery_mode,
+            hop_limit,
+            source,
+            destination,
+            root,
+            seq,
+            payload,
+            ..SMsg::default()
+        },
+        label,
+    ))
 }
 
 /// An input waiting for its tree.
@@ -484,7 +514,17 @@ pub struct MessageStoreSession {
     held: BTreeMap<InstanceKey, Held>,
     /// A repair pass is armed.
     repair_armed: bool,
+    /// On a hypercube: this node's label (from the overlay's last [`TreeInfo`]) and the
+    /// labels of the roots of the messages seen (from their RootLabel), at most
+    /// [`ROOT_LABELS_MAX`], the oldest forgotten first. Stamped on the messages sent for a
+    /// root and given with each [`TreeQuery`], so any node's tree can be computed.
+    my_label: Option<HcLabel>,
+    root_labels: BTreeMap<NodeId, HcLabel>,
+    root_label_order: VecDeque<NodeId>,
 }
+
+/// At most this many roots' hypercube labels are remembered.
+pub const ROOT_LABELS_MAX: usize = 1024;
 
 /// A payload an instance multicast down its tree, and the nodes it reached.
 #[derive(Debug, Clone)]
@@ -558,6 +598,9 @@ impl MessageStoreSession {
             reported: std::collections::BTreeSet::new(),
             delivered: std::collections::HashMap::new(),
             delivered_order: VecDeque::new(),
+            my_label: None,
+            root_labels: BTreeMap::new(),
+            root_label_order: VecDeque::new(),
             held: BTreeMap::new(),
             repair_armed: false,
         }
@@ -613,8 +656,41 @@ impl MessageStoreSession {
             TREE_QUERY.id(),
             Direction::Down,
             channel,
-            Body::Custom(Box::new(TreeQuery { root, token })),
+            Body::Custom(Box::new(TreeQuery {
+                root,
+                token,
+                root_label: self.label_of(root),
+            })),
         ));
+    }
+
+    /// The hypercube label of root `root` as this node knows it.
+    fn label_of(&self, root: NodeId) -> Option<HcLabel> {
+        if root == self.node {
+            self.my_label
+        } else {
+            self.root_labels.get(&root).copied()
+        }
+    }
+
+    /// Remembers root `root`'s label (bounded by [`ROOT_LABELS_MAX`]).
+    fn learn_label(&mut self, root: NodeId, label: HcLabel) {
+        if root == self.node {
+            return;
+        }
+        if self.root_labels.insert(root, label).is_none() {
+            self.root_label_order.push_back(root);
+            while self.root_label_order.len() > ROOT_LABELS_MAX {
+                if let Some(old) = self.root_label_order.pop_front() {
+                    self.root_labels.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// A message's bytes, with its root's label when known.
+    fn encode_for(&self, m: &SMsg) -> Vec<u8> {
+        encode_labelled(m, node_of(m.root).and_then(|r| self.label_of(r)))
     }
 
     fn on_tree(&mut self, ctx: &mut Context<'_>, info: &TreeInfo) {
@@ -627,6 +703,9 @@ impl MessageStoreSession {
         let Some((_, root, input)) = taken else {
             return;
         };
+        if info.label.is_some() {
+            self.my_label = info.label;
+        }
         if let Input::Repair(key) = input {
             self.repair(ctx, key, &info.children);
             return;
@@ -801,6 +880,11 @@ impl MessageStoreSession {
             self.held.remove(&key);
             return;
         }
+        let label = self
+            .held
+            .get(&key)
+            .and_then(|h| node_of(h.message.root))
+            .and_then(|r| self.label_of(r));
         let (Some(channel), Some(h)) = (self.channel, self.held.get_mut(&key)) else {
             return;
         };
@@ -820,7 +904,9 @@ impl MessageStoreSession {
             }
             *due -= 1;
             again |= *due > 0;
-            let b = bytes.get_or_insert_with(|| encode(&h.message)).clone();
+            let b = bytes
+                .get_or_insert_with(|| encode_labelled(&h.message, label))
+                .clone();
             ctx.count("sent");
             let s = Sendable::new(me, Dest::Node(c), Message::from_wire(b));
             ctx.go(Event::sendable(SENDABLE.id(), Direction::Down, channel, s));
@@ -1014,7 +1100,7 @@ impl MessageStoreSession {
                     ctx.count("no_target");
                     return;
                 }
-                let bytes = encode(&m);
+                let bytes = self.encode_for(&m);
                 for t in targets {
                     ctx.count("sent");
                     let s = Sendable::new(me, Dest::Node(t), Message::from_wire(bytes.clone()));
@@ -1116,10 +1202,13 @@ impl MessageStoreSession {
     }
 
     fn on_network(&mut self, ctx: &mut Context<'_>, from: NodeId, bytes: &[u8]) {
-        let Some(mut m) = decode(bytes) else {
+        let Some((mut m, label)) = decode_labelled(bytes) else {
             ctx.count("malformed");
             return;
         };
+        if let (Some(l), Some(r)) = (label, node_of(m.root)) {
+            self.learn_label(r, l);
+        }
         m.previous_hop = addr(from);
         match m.message_type {
             SPEC_REQUEST => return self.on_spec_request(ctx, &m),

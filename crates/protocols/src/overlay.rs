@@ -17,14 +17,24 @@
 //!   engine's `poll_timeout`).
 //! - A sendable from above addressed to [`Dest::Broadcast`] is multicast down the tree rooted
 //!   at this node (or flooded, `broadcast = "flood"`); one addressed to a node is unicast up the
-//!   tree rooted at that node's point (DT only: a hypercube node cannot name another node's
-//!   label, so such sends are refused and counted `refused`).
+//!   tree rooted at that node's logical address. On DT every node computes every node's point.
+//!   On the hypercube labels are assigned at run time, so a node knows the labels of its
+//!   neighbours and of the nodes in its *directory*: labels learned from the messages
+//!   delivered to it (the source's label in the overlay header, its node in the payload) and
+//!   from tree queries that carry a root's label (the `messagestore` carries its messages'
+//!   root labels, `docs/WIRE.md`). A unicast to a node whose label is unknown is refused and
+//!   counted `refused` and `no_label`; [`OverlayTarget::Label`] names a label directly.
+//!   The directory is a cache: a label that moved (the HRoot filling a hole) is stale until a
+//!   newer message corrects it.
 //! - Messages for this node go up as sendables from their source node, to this node.
 //! - Neighbourhood changes go up every bound channel as [`NEIGHBOUR_ADDED`] /
 //!   [`NEIGHBOUR_REMOVED`] notices about the neighbour's node.
-//! - A [`TREE_QUERY`] from above (a root node) is answered at once with a [`TREE`] event: this
-//!   node's parent, children and neighbours in the tree rooted at that node (the `messagestore`
-//!   layer reads its services' node information this way).
+//! - A [`TREE_QUERY`] from above (a root node, with its hypercube label when the asker knows
+//!   it) is answered at once with a [`TREE`] event: this node's parent, children and
+//!   neighbours in the tree rooted at that node, and its own label (the `messagestore` layer
+//!   reads its services' node information this way). On the hypercube the tree is the bit
+//!   rule's ([`viastack_overlay::tree::hc_parent`]) rooted at the root's label; with no label
+//!   known for the root only the neighbours are given.
 //! - An [`OVERLAY_SEND`] from above (an [`OverlaySend`]: delivery mode, target, payload) is
 //!   sent as it says: multicast, flood, or unicast to a node or to a logical address (the
 //!   overlay socket API of `viastack::overlay` sends this way, whatever `broadcast` says).
@@ -99,6 +109,9 @@ pub enum OverlayTarget {
     /// A logical address (DT only): up the tree rooted at that point, delivered by the node
     /// that has it.
     Logical(DtAddr),
+    /// A hypercube label (hypercube only): up the bit-rule tree rooted at that label,
+    /// delivered by the node that holds it.
+    Label(HcLabel),
 }
 
 /// The body of an [`OVERLAY_SEND`].
@@ -137,11 +150,17 @@ pub struct TreeQuery {
     pub root: NodeId,
     /// Given back in the answer.
     pub token: u64,
+    /// The root's hypercube label, when the asker knows it (the `messagestore` carries it in
+    /// its messages, `docs/WIRE.md` "MessageStore"): on the hypercube a node cannot compute
+    /// another node's label, so the tree of a root is known only through it (or through the
+    /// layer's directory of labels seen, or for this node's own tree and a neighbour's).
+    /// Ignored on DT, where every node computes every node's point.
+    pub root_label: Option<HcLabel>,
 }
 
-/// The body of a [`TREE`] answer. On the hypercube, where a node cannot name another node's
-/// label, and before the node has joined, only the neighbours are given (no parent, no
-/// children).
+/// The body of a [`TREE`] answer. On the hypercube, when the root's label is not known (not
+/// in the query, not this node's, not a neighbour's, not in the directory) and before the
+/// node has joined, only the neighbours are given (no parent, no children).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TreeInfo {
     /// The queried root.
@@ -154,7 +173,14 @@ pub struct TreeInfo {
     pub children: Vec<NodeId>,
     /// This node's current neighbours.
     pub neighbours: Vec<NodeId>,
+    /// This node's own hypercube label (`None` on DT and before the node has one): the
+    /// `messagestore` stamps it on the messages this node roots.
+    pub label: Option<HcLabel>,
 }
+
+/// At most this many node → label entries are kept in a hypercube node's directory (the
+/// oldest learned is forgotten first).
+pub const DIRECTORY_MAX: usize = 4096;
 
 /// Which topology the layer builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,6 +313,11 @@ pub struct OverlaySession {
     /// Current neighbours' nodes, to name a removed neighbour in its notice.
     peers_dt: BTreeMap<DtAddr, NodeId>,
     peers_hc: BTreeMap<HcLabel, NodeId>,
+    /// Hypercube: the labels of other nodes, learned from the messages delivered here (the
+    /// source's label in the header, its node in the payload) and from tree queries that name
+    /// a root's label; bounded by [`DIRECTORY_MAX`] (insertion order in `dir_order`).
+    directory: BTreeMap<NodeId, HcLabel>,
+    dir_order: std::collections::VecDeque<NodeId>,
 }
 
 impl OverlaySession {
@@ -307,6 +338,8 @@ impl OverlaySession {
             stats: forward::Stats::default(),
             peers_dt: BTreeMap::new(),
             peers_hc: BTreeMap::new(),
+            directory: BTreeMap::new(),
+            dir_order: std::collections::VecDeque::new(),
         }
     }
 
@@ -341,11 +374,10 @@ impl OverlaySession {
                 self.fwd = Fwd::Dt(Forwarder::new(self.config.forward, first_id));
             }
             TopologyKind::Hypercube => {
-                self.engine = Engine::Hypercube(hypercube::Node::new(
-                    self.config.hypercube.clone(),
-                    self.node,
-                    now,
-                ));
+                let mut hc = self.config.hypercube.clone();
+                // Cube identifiers this node draws differ from every other node's.
+                hc.salt = self.seed ^ u64::from(self.node.0).wrapping_add(1) << 32;
+                self.engine = Engine::Hypercube(hypercube::Node::new(hc, self.node, now));
                 self.fwd = Fwd::Hc(Forwarder::new(self.config.forward, first_id));
             }
         }
@@ -432,24 +464,57 @@ impl OverlaySession {
         match &mut self.fwd {
             Fwd::Dt(f) => {
                 while let Some(d) = f.poll_delivery() {
-                    up.push(d.payload);
+                    up.push((None, d.payload));
                 }
             }
             Fwd::Hc(f) => {
                 while let Some(d) = f.poll_delivery() {
-                    up.push(d.payload);
+                    up.push((Some(d.src), d.payload));
                 }
             }
         }
-        for p in up {
+        for (label, p) in up {
             let Some((src, rest)) = p.split_first_chunk::<4>() else {
                 ctx.count("short_payload");
                 continue;
             };
             let src = NodeId(u32::from_be_bytes(*src));
+            if let Some(l) = label {
+                self.learn(src, l);
+            }
             let s = Sendable::new(src, Dest::Node(me), Message::from_payload(rest));
             ctx.go(Event::sendable(SENDABLE.id(), Direction::Up, channel, s));
         }
+    }
+
+    /// Remembers that `node` holds hypercube label `label` (bounded, see [`DIRECTORY_MAX`]).
+    fn learn(&mut self, node: NodeId, label: HcLabel) {
+        if node == self.node {
+            return;
+        }
+        if self.directory.insert(node, label).is_none() {
+            self.dir_order.push_back(node);
+            while self.dir_order.len() > DIRECTORY_MAX {
+                if let Some(old) = self.dir_order.pop_front() {
+                    self.directory.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// The label of `node` as this hypercube node knows it: its own, a neighbour's (current,
+    /// from the protocol), or the directory's (learned, possibly stale).
+    pub fn label_of(&self, node: NodeId) -> Option<HcLabel> {
+        let Engine::Hypercube(n) = &self.engine else {
+            return None;
+        };
+        if node == self.node {
+            return n.label();
+        }
+        n.neighbours()
+            .find(|(_, e)| e.substrate == node)
+            .map(|(l, _)| l)
+            .or_else(|| self.directory.get(&node).copied())
     }
 
     /// Adds the forwarder's counter increments since the last call to the kernel counters.
@@ -538,6 +603,8 @@ impl OverlaySession {
                     _ => ctx.count("unsupported"),
                 }
             }
+            // A stack node has no rendezvous client (the buddies are configured).
+            Ok(Kind::Rendezvous) => ctx.count("unsupported"),
             Ok(Kind::Unknown(_)) | Err(_) => ctx.count("malformed"),
         }
         self.flush(ctx);
@@ -567,19 +634,40 @@ impl OverlaySession {
         } else {
             None
         };
+        let node_label = match to {
+            Some(OverlayTarget::Node(k)) => self.label_of(k),
+            _ => None,
+        };
         let result = match (&self.engine, &mut self.fwd) {
             (Engine::Dt(n), Fwd::Dt(f)) => {
-                let dest = to.map(|t| match t {
-                    OverlayTarget::Node(k) => dt_coordinates(self.seed, k, self.config.span),
-                    OverlayTarget::Logical(a) => a,
-                });
-                f.send(&DtTopology(n), mode, dest, &payload).map(|_| ())
-            }
-            (Engine::Hypercube(n), Fwd::Hc(f)) => {
-                if to.is_some() || mode == DeliveryMode::Unicast {
+                let dest = match to {
+                    Some(OverlayTarget::Node(k)) => {
+                        Some(dt_coordinates(self.seed, k, self.config.span))
+                    }
+                    Some(OverlayTarget::Logical(a)) => Some(a),
+                    Some(OverlayTarget::Label(_)) | None => None,
+                };
+                if mode == DeliveryMode::Unicast && dest.is_none() {
                     Err(forward::SendError::NoDestination)
                 } else {
-                    f.send(&HcTopology(n), mode, None, &payload).map(|_| ())
+                    f.send(&DtTopology(n), mode, dest, &payload).map(|_| ())
+                }
+            }
+            (Engine::Hypercube(n), Fwd::Hc(f)) => {
+                let dest = match to {
+                    Some(OverlayTarget::Label(l)) => Some(l),
+                    Some(OverlayTarget::Node(_)) => {
+                        if node_label.is_none() {
+                            ctx.count("no_label");
+                        }
+                        node_label
+                    }
+                    Some(OverlayTarget::Logical(_)) | None => None,
+                };
+                if mode == DeliveryMode::Unicast && dest.is_none() {
+                    Err(forward::SendError::NoDestination)
+                } else {
+                    f.send(&HcTopology(n), mode, dest, &payload).map(|_| ())
                 }
             }
             _ => Err(forward::SendError::NoAddress),
@@ -647,6 +735,22 @@ impl OverlaySession {
             }
             Engine::Hypercube(n) => {
                 let topo = HcTopology(n);
+                info.label = n.label();
+                // The query's label first (carried with the message), else what this node
+                // knows of the root.
+                let root = if q.root == self.node {
+                    n.label()
+                } else {
+                    q.root_label.or_else(|| self.label_of(q.root))
+                };
+                if let (Some(root), Some(_)) = (root, n.label()) {
+                    info.parent = topo.parent(root).and_then(|a| topo.substrate(a));
+                    info.children = topo
+                        .children(root)
+                        .into_iter()
+                        .filter_map(|a| topo.substrate(a))
+                        .collect();
+                }
                 info.neighbours = topo
                     .neighbours()
                     .into_iter()
@@ -703,6 +807,9 @@ impl Session for OverlaySession {
                 _ => None,
             };
             if let Some(q) = q {
+                if let (Some(l), TopologyKind::Hypercube) = (q.root_label, self.config.topology) {
+                    self.learn(q.root, l);
+                }
                 let info = self.tree(q);
                 ctx.go(Event::new(
                     TREE.id(),

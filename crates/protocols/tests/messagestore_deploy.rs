@@ -53,6 +53,7 @@ impl Session for TreeSession {
                         parent: None,
                         children: Vec::new(),
                         neighbours: vec![NodeId(3)],
+                        label: None,
                     };
                     ctx.go(Event::new(
                         TREE.id(),

@@ -6,21 +6,29 @@
 mod common;
 
 use common::{hex, vectors};
-use viastack_protocols::messagestore::{decode, encode};
+use viastack_protocols::messagestore::{decode, decode_labelled, encode, encode_labelled};
 
 #[test]
 fn vectors_decode_encode_and_refuse() {
     let all = vectors("messagestore");
-    assert!(all.len() >= 8);
+    assert!(all.len() >= 12);
+    assert!(all.iter().any(|v| v.get("root_label").is_some()));
     for v in all {
         let name = v["name"].as_str().unwrap();
         let bytes = hex(v["hex"].as_str().unwrap());
-        let got = decode(&bytes);
+        let got = decode_labelled(&bytes);
         if v.get("error").is_some() {
             assert!(got.is_none(), "{name}: decoded {got:?}");
+            assert!(decode(&bytes).is_none(), "{name}");
             continue;
         }
-        let m = got.unwrap_or_else(|| panic!("{name}: refused"));
+        let (m, label) = got.unwrap_or_else(|| panic!("{name}: refused"));
+        assert_eq!(
+            label.map(|l| u64::from(l.value())),
+            v.get("root_label").map(|l| l.as_u64().unwrap()),
+            "{name}"
+        );
+        assert_eq!(decode(&bytes).as_ref(), Some(&m), "{name}");
         let field = |k: &str| v[k].as_u64().unwrap();
         assert_eq!(u64::from(m.service_id), field("service_id"), "{name}");
         assert_eq!(m.message_id, field("message_id"), "{name}");
@@ -35,6 +43,9 @@ fn vectors_decode_encode_and_refuse() {
             Some(p) => assert_eq!(m.payload.as_deref(), Some(&hex(p)[..]), "{name}"),
             None => assert!(m.payload.is_none(), "{name}"),
         }
-        assert_eq!(encode(&m), bytes, "{name}: re-encoded");
+        assert_eq!(encode_labelled(&m, label), bytes, "{name}: re-encoded");
+        if label.is_none() {
+            assert_eq!(encode(&m), bytes, "{name}: re-encoded");
+        }
     }
 }

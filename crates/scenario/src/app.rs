@@ -16,6 +16,9 @@ use viastack_kernel::{
 use viastack_protocols::events::{notice_peer, send_failure};
 use viastack_stack::model::{Pattern, Workload};
 
+use viastack_group::view_notice;
+
+use crate::group::Entry;
 use crate::payload::{self, Stamp};
 use crate::recorder::{Recorder, BROADCAST};
 
@@ -52,6 +55,7 @@ impl Application {
         now: Instant,
     ) -> Self {
         recorder.borrow_mut().boot(id);
+        recorder.borrow_mut().group.boot(id, now);
         let mut senders = Vec::new();
         for (i, w) in workloads.iter().enumerate() {
             let sends = w.senders.as_ref().is_none_or(|s| s.contains(&id.0));
@@ -120,6 +124,12 @@ impl Application {
                 }
                 let dst = self.destination(pattern, done);
                 let seq = self.recorder.borrow_mut().next_seq(index, self.id, dst);
+                if dst == BROADCAST {
+                    self.recorder
+                        .borrow_mut()
+                        .group
+                        .push(self.id, Entry::Sent((index, self.id, seq)));
+                }
                 let stamp = Stamp {
                     workload: index,
                     src: self.id,
@@ -171,8 +181,22 @@ impl Application {
         let mut rec = self.recorder.borrow_mut();
         if let Some(s) = ev.sendable_ref() {
             let stamp = payload::decode(s.message.as_slice());
+            if let Some(st) = stamp.as_ref().filter(|st| st.dst == BROADCAST) {
+                rec.group
+                    .push(self.id, Entry::Delivered((st.workload, st.src, st.seq)));
+            }
             rec.received_on(self.id, channel);
             rec.delivered(self.id, stamp, now);
+        } else if let Some(v) = view_notice(ev) {
+            rec.group.push(
+                self.id,
+                Entry::View {
+                    at: now,
+                    id: (v.id.counter, v.id.coord.node.0, v.id.coord.epoch),
+                    members: v.members.iter().map(|m| (m.node.0, m.epoch)).collect(),
+                },
+            );
+            rec.notice(ev.ty().name());
         } else if ev.ty() != CHANNEL_INIT.id() && ev.ty() != CHANNEL_CLOSE.id() {
             let peer = notice_peer(ev);
             if let Some(f) = send_failure(ev) {

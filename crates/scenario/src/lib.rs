@@ -5,6 +5,7 @@
 //! - [`payload`]: the self-checking message format of the workloads;
 //! - [`recorder`]: sends and deliveries, shared across nodes and restarts;
 //! - [`node`]: a kernel + application as a simulator [`viastack_sim::Node`];
+//! - [`group`]: the group-communication history checker (`virtual-synchrony`, `total-order`);
 //! - [`overlay`]: the overlay properties (`overlay-converged`, `overlay-multicast`);
 //! - [`plan`]: `[scenario]` → [`viastack_sim::SimConfig`];
 //! - [`report`]: the report and the property check.
@@ -13,6 +14,7 @@
 #![deny(unsafe_code)]
 
 pub mod app;
+pub mod group;
 pub mod node;
 pub mod overlay;
 pub mod payload;
@@ -32,7 +34,7 @@ use viastack_stack::model::StackFile;
 use viastack_stack::Diagnostics;
 
 pub use app::Application;
-pub use node::SimNode;
+pub use node::{memory_of, SimNode};
 pub use recorder::Recorder;
 pub use report::Report;
 
@@ -94,7 +96,7 @@ fn reliable_workloads(
 
 /// Nodes down when a run of `duration` ends: their last crash came with no restart, or with
 /// one after the end.
-fn down_at_end(
+pub fn down_at_end(
     crashes: &[viastack_stack::model::CrashSpec],
     duration: Duration,
 ) -> BTreeSet<NodeId> {
@@ -109,6 +111,65 @@ fn down_at_end(
         .filter(|c| c.restart.is_none_or(|r| r > duration))
         .map(|c| NodeId(c.node))
         .collect()
+}
+
+/// The group checker over a finished run's history ([`group::check`]).
+fn group_check(
+    scenario: &viastack_stack::model::Scenario,
+    duration: Duration,
+    rec: &Recorder,
+) -> std::collections::BTreeMap<&'static str, group::Outcome> {
+    let end = Instant::ZERO + duration;
+    let down = down_at_end(&scenario.crashes, duration);
+    let left: BTreeSet<NodeId> = scenario
+        .leaves
+        .iter()
+        .filter(|l| l.at <= duration)
+        .map(|l| NodeId(l.node))
+        .collect();
+    let live = (0..scenario.nodes)
+        .map(NodeId)
+        .filter(|n| !down.contains(n) && !left.contains(n) && rec.booted.contains(n))
+        .collect();
+    let mut last = Duration::ZERO;
+    for c in &scenario.crashes {
+        last = last.max(c.at.min(duration));
+        if let Some(r) = c.restart {
+            last = last.max(r.min(duration));
+        }
+    }
+    for p in &scenario.partitions {
+        last = last.max(p.heal.unwrap_or(duration).min(duration));
+    }
+    for l in &scenario.leaves {
+        last = last.max(l.at.min(duration));
+    }
+    for l in &scenario.link_failures {
+        last = last.max(l.repair.unwrap_or(duration).min(duration));
+    }
+    let mut reported = BTreeSet::new();
+    // A workload has one pattern, so a `multicast` workload's reports (whatever peer the
+    // layer named: the group has no single addressee) are about its multicast messages.
+    let multicast: BTreeSet<u16> = rec
+        .streams
+        .keys()
+        .filter(|(_, _, dst)| *dst == recorder::BROADCAST)
+        .map(|(w, _, _)| *w)
+        .collect();
+    for ((w, src, _), s) in &rec.streams {
+        if multicast.contains(w) {
+            reported.extend(s.reported.iter().map(|&q| (*w, *src, q)));
+        }
+    }
+    let facts = group::Facts {
+        total_order: scenario.expect == viastack_stack::model::Expect::TotalOrder,
+        causal_order: scenario.expect == viastack_stack::model::Expect::CausalOrder,
+        live,
+        last_fault: Instant::ZERO + last,
+        end,
+        reported,
+    };
+    group::check(&rec.group, &facts)
 }
 
 /// Runs the scenario of `file`, calling `progress` with the fraction of virtual time done
@@ -163,6 +224,7 @@ pub fn run_recorded(
         let recorder = Rc::clone(&recorder);
         let workloads = scenario.workloads.clone();
         let leaves = scenario.leaves.clone();
+        let groups = scenario.groups.clone();
         let topology = scenario.topology.clone();
         move |id: NodeId, now: Instant| {
             let env = BuildEnv {
@@ -184,6 +246,13 @@ pub fn run_recorded(
                         SimNode::new(id, nodes, built, &workloads, Rc::clone(&recorder), now);
                     if let Some(l) = leaves.iter().filter(|l| l.node == id.0).map(|l| l.at).min() {
                         node.leave_at((Instant::ZERO + l).max(now));
+                    }
+                    // Group commands still ahead (a restarted host rejoins nothing by itself).
+                    for g in groups.iter().filter(|g| g.node == id.0) {
+                        let at = Instant::ZERO + g.at;
+                        if at >= now {
+                            node.group_at(at, g.join, g.group);
+                        }
                     }
                     node
                 }
@@ -230,6 +299,16 @@ pub fn run_recorded(
             &rec,
         )
     };
+    let group_outcomes = matches!(
+        scenario.expect,
+        viastack_stack::model::Expect::VirtualSynchrony
+            | viastack_stack::model::Expect::TotalOrder
+            | viastack_stack::model::Expect::CausalOrder
+    )
+    .then(|| {
+        let rec = recorder.borrow();
+        group_check(&scenario, duration, &rec)
+    });
     let mut memory = std::collections::BTreeMap::new();
     for n in 0..nodes {
         if let Some(m) = sim.node(NodeId(n)).and_then(SimNode::memory) {
@@ -267,6 +346,23 @@ pub fn run_recorded(
     };
     let mut report = report::build(&info, observed);
     report.memory = memory;
+    if let Some(outcomes) = group_outcomes {
+        for (name, o) in outcomes {
+            let text = match o {
+                group::Outcome::Held => "held".to_string(),
+                group::Outcome::NotChecked(why) => format!("not checked: {why}"),
+                group::Outcome::Violated(why) => {
+                    report.verdict.holds = false;
+                    report
+                        .verdict
+                        .violations
+                        .push(format!("seed {seed}: {name} violated: {why}"));
+                    format!("violated: {why}")
+                }
+            };
+            report.properties.insert(name.to_string(), text);
+        }
+    }
     if !overlay_violations.is_empty() {
         report.verdict.holds = false;
         report.verdict.violations.extend(overlay_violations);

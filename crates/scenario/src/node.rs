@@ -27,6 +27,8 @@ pub struct SimNode {
     /// When the application leaves (`[[scenario.leave]]`), until it has.
     leave_at: Option<Instant>,
     left: bool,
+    /// `[[scenario.group]]` joins and leaves still to do, by time.
+    group_events: Vec<(Instant, bool, u32)>,
 }
 
 impl SimNode {
@@ -56,6 +58,7 @@ impl SimNode {
             sessions,
             leave_at: None,
             left: false,
+            group_events: Vec::new(),
         };
         node.drain();
         node
@@ -65,6 +68,38 @@ impl SimNode {
     /// and sends nothing more.
     pub fn leave_at(&mut self, at: Instant) {
         self.leave_at = Some(at);
+    }
+
+    /// Makes the application join (`join`) or leave multicast group `group` at `at`: a
+    /// `McastGroup` event down its first channel (the host's `igmp` layer acts on it).
+    pub fn group_at(&mut self, at: Instant, join: bool, group: u32) {
+        self.group_events.push((at, join, group));
+        self.group_events.sort_by_key(|e| e.0);
+    }
+
+    fn run_group_events(&mut self, now: Instant) {
+        use viastack_protocols::mcast::{custom_event, GroupCommand, MCAST_GROUP};
+        while self.group_events.first().is_some_and(|e| e.0 <= now) {
+            let (_, join, group) = self.group_events.remove(0);
+            let Some(&(_, channel)) = self.channels.first() else {
+                continue;
+            };
+            let g = viastack_mcast::Addr(group);
+            let cmd = if join {
+                GroupCommand::Join(g)
+            } else {
+                GroupCommand::Leave(g)
+            };
+            let ev = custom_event(
+                MCAST_GROUP.id(),
+                viastack_kernel::Direction::Down,
+                channel,
+                cmd,
+            );
+            if let Err(e) = self.kernel.inject(now, ev) {
+                tracing::debug!(node = %self.id, error = %e, "group command: channel not open");
+            }
+        }
     }
 
     /// Whether the application has left.
@@ -84,37 +119,7 @@ impl SimNode {
 
     /// The node's global memory (seed 004), if a `dvmrp` session runs on it, as report rows.
     pub fn memory(&self) -> Option<crate::report::NodeMemory> {
-        use viastack_mcast::memory::Origin;
-        use viastack_protocols::dvmrp::DvmrpSession;
-        let mem = self
-            .sessions
-            .iter()
-            .find_map(|&(_, sid)| self.kernel.session::<DvmrpSession>(sid)?.memory())?;
-        Some(crate::report::NodeMemory {
-            neighbors: mem
-                .neighbors
-                .iter()
-                .map(|n| crate::report::NeighborRow {
-                    iface: n.iface,
-                    addr: n.addr.to_string(),
-                    two_way: n.two_way,
-                })
-                .collect(),
-            routes: mem
-                .routes
-                .iter()
-                .map(|r| crate::report::RouteRow {
-                    prefix: r.prefix.to_string(),
-                    metric: r.metric,
-                    iface: r.iface(),
-                    upstream: match r.origin {
-                        Origin::Learned { via, .. } => Some(via.to_string()),
-                        Origin::Connected { .. } => None,
-                    },
-                    dependents: r.dependents.len(),
-                })
-                .collect(),
-        })
+        memory_of(&self.kernel, &self.sessions)
     }
 
     /// The node's kernel (for counters and inspection).
@@ -151,6 +156,7 @@ impl Node for SimNode {
 
     fn handle_timeout(&mut self, now: Instant) {
         self.kernel.handle_timeout(now);
+        self.run_group_events(now);
         if self.leave_at.is_some_and(|t| t <= now) {
             self.leave_at = None;
             self.left = true;
@@ -172,7 +178,8 @@ impl Node for SimNode {
         } else {
             self.app.next_send()
         };
-        [self.kernel.poll_timeout(), send, self.leave_at]
+        let group = self.group_events.first().map(|e| e.0);
+        [self.kernel.poll_timeout(), send, self.leave_at, group]
             .into_iter()
             .flatten()
             .min()
@@ -181,4 +188,88 @@ impl Node for SimNode {
     fn poll_transmit(&mut self) -> Option<Transmit> {
         self.transmits.pop_front()
     }
+}
+
+/// The global memory (seed 004) of a node's kernel, if one of its named `sessions` is a `dvmrp`
+/// session, as report rows (the simulator's nodes and the network driver's both use it).
+pub fn memory_of(
+    kernel: &Kernel,
+    sessions: &[(String, SessionId)],
+) -> Option<crate::report::NodeMemory> {
+    use viastack_mcast::memory::Origin;
+    use viastack_mcast::tree::Upstream;
+    use viastack_protocols::dvmrp::DvmrpSession;
+    let shared = sessions
+        .iter()
+        .find_map(|&(_, sid)| kernel.session::<DvmrpSession>(sid)?.memory())?;
+    let mem = viastack_protocols::mcast::lock(&shared);
+    let now = kernel.now();
+    Some(crate::report::NodeMemory {
+        neighbors: mem
+            .neighbors
+            .iter()
+            .map(|n| crate::report::NeighborRow {
+                iface: n.iface,
+                addr: n.addr.to_string(),
+                two_way: n.two_way,
+            })
+            .collect(),
+        routes: mem
+            .routes
+            .iter()
+            .map(|r| crate::report::RouteRow {
+                prefix: r.prefix.to_string(),
+                metric: r.metric,
+                iface: r.iface(),
+                upstream: match r.origin {
+                    Origin::Learned { via, .. } => Some(via.to_string()),
+                    Origin::Connected { .. } => None,
+                },
+                dependents: r.dependents.len(),
+            })
+            .collect(),
+        tree: mem
+            .tree
+            .iter()
+            .map(|t| crate::report::TreeRow {
+                source: t.source.to_string(),
+                upstream_iface: t.upstream_iface,
+                upstream: t.upstream.map(|a| a.to_string()),
+                children: t
+                    .children
+                    .iter()
+                    .map(|(&i, d)| (i, d.iter().map(ToString::to_string).collect()))
+                    .collect(),
+            })
+            .collect(),
+        prunes: mem
+            .prunes
+            .iter()
+            .map(|(&(s, g), e)| crate::report::PruneRow {
+                source: s.to_string(),
+                group: g.to_string(),
+                upstream: match e.upstream {
+                    Upstream::Forwarding => "forwarding",
+                    Upstream::Pruned { .. } => "pruned",
+                    Upstream::Grafting { .. } => "grafting",
+                }
+                .to_string(),
+                pruned_by: e
+                    .downstream
+                    .iter()
+                    .filter(|(_, &t)| t > now)
+                    .map(|(&(i, a), _)| format!("{i}/{a}"))
+                    .collect(),
+            })
+            .collect(),
+        groups: mem
+            .groups
+            .iter()
+            .map(|m| crate::report::GroupRow {
+                iface: m.iface,
+                group: m.group.to_string(),
+                last_reporter: m.last_reporter.to_string(),
+            })
+            .collect(),
+    })
 }

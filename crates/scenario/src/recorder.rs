@@ -85,6 +85,9 @@ pub struct Recorder {
     /// The highest sequence number of each `multicast` workload's sender delivered at each
     /// node, keyed by (workload, source, node): FIFO order of a broadcast holds per receiver.
     pub multicast_highest: BTreeMap<(u16, NodeId, NodeId), u64>,
+    /// Per member incarnation: views installed and `multicast` messages sent and delivered,
+    /// in order (what the group checker judges, [`crate::group`]).
+    pub group: crate::group::History,
 }
 
 /// The addressee written in the stamp of a `multicast` workload message: every node.
@@ -107,6 +110,7 @@ impl Default for Recorder {
             booted: BTreeSet::new(),
             multicast: BTreeMap::new(),
             multicast_highest: BTreeMap::new(),
+            group: crate::group::History::default(),
         }
     }
 }
@@ -162,6 +166,9 @@ impl Recorder {
             *self.app_events.entry(node).or_insert(0) += n;
         }
         self.booted.extend(other.booted);
+        for (node, incs) in other.group.nodes {
+            self.group.nodes.entry(node).or_default().extend(incs);
+        }
         for (key, per_node) in other.multicast {
             let m = self.multicast.entry(key).or_default();
             for (node, n) in per_node {

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use viastack_kernel::NodeId;
 use viastack_sim::NetStats;
 use viastack_stack::model::Expect;
@@ -53,7 +53,7 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// One neighbour of a node's neighbour table (global memory).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct NeighborRow {
     /// The interface it was heard on.
     pub iface: u16,
@@ -64,7 +64,7 @@ pub struct NeighborRow {
 }
 
 /// One route of a node's routing table (global memory).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct RouteRow {
     /// The source network.
     pub prefix: String,
@@ -78,13 +78,57 @@ pub struct RouteRow {
     pub dependents: usize,
 }
 
+/// One source network of a node's source tree (global memory).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TreeRow {
+    /// The source network.
+    pub source: String,
+    /// The interface towards it.
+    pub upstream_iface: u16,
+    /// The upstream neighbour (none when the network is attached).
+    pub upstream: Option<String>,
+    /// Child interfaces (this node is their designated forwarder) and their dependent
+    /// downstream neighbours (none: a leaf).
+    pub children: BTreeMap<u16, Vec<String>>,
+}
+
+/// One (source network, group) of a node's prune table (global memory).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PruneRow {
+    /// The source network.
+    pub source: String,
+    /// The group.
+    pub group: String,
+    /// Towards the upstream: `forwarding`, `pruned` or `grafting`.
+    pub upstream: String,
+    /// Neighbours whose prune is in force, as `interface/address`.
+    pub pruned_by: Vec<String>,
+}
+
+/// One membership of a node's group table (global memory).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct GroupRow {
+    /// The interface.
+    pub iface: u16,
+    /// The group.
+    pub group: String,
+    /// The host that reported last.
+    pub last_reporter: String,
+}
+
 /// The global memory objects of one node at the end of the run.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
 pub struct NodeMemory {
     /// The neighbour table.
     pub neighbors: Vec<NeighborRow>,
     /// The routing table.
     pub routes: Vec<RouteRow>,
+    /// The source tree.
+    pub tree: Vec<TreeRow>,
+    /// The prune table.
+    pub prunes: Vec<PruneRow>,
+    /// The group table.
+    pub groups: Vec<GroupRow>,
 }
 
 impl From<&NetStats> for Network {
@@ -171,6 +215,10 @@ pub struct Report {
     /// (`[topology]` name, else `n<index>`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub memory: BTreeMap<String, NodeMemory>,
+    /// The group checker's verdict per property (`held`, `violated`, `not checked: why`), for
+    /// `virtual-synchrony` and `total-order` runs.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub properties: BTreeMap<String, String>,
 }
 
 /// Builds the delivery part of a report from the recorder.
@@ -299,6 +347,7 @@ pub fn build(info: &RunInfo<'_>, observed: Observed<'_>) -> Report {
             violations: Vec::new(),
         },
         memory: BTreeMap::new(),
+        properties: BTreeMap::new(),
     };
     report.warnings = warnings(&report);
     report.verdict = judge(info.expect, &report);
@@ -440,8 +489,10 @@ impl fmt::Display for Report {
                 writeln!(
                     f,
                     "  memory     {node}: {adjacent} two-way neighbours, {reachable} reachable \
-                     networks of {} routes",
-                    m.routes.len()
+                     networks of {} routes, {} group memberships, {} prune entries",
+                    m.routes.len(),
+                    m.groups.len(),
+                    m.prunes.len()
                 )?;
             }
         } else {
@@ -469,6 +520,14 @@ impl fmt::Display for Report {
         }
         if simulated {
             writeln!(f, "  trace      {} ({} steps)", self.trace_hash, self.steps)?;
+        }
+        if !self.properties.is_empty() {
+            let shown: Vec<String> = self
+                .properties
+                .iter()
+                .map(|(k, v)| format!("{k} {}", v.split(':').next().unwrap_or(v)))
+                .collect();
+            writeln!(f, "  group      {}", shown.join("   "))?;
         }
         for w in &self.warnings {
             writeln!(f, "  warning    {w}")?;
@@ -523,6 +582,7 @@ mod tests {
                 violations: Vec::new(),
             },
             memory: BTreeMap::new(),
+            properties: BTreeMap::new(),
         }
     }
 

@@ -177,3 +177,94 @@ fn net15_routes_are_shortest_paths_and_go_round_a_failed_link() {
     );
     assert!(end.counters.get("route.probes_sent").copied().unwrap_or(0) > 0);
 }
+
+/// Deliveries to hosts so far (the `mcast-forward` layers' counter, summed over the nodes).
+fn delivered(r: &Report) -> u64 {
+    r.counters.get("data.data_delivered").copied().unwrap_or(0)
+}
+
+/// The prune-table row of (lanA, G1) at `node`, if any: (upstream state, pruned by).
+fn prune_row(r: &Report, node: &str) -> Option<(String, Vec<String>)> {
+    r.memory[node]
+        .prunes
+        .iter()
+        .find(|p| p.source == "10.0.0.0/24" && p.group == "239.1.1.1")
+        .map(|p| (p.upstream.clone(), p.pruned_by.clone()))
+}
+
+fn members(r: &Report, node: &str) -> Vec<String> {
+    r.memory[node]
+        .groups
+        .iter()
+        .map(|g| g.group.clone())
+        .collect()
+}
+
+/// Issue 17 §3: the seed's operational scenario through the stacks of `stacks/mcast-net15.toml`
+/// (routing + group management + data on every node): the run report's global memory (group,
+/// prune and source tables) and the deliveries at each step.
+#[test]
+fn net15_operational_scenario_through_the_stacks() {
+    let f = file();
+    // 1. Before anyone joins (4 s): source trees, no members, no prunes.
+    let r = run_for(&f, 4);
+    let tree = r.memory["R1"]
+        .tree
+        .iter()
+        .find(|t| t.source == "10.0.0.0/24")
+        .cloned()
+        .unwrap();
+    assert_eq!(tree.upstream, None, "R1 is attached to lanA");
+    let deps: Vec<&String> = tree.children.values().flatten().collect();
+    assert_eq!(deps, ["10.255.0.2", "10.255.0.3"], "{tree:?}");
+    assert!(r.memory.values().all(|m| m.groups.is_empty()));
+    assert_eq!(delivered(&r), 0);
+
+    // 2–3. H1 and H2 joined at 5 s, A multicasts from 6 s: at 14 s R4 and R5 list G1, the
+    // branches without members (R3's, R8's, R9's) are pruned, H1 and H2 get the data.
+    let r = run_for(&f, 14);
+    assert_eq!(members(&r, "R4"), ["239.1.1.1"]);
+    assert_eq!(members(&r, "R5"), ["239.1.1.1"]);
+    for n in ["R1", "R2", "R3", "R6", "R7", "R8", "R9"] {
+        assert!(members(&r, n).is_empty(), "{n}");
+    }
+    let (up, by) = prune_row(&r, "R3").unwrap();
+    assert_eq!(up, "pruned");
+    assert_eq!(by.len(), 2, "R6 and R7 pruned to R3: {by:?}");
+    let (_, by) = prune_row(&r, "R1").unwrap();
+    assert_eq!(by, ["2/10.255.0.3"], "R3 pruned to R1 (interface 2)");
+    assert!(prune_row(&r, "R2").is_none(), "R2 forwards to R4 and R5");
+    let d14 = delivered(&r);
+    // About 80 packets to each of H1 and H2 (1 % loss on the links).
+    assert!((140..=162).contains(&d14), "delivered {d14}");
+
+    // 4–5. H1 left at 15 s, H2 at 18 s: at 19.5 s the branches are pruned back to R1.
+    let r = run_for(&f, 19);
+    let d19 = delivered(&r);
+    let r = run_for(&f, 44);
+    assert!(members(&r, "R4").is_empty() && members(&r, "R5").is_empty());
+    let (_, by) = prune_row(&r, "R1").unwrap();
+    assert_eq!(by.len(), 2, "R2 and R3 pruned to R1: {by:?}");
+    assert_eq!(delivered(&r), d19, "nobody is a member from 18 s to 44 s");
+
+    // 6. H1 joined again at 45 s: grafted back through R2 to R1; H1 gets the data again.
+    let r = run_for(&f, 60);
+    assert_eq!(members(&r, "R4"), ["239.1.1.1"]);
+    let (_, by) = prune_row(&r, "R1").unwrap();
+    assert_eq!(by, ["2/10.255.0.3"], "only R3's branch is still pruned");
+    let more = delivered(&r) - d19;
+    assert!((130..=151).contains(&more), "H1 got {more} after rejoining");
+    assert!(r.counters.get("route.grafts_sent").copied().unwrap_or(0) >= 2);
+    assert!(
+        r.counters
+            .get("route.graft_acks_received")
+            .copied()
+            .unwrap_or(0)
+            >= 2
+    );
+    assert!(r.counters.get("groups.leaves_sent").copied().unwrap_or(0) >= 2);
+    eprintln!(
+        "delivered: {d14} by 14 s, {d19} by 19 s, {more} after the rejoin; {}",
+        r.memory["R4"].prunes.len()
+    );
+}

@@ -107,6 +107,16 @@ pub enum Expect {
     /// `overlay-converged`, and every `multicast` workload message from a node that stayed up
     /// reached every other node that stayed up exactly once (and no node twice).
     OverlayMulticast,
+    /// A group stack's history (views installed, `multicast` messages sent and delivered per
+    /// member) passes the group checker: view agreement and monotonicity, virtual synchrony,
+    /// self-delivery, no creation, no duplication, and liveness after the last fault.
+    VirtualSynchrony,
+    /// `virtual-synchrony`, and members that go from one view to the same next view deliver
+    /// that view's messages in the same order (total-order agreement).
+    TotalOrder,
+    /// `virtual-synchrony`, and no member delivers a message before one that causally
+    /// precedes it (delivered or sent by its sender before it sent it).
+    CausalOrder,
 }
 
 impl Expect {
@@ -118,6 +128,9 @@ impl Expect {
         "reliable-fifo",
         "overlay-converged",
         "overlay-multicast",
+        "virtual-synchrony",
+        "total-order",
+        "causal-order",
     ];
 
     /// The value named `name`.
@@ -129,6 +142,9 @@ impl Expect {
             "reliable-fifo" => Some(Expect::ReliableFifo),
             "overlay-converged" => Some(Expect::OverlayConverged),
             "overlay-multicast" => Some(Expect::OverlayMulticast),
+            "virtual-synchrony" => Some(Expect::VirtualSynchrony),
+            "total-order" => Some(Expect::TotalOrder),
+            "causal-order" => Some(Expect::CausalOrder),
             _ => None,
         }
     }
@@ -142,6 +158,9 @@ impl Expect {
             Expect::ReliableFifo => "reliable-fifo",
             Expect::OverlayConverged => "overlay-converged",
             Expect::OverlayMulticast => "overlay-multicast",
+            Expect::VirtualSynchrony => "virtual-synchrony",
+            Expect::TotalOrder => "total-order",
+            Expect::CausalOrder => "causal-order",
         }
     }
 }
@@ -307,6 +326,21 @@ pub struct LeaveSpec {
     pub line: usize,
 }
 
+/// `[[scenario.group]]`: a host's application joins or leaves a multicast group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupEventSpec {
+    /// The host.
+    pub node: u32,
+    /// Join (else leave).
+    pub join: bool,
+    /// The group address (class D).
+    pub group: u32,
+    /// When.
+    pub at: Duration,
+    /// Line of the entry.
+    pub line: usize,
+}
+
 /// `[[scenario.workload]]`: messages the application sends on a channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workload {
@@ -351,6 +385,8 @@ pub struct Scenario {
     pub leaves: Vec<LeaveSpec>,
     /// Workloads, in file order.
     pub workloads: Vec<Workload>,
+    /// Group joins and leaves, in file order.
+    pub groups: Vec<GroupEventSpec>,
     /// Link failures of the `[topology]` links, in file order.
     pub link_failures: Vec<LinkFailureSpec>,
     /// The file's `[topology]`: with one, datagrams travel its links (and `link`/`links` are

@@ -21,9 +21,9 @@ use viastack_kernel::{Duration, LayerRef, NodeId, Qos};
 use crate::catalog::{BuildEnv, Catalog, LayerKind, ParamKind, ParamSpec, ParamValue, Params};
 use crate::diag::{closest, did_you_mean, list, Diagnostic, Diagnostics, LineIndex};
 use crate::model::{
-    ChannelDecl, CrashSpec, Expect, LayerDecl, LeaveSpec, LinkFailureSpec, LinkOverride, LinkSpec,
-    PartitionSpec, Pattern, QosDecl, Role, Scenario, SessionDecl, StackFile, TopoLinkDecl,
-    TopoNodeDecl, TopologyDecl, Workload,
+    ChannelDecl, CrashSpec, Expect, GroupEventSpec, LayerDecl, LeaveSpec, LinkFailureSpec,
+    LinkOverride, LinkSpec, PartitionSpec, Pattern, QosDecl, Role, Scenario, SessionDecl,
+    StackFile, TopoLinkDecl, TopoNodeDecl, TopologyDecl, Workload,
 };
 use crate::tree::{Located, Node};
 
@@ -180,6 +180,33 @@ const LEAVE_PARAMS: &[ParamSpec] = &[
         kind: ParamKind::Duration,
         default: None,
         doc: "when its application leaves (closes its channels)",
+    },
+];
+/// Keys of `[[scenario.group]]`.
+const GROUP_PARAMS: &[ParamSpec] = &[
+    ParamSpec {
+        name: "node",
+        kind: NODE_INDEX,
+        default: None,
+        doc: "the host",
+    },
+    ParamSpec {
+        name: "action",
+        kind: ParamKind::Choice(&["join", "leave"]),
+        default: None,
+        doc: "whether its application joins or leaves the group",
+    },
+    ParamSpec {
+        name: "group",
+        kind: ParamKind::Str,
+        default: None,
+        doc: "the group (a class D address such as 239.1.1.1)",
+    },
+    ParamSpec {
+        name: "at",
+        kind: ParamKind::Duration,
+        default: None,
+        doc: "when",
     },
 ];
 const RESTART_PARAMS: &[ParamSpec] = &[ParamSpec {
@@ -1079,6 +1106,7 @@ impl<'a> Cx<'a> {
                 "leave",
                 "workload",
                 "link_failure",
+                "group",
             ],
             &subject,
             "scenario",
@@ -1103,6 +1131,7 @@ impl<'a> Cx<'a> {
             leaves: Vec::new(),
             workloads: Vec::new(),
             link_failures: Vec::new(),
+            groups: Vec::new(),
             topology: file.topology.clone(),
             line: t.line,
         };
@@ -1248,6 +1277,42 @@ impl<'a> Cx<'a> {
             scenario.leaves.push(LeaveSpec {
                 node,
                 at: lp.get_duration("at").unwrap_or_default(),
+                line: item.line,
+            });
+        }
+        for (i, item) in self.array_of_tables(&t, "group", &mut ok) {
+            let owner = format!("[[scenario.group]] #{}", i + 1);
+            let s = Subject {
+                noun: "key",
+                prep: "in",
+                owner: &owner,
+            };
+            let (gp, gok) =
+                self.read_params(&item, &[(GROUP_PARAMS, Mode::Fill)], &[], &s, "group");
+            ok &= gok;
+            let node = gp.get_int("node").map_or(0, u32_of);
+            if gok {
+                ok &= self.check_node(node, nodes, item.line, &owner);
+            }
+            let text = gp.get_str("group").unwrap_or_default();
+            let group = match crate::standard::parse_group(&text) {
+                Ok(g) => g.0,
+                Err(e) => {
+                    if gok {
+                        let line = item
+                            .get("group")
+                            .map_or(item.line, |v| self.line_of(v, item.line));
+                        self.err(line, format!("{owner}: {e}"));
+                    }
+                    ok = false;
+                    0
+                }
+            };
+            scenario.groups.push(GroupEventSpec {
+                node,
+                join: gp.get_str("action").is_ok_and(|a| a == "join"),
+                group,
+                at: gp.get_duration("at").unwrap_or_default(),
                 line: item.line,
             });
         }

@@ -13,6 +13,7 @@ use crate::catalog::{BuildEnv, BuildError, Catalog, LayerKind, Params, DEVICE};
 
 mod coordination;
 mod filters;
+mod group;
 mod mcast;
 mod overlay;
 mod reliable;
@@ -20,7 +21,8 @@ mod sp;
 
 pub use coordination::{HEARTBEAT, SYNC};
 pub use filters::{COMPRESS, CORRUPT, DEDUP, DELAY, DROP, DUPLICATE, ENCRYPT, REORDER, TTL};
-pub use mcast::{DVMRP, INTERFACE};
+pub use group::{CAUSAL_ORDER, TOTAL_ORDER, VSYNC};
+pub use mcast::{parse_group, DVMRP, IGMP, INTERFACE, MCAST_FORWARD};
 pub use overlay::{MESSAGESTORE, OVERLAY};
 pub use reliable::{BUNDLE, CHECKSUM, FRAGMENT, RELIABLE_FIFO};
 pub use sp::SP;
@@ -67,6 +69,11 @@ pub fn standard_catalog() -> Catalog {
         MESSAGESTORE,
         DVMRP,
         INTERFACE,
+        VSYNC,
+        TOTAL_ORDER,
+        CAUSAL_ORDER,
+        IGMP,
+        MCAST_FORWARD,
     ] {
         // Names are distinct and specs valid; the test below holds it.
         if let Err(e) = c.register(kind) {
@@ -89,6 +96,7 @@ mod tests {
             names,
             vec![
                 "bundle",
+                "causal-order",
                 "checksum",
                 "compress",
                 "corrupt",
@@ -103,15 +111,19 @@ mod tests {
                 "fragment",
                 "ghost",
                 "heartbeat",
+                "igmp",
                 "interface",
+                "mcast-forward",
                 "messagestore",
                 "overlay",
                 "reliable-fifo",
                 "reorder",
                 "sp",
                 "sync",
+                "total-order",
                 "transparent",
                 "ttl",
+                "vsync",
             ]
         );
         for kind in c.kinds() {

@@ -180,3 +180,39 @@ at = "1s"
     );
     has(&d, 12, &["link failures need a [topology]"]);
 }
+
+#[test]
+fn scenario_groups_are_parsed_and_checked() {
+    let d = errors(
+        r#"[scenario]
+nodes = 2
+[[scenario.group]]
+node = 1
+action = "join"
+group = "10.0.0.1"
+at = "1s"
+[[scenario.group]]
+node = 5
+action = "stay"
+group = "239.1.1.1"
+at = "1s"
+"#,
+    );
+    has(
+        &d,
+        14,
+        &["[[scenario.group]] #1", "is not a multicast group"],
+    );
+    has(&d, 18, &["`action`", "join"]);
+    assert_eq!(d.0.len(), 2, "{d}");
+
+    let src = format!(
+        "{HEAD}[scenario]\nnodes = 2\n[[scenario.group]]\nnode = 1\naction = \"leave\"\ngroup = \"239.1.1.2\"\nat = \"2s\"\n"
+    );
+    let f = parse("t.toml", &src, &common::catalog()).unwrap_or_else(|d| panic!("{d}"));
+    let g = &f.scenario.unwrap().groups[0];
+    assert_eq!(
+        (g.node, g.join, g.group, g.at),
+        (1, false, 0xef01_0102, Duration::from_secs(2))
+    );
+}

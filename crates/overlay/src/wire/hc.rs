@@ -4,14 +4,18 @@
 //!  offset  size  field
 //!  0       1     version (4 bits, 1) | kind (4 bits, 2 = hypercube control)
 //!  1       1     type: 1 Beacon, 2 Ping, 3 Lookup, 4 Join, 5 Assign, 6 Leave, 7 Hole,
-//!                8 Duplicate
+//!                8 Duplicate, 9 Rejoin
 //!  2       1     hops left (Lookup); 0 otherwise
-//!  3       1     flags: bit 0 a substrate address follows; other bits 0
+//!  3       1     flags: bit 0 a substrate address follows; bit 1 a cube identifier follows;
+//!                other bits 0
 //!  4       4     label: Beacon the HRoot's, Ping/Leave the sender's, Lookup the target,
 //!                Assign the label given, Hole the missing one, Duplicate the contested one
 //!  8       4     value: Beacon its sequence number, Lookup the origin's label; 0 otherwise
 //!  12      …     substrate address (Beacon: the HRoot's, Lookup: the origin's, Join: the
-//!                joining node's, Duplicate: the other holder's): kind (1), length (1), bytes
+//!                joining node's, Duplicate: the other holder's, Rejoin: where to join):
+//!                kind (1), length (1), bytes
+//!  …       4     cube identifier (Beacon, Assign: the sender's cube; Rejoin: the cube that
+//!                dissolves), if flagged
 //! ```
 //!
 //! Unknown types are kept as [`MessageKind::Unknown`].
@@ -24,6 +28,7 @@ use crate::hypercube::Message;
 pub const FIXED_LEN: usize = 12;
 
 const HAS_SUBSTRATE: u8 = 0x01;
+const HAS_CUBE: u8 = 0x02;
 
 /// The type byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -44,6 +49,8 @@ pub enum MessageKind {
     Hole,
     /// Two nodes hold one label: the receiver must give it up.
     Duplicate,
+    /// A cube lost a merge: its nodes join again.
+    Rejoin,
     /// Any other type.
     Unknown(u8),
 }
@@ -61,6 +68,7 @@ impl MessageKind {
             6 => Leave,
             7 => Hole,
             8 => Duplicate,
+            9 => Rejoin,
             n => Unknown(n),
         }
     }
@@ -76,6 +84,7 @@ impl MessageKind {
             Leave => 6,
             Hole => 7,
             Duplicate => 8,
+            Rejoin => 9,
             Unknown(n) => n,
         }
     }
@@ -94,6 +103,8 @@ pub struct Repr {
     pub value: u32,
     /// The substrate address, for the types that carry one.
     pub substrate: Option<SubstrateRepr>,
+    /// The cube identifier, for the types that carry one.
+    pub cube: Option<u32>,
 }
 
 /// A checked view of a hypercube message.
@@ -147,13 +158,18 @@ impl Repr {
         let kind = MessageKind::from_u8(r.u8()?);
         let hops = r.u8()?;
         let flags = r.u8()?;
-        if flags & !HAS_SUBSTRATE != 0 {
+        if flags & !(HAS_SUBSTRATE | HAS_CUBE) != 0 {
             return Err(WireError::Reserved(flags));
         }
         let label = HcLabel::new(r.u32()?);
         let value = r.u32()?;
         let substrate = if flags & HAS_SUBSTRATE != 0 {
             Some(SubstrateRepr::read(&mut r)?)
+        } else {
+            None
+        };
+        let cube = if flags & HAS_CUBE != 0 {
+            Some(r.u32()?)
         } else {
             None
         };
@@ -164,12 +180,15 @@ impl Repr {
             label,
             value,
             substrate,
+            cube,
         })
     }
 
     /// Bytes [`Repr::emit`] writes.
     pub fn buffer_len(&self) -> usize {
-        FIXED_LEN + self.substrate.as_ref().map_or(0, |s| s.wire_len())
+        FIXED_LEN
+            + self.substrate.as_ref().map_or(0, |s| s.wire_len())
+            + if self.cube.is_some() { 4 } else { 0 }
     }
 
     /// Writes the message into `buf`; returns the bytes written.
@@ -183,12 +202,15 @@ impl Repr {
             HAS_SUBSTRATE
         } else {
             0
-        };
+        } | if self.cube.is_some() { HAS_CUBE } else { 0 };
         w.put(&[VERSION << 4 | 2, self.kind.to_u8(), self.hops, flags]);
         w.put(&self.label.value().to_be_bytes());
         w.put(&self.value.to_be_bytes());
         if let Some(s) = &self.substrate {
             s.write(&mut w);
+        }
+        if let Some(c) = self.cube {
+            w.put(&c.to_be_bytes());
         }
         Ok(need)
     }
@@ -213,13 +235,18 @@ impl Repr {
             label,
             value,
             substrate: substrate.map(WireSubstrate::to_wire),
+            cube: None,
         };
         match m {
             Message::Beacon {
                 root,
                 seq,
                 root_substrate,
-            } => r(MessageKind::Beacon, *root, *seq, Some(root_substrate)),
+                cube,
+            } => Repr {
+                cube: Some(*cube),
+                ..r(MessageKind::Beacon, *root, *seq, Some(root_substrate))
+            },
             Message::Ping { src } => r(MessageKind::Ping, *src, 0, None),
             Message::Lookup {
                 target,
@@ -236,17 +263,25 @@ impl Repr {
                 )
             },
             Message::Join { joiner } => r(MessageKind::Join, HcLabel::new(0), 0, Some(joiner)),
-            Message::Assign { label } => r(MessageKind::Assign, *label, 0, None),
+            Message::Assign { label, cube } => Repr {
+                cube: Some(*cube),
+                ..r(MessageKind::Assign, *label, 0, None)
+            },
             Message::Leave { src } => r(MessageKind::Leave, *src, 0, None),
             Message::Hole { label } => r(MessageKind::Hole, *label, 0, None),
             Message::Duplicate { label, holder } => {
                 r(MessageKind::Duplicate, *label, 0, Some(holder))
             }
+            Message::Rejoin { cube, via } => Repr {
+                cube: Some(*cube),
+                ..r(MessageKind::Rejoin, HcLabel::new(0), 0, Some(via))
+            },
         }
     }
 
     /// The protocol message, or `None` for an unknown type, a missing substrate address or one
-    /// of a kind `S` cannot hold (the caller counts and drops it).
+    /// of a kind `S` cannot hold, a Rejoin without its cube (the caller counts and drops it).
+    /// A Beacon or Assign without a cube identifier is of cube 0.
     pub fn to_message<S: WireSubstrate>(&self) -> Option<Message<S>> {
         let sub = || self.substrate.as_ref().and_then(S::from_wire);
         Some(match self.kind {
@@ -254,6 +289,7 @@ impl Repr {
                 root: self.label,
                 seq: self.value,
                 root_substrate: sub()?,
+                cube: self.cube.unwrap_or(0),
             },
             MessageKind::Ping => Message::Ping { src: self.label },
             MessageKind::Lookup => Message::Lookup {
@@ -263,12 +299,19 @@ impl Repr {
                 hops: self.hops,
             },
             MessageKind::Join => Message::Join { joiner: sub()? },
-            MessageKind::Assign => Message::Assign { label: self.label },
+            MessageKind::Assign => Message::Assign {
+                label: self.label,
+                cube: self.cube.unwrap_or(0),
+            },
             MessageKind::Leave => Message::Leave { src: self.label },
             MessageKind::Hole => Message::Hole { label: self.label },
             MessageKind::Duplicate => Message::Duplicate {
                 label: self.label,
                 holder: sub()?,
+            },
+            MessageKind::Rejoin => Message::Rejoin {
+                cube: self.cube?,
+                via: sub()?,
             },
             MessageKind::Unknown(_) => return None,
         })

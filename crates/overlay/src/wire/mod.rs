@@ -6,7 +6,8 @@
 //!
 //! Every overlay datagram starts with one byte: the version (high nibble, 1) and the kind (low
 //! nibble): [`Kind::Application`] ([`app`]: overlay header + extension chain),
-//! [`Kind::DtControl`] ([`dt`]) and [`Kind::HcControl`] ([`hc`]). All integers are big-endian.
+//! [`Kind::DtControl`] ([`dt`]), [`Kind::HcControl`] ([`hc`]) and [`Kind::Rendezvous`]
+//! ([`rdv`]). All integers are big-endian.
 //!
 //! As in smoltcp, each format is a checked *view* (`Packet::new_checked` validates the whole
 //! datagram once, after which no accessor can panic) plus a parsed *repr* with `parse`, `emit`
@@ -17,6 +18,7 @@
 pub mod app;
 pub mod dt;
 pub mod hc;
+pub mod rdv;
 mod substrate;
 
 use thiserror::Error;
@@ -96,6 +98,8 @@ pub enum Kind {
     DtControl,
     /// A hypercube protocol message.
     HcControl,
+    /// A rendezvous message ([`rdv`]).
+    Rendezvous,
     /// Any other kind.
     Unknown(u8),
 }
@@ -107,6 +111,7 @@ impl Kind {
             0 => Kind::Application,
             1 => Kind::DtControl,
             2 => Kind::HcControl,
+            3 => Kind::Rendezvous,
             n => Kind::Unknown(n),
         }
     }
@@ -116,6 +121,7 @@ impl Kind {
             Kind::Application => 0,
             Kind::DtControl => 1,
             Kind::HcControl => 2,
+            Kind::Rendezvous => 3,
             Kind::Unknown(n) => n & 0x0f,
         }
     }

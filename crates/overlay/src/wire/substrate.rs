@@ -10,7 +10,7 @@ use crate::addr::SimAddr;
 pub const MAX_SUBSTRATE: usize = 32;
 
 /// What kind of substrate address follows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SubstrateKind {
     /// A simulated node number: 4 bytes.
     Sim,
@@ -52,7 +52,7 @@ impl SubstrateKind {
 }
 
 /// A substrate address as carried on the wire (owned, at most [`MAX_SUBSTRATE`] bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SubstrateRepr {
     kind: SubstrateKind,
     len: u8,
@@ -110,6 +110,17 @@ pub trait WireSubstrate: Sized {
     fn to_wire(&self) -> SubstrateRepr;
     /// The address from the wire; `None` if it is of another kind.
     fn from_wire(r: &SubstrateRepr) -> Option<Self>;
+}
+
+/// Wire substrate addresses as they are (a rendezvous server that stores whatever kind its
+/// clients use, `viastack overlay rendezvous`).
+impl WireSubstrate for SubstrateRepr {
+    fn to_wire(&self) -> SubstrateRepr {
+        *self
+    }
+    fn from_wire(r: &SubstrateRepr) -> Option<Self> {
+        Some(*r)
+    }
 }
 
 impl WireSubstrate for SimAddr {

@@ -13,6 +13,9 @@ use rand_chacha::ChaCha8Rng;
 use viastack_kernel::{Duration, Instant};
 use viastack_overlay::SimAddr;
 
+/// The group of a node every partition reaches.
+pub const EVERYWHERE: u8 = 255;
+
 /// A sans-IO overlay engine as the harness drives it.
 pub trait Engine {
     type Msg;
@@ -38,7 +41,8 @@ pub struct Net<E: Engine> {
     /// `None` until started, and after a crash.
     pub nodes: Vec<Option<E>>,
     pending_start: Vec<(Instant, usize, Option<E>)>,
-    /// Partition group per node: messages between different groups are dropped.
+    /// Partition group per node: messages between different groups are dropped, except to or
+    /// from a node of group [`EVERYWHERE`] (a server all partitions reach).
     pub group: Vec<u8>,
     pub faults: Faults,
     /// Base one-way latency and jitter.
@@ -78,6 +82,11 @@ where
             steps: 0,
             delivered: 0,
         }
+    }
+
+    /// Whether a message from `a` can reach `b` (same group, or either reachable from all).
+    pub fn connected(&self, a: usize, b: usize) -> bool {
+        self.group[a] == self.group[b] || self.group[a] == EVERYWHERE || self.group[b] == EVERYWHERE
     }
 
     /// Schedules node `i` to start at `at` (the engine was built for that instant).
@@ -122,7 +131,7 @@ where
         }
         for (to, msg) in out {
             let to = to.0 as usize;
-            if to >= self.nodes.len() || self.group[to] != self.group[i] {
+            if to >= self.nodes.len() || !self.connected(i, to) {
                 continue;
             }
             let f = self.faults;
@@ -185,7 +194,7 @@ where
             let Some((from, to, msg)) = self.in_flight.remove(&id) else {
                 continue;
             };
-            if self.group[from] != self.group[to] {
+            if !self.connected(from, to) {
                 continue;
             }
             if let Some(node) = self.nodes[to].as_mut() {

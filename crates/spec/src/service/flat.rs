@@ -14,7 +14,10 @@
 //! `<onentry>`) and, on reaching a top-level `<final>`, its `<onexit>` as the interpreter
 //! exits. [`Flat`] stores exactly that — a table indexed by (service event, atomic state) of
 //! steps, each a target and its action blocks, the blocks also resolved into [`FastOp`]s — so
-//! an instance is one state number and an event is one table read (issue 15 §2).
+//! an instance is one state number and an event is one table read (issue 15 §2). Per basic
+//! event, an [`EventPlan`] resolves what an input of that event alone does besides its step
+//! (history slot, direct keyed-index record, the composites some state takes), and a send's
+//! constant one-byte writes are split from its other writes ([`SendOp`]).
 //!
 //! [`Flat::compile`] accepts a chart only when the flat run is indistinguishable from the
 //! general engine's ([`chart::Instance`](crate::chart::Instance)); tests drive every shipped
@@ -79,30 +82,71 @@ pub(crate) enum FastOp {
         id: u32,
     },
     /// Build a message and perform `prim` (a send, a forward or `toApplication`).
-    Send {
-        /// The primitive.
-        prim: Prim,
-        /// The message it starts from.
-        base: Base,
-        /// Attributes written on top, in order.
-        sets: Box<[(Attr, Src)]>,
-    },
+    Send(SendOp),
     /// A send with `foreach`: the nodes are selected first, then [`FastOp::Send`] runs once
     /// per node with [`Src::Each`] its address; the first failure ends it.
     Each {
         /// The nodes addressed.
         selector: super::logic::Selector,
-        /// The primitive.
-        prim: Prim,
-        /// The message it starts from.
-        base: Base,
-        /// Attributes written on top, in order.
-        sets: Box<[(Attr, Src)]>,
+        /// The send.
+        send: SendOp,
     },
     /// `terminate`.
     Terminate,
     /// Anything else, interpreted.
-    Action(Action),
+    Action(Box<Action>),
+}
+
+/// A send resolved at load time: its base message, the constant one-byte attributes
+/// (MessageType, DeliveryMode, HopLimit — what nearly every send writes) as a mask and their
+/// values, written without dispatch, and the other writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SendOp {
+    /// The primitive.
+    pub prim: Prim,
+    /// The message it starts from.
+    pub base: Base,
+    /// Bit 0: MessageType, bit 1: DeliveryMode, bit 2: HopLimit is written with `bytes[bit]`.
+    pub mask: u8,
+    /// The constant one-byte values.
+    pub bytes: [u8; 3],
+    /// The other attribute writes, in order (a written attribute appears once in all, so
+    /// their order against the constants does not matter).
+    pub sets: Box<[(Attr, Src)]>,
+}
+
+impl SendOp {
+    /// Splits the writes `sets` (in order) into constants and the rest; when an attribute is
+    /// written twice they stay as written.
+    fn new(prim: Prim, base: Base, sets: Vec<(Attr, Src)>) -> SendOp {
+        let twice = sets
+            .iter()
+            .enumerate()
+            .any(|(i, (a, _))| sets[..i].iter().any(|(b, _)| b == a));
+        let (mut mask, mut bytes, mut rest) = (0u8, [0u8; 3], Vec::new());
+        for (a, src) in sets {
+            let bit = match a {
+                Attr::MessageType => 0,
+                Attr::DeliveryMode => 1,
+                Attr::HopLimit => 2,
+                _ => 3,
+            };
+            match src {
+                Src::Int(x) if bit < 3 && !twice => {
+                    mask |= 1 << bit;
+                    bytes[bit] = x as u8;
+                }
+                _ => rest.push((a, src)),
+            }
+        }
+        SendOp {
+            prim,
+            base,
+            mask,
+            bytes,
+            sets: rest.into(),
+        }
+    }
 }
 
 /// Where a [`FastOp::Send`] message starts.
@@ -136,7 +180,7 @@ pub(crate) enum Src {
 impl FastOp {
     /// Resolves one action.
     fn resolve(a: &Action) -> FastOp {
-        let keep = || FastOp::Action(a.clone());
+        let keep = || FastOp::Action(Box::new(a.clone()));
         match a {
             Action::Timer { prim, sets } => {
                 let (mut id, mut ms) = (0u32, 0u64);
@@ -206,18 +250,12 @@ impl FastOp {
                     };
                     out.push((*at, src));
                 }
-                FastOp::Send {
-                    prim: *prim,
-                    base,
-                    sets: out.into(),
-                }
+                FastOp::Send(SendOp::new(*prim, base, out))
             }
             Action::Each { selector, action } => match FastOp::resolve(action) {
-                FastOp::Send { prim, base, sets } => FastOp::Each {
+                FastOp::Send(send) => FastOp::Each {
                     selector: selector.clone(),
-                    prim,
-                    base,
-                    sets,
+                    send,
                 },
                 _ => keep(),
             },
@@ -240,7 +278,30 @@ pub(crate) struct Flat {
     steps: Box<[Step]>,
     /// Entering the initial state.
     start: Step,
+    /// Per basic event, what recording it takes and which composite events may follow
+    /// (filled by [`Flat::plan`] once the history layout and the indexes are known).
+    plans: Box<[EventPlan]>,
 }
+
+/// What an input that triggers one basic event does besides its step, resolved at load time
+/// (issue 15 §2): the history slot its message is kept in, whether a composite index listens
+/// to it, and the composite events it is a constituent of that some state takes (a composite
+/// no state takes is never evaluated).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct EventPlan {
+    /// History slot of the event's last message ([`NO_SLOT`]: not kept).
+    pub slot: u8,
+    /// Whether a composite index records it.
+    pub logic: bool,
+    /// The one keyed index it updates, keyed by this attribute of its message, when that is
+    /// all it updates ([`Program::direct_keyed`](super::logic::Program::direct_keyed)).
+    pub keyed: Option<(u16, Attr)>,
+    /// Composite events (indexes) to evaluate after it, in declaration order.
+    pub comps: Box<[u16]>,
+}
+
+/// [`EventPlan::slot`] of an event whose message is not kept.
+pub(crate) const NO_SLOT: u8 = u8::MAX;
 
 impl Flat {
     /// Compiles `chart` (the chart of the service with `data`) when it qualifies (module doc).
@@ -541,7 +602,47 @@ impl Flat {
             table: table.into(),
             steps: steps.into(),
             start,
+            plans: Box::default(),
         })
+    }
+
+    /// Resolves the per-event plans: `slot(e)` is basic event `e`'s history slot, `listens(e)`
+    /// whether an index records it, `comps[e]` the composites it is a constituent of.
+    pub(crate) fn plan(
+        &mut self,
+        basics: usize,
+        slot: impl Fn(u16) -> Option<u8>,
+        listens: impl Fn(u16) -> bool,
+        keyed: impl Fn(u16) -> Option<(u16, Attr)>,
+        comps: &[Vec<u16>],
+    ) {
+        let taken = |c: u16| {
+            let row = (basics + usize::from(c)) * self.states;
+            self.table
+                .get(row..row + self.states)
+                .is_some_and(|r| r.iter().any(|&x| x != 0))
+        };
+        let plans = (0..basics)
+            .map(|e| {
+                let e16 = e as u16;
+                EventPlan {
+                    slot: slot(e16).filter(|&s| s != NO_SLOT).unwrap_or(NO_SLOT),
+                    logic: listens(e16),
+                    keyed: keyed(e16),
+                    comps: comps
+                        .get(e)
+                        .map(|v| v.iter().copied().filter(|&c| taken(c)).collect())
+                        .unwrap_or_default(),
+                }
+            })
+            .collect();
+        self.plans = plans;
+    }
+
+    /// The plan of basic event `e`.
+    #[inline]
+    pub(crate) fn event_plan(&self, e: u16) -> Option<&EventPlan> {
+        self.plans.get(usize::from(e))
     }
 
     /// Number of states (the root is 0).
@@ -720,6 +821,64 @@ mod tests {
         assert!(matches!(block[3], Action::Execute { .. }), "{block:?}");
         assert!(matches!(block[4], Action::Run { .. }), "{block:?}");
         assert_eq!(block.len(), 5);
+    }
+
+    #[test]
+    fn constant_one_byte_writes_are_split_unless_an_attribute_is_written_twice() {
+        let op = SendOp::new(
+            Prim::SendControl,
+            Base::Fresh,
+            vec![
+                (Attr::MessageType, Src::Int(2)),
+                (Attr::Destination, Src::NodeParent),
+                (Attr::HopLimit, Src::Int(1)),
+            ],
+        );
+        assert_eq!((op.mask, op.bytes), (0b101, [2, 0, 1]));
+        assert_eq!(&*op.sets, &[(Attr::Destination, Src::NodeParent)]);
+        // Written twice: the order decides which value stays, so nothing is split.
+        let op = SendOp::new(
+            Prim::SendControl,
+            Base::Fresh,
+            vec![
+                (Attr::MessageType, Src::Int(2)),
+                (Attr::MessageType, Src::CurrentAttr(Attr::MessageType)),
+            ],
+        );
+        assert_eq!(op.mask, 0);
+        assert_eq!(op.sets.len(), 2);
+    }
+
+    /// h2hack's plans: the ACK keeps no message but updates the "who acknowledged" index
+    /// directly, keyed by its source; the payload is kept and is followed by the two
+    /// composites on it; a timer keeps nothing and is followed by none.
+    #[test]
+    fn h2hack_event_plans() {
+        let src = include_str!("../../../../specs/h2hack.scxml");
+        let (svc, _) = Service::load("h2hack.scxml", src).unwrap();
+        let flat = svc.flat.as_ref().unwrap();
+        let idx = |name: &str| svc.data.basic.iter().position(|b| b.name == name).unwrap() as u16;
+        let comp = |name: &str| {
+            svc.data
+                .composite
+                .iter()
+                .position(|c| c.name == name)
+                .unwrap() as u16
+        };
+        let ack = flat.event_plan(idx("h2hackmessage")).unwrap();
+        assert!(ack.logic);
+        assert!(matches!(ack.keyed, Some((_, Attr::Source))), "{ack:?}");
+        assert_eq!(ack.slot, NO_SLOT);
+        assert_eq!(&*ack.comps, &[comp("allh2hackmessagesreceived")]);
+        let payload = flat.event_plan(idx("payloadmessage")).unwrap();
+        assert_ne!(payload.slot, NO_SLOT);
+        assert!(payload.keyed.is_none() && !payload.logic);
+        assert_eq!(&*payload.comps, &[comp("haschildren"), comp("nochildren")]);
+        let timer = flat.event_plan(idx("acktimeout")).unwrap();
+        assert_eq!(
+            (timer.slot, timer.logic, timer.comps.len()),
+            (NO_SLOT, false, 0)
+        );
     }
 
     /// Every action of the shipped h2hack (timers, sends from `last(E)`, the fused

@@ -60,26 +60,41 @@ impl Layout {
 }
 
 /// One instance's history.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct History {
-    last: Box<[Option<Message>]>,
+    /// Per slot: whether it holds a message, and the message. A recycled history keeps its
+    /// messages' room (overwritten in place by the next instance) but not their payloads.
+    last: Box<[(bool, Message)]>,
     /// The composite events' indexes.
     pub logic: logic::State,
 }
+
+impl PartialEq for History {
+    fn eq(&self, other: &Self) -> bool {
+        self.last.len() == other.last.len()
+            && (0..self.last.len()).all(|i| self.last(i as u8) == other.last(i as u8))
+            && self.logic == other.logic
+    }
+}
+
+impl Eq for History {}
 
 impl History {
     /// An empty history for a layout.
     pub fn new(layout: &Layout, logic: logic::State) -> History {
         History {
-            last: vec![None; layout.slots()].into_boxed_slice(),
+            last: vec![(false, Message::default()); layout.slots()].into_boxed_slice(),
             logic,
         }
     }
 
-    /// Empties the history, keeping its allocations (a recycled instance).
+    /// Empties the history, keeping its allocations (a recycled instance); payloads and extra
+    /// attributes are let go.
     pub fn reset(&mut self) {
-        for m in self.last.iter_mut() {
-            *m = None;
+        for (has, m) in self.last.iter_mut() {
+            *has = false;
+            m.payload = None;
+            m.extra.clear();
         }
         self.logic.reset();
     }
@@ -88,23 +103,34 @@ impl History {
     #[inline]
     pub fn record(&mut self, layout: &Layout, event: u16, m: &Message) {
         if let Some(s) = layout.slot(event) {
-            if let Some(slot) = self.last.get_mut(usize::from(s)) {
-                super::native::keep(slot, m);
-            }
+            self.keep(s, m);
+        }
+    }
+
+    /// Keeps `m` as the last message of `slot`'s event (a slot out of range is ignored),
+    /// overwriting the slot's message in place.
+    #[inline]
+    pub fn keep(&mut self, slot: u8, m: &Message) {
+        if let Some((has, old)) = self.last.get_mut(usize::from(slot)) {
+            *has = true;
+            old.clone_from(m);
         }
     }
 
     /// The last message kept in `slot`.
     #[inline]
     pub fn last(&self, slot: u8) -> Option<&Message> {
-        self.last.get(usize::from(slot)).and_then(Option::as_ref)
+        match self.last.get(usize::from(slot)) {
+            Some((true, m)) => Some(m),
+            _ => None,
+        }
     }
 
     /// Feeds the kept messages and the indexes to `h` (see [`logic::State::fingerprint`]).
     /// For the explorer.
     pub fn fingerprint<H: std::hash::Hasher>(&self, now_ns: u64, h: &mut H) {
-        for m in self.last.iter() {
-            match m {
+        for (has, m) in self.last.iter() {
+            match has.then_some(m) {
                 Some(m) => {
                     h.write_u8(1);
                     m.fingerprint(h);
@@ -117,12 +143,12 @@ impl History {
 
     /// Bytes held on the heap, payloads excluded (for the memory figures).
     pub fn heap_bytes(&self) -> usize {
-        self.last.len() * std::mem::size_of::<Option<Message>>()
+        self.last.len() * std::mem::size_of::<(bool, Message)>()
             + self
                 .last
                 .iter()
-                .flatten()
-                .map(Message::heap_bytes)
+                .filter(|(has, _)| *has)
+                .map(|(_, m)| m.heap_bytes())
                 .sum::<usize>()
             + self.logic.heap_bytes()
     }
@@ -152,5 +178,33 @@ mod tests {
         h.record(&l, 2, &m1);
         h.record(&l, 2, &m2);
         assert_eq!(h.last(s).unwrap().seq, 2);
+    }
+
+    /// A recycled history holds no message and no payload, and is equal to a new one.
+    #[test]
+    fn reset_lets_go_of_messages_and_payloads() {
+        let mut l = Layout::new(1);
+        let s = l.keep(0);
+        let mut h = History::new(&l, logic::State::default());
+        let payload: std::sync::Arc<[u8]> = vec![1u8; 8].into();
+        let m = Message {
+            seq: 7,
+            payload: Some(std::sync::Arc::clone(&payload)),
+            extra: vec![("X".into(), "y".into())],
+            ..Message::default()
+        };
+        h.keep(s, &m);
+        drop(m);
+        assert_eq!(std::sync::Arc::strong_count(&payload), 2);
+        h.reset();
+        assert!(h.last(s).is_none());
+        assert_eq!(std::sync::Arc::strong_count(&payload), 1);
+        assert_eq!(h, History::new(&l, logic::State::default()));
+        let m2 = Message {
+            seq: 8,
+            ..Message::default()
+        };
+        h.record(&l, 0, &m2);
+        assert_eq!(h.last(s), Some(&m2));
     }
 }

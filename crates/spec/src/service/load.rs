@@ -189,7 +189,16 @@ impl Service {
             })
             .collect();
         let (flat, fallback) = match Flat::compile(&chart, &data, src) {
-            Ok(f) => (Some(f), None),
+            Ok(mut f) => {
+                f.plan(
+                    data.basic.len(),
+                    |e| layout.slot(e),
+                    |e| program.listens(e),
+                    |e| program.direct_keyed(e),
+                    &comp_by_basic,
+                );
+                (Some(f), None)
+            }
             Err(why) => (None, Some(why)),
         };
         let svc = Service {

@@ -1296,6 +1296,28 @@ impl Program {
             .is_some_and(|v| !v.is_empty())
     }
 
+    /// When basic event `event` updates exactly one index, keyed by an attribute of its
+    /// message with no other condition (the usual "who answered" index), that index and the
+    /// attribute: [`Program::record_keyed`] then records it without the general loop.
+    pub(crate) fn direct_keyed(&self, event: u16) -> Option<(u16, Attr)> {
+        let [id] = self.by_event.get(usize::from(event))?.as_slice() else {
+            return None;
+        };
+        let ix = self.indexes.get(usize::from(*id))?;
+        match (&ix.residual, ix.key) {
+            (F::Const(true), Some((EvAttr::Msg(a), _))) => Some((*id, a)),
+            _ => None,
+        }
+    }
+
+    /// Records key `k` at `now` in keyed index `id` (see [`Program::direct_keyed`]).
+    #[inline(always)]
+    pub(crate) fn record_keyed(&self, state: &mut State, id: u16, k: i64, now: Instant) {
+        if let Some(Slot::Keyed(v)) = state.slots.get_mut(usize::from(id)) {
+            super::native::key_time(v, k, now.as_nanos());
+        }
+    }
+
     /// Records the arrival of a basic event in the instance's indexes.
     #[inline(always)]
     pub fn record(

@@ -17,7 +17,7 @@ pub fn in_window(t: u64, within: Option<u64>, now: Instant) -> bool {
 }
 
 /// Records key `k` at time `t` in a keyed index (replacing an earlier time for the key).
-#[inline]
+#[inline(always)]
 pub fn key_time(v: &mut Vec<(i64, u64)>, k: i64, t: u64) {
     match v.iter_mut().find(|(kk, _)| *kk == k) {
         Some(e) => e.1 = t,
@@ -26,7 +26,7 @@ pub fn key_time(v: &mut Vec<(i64, u64)>, k: i64, t: u64) {
 }
 
 /// Keeps `m` as the last message of a basic event, reusing the slot's allocations.
-#[inline]
+#[inline(always)]
 pub fn keep(slot: &mut Option<super::Message>, m: &super::Message) {
     match slot {
         Some(old) => old.clone_from(m),

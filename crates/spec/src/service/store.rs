@@ -38,10 +38,10 @@ use crate::chart::{
 use super::action::Prim;
 use super::action::Primitive;
 use super::action::{self, Action, Ctx, Draft, Network};
-use super::flat::{Base, FastOp, Flat, Src, Step};
+use super::flat::{Base, FastOp, Flat, SendOp, Src, Step, NO_SLOT};
 use super::history::History;
 use super::load::Service;
-use super::message::{Addr, Attr, InstanceKey, Message, NodeInfo, PAYLOAD_TYPE};
+use super::message::{Addr, InstanceKey, Message, NodeInfo, PAYLOAD_TYPE};
 use super::{Runner, RunnerError};
 
 /// Store limits. (The per-event step limit is the service's: [`Service::set_step_limit`].)
@@ -731,13 +731,41 @@ fn flat_step<N: Network>(
     input: Input<'_, N>,
 ) -> bool {
     let now = input.now;
-    for &e in hits {
-        if let Some(m) = input.current {
-            inst.hist.record(&svc.layout, e, m);
+    // One basic event: its load-time plan (history slot, index, composites that some state
+    // takes), no per-event lookups.
+    let single = match hits {
+        [e] => machine.event_plan(*e).map(|p| (*e, p)),
+        _ => None,
+    };
+    match single {
+        Some((e, plan)) => {
+            if let Some(m) = input.current {
+                if plan.slot != NO_SLOT {
+                    inst.hist.keep(plan.slot, m);
+                }
+            }
+            match (plan.keyed, input.current) {
+                (Some((id, a)), Some(m)) => {
+                    svc.logic
+                        .record_keyed(&mut inst.hist.logic, id, m.get(a), now)
+                }
+                _ if plan.logic => {
+                    svc.logic
+                        .record(&mut inst.hist.logic, e, now, input.current, input.timer)
+                }
+                _ => {}
+            }
         }
-        if svc.logic.listens(e) {
-            svc.logic
-                .record(&mut inst.hist.logic, e, now, input.current, input.timer);
+        None => {
+            for &e in hits {
+                if let Some(m) = input.current {
+                    inst.hist.record(&svc.layout, e, m);
+                }
+                if svc.logic.listens(e) {
+                    svc.logic
+                        .record(&mut inst.hist.logic, e, now, input.current, input.timer);
+                }
+            }
         }
     }
     let FlatInst { state, hist } = inst;
@@ -760,9 +788,9 @@ fn flat_step<N: Network>(
             }
         }
     }
-    let candidates: &[u16] = match hits {
-        [e] => &svc.comp_by_basic[usize::from(*e)],
-        hits => {
+    let candidates: &[u16] = match single {
+        Some((_, plan)) => &plan.comps,
+        None => {
             comps.clear();
             for &e in hits {
                 comps.extend_from_slice(&svc.comp_by_basic[usize::from(e)]);
@@ -777,15 +805,29 @@ fn flat_step<N: Network>(
     }
     let basics = svc.data.basic.len();
     let before = *state;
+    // Every candidate is evaluated in the state before any of them runs; the first that
+    // holds runs the step found while evaluating (the state has not changed yet), the others
+    // the step of the state the machine is in when their turn comes.
+    let mut first: Option<&Step> = None;
     fire.clear();
     for &c in candidates {
-        if machine.step(basics + usize::from(c), before).is_some()
-            && svc
+        if let Some(step) = machine.step(basics + usize::from(c), before) {
+            if svc
                 .logic
                 .eval(usize::from(c), &ctx.history.logic, ctx.node, now)
-        {
-            fire.push(c);
+            {
+                match first {
+                    None => first = Some(step),
+                    Some(_) => fire.push(c),
+                }
+            }
         }
+    }
+    let Some(step) = first else {
+        return false;
+    };
+    if run_flat(step, state, &mut ctx, input.scratch) {
+        return true;
     }
     for &c in fire.iter() {
         if let Some(step) = machine.step(basics + usize::from(c), *state) {
@@ -847,41 +889,47 @@ fn run_op<N: Network>(op: &FastOp, ctx: &mut Ctx<'_, N>, scratch: &mut Message) 
             ctx.net.perform(ctx.now, ctx.key, Primitive::Terminate);
             ctx.terminated = true;
         }
-        FastOp::Send { prim, base, sets } => return send(*prim, *base, sets, ctx, scratch),
-        FastOp::Each {
-            selector,
-            prim,
-            base,
-            sets,
-        } => {
-            // The selection is made before any send (as the interpreter does): on the stack
-            // for the usual few nodes.
-            let mut near = [Addr(0); 16];
-            let mut n = 0;
-            let mut spill = Vec::new();
-            selector.for_each(&ctx.history.logic, ctx.node, ctx.now, |a| {
-                if n < near.len() {
-                    near[n] = a;
-                    n += 1;
-                } else {
-                    spill.push(a);
-                }
-            });
-            let outer = ctx.each;
-            let mut ok = true;
-            for a in near[..n].iter().chain(&spill) {
-                ctx.each = a.0 as i64;
-                if !send(*prim, *base, sets, ctx, scratch) {
-                    ok = false;
-                    break;
-                }
-            }
-            ctx.each = outer;
-            return ok;
-        }
+        FastOp::Send(op) => return send(op, ctx, scratch),
+        FastOp::Each { selector, send: op } => return send_each(selector, op, ctx, scratch),
         FastOp::Action(a) => return action::run(a, ctx, &()).is_ok(),
     }
     true
+}
+
+/// A `foreach` send: the nodes are selected first (on the stack for the usual few), then one
+/// send each; false at the first that fails. Out of line, so the usual ops' loop keeps a small
+/// frame.
+#[inline(never)]
+fn send_each<N: Network>(
+    selector: &super::logic::Selector,
+    op: &SendOp,
+    ctx: &mut Ctx<'_, N>,
+    scratch: &mut Message,
+) -> bool {
+    // The selection is made before any send (as the interpreter does): on the stack
+    // for the usual few nodes.
+    let mut near = [Addr(0); 16];
+    let mut n = 0;
+    let mut spill = Vec::new();
+    selector.for_each(&ctx.history.logic, ctx.node, ctx.now, |a| {
+        if n < near.len() {
+            near[n] = a;
+            n += 1;
+        } else {
+            spill.push(a);
+        }
+    });
+    let outer = ctx.each;
+    let mut ok = true;
+    for a in near[..n].iter().chain(&spill) {
+        ctx.each = a.0 as i64;
+        if !send(op, ctx, scratch) {
+            ok = false;
+            break;
+        }
+    }
+    ctx.each = outer;
+    ok
 }
 
 /// Builds a message in `msg` (its base, then the attribute writes) and performs `prim`;
@@ -890,14 +938,8 @@ fn run_op<N: Network>(op: &FastOp, ctx: &mut Ctx<'_, N>, scratch: &mut Message) 
 /// Payload), so no reference count is taken to be dropped; `msg` is the store's scratch
 /// message, overwritten whole by every send and left without a payload.
 #[inline(always)]
-fn send<N: Network>(
-    prim: Prim,
-    base: Base,
-    sets: &[(Attr, Src)],
-    ctx: &mut Ctx<'_, N>,
-    msg: &mut Message,
-) -> bool {
-    let from = match base {
+fn send<N: Network>(op: &SendOp, ctx: &mut Ctx<'_, N>, msg: &mut Message) -> bool {
+    let from = match op.base {
         Base::Fresh => None,
         Base::Last(s) => match ctx.history.last(s) {
             Some(m) => Some(m),
@@ -912,9 +954,22 @@ fn send<N: Network>(
         Some(m) => msg.assign_header(m),
         None => msg.assign_fresh(),
     }
+    // The constant one-byte attributes, without dispatch.
+    let (mask, b) = (op.mask, op.bytes);
+    if mask != 0 {
+        if mask & 1 != 0 {
+            msg.message_type = b[0];
+        }
+        if mask & 2 != 0 {
+            msg.delivery_mode = b[1];
+        }
+        if mask & 4 != 0 {
+            msg.hop_limit = b[2];
+        }
+    }
     // A value that cannot be read ends the send with nothing performed (the scratch message
     // is simply overwritten by the next one).
-    for &(a, src) in sets {
+    for &(a, src) in op.sets.iter() {
         let x = match src {
             Src::Int(x) => x,
             Src::LastAttr(s, b) => match ctx.history.last(s) {
@@ -931,6 +986,7 @@ fn send<N: Network>(
         };
         msg.set(a, x);
     }
+    let prim = op.prim;
     let carries = match prim {
         Prim::SendControl => false,
         Prim::Send => msg.message_type == PAYLOAD_TYPE,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use viastack_kernel::LayerRef;
 use viastack_protocols::dvmrp::{DvmrpConfig, DvmrpLayer};
 use viastack_protocols::iface::Interface;
+use viastack_protocols::mcast::{IgmpLayer, McastConfig, McastForwardLayer};
 
 use crate::catalog::{BuildEnv, BuildError, LayerKind, ParamKind, ParamSpec, Params};
 use crate::model::Role;
@@ -54,6 +55,97 @@ fn build_dvmrp(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, 
         router: env.topology.as_ref().is_none_or(|t| t.role == Role::Router),
     };
     Ok(Arc::new(DvmrpLayer::new(name, config)))
+}
+
+/// `igmp`: IGMPv2 group management.
+pub const IGMP: LayerKind = LayerKind {
+    name: "igmp",
+    doc: "IGMPv2 group management (seed 004's group-management composite protocol; RFC 2236). \
+          On a router: querier election (lowest address), general queries (startup 2 × 31.25 s \
+          apart, then every 125 s), group-specific last-member queries after a leave (2 × 1 s), \
+          membership timers of 260 s — writing the node's group table (global memory). On a \
+          host: the application's join and leave (McastGroup events, `[[scenario.group]]`), \
+          reports at once and after a random delay, answers to queries after a random delay \
+          with suppression, a leave when it reported last; passes multicast data up only for \
+          joined groups. Timers are RFC 2236's times `time_scale`; bind one session into \
+          every interface channel, above `dvmrp`.",
+    params: &[ParamSpec {
+        name: "time_scale",
+        kind: ParamKind::Float {
+            min: 0.0001,
+            max: 1000.0,
+        },
+        default: Some("1.0"),
+        doc: "multiplies every protocol timer (use the same value as `dvmrp`)",
+    }],
+    one_of: &[],
+    device: false,
+    build: build_igmp,
+};
+
+fn mcast_config(env: &BuildEnv) -> McastConfig {
+    McastConfig {
+        router: env.topology.as_ref().is_none_or(|t| t.role == Role::Router),
+        links: env.topology.as_ref().map(|t| t.links.clone()),
+        ..McastConfig::default()
+    }
+}
+
+fn build_igmp(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, BuildError> {
+    let config = McastConfig {
+        time_scale: params.get_float("time_scale")?,
+        ..mcast_config(env)
+    };
+    Ok(Arc::new(IgmpLayer::new(name, config)))
+}
+
+/// `mcast-forward`: multicast forwarding.
+pub const MCAST_FORWARD: LayerKind = LayerKind {
+    name: "mcast-forward",
+    doc: "Multicast forwarding (seed 004's Multicast Forward component): on a router, the \
+          reverse-path check against the source tree, TTL, and replication onto the child \
+          interfaces with members (group table) or dependents that have not pruned (prune \
+          table); data nobody wants makes `dvmrp` prune. On a host: the application's messages \
+          become multicast data for `group`, received data's payload is delivered. Bind one \
+          session into every interface channel, at the top.",
+    params: &[ParamSpec {
+        name: "group",
+        kind: ParamKind::Str,
+        default: Some("\"239.1.1.1\""),
+        doc: "the group a host's application sends to (a class D address)",
+    }],
+    one_of: &[],
+    device: false,
+    build: build_forward,
+};
+
+/// Parses a dotted IPv4 multicast address.
+pub fn parse_group(s: &str) -> Result<viastack_mcast::Addr, String> {
+    let parts: Vec<&str> = s.split('.').collect();
+    let octets: Option<Vec<u8>> = parts.iter().map(|p| p.parse::<u8>().ok()).collect();
+    match octets.as_deref() {
+        Some(&[a, b, c, d]) => {
+            let addr = viastack_mcast::Addr(u32::from_be_bytes([a, b, c, d]));
+            if addr.is_multicast() {
+                Ok(addr)
+            } else {
+                Err(format!(
+                    "`{s}` is not a multicast group (224.0.0.0–239.255.255.255)"
+                ))
+            }
+        }
+        _ => Err(format!("`{s}` is not a dotted IPv4 address")),
+    }
+}
+
+fn build_forward(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, BuildError> {
+    let group = params.get_str("group")?;
+    let group = parse_group(&group).map_err(|e| BuildError::param("group", e))?;
+    let config = McastConfig {
+        group,
+        ..mcast_config(env)
+    };
+    Ok(Arc::new(McastForwardLayer::new(name, config)))
 }
 
 /// `interface`: one interface of a multi-homed node.

@@ -1,0 +1,171 @@
+//! Issue 16, the hypercube's missing pieces (brief h-hc): trees rooted at any node, unicast,
+//! and the `messagestore` above a hypercube, in the simulator over many seeds.
+//!
+//! - **Trees for any root.** A hypercube node cannot compute another node's label, so the
+//!   `messagestore` carries the root's label in its messages (wire version 2, `docs/WIRE.md`
+//!   "MessageStore") and hands it to the overlay with each tree query; the overlay computes the
+//!   bit-rule tree rooted at that label. h2hack, which forwards to the children of the tree
+//!   rooted at the sender, then delivers every multicast to every node exactly once over 10 %
+//!   loss. Without the label the overlay knows no children and nothing is forwarded (the
+//!   check is not vacuous: the counters show the forwarding was the store's).
+//! - **e2eack** (acknowledgements aggregated up the tree rooted at the sender, by unicast to
+//!   the previous hop) finishes every instance on a hypercube: no root gives up.
+//! - **Unicast.** A bare overlay (no store) unicasts to nodes whose labels it learned from
+//!   their multicasts (the directory): a ring of unicasts after a round of multicasts reaches
+//!   every addressee, most over several hops up the tree rooted at the addressee's label.
+//!
+//! Every assertion prints the seed and the report; rerun one with
+//! `viastack run FILE --seed N`.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{counter, run_src};
+
+fn spec(path: &str) -> String {
+    format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `nodes` nodes on a hypercube over `loss`, 5 multicasts per node from 30 s, with a
+/// `messagestore` running `service`.
+fn scenario(service: &str, nodes: u32, loss: f64) -> String {
+    format!(
+        r#"
+[layers.dev]
+kind = "device"
+[layers.sum]
+kind = "checksum"
+[layers.net]
+kind = "overlay"
+topology = "hypercube"
+buddies = "0,1"
+[layers.store]
+kind = "messagestore"
+service = "{}"
+capacity = 10000
+[qos.o]
+layers = ["dev", "sum", "net", "store"]
+[channels.data]
+qos = "o"
+[scenario]
+nodes = {nodes}
+seed = 1
+duration = "50s"
+expect = "overlay-multicast"
+[scenario.link]
+latency = "5ms"
+jitter = "2ms"
+loss = {loss}
+duplicate = 0.02
+reorder = 0.05
+reorder_delay = "30ms"
+[[scenario.workload]]
+channel = "data"
+pattern = "multicast"
+messages = 5
+size = 32
+interval = "200ms"
+start = "30s"
+"#,
+        spec(service)
+    )
+}
+
+fn seeds(default: u64) -> u64 {
+    std::env::var("VIASTACK_HC_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[test]
+fn h2hack_on_a_hypercube_delivers_every_multicast_over_ten_percent_loss() {
+    for seed in 0..seeds(40) {
+        let nodes = 5 + (seed as u32 * 5) % 12;
+        let what = format!("seed {seed}, {nodes} nodes");
+        let r = run_src(&scenario("specs/h2hack.scxml", nodes, 0.1), seed);
+        assert!(r.verdict.holds, "{what}: {r}");
+        assert!(r.network.lost > 0, "{what}: no loss: {r}");
+        assert_eq!(r.duplicated, 0, "{what}: {r}");
+        assert_eq!(
+            counter(&r, "store.to_application"),
+            u64::from(nodes) * u64::from(nodes - 1) * 5,
+            "{what}: {r}"
+        );
+        // The overlay did not multicast: every copy was a one-hop unicast of the store's.
+        assert_eq!(counter(&r, "net.not_from_parent"), 0, "{what}: {r}");
+        assert_eq!(counter(&r, "net.no_label"), 0, "{what}: {r}");
+    }
+}
+
+#[test]
+fn e2eack_on_a_hypercube_finishes_every_instance() {
+    for seed in 0..seeds(20) {
+        let nodes = 6 + (seed as u32 * 5) % 11;
+        let what = format!("seed {seed}, {nodes} nodes");
+        let src = scenario("specs/e2eack.scxml", nodes, 0.0).replace(
+            "capacity = 10000\n",
+            "capacity = 10000\nfailure_state = \"reset\"\n",
+        );
+        let r = run_src(&src, seed);
+        assert!(r.verdict.holds, "{what}: {r}");
+        assert_eq!(r.duplicated, 0, "{what}: {r}");
+        assert_eq!(counter(&r, "net.no_route"), 0, "{what}: {r}");
+        assert_eq!(counter(&r, "net.no_label"), 0, "{what}: {r}");
+        // No root gave up: every acknowledgement came back.
+        assert_eq!(counter(&r, "store.failure_reported"), 0, "{what}: {r}");
+    }
+}
+
+#[test]
+fn unicast_on_a_hypercube_reaches_nodes_whose_labels_were_learned() {
+    for seed in 0..seeds(30) {
+        let nodes = 12;
+        let src = format!(
+            r#"
+[layers.dev]
+kind = "device"
+[layers.sum]
+kind = "checksum"
+[layers.net]
+kind = "overlay"
+topology = "hypercube"
+buddies = "0,1"
+[qos.o]
+layers = ["dev", "sum", "net"]
+[channels.data]
+qos = "o"
+[scenario]
+nodes = {nodes}
+seed = 1
+duration = "50s"
+expect = "reliable"
+[scenario.link]
+latency = "5ms"
+jitter = "2ms"
+[[scenario.workload]]
+channel = "data"
+pattern = "multicast"
+messages = 1
+size = 32
+interval = "200ms"
+start = "25s"
+[[scenario.workload]]
+channel = "data"
+pattern = "ring"
+messages = 5
+size = 32
+interval = "200ms"
+start = "35s"
+"#
+        );
+        let r = run_src(&src, seed);
+        let what = format!("seed {seed}");
+        assert!(r.verdict.holds, "{what}: {r}");
+        assert_eq!(r.misdelivered, 0, "{what}: {r}");
+        assert_eq!(counter(&r, "net.no_label"), 0, "{what}: {r}");
+        assert_eq!(counter(&r, "net.refused"), 0, "{what}: {r}");
+        // Every ring message went to the next node, most of them over several hops.
+        assert!(counter(&r, "net.forwarded") > 0, "{what}: {r}");
+    }
+}
