@@ -1,4 +1,4 @@
-"""Two Python tools against a real `viastack bus serve`: a 2 MB value goes from the producer to
+"""Two Python tools against a real `viastack bus serve`: a 3 MB value goes from the producer to
 the consumer by reference (fetched once, though sent twice), FIN frees it at the producer.
 The binary is $VIASTACK_BIN, or target/{debug,release}/viastack (skipped if absent)."""
 
@@ -18,7 +18,7 @@ from viastack_bus import Tool, appl, blob, string  # noqa: E402
 SCRIPT = """
 process Main is let P : producer, C : consumer, V : term, R : term in
     rec-connect(P?) . rec-connect(C?) .
-    snd-eval(P, make(2000000)) . rec-value(P, V?) .
+    snd-eval(P, make(3000000)) . rec-value(P, V?) .
     snd-eval(C, consume(V)) . rec-value(C, R?) .
     snd-eval(C, consume(V)) . rec-value(C, R?) .
     V := none . snd-terminate(C, done) . snd-terminate(P, done)
@@ -59,7 +59,7 @@ class BusServe(unittest.TestCase):
                     while True:
                         kind, f = t.next_request()
                         if kind == "EVAL":
-                            v = appl("data", string("big"), blob(bytes(range(256)) * 7813))
+                            v = appl("data", string("big"), blob(bytes(range(256)) * 11719))
                             r = t.put(v)
                             log.append(("ref", r[0]))
                             t.value(f["request"], r)
@@ -92,7 +92,7 @@ class BusServe(unittest.TestCase):
                     bus.kill()
                 bus.stdout.close()
         self.assertIn(("ref", "ref"), log)
-        self.assertIn(("got", 256 * 7813, bytes([0, 1, 2])), log)
+        self.assertIn(("got", 256 * 11719, bytes([0, 1, 2])), log)
         self.assertIn(("fetches", 1), log)
         self.assertIn(("fin", 0), log)
 

@@ -67,9 +67,10 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             lease: Duration::from_secs(10),
-            // 64 KiB: below it a second connection costs more than the copy through the bus
-            // (seed 003 "turning point"; see docs/BUS.md for the measurement).
-            threshold: 64 * 1024,
+            // 2 MiB, above the measured turning point (`viastack bench bus`, docs/BUS.md
+            // "Figures"): below ~1 MB a reference costs as much as the copy through the bus;
+            // from a few MB it is several times faster (seed 003's "turning point").
+            threshold: 2 << 20,
             max_frame: wire::DEFAULT_MAX_FRAME,
             max_refs_per_tool: 4096,
             max_queued_per_tool: 256,

@@ -2,9 +2,9 @@
 //! bus, tools connected over TCP or a Unix socket). The only place of the bus that reads the
 //! clock or touches a socket.
 //!
-//! Threads: one accepts connections; one per connection reads whole frames (length checked
-//! against the limit before any allocation) and hands their bytes to the core; the core — the
-//! calling thread — owns the [`Bus`], feeds it inputs with the current time, writes its frames,
+//! One thread — the caller's — owns the [`Bus`]: it polls the listener and every connection,
+//! reads what arrived, cuts it into frames (a length above the limit is refused before the
+//! body is buffered), feeds them to the bus with the current time, writes the bus's frames,
 //! closes connections, launches tools, prints the trace, and returns when no script process is
 //! left.
 
@@ -12,8 +12,6 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::mpsc;
-use std::thread;
 
 use viastack_kernel::Instant;
 
@@ -84,6 +82,15 @@ impl Stream {
         })
     }
 
+    /// The descriptor, for `poll`.
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        match self {
+            Stream::Tcp(s) => s.as_fd(),
+            Stream::Unix(s) => s.as_fd(),
+        }
+    }
+
     /// Shuts both directions down.
     pub fn shutdown(&self) {
         let _ = match self {
@@ -137,6 +144,15 @@ impl Listener {
                 let _ = std::fs::remove_file(p);
                 Ok(Listener::Unix(UnixListener::bind(p)?, p.clone()))
             }
+        }
+    }
+
+    /// The descriptor, for `poll`.
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        match self {
+            Listener::Tcp(l) => l.as_fd(),
+            Listener::Unix(l, _) => l.as_fd(),
         }
     }
 
@@ -199,13 +215,6 @@ pub fn read_frame(r: &mut impl Read, max: usize) -> io::Result<Option<Vec<u8>>> 
     Ok(Some(buf))
 }
 
-enum Input {
-    Conn(Stream),
-    Frame(ToolId, Vec<u8>),
-    Bad(ToolId, Vec<u8>),
-    Closed(ToolId),
-}
-
 /// What `serve` prints and how it starts tools.
 #[derive(Default)]
 pub struct ServeOptions {
@@ -225,104 +234,157 @@ impl Clock {
     }
 }
 
+/// A tool's connection and the bytes of its next frame received so far.
+struct Conn {
+    stream: Stream,
+    buf: Vec<u8>,
+}
+
 /// Runs `bus` on `listener` until no script process is left.
 ///
 /// # Errors
-/// A failure of the listener itself (a tool's failures only close that tool's connection).
+/// A failure of the listener or of `poll` itself (a tool's failures only close that tool's
+/// connection).
 pub fn serve(listener: Listener, mut bus: Bus, mut opts: ServeOptions) -> io::Result<()> {
+    use nix::errno::Errno;
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use nix::sys::socket::{recv, MsgFlags};
+    use std::os::fd::AsRawFd;
+
     let clock = Clock::start();
     let endpoint = listener.endpoint();
     let max = bus.config().max_frame;
-    let (tx, rx) = mpsc::channel::<Input>();
-    let accept_tx = tx.clone();
-    let acceptor = listener.try_clone()?;
-    thread::spawn(move || {
-        while let Ok(s) = acceptor.accept() {
-            if accept_tx.send(Input::Conn(s)).is_err() {
-                break;
-            }
-        }
-    });
-    let mut conns: std::collections::BTreeMap<ToolId, Stream> = Default::default();
+    let mut conns: std::collections::BTreeMap<ToolId, Conn> = Default::default();
+    let mut chunk = vec![0u8; 256 * 1024];
     loop {
         flush(&mut bus, &mut conns, &endpoint, &mut opts);
         if bus.process_count() == 0 {
             break;
         }
         let now = clock.now();
-        let input = match bus.poll_timeout(now) {
+        let timeout = match bus.poll_timeout(now) {
             Some(at) if at <= now => {
                 bus.handle_timeout(now);
                 continue;
             }
-            Some(at) => match rx.recv_timeout(std::time::Duration::from_nanos(
-                at.as_nanos().saturating_sub(now.as_nanos()),
-            )) {
-                Ok(i) => i,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    bus.handle_timeout(clock.now());
-                    continue;
+            // Rounded up to the next millisecond (poll's resolution), so a due timer is due.
+            Some(at) => {
+                let ms = at
+                    .as_nanos()
+                    .saturating_sub(now.as_nanos())
+                    .div_ceil(1_000_000);
+                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+            }
+            None => PollTimeout::NONE,
+        };
+        // One poll over the listener and every connection: frames are read and handled on
+        // this thread, with no hand-off between threads.
+        let ids: Vec<ToolId> = conns.keys().copied().collect();
+        let (accept, ready): (bool, Vec<bool>) = {
+            let mut fds = Vec::with_capacity(ids.len() + 1);
+            fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
+            for id in &ids {
+                if let Some(c) = conns.get(id) {
+                    fds.push(PollFd::new(c.stream.as_fd(), PollFlags::POLLIN));
                 }
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            },
-            None => match rx.recv() {
-                Ok(i) => i,
-                Err(_) => break,
-            },
+            }
+            match poll(&mut fds, timeout) {
+                Ok(_) => {}
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            let any = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
+            (
+                fds.first().is_some_and(any),
+                fds.iter().skip(1).map(any).collect(),
+            )
         };
         let now = clock.now();
-        match input {
-            Input::Conn(s) => {
+        if accept {
+            if let Ok(stream) = listener.accept() {
                 let id = bus.handle_connect(now);
-                let Ok(mut reader) = s.try_clone() else {
+                conns.insert(
+                    id,
+                    Conn {
+                        stream,
+                        buf: Vec::new(),
+                    },
+                );
+            }
+        }
+        if !accept && ready.iter().all(|r| !r) {
+            bus.handle_timeout(now);
+            continue;
+        }
+        for (&id, r) in ids.iter().zip(ready) {
+            if !r {
+                continue;
+            }
+            let Some(c) = conns.get_mut(&id) else {
+                continue;
+            };
+            match recv(
+                c.stream.as_fd().as_raw_fd(),
+                &mut chunk,
+                MsgFlags::MSG_DONTWAIT,
+            ) {
+                Ok(0) => {
+                    conns.remove(&id);
                     bus.handle_disconnect(now, id);
                     continue;
-                };
-                conns.insert(id, s);
-                let tx = tx.clone();
-                thread::spawn(move || loop {
-                    match read_frame(&mut reader, max) {
-                        Ok(Some(f)) => {
-                            if tx.send(Input::Frame(id, f)).is_err() {
-                                break;
-                            }
-                        }
-                        Ok(None) => {
-                            let _ = tx.send(Input::Closed(id));
-                            break;
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::InvalidData => {
-                            let _ = tx.send(Input::Bad(id, vec![0, 0, 0, 0]));
-                            break;
-                        }
-                        Err(_) => {
-                            let _ = tx.send(Input::Closed(id));
+                }
+                Ok(n) => {
+                    // A large frame's buffer is sized once from its LEN (no doubling).
+                    if let Ok(Some(total)) = frame_len(&c.buf, max) {
+                        c.buf.reserve_exact(total.saturating_sub(c.buf.len()));
+                    }
+                    c.buf.extend_from_slice(&chunk[..n]);
+                }
+                Err(Errno::EAGAIN | Errno::EINTR) => continue,
+                Err(_) => {
+                    conns.remove(&id);
+                    bus.handle_disconnect(now, id);
+                    continue;
+                }
+            }
+            loop {
+                match frame_len(&c.buf, max) {
+                    Ok(Some(total)) if c.buf.len() >= total => {
+                        let frame = if c.buf.len() == total {
+                            std::mem::take(&mut c.buf)
+                        } else {
+                            let rest = c.buf.split_off(total);
+                            std::mem::replace(&mut c.buf, rest)
+                        };
+                        if let Err(e) = bus.handle_bytes(now, id, &frame) {
+                            tracing::warn!(tool = id, "bad frame: {e}");
+                            c.buf.clear();
                             break;
                         }
                     }
-                });
-            }
-            Input::Frame(id, bytes) | Input::Bad(id, bytes) => {
-                if let Err(e) = bus.handle_bytes(now, id, &bytes) {
-                    tracing::warn!(tool = id, "bad frame: {e}");
+                    Ok(_) => break,
+                    Err(e) => {
+                        // LEN 0 or above the limit: refused before buffering the body.
+                        tracing::warn!(tool = id, "bad frame: {e}");
+                        let head: Vec<u8> = c.buf.iter().copied().take(LEN_FIELD).collect();
+                        let _ = bus.handle_bytes(now, id, &head);
+                        c.buf.clear();
+                        break;
+                    }
                 }
-            }
-            Input::Closed(id) => {
-                conns.remove(&id);
-                bus.handle_disconnect(now, id);
             }
         }
     }
     flush(&mut bus, &mut conns, &endpoint, &mut opts);
-    for s in conns.values() {
-        s.shutdown();
+    for c in conns.values() {
+        c.stream.shutdown();
     }
     Ok(())
 }
 
 fn flush(
     bus: &mut Bus,
-    conns: &mut std::collections::BTreeMap<ToolId, Stream>,
+    conns: &mut std::collections::BTreeMap<ToolId, Conn>,
     endpoint: &Endpoint,
     opts: &mut ServeOptions,
 ) {
@@ -330,17 +392,17 @@ fn flush(
     while let Some(o) = bus.poll_output() {
         match o {
             Output::Send { tool, frame } => {
-                if let Some(s) = conns.get_mut(&tool) {
+                if let Some(c) = conns.get_mut(&tool) {
                     buf.clear();
                     frame.emit(&mut buf);
-                    if s.write_all(&buf).is_err() {
-                        s.shutdown();
+                    if c.stream.write_all(&buf).is_err() {
+                        c.stream.shutdown();
                     }
                 }
             }
             Output::Close { tool } => {
-                if let Some(s) = conns.remove(&tool) {
-                    s.shutdown();
+                if let Some(c) = conns.remove(&tool) {
+                    c.stream.shutdown();
                 }
             }
             Output::Launch { tool, command } => {

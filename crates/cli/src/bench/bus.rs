@@ -27,7 +27,8 @@ use viastack_bus::client::{Request, Tool, ToolConfig};
 /// Options of `bench bus`.
 #[derive(Args)]
 pub struct BusArgs {
-    /// Value sizes in bytes, comma-separated (default 1 KB, 64 KB, 1 MB, 10 MB, 50 MB).
+    /// Value sizes in bytes, comma-separated (default 1 KB, 16 KB, 64 KB, 256 KB, 1 MB,
+    /// 10 MB, 50 MB).
     #[arg(long, value_delimiter = ',')]
     size: Vec<usize>,
     /// Transfers per size and mode (the median is reported).
@@ -117,7 +118,9 @@ fn transfer(size: usize, by_reference: bool) -> anyhow::Result<(f64, f64)> {
     } else {
         size + (16 << 20)
     };
-    let threshold = if by_reference { 65_536u32 } else { u32::MAX };
+    // The by-reference lane sends every value by reference (threshold 0), so the ratio per
+    // size shows where references start to pay: the default threshold's measurement.
+    let threshold = if by_reference { 0u32 } else { u32::MAX };
     let served = Served::start(
         TRANSFER,
         &[
@@ -254,7 +257,9 @@ fn tcp_rate(n: usize, len: usize) -> anyhow::Result<f64> {
 /// Runs the benchmark.
 pub fn run(args: &BusArgs) -> anyhow::Result<()> {
     let sizes: Vec<usize> = if args.size.is_empty() {
-        vec![1_000, 64_000, 1_000_000, 10_000_000, 50_000_000]
+        vec![
+            1_000, 16_000, 64_000, 256_000, 1_000_000, 10_000_000, 50_000_000,
+        ]
     } else {
         args.size.clone()
     };
