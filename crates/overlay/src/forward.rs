@@ -167,6 +167,10 @@ pub struct Config {
     pub hop_limit: u8,
     /// `(source, id)` pairs remembered for duplicate suppression: 4096.
     pub remember: usize,
+    /// A unicast passing through this node (not for it) is handed up as a [`Delivery`] with
+    /// `transit` set instead of being forwarded: the layer above (the MessageStore, seed 000
+    /// §5.1.2.1 metaops) decides whether to process it and sends it on itself. Off.
+    pub hand_up_unicast: bool,
 }
 
 impl Default for Config {
@@ -174,6 +178,7 @@ impl Default for Config {
         Config {
             hop_limit: 64,
             remember: 4096,
+            hand_up_unicast: false,
         }
     }
 }
@@ -235,6 +240,8 @@ pub struct Delivery<A> {
     pub mode: DeliveryMode,
     /// The payload (empty if the message had none).
     pub payload: Vec<u8>,
+    /// A unicast for another node, handed up because [`Config::hand_up_unicast`] is set.
+    pub transit: bool,
 }
 
 /// A neighbourhood change, surfaced to the layer above.
@@ -423,6 +430,16 @@ impl<A: LogicalAddr> Forwarder<A> {
                 if dest == me {
                     self.deliver(src, id, mode, &payload);
                     Vec::new()
+                } else if self.config.hand_up_unicast {
+                    self.stats.delivered += 1;
+                    self.deliveries.push_back(Delivery {
+                        src,
+                        id,
+                        mode,
+                        payload,
+                        transit: true,
+                    });
+                    Vec::new()
                 } else if let Some(p) = topo.parent(dest) {
                     vec![p]
                 } else {
@@ -455,6 +472,7 @@ impl<A: LogicalAddr> Forwarder<A> {
             id,
             mode,
             payload: payload.to_vec(),
+            transit: false,
         });
     }
 
@@ -581,6 +599,7 @@ mod tests {
         let cfg = Config {
             hop_limit: 0,
             remember: 2,
+            hand_up_unicast: false,
         };
         let mut leaf = Forwarder::new(cfg, 0);
         leaf.send(&star(1), DeliveryMode::Flood, None, b"").unwrap();

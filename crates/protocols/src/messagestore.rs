@@ -1255,6 +1255,12 @@ impl MessageStoreSession {
         let me = self.node;
         match out {
             Out::App(m) => {
+                if m.delivery_mode == 3 && node_of(m.destination).is_some_and(|d| d != me) {
+                    // A unicast processed on its way (processIntermediateUnicastMessage):
+                    // its payload is its addressee's, not this application's.
+                    ctx.count("transit_not_delivered");
+                    return;
+                }
                 let from = node_of(m.root).or_else(|| node_of(m.source)).unwrap_or(me);
                 if from == me {
                     ctx.count("own");
@@ -1464,6 +1470,13 @@ impl MessageStoreSession {
         if let (Some(l), Some(r)) = (label, node_of(m.root)) {
             self.learn_label(r, l);
         }
+        if m.delivery_mode == 3
+            && m.destination != addr(self.node)
+            && node_of(m.destination).is_some()
+        {
+            m.previous_hop = addr(from);
+            return self.on_transit(ctx, from, m);
+        }
         m.previous_hop = addr(from);
         match m.message_type {
             SPEC_REQUEST => return self.on_spec_request(ctx, &m),
@@ -1482,6 +1495,62 @@ impl MessageStoreSession {
             .or_else(|| node_of(m.source))
             .unwrap_or(from);
         self.admit(ctx, root, m);
+    }
+
+    /// A unicast for another node, handed up by the overlay (`unicast = "hop"`): the
+    /// service's metaops decide (seed 000 §5.1.2.1). With `processIntermediateUnicastMessage`
+    /// the service runs it here (an instance for it, counted `transit_processed`); forwarding
+    /// it on is the layer's (`transit_forwarded`, at once, the service getting a clone) unless
+    /// `messageStoreWillForwardMessage` gives it to a service that processes it — then only
+    /// the service's own `forwardMessage` sends it on, and a service that does not forward
+    /// it ends its journey here. Layer messages and messages of services not here are only
+    /// forwarded.
+    fn on_transit(&mut self, ctx: &mut Context<'_>, from: NodeId, m: SMsg) {
+        let meta = self
+            .store
+            .services()
+            .iter()
+            .find(|s| s.id() == m.service_id)
+            .map(|s| s.data.metaops);
+        let layer = matches!(
+            m.message_type,
+            SPEC_REQUEST | SPEC_RESPONSE | FAILURE_REPORT | REPORT_ACK
+        );
+        let (run, layer_forwards) = match meta {
+            Some(mo) if !layer => (
+                mo.process_intermediate_unicast_message,
+                !(mo.message_store_will_forward_message && mo.process_intermediate_unicast_message),
+            ),
+            _ => (false, true),
+        };
+        if layer_forwards {
+            match (m.hop_limit > 1, self.channel, node_of(m.destination)) {
+                (true, Some(channel), Some(to)) => {
+                    let mut f = m.clone();
+                    f.hop_limit -= 1;
+                    let bytes = self.encode_for(&f);
+                    ctx.count("transit_forwarded");
+                    let s = Sendable::new(self.node, Dest::Node(to), Message::from_wire(bytes));
+                    ctx.go(Event::sendable(SENDABLE.id(), Direction::Down, channel, s));
+                }
+                _ => ctx.count("transit_hop_limit"),
+            }
+        }
+        if run {
+            if m.hop_limit <= 1 {
+                ctx.count("transit_hop_limit");
+                return;
+            }
+            // One hop used: the service's own forwardMessage sends it on with one less, so a
+            // route that loops (an overlay not yet converged) dies out.
+            let mut m = m;
+            m.hop_limit -= 1;
+            ctx.count("transit_processed");
+            let root = node_of(m.root)
+                .or_else(|| node_of(m.source))
+                .unwrap_or(from);
+            self.admit(ctx, root, m);
+        }
     }
 
     /// Whether the service `id` runs here.

@@ -57,6 +57,15 @@ pub const OVERLAY: LayerKind = LayerKind {
                   (each node receives one copy) or flooded (every edge, duplicates suppressed)",
         },
         ParamSpec {
+            name: "unicast",
+            kind: ParamKind::Choice(&["route", "hop"]),
+            default: Some("\"route\""),
+            doc: "how a unicast passes through a node that is not its addressee: routed on by \
+                  the overlay (up the tree rooted at the addressee), or handed up to the layer \
+                  above, which sends it on (a `messagestore`: its service's metaops decide \
+                  whether the node processes it, seed 000 §5.1.2.1)",
+        },
+        ParamSpec {
             name: "hop_limit",
             kind: ParamKind::Int { min: 1, max: 255 },
             default: Some("64"),
@@ -241,6 +250,7 @@ fn build_overlay(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef
         forward: forward::Config {
             hop_limit: u8::try_from(int("hop_limit")?).unwrap_or(u8::MAX),
             remember: usize::try_from(int("remember")?).unwrap_or(1),
+            hand_up_unicast: params.get_str("unicast")? == "hop",
         },
         broadcast,
         span: u32::try_from(int("span")?).unwrap_or(1),
