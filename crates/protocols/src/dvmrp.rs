@@ -186,7 +186,18 @@ impl DvmrpSession {
             &mut mem,
         ));
         let mem: SharedMemory = std::sync::Arc::new(std::sync::Mutex::new(mem));
-        for &ch in &self.channels {
+        // Only where a layer takes it (a routing-only stack has none: nothing reaches the
+        // application).
+        let takers: Vec<ChannelId> = self
+            .channels
+            .iter()
+            .copied()
+            .filter(|&ch| {
+                ctx.channel_qos(ch)
+                    .is_some_and(|q| !q.route(MCAST_MEMORY.id()).is_empty())
+            })
+            .collect();
+        for ch in takers {
             ctx.go(custom_event(
                 MCAST_MEMORY.id(),
                 Direction::Up,

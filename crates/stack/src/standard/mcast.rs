@@ -21,7 +21,13 @@ pub const DVMRP: LayerKind = LayerKind {
           node, bound into one channel per interface (the k-th channel's device on port k); \
           writes the node's neighbour and routing tables (global memory). Timers are the \
           draft's (probe 10 s, neighbour timeout 35 s, report 60 s, flash ≥ 5 s, expiry 140 s, \
-          hold-down 120 s) times `time_scale`. Hosts (`role = \"host\"`) stay silent.",
+          hold-down 120 s) times `time_scale`. Hosts (`role = \"host\"`) stay silent. Also \
+          runs pruning (lifetime 2 h, retransmission from 3 s with back-off) and grafting \
+          (acknowledged, retransmission from 5 s with back-off). Declares — header: a DVMRP \
+          message (4-byte header; probe, report, prune, graft, graft ack); per-session state: \
+          generation id, timers, flash set, prune/graft sequence counter; per-packet scratch: \
+          none; global memory: writes the neighbour table, routing table, source tree and \
+          prune table, reads the group table.",
     params: &[
         ParamSpec {
             name: "time_scale",
@@ -68,7 +74,10 @@ pub const IGMP: LayerKind = LayerKind {
           reports at once and after a random delay, answers to queries after a random delay \
           with suppression, a leave when it reported last; passes multicast data up only for \
           joined groups. Timers are RFC 2236's times `time_scale`; bind one session into \
-          every interface channel, above `dvmrp`.",
+          every interface channel, above `dvmrp`. Declares — header: an IGMPv2 message (8 \
+          bytes); per-session state: querier role and last-member queries per interface \
+          (router), joined groups with their report timers and a seeded generator (host); \
+          per-packet scratch: none; global memory: writes the group table (router).",
     params: &[ParamSpec {
         name: "time_scale",
         kind: ParamKind::Float {
@@ -107,7 +116,11 @@ pub const MCAST_FORWARD: LayerKind = LayerKind {
           interfaces with members (group table) or dependents that have not pruned (prune \
           table); data nobody wants makes `dvmrp` prune. On a host: the application's messages \
           become multicast data for `group`, received data's payload is delivered. Bind one \
-          session into every interface channel, at the top.",
+          session into every interface channel, at the top. Declares — header: multicast \
+          data (16 bytes: type, TTL, source, group, sequence number); per-session state: \
+          counters, the host's sequence counter; per-packet scratch: the verdict (child \
+          interfaces, TTL − 1, unwanted); global memory: reads the source tree, group table \
+          and prune table.",
     params: &[ParamSpec {
         name: "group",
         kind: ParamKind::Str,
