@@ -260,7 +260,9 @@ pub fn check(history: &History, facts: &Facts) -> BTreeMap<&'static str, Outcome
     // Per (view, next view): each incarnation that went through it and its deliveries in it.
     type Went = Vec<(String, Vec<MsgId>)>;
     let mut by_transition: BTreeMap<(ViewKey, ViewKey), Went> = BTreeMap::new();
-    let mut states: BTreeMap<(ViewKey, ViewKey), Vec<(String, (u64, u64))>> = BTreeMap::new();
+    // Per (view, next view): each incarnation's state digest at the change.
+    type Digests = Vec<(String, (u64, u64))>;
+    let mut states: BTreeMap<(ViewKey, ViewKey), Digests> = BTreeMap::new();
     for &(n, k, inc) in &incs {
         for s in segments(inc) {
             if let Some(next) = s.next {
