@@ -9,8 +9,11 @@
 //!
 //! # Protocol
 //!
-//! At each view `W` the *provider* — `W`'s first member — multicasts, ordered with `W`'s
-//! messages, a `State` packet: `W`, the view it came from, and its digest as of `W`'s start.
+//! At each view `W` every member multicasts, ordered with `W`'s messages, a `State` packet:
+//! `W`, the view it came from, and its digest as of `W`'s start. The *provider* is the sender
+//! of the first `State` packet of `W` in the delivery order — the same at every member (total
+//! order), and one exists at every member that goes on to the next view with others (each
+//! one's own packet is in the flush cut), so a provider crashing at once is replaced.
 //! Every member remembers its own digest as of `W`'s start and the payload hashes delivered
 //! in `W` so far (at most `capacity`). When the `State` packet is delivered, a member that
 //! came from another view than the provider (a joiner, or the other side of a merge) *adopts*
@@ -20,7 +23,7 @@
 //! [`STATE_DIGEST`] notice up with its digest, so a checker can compare members.
 //!
 //! Counters: `state.sent`, `state.adopted`, `state.kept`, `state.stale` (a `State` packet of
-//! another view or from another member than the provider), `state.malformed`, `state.untracked`
+//! another view, or after the view's first), `state.malformed`, `state.untracked`
 //! (more than `capacity` messages before the `State` packet: the digest can no longer be
 //! refolded, and is kept).
 
@@ -122,7 +125,6 @@ impl Layer for StateTransfer {
             view: None,
             previous: None,
             at_view: StateDigest::default(),
-            provider: None,
             settled: true,
             in_view: Vec::new(),
         })
@@ -140,7 +142,6 @@ pub struct StateSession {
     previous: Option<ViewId>,
     /// The digest when `view` began.
     at_view: StateDigest,
-    provider: Option<NodeId>,
     /// Whether the view's `State` packet was delivered (or cannot be used any more).
     settled: bool,
     /// Payload hashes delivered in `view` before its `State` packet.
@@ -167,17 +168,16 @@ impl StateSession {
             ctx.go(event);
             return;
         };
-        let (id, first) = (v.id, v.members.first().map(|m| m.node));
+        let id = v.id;
         if self.view.is_some() {
             self.notice(&STATE_DIGEST, self.digest, ctx);
         }
         self.previous = self.view.replace(id);
         self.at_view = self.digest;
-        self.provider = first;
         self.settled = false;
         self.in_view.clear();
         ctx.go(event);
-        if first == Some(self.node) {
+        {
             let pdu = StatePdu::State {
                 view: id,
                 from: self.previous,
@@ -200,7 +200,6 @@ impl StateSession {
             ctx.go(event);
             return;
         };
-        let source = s.source;
         let (pdu, len) = match StatePdu::parse(s.message.as_slice()) {
             Ok(x) => x,
             Err(_) => {
@@ -233,7 +232,9 @@ impl StateSession {
                 count,
                 hash,
             } => {
-                if Some(view) != self.view || Some(source) != self.provider || self.settled {
+                // The first `State` of the view in the delivery order wins: every member sends
+                // one, so a provider that crashes at once is replaced by the next.
+                if Some(view) != self.view || self.settled {
                     ctx.count("stale");
                     return;
                 }

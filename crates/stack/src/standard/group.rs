@@ -166,11 +166,12 @@ fn build_causal(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef,
 pub const STATE_TRANSFER: LayerKind = LayerKind {
     name: "state-transfer",
     doc: "State transfer (seed 001 §2.1), stacked above `total-order`: the state is a digest \
-          of what the member delivered (count and hash chain). At each view its first member \
-          multicasts its digest as of the view's start, ordered with the view's messages; \
-          members that came from another view (joiners, the other side of a merge) adopt it, \
-          refolding the view's messages delivered before it (`StateTransferred` notice). A \
-          `StateDigest` notice goes up before every `View`.",
+          of what the member delivered (count and hash chain). At each view every member \
+          multicasts its digest as of the view's start, ordered with the view's messages; the \
+          first in the delivery order is the view's state: members that came from another \
+          view than its sender (joiners, the other side of a merge) adopt it, refolding the \
+          view's messages delivered before it (`StateTransferred` notice). A `StateDigest` \
+          notice goes up before every `View`.",
     params: &[ParamSpec {
         name: "capacity",
         kind: ParamKind::Int {
