@@ -1,10 +1,10 @@
 //! Any bytes through the group decoders (`vsync`'s `Pdu`, `total-order`'s `TotalPdu`,
-//! `causal-order`'s `CausalPdu`): no
+//! `causal-order`'s `CausalPdu`, `state-transfer`'s `StatePdu`): no
 //! panic, and whatever decodes re-encodes to the bytes it was read from.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use viastack_group::wire::{CausalPdu, Pdu, TotalPdu};
+use viastack_group::wire::{CausalPdu, Pdu, StatePdu, TotalPdu};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok((pdu, len)) = Pdu::parse(data) {
@@ -16,6 +16,10 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(&bytes[..], &data[..len]);
     }
     if let Ok((pdu, len)) = CausalPdu::parse(data) {
+        let bytes = pdu.emit();
+        assert_eq!(&bytes[..], &data[..len]);
+    }
+    if let Ok((pdu, len)) = StatePdu::parse(data) {
         let bytes = pdu.emit();
         assert_eq!(&bytes[..], &data[..len]);
     }

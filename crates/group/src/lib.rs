@@ -9,6 +9,7 @@
 //! - [`total`]: total order by a sequencer with failover at view change, a separate layer
 //!   stacked above `vsync` or left out;
 //! - [`causal`]: causal order by vector clocks, likewise a separate layer;
+//! - [`state`]: state transfer to joining and merging members, above `total-order`;
 //! - [`wire`]: both layers' packets (view + repr), documented in docs/WIRE.md.
 //!
 //! Nothing here opens a socket, reads a clock or spawns a thread (DESIGN.md §4.1): the layers
@@ -18,11 +19,13 @@
 #![deny(unsafe_code)]
 
 pub mod causal;
+pub mod state;
 pub mod total;
 pub mod vsync;
 pub mod wire;
 
 pub use causal::CausalOrder;
+pub use state::StateTransfer;
 pub use total::TotalOrder;
 pub use vsync::{view_notice, Primary, ViewNotice, Vsync, VIEW};
-pub use wire::{CausalPdu, Member, Pdu, TotalPdu, ViewId, WireError};
+pub use wire::{CausalPdu, Member, Pdu, StatePdu, TotalPdu, ViewId, WireError};

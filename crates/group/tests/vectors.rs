@@ -214,3 +214,37 @@ fn causal_order_vectors() {
     }
     assert!(n >= 4);
 }
+
+#[test]
+fn state_transfer_vectors() {
+    use viastack_group::wire::StatePdu;
+    let doc = doc();
+    let mut n = 0;
+    for v in doc["state"].as_array().unwrap() {
+        let name = v["name"].as_str().unwrap();
+        let bytes = hex(v["hex"].as_str().unwrap());
+        n += 1;
+        if let Some(e) = v["error"].as_str() {
+            let got = StatePdu::parse(&bytes).unwrap_err();
+            assert_eq!(class(got), e, "{name}: {got}");
+            continue;
+        }
+        let (pdu, len) = StatePdu::parse(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let want = match v["kind"].as_str().unwrap() {
+            "data" => StatePdu::Data,
+            _ => StatePdu::State {
+                view: view(&v["view"]),
+                from: (!v["from"].is_null()).then(|| view(&v["from"])),
+                count: u(&v["count"]),
+                hash: u(&v["hash"]),
+            },
+        };
+        assert_eq!(pdu, want, "{name}");
+        let payload = v["payload_hex"].as_str().map(hex).unwrap_or_default();
+        assert_eq!(&bytes[len..], &payload[..], "{name}");
+        let mut again = pdu.emit();
+        again.extend_from_slice(&payload);
+        assert_eq!(again, bytes, "{name}: re-encoding");
+    }
+    assert!(n >= 6);
+}

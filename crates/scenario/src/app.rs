@@ -16,6 +16,7 @@ use viastack_kernel::{
 use viastack_protocols::events::{notice_peer, send_failure};
 use viastack_stack::model::{Pattern, Workload};
 
+use viastack_group::state::{StateDigest, STATE_DIGEST};
 use viastack_group::view_notice;
 
 use crate::group::Entry;
@@ -187,6 +188,11 @@ impl Application {
             }
             rec.received_on(self.id, channel);
             rec.delivered(self.id, stamp, now);
+        } else if let Some(d) = ev
+            .custom::<StateDigest>()
+            .filter(|_| ev.ty() == STATE_DIGEST.id())
+        {
+            rec.group.push(self.id, Entry::State(d.count, d.hash));
         } else if let Some(v) = view_notice(ev) {
             rec.group.push(
                 self.id,

@@ -20,6 +20,9 @@
 //!   precedes — `m1` precedes `m2` when `m2`'s sender had delivered or sent `m1` (or a
 //!   successor of it) before sending `m2`; per source the predecessors are a sequence-number
 //!   prefix, so the relation is kept as one vector of sequence numbers per message;
+//! - **state-agreement** (when a `state-transfer` layer reports digests): incarnations that
+//!   install V and then the same W report the same state digest at the end of V — a joiner
+//!   or merging member that took the state is indistinguishable from those that had it;
 //! - **liveness**: when the run ends at least [`LIVENESS_BOUND`] after its last fault
 //!   (crash, restart, partition heal, leave), every live member's last view is one view whose
 //!   members are exactly the live nodes, installed within the bound after the last fault.
@@ -59,6 +62,8 @@ pub enum Entry {
     Sent(MsgId),
     /// The application received a message.
     Delivered(MsgId),
+    /// A `state-transfer` layer's digest (count, hash) at the end of the current view.
+    State(u64, u64),
 }
 
 /// One incarnation of a node: what it saw from its boot on.
@@ -159,6 +164,8 @@ struct Segment {
     view: ViewKey,
     next: Option<ViewKey>,
     delivered: Vec<MsgId>,
+    /// The state digest reported at the segment's end.
+    state: Option<(u64, u64)>,
 }
 
 fn segments(inc: &Incarnation) -> Vec<Segment> {
@@ -173,11 +180,17 @@ fn segments(inc: &Incarnation) -> Vec<Segment> {
                     view: *id,
                     next: None,
                     delivered: Vec::new(),
+                    state: None,
                 });
             }
             Entry::Delivered(m) => {
                 if let Some(last) = out.last_mut() {
                     last.delivered.push(*m);
+                }
+            }
+            Entry::State(c, h) => {
+                if let Some(last) = out.last_mut() {
+                    last.state = Some((*c, *h));
                 }
             }
             Entry::Sent(_) => {}
@@ -247,15 +260,45 @@ pub fn check(history: &History, facts: &Facts) -> BTreeMap<&'static str, Outcome
     // Per (view, next view): each incarnation that went through it and its deliveries in it.
     type Went = Vec<(String, Vec<MsgId>)>;
     let mut by_transition: BTreeMap<(ViewKey, ViewKey), Went> = BTreeMap::new();
+    // Per (view, next view): each incarnation's state digest at the change.
+    type Digests = Vec<(String, (u64, u64))>;
+    let mut states: BTreeMap<(ViewKey, ViewKey), Digests> = BTreeMap::new();
     for &(n, k, inc) in &incs {
         for s in segments(inc) {
             if let Some(next) = s.next {
+                if let Some(st) = s.state {
+                    states
+                        .entry((s.view, next))
+                        .or_default()
+                        .push((who(n, k), st));
+                }
                 by_transition
                     .entry((s.view, next))
                     .or_default()
                     .push((who(n, k), s.delivered));
             }
         }
+    }
+    if !states.is_empty() {
+        let mut agree = Outcome::Held;
+        for ((v, w), list) in &states {
+            if let Some((a, sa)) = list.first() {
+                if let Some((b, sb)) = list.iter().find(|(_, s)| s != sa) {
+                    agree = Outcome::Violated(format!(
+                        "{a} and {b} both went from view {} to {} with different states: \
+                         {a} ({} messages, hash {:016x}), {b} ({} messages, hash {:016x})",
+                        show_view(*v),
+                        show_view(*w),
+                        sa.0,
+                        sa.1,
+                        sb.0,
+                        sb.1
+                    ));
+                    break;
+                }
+            }
+        }
+        out.insert("state-agreement", agree);
     }
     let mut vs = Outcome::Held;
     let mut to = Outcome::Held;
@@ -335,7 +378,7 @@ pub fn check(history: &History, facts: &Facts) -> BTreeMap<&'static str, Outcome
                     }
                 }
                 Entry::Sent(m) => mine.push(*m),
-                Entry::View { .. } => {}
+                Entry::View { .. } | Entry::State(..) => {}
             }
         }
         let last_incarnation = history.nodes.get(&n).is_some_and(|v| v.len() == k + 1);
@@ -466,7 +509,7 @@ fn causal(incs: &[(NodeId, usize, &Incarnation)]) -> Outcome {
                         let e = known.entry((m.0, m.1)).or_insert(m.2);
                         *e = (*e).max(m.2);
                     }
-                    Entry::View { .. } => {}
+                    Entry::View { .. } | Entry::State(..) => {}
                 }
             }
         }
@@ -596,6 +639,18 @@ mod tests {
             "{:?}",
             check(&h, &f)
         );
+
+        // Two members leave a view for the same next one with different states.
+        let mut h = good();
+        for (n, hash) in [(0u32, 5u64), (1, 6)] {
+            let e = &mut h.nodes.get_mut(&NodeId(n)).unwrap()[0].entries;
+            let at = e.len() - 1; // before the second view
+            e.insert(at, Entry::State(2, hash));
+        }
+        assert!(matches!(
+            check(&h, &facts(false))["state-agreement"],
+            Outcome::Violated(_)
+        ));
 
         // Same view id, different members: agreement.
         let mut h = good();

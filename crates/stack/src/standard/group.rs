@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use viastack_group::vsync::{self, Primary, Vsync};
-use viastack_group::{CausalOrder, TotalOrder};
+use viastack_group::{CausalOrder, StateTransfer, TotalOrder};
 use viastack_kernel::{Duration, LayerRef};
 
 use crate::catalog::{BuildEnv, BuildError, LayerKind, ParamKind, ParamSpec, Params};
@@ -160,6 +160,36 @@ fn build_causal(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef,
     let capacity = params.get_int("capacity")?;
     let capacity = usize::try_from(capacity).map_err(|_| format!("capacity {capacity}"))?;
     Ok(Arc::new(CausalOrder::new(name, env.node, capacity)))
+}
+
+/// `state-transfer`: the group's state to joining and merging members.
+pub const STATE_TRANSFER: LayerKind = LayerKind {
+    name: "state-transfer",
+    doc: "State transfer (seed 001 §2.1), stacked above `total-order`: the state is a digest \
+          of what the member delivered (count and hash chain). At each view every member \
+          multicasts its digest as of the view's start, ordered with the view's messages; the \
+          first in the delivery order is the view's state: members that came from another \
+          view than its sender (joiners, the other side of a merge) adopt it, refolding the \
+          view's messages delivered before it (`StateTransferred` notice). A `StateDigest` \
+          notice goes up before every `View`.",
+    params: &[ParamSpec {
+        name: "capacity",
+        kind: ParamKind::Int {
+            min: 1,
+            max: 1 << 20,
+        },
+        default: Some("4096"),
+        doc: "messages of a view remembered (8 bytes each) until its state arrives",
+    }],
+    one_of: &[],
+    device: false,
+    build: build_state,
+};
+
+fn build_state(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, BuildError> {
+    let capacity = params.get_int("capacity")?;
+    let capacity = usize::try_from(capacity).map_err(|_| format!("capacity {capacity}"))?;
+    Ok(Arc::new(StateTransfer::new(name, env.node, capacity)))
 }
 
 #[cfg(test)]
