@@ -79,7 +79,7 @@ pub struct RouteRow {
 }
 
 /// One source network of a node's source tree (global memory).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct TreeRow {
     /// The source network.
     pub source: String,
@@ -93,7 +93,7 @@ pub struct TreeRow {
 }
 
 /// One (source network, group) of a node's prune table (global memory).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PruneRow {
     /// The source network.
     pub source: String,
@@ -106,7 +106,7 @@ pub struct PruneRow {
 }
 
 /// One membership of a node's group table (global memory).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct GroupRow {
     /// The interface.
     pub iface: u16,
