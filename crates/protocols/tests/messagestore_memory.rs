@@ -104,6 +104,7 @@ impl Session for MiddleSession {
                 parent: Some(NodeId(3)),
                 children: vec![NodeId(7), NodeId(8)],
                 neighbours: vec![NodeId(3), NodeId(7), NodeId(8)],
+                label: None,
             };
             ctx.go(Event::new(
                 TREE.id(),
