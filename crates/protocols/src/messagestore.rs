@@ -132,7 +132,8 @@
 //! emptied at its end), [`Deploy::queue`] messages waiting for a service, [`MAX_FETCHES`] fetches (each
 //! reassembling at most one bundle of [`specbundle::MAX_SPEC`] bytes), [`Deploy::max_services`]
 //! services, 64 refused hashes, and per instance its timers (the timer table holds at most `8 × capacity`
-//! entries; beyond, the earliest due are cancelled and counted); at most `capacity` failure reports
+//! entries; beyond, the earliest due are cancelled and counted; an ended instance's timers,
+//! held payload and root are dropped when it ends, so only its delivery record outlives it); at most `capacity` failure reports
 //! in flight and [`DELIVERED_MAX`] remembered deliveries.
 //!
 //! Failure reports and their acknowledgements are layer messages in the same format
