@@ -16,7 +16,9 @@
 //! - **Flood**: to every neighbour but the previous hop; each node delivers and passes on a
 //!   message the first time it sees it (*duplicate suppression*).
 //! - **Unicast**: up the tree rooted at the destination (each hop sends to its parent in the
-//!   destination's tree), delivered at the destination only.
+//!   destination's tree), delivered at the destination only — or, with
+//!   [`Config::hand_up_unicast`], handed up at every node on the way ([`Delivery::transit`]),
+//!   whose upper layer sends it on (the MessageStore's metaops, seed 000 §5.1.2.1).
 //!
 //! # Message identity and duplicates
 //! Every message the engine originates carries a message-id extension

@@ -7,7 +7,7 @@
 //! The node holding the top label G(N−1) is the **HRoot**.
 //!
 //! # Messages ([`Message`])
-//! - `Beacon { root, seq, root_substrate }`: the HRoot's periodic beacon, sent to its neighbours
+//! - `Beacon { root, seq, root_substrate, cube }`: the HRoot's periodic beacon, sent to its neighbours
 //!   and the buddies and relayed through the cube (each node relays a beacon once: a higher index
 //!   or a newer sequence number), so every node knows the HRoot and hence N.
 //! - `Ping { src }`: neighbour heartbeat.
@@ -16,7 +16,7 @@
 //!   consecutive labels are neighbours, so each hop gets nearer). The holder answers with a
 //!   `Ping`.
 //! - `Join { joiner }`: a node without a label asks the buddies; labelled nodes forward it to the
-//!   HRoot, which answers `Assign { G(N) }`: the newcomer is the new HRoot.
+//!   HRoot, which answers `Assign { G(N), cube }`: the newcomer is the new HRoot.
 //! - `Leave { src }`: a node leaves; `Hole { label }`: a node below the top is missing (left or
 //!   timed out), reported to the HRoot, which **moves** into the hole (leaving the top), so the
 //!   cube stays compact; the node below the old top becomes HRoot.
@@ -24,6 +24,25 @@
 //!   that claimed the root at once): the one with the greater substrate address gives its label
 //!   up and joins again. The holders find out when one hears the other, or when a neighbour of
 //!   the label hears pings from both.
+//!
+//! - `Rejoin { cube, via }`: cube `cube` lost a merge (below): its nodes relay this to their
+//!   neighbours, give their labels up and join again through `via`, the winner's HRoot.
+//!
+//! # Partitions
+//! Every cube has an identifier (`cube`, a u32 drawn by the node that founds it, carried in
+//! `Beacon` and `Assign`). Each new HRoot renames its cube [`Config::fragment_after`] after
+//! taking the root if it still holds it (its members adopt the new name from their own
+//! HRoot's beacon), so the side of a partition that lost its HRoot — whose new HRoot took the
+//! root by claiming a silent one, by succession or by a join — always ends up under a name of
+//! its own. A node whose HRoot went silent adopts the cube of the first beacon it hears. When
+//! a node hears the beacon of *another* cube (the HRoots beacon to the buddies, which is how
+//! cubes meet; a rendezvous server makes every leader a buddy of the others,
+//! [`crate::rendezvous`]), the cube whose HRoot has the higher Gray index wins (ties: the
+//! lower identifier): a node of the losing cube dissolves it (`Rejoin`) and joins the
+//! winner; a node of the winning cube answers with its own HRoot's beacon (at most once per
+//! beacon period), so that the other side dissolves. Joins are forwarded at most once per
+//! joiner and ping period: stale views of several cubes could otherwise forward a join in a
+//! cycle.
 //!
 //! # Call order
 //! As [`crate::dt`]: `handle_message`/`handle_timeout` with the current time, then drain

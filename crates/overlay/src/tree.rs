@@ -3,7 +3,16 @@
 //! embedded in the overlay network topology"; multicast goes down the tree rooted at the
 //! sender, unicast up the tree rooted at the receiver).
 //!
-//! On the hypercube the tree rooted at `r` follows the bit rule ([`hc_parent`]).
+//! On the hypercube the tree rooted at `r` follows the bit rule ([`hc_parent`]): a node's
+//! parent flips the lowest bit in which its label and `r` differ whose result is a label of
+//! the compact cube (its Gray index at most the HRoot's). Each step clears one differing bit,
+//! so there is no cycle; in a compact Gray cube such a bit always exists (checked for every
+//! root of every cube of 1…259 nodes, and by the property tests), so the tree spans the cube.
+//! HyperCast's description fixes the rule only up to the order in which the bits are tried;
+//! any fixed order gives a spanning tree, and all nodes must use the same one. A node needs
+//! the root's *label*: the forwarding engine carries it (the source of a multicast, the
+//! destination of a unicast), the `messagestore` carries its root's label in its messages
+//! (wire version 2).
 //!
 //! On the Delaunay triangulation the tree rooted at `r` is given by compass routing: a node's
 //! parent is the neighbour whose direction makes the smallest angle with the direction of `r`

@@ -76,9 +76,20 @@
 //!   service sees it — for services that do not forward (ordering).
 //! - Otherwise forwarding is the service's: the shipped services forward with their own primitives
 //!   (h2hack's `sendDataMessage` to the children, dupelim's `forwardMessage`), so the layer
-//!   forwards nothing by itself. (The metaops `messageStoreWillForwardMessage` and
-//!   `processIntermediateUnicastMessage` are read by the spec layer but not acted on here yet:
-//!   a unicast goes through the overlay's routing and reaches only its addressee's store.)
+//!   forwards nothing by itself.
+//! - **Metaops** (seed 000 §5.1.2.1). With the overlay's `unicast = "hop"`, a unicast passing
+//!   through this node comes up to the store (its DestinationAddress is another node's):
+//!   with `processIntermediateUnicastMessage` the service runs it here (counted
+//!   `transit_processed`; its `toApplication` does not deliver another node's unicast here:
+//!   `transit_not_delivered`); with `messageStoreWillForwardMessage` too, sending it on is
+//!   the service's (`forwardMessage`), else the layer sends it on at once, one hop less
+//!   (`transit_forwarded`; HopLimit exhausted: `transit_hop_limit`) and the service gets a
+//!   clone. Layer messages (failure reports, spec requests) are only passed on. With
+//!   `unicast = "route"` (the default) the overlay routes a unicast to its addressee's store.
+//! - **Hypercube roots.** The tree rooted at a message's root needs the root's label on a
+//!   hypercube: the layer stamps it on the messages (wire version 2, below) and hands it to the
+//!   overlay with each tree query (its own label from the overlay's answers; other roots'
+//!   from the messages received, at most [`ROOT_LABELS_MAX`]).
 //!
 //! # Addresses
 //!
@@ -89,7 +100,8 @@
 //! Carried in the overlay's application payload: version `1` (u8), ServiceID (u32),
 //! MessageID (u64), MessageType (u8), DeliveryMode (u8), HopLimit (u8), SourceAddress,
 //! DestinationAddress, RootAddress, SequenceNumber (u64 each), a payload flag (u8, 1 if a
-//! payload follows) and the payload. All big-endian.
+//! payload follows) and the payload. All big-endian. Version `2` adds RootLabel (u32, the
+//! root's hypercube label) after the SequenceNumber ([`encode_labelled`]).
 //!
 //! # Batches
 //!
