@@ -88,6 +88,13 @@ fn variant(test: &str) -> PathBuf {
             }
         }
     }
+    if let Some(groups) = scenario.get_mut("group").and_then(|g| g.as_array_mut()) {
+        for g in groups {
+            let g = g.as_table_mut().unwrap();
+            let at = halve(g["at"].as_str().unwrap());
+            g.insert("at".into(), at.into());
+        }
+    }
     for f in scenario["link_failure"].as_array_mut().unwrap() {
         let f = f.as_table_mut().unwrap();
         let at = halve(f["at"].as_str().unwrap());

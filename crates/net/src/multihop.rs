@@ -19,7 +19,8 @@
 //! (user-space emulation of the link's propagation delay, at the sender).
 //!
 //! The event loop is [`crate::NetNode`]'s (timers, application sends, datagrams), waiting on
-//! every interface socket at once with `epoll` (mio).
+//! every interface socket at once with `epoll` (mio), plus the scenario's `[[scenario.group]]`
+//! joins and leaves, handed to the node's `igmp` layer at their times as in the simulator.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -144,6 +145,10 @@ pub struct MultiNode {
     no_socket: u64,
     unknown_source: u64,
     own: u64,
+    /// The node's first channel (where `[[scenario.group]]` commands go down).
+    first_channel: Option<viastack_kernel::ChannelId>,
+    /// `[[scenario.group]]` joins and leaves still to do: (when, join, group), by time.
+    group_events: Vec<(Instant, bool, u32)>,
 }
 
 impl MultiNode {
@@ -191,6 +196,7 @@ impl MultiNode {
                 _watch: watch,
             });
         }
+        let first_channel = channels.first().map(|&(_, c)| c);
         let recorder = std::rc::Rc::new(std::cell::RefCell::new(Recorder::default()));
         let app = Application::new(
             id,
@@ -217,7 +223,25 @@ impl MultiNode {
             no_socket: 0,
             unknown_source: 0,
             own: 0,
+            first_channel,
+            group_events: Vec::new(),
         })
+    }
+
+    /// Makes the application join (`join`) or leave multicast group `group` at `at` (a
+    /// `[[scenario.group]]` entry), as the simulator's nodes do.
+    pub fn group_at(&mut self, at: Instant, join: bool, group: u32) {
+        self.group_events.push((at, join, group));
+        self.group_events.sort_by_key(|e| e.0);
+    }
+
+    fn run_group_events(&mut self, now: Instant) {
+        while self.group_events.first().is_some_and(|e| e.0 <= now) {
+            let (_, join, group) = self.group_events.remove(0);
+            if let Some(channel) = self.first_channel {
+                viastack_scenario::group_command(&mut self.kernel, channel, now, join, group);
+            }
+        }
     }
 
     fn jitter(&mut self, max_ns: u64) -> u64 {
@@ -355,6 +379,7 @@ impl MultiNode {
                 return Ok(());
             }
             self.kernel.handle_timeout(now);
+            self.run_group_events(now);
             self.app.send_due(&mut self.kernel, now);
             self.drain(now);
             let held = self.release(now);
@@ -362,6 +387,7 @@ impl MultiNode {
                 self.kernel.poll_timeout(),
                 self.app.next_send(),
                 held,
+                self.group_events.first().map(|e| e.0),
                 Some(end),
             ]
             .into_iter()
@@ -528,6 +554,7 @@ pub fn run_threads_topology(
             .enumerate()
             .map(|(n, ((b, list), peers))| {
                 let workloads = scenario.workloads.clone();
+                let groups = scenario.groups.clone();
                 let id = NodeId(n as u32);
                 let interfaces: Vec<(InterfaceSpec, UdpEndpoint)> = list
                     .into_iter()
@@ -541,6 +568,9 @@ pub fn run_threads_topology(
                     .name(format!("node-{n}"))
                     .spawn_scoped(scope, move || {
                         let mut node = MultiNode::new(id, nodes, b, &workloads, interfaces, clock)?;
+                        for g in groups.iter().filter(|g| g.node == id.0) {
+                            node.group_at(Instant::ZERO + g.at, g.join, g.group);
+                        }
                         node.run_until(end)?;
                         Ok(node.finish())
                     })

@@ -34,7 +34,7 @@ use viastack_stack::model::StackFile;
 use viastack_stack::Diagnostics;
 
 pub use app::Application;
-pub use node::{memory_of, SimNode};
+pub use node::{group_command, memory_of, SimNode};
 pub use recorder::Recorder;
 pub use report::Report;
 

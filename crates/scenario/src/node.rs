@@ -78,27 +78,12 @@ impl SimNode {
     }
 
     fn run_group_events(&mut self, now: Instant) {
-        use viastack_protocols::mcast::{custom_event, GroupCommand, MCAST_GROUP};
         while self.group_events.first().is_some_and(|e| e.0 <= now) {
             let (_, join, group) = self.group_events.remove(0);
             let Some(&(_, channel)) = self.channels.first() else {
                 continue;
             };
-            let g = viastack_mcast::Addr(group);
-            let cmd = if join {
-                GroupCommand::Join(g)
-            } else {
-                GroupCommand::Leave(g)
-            };
-            let ev = custom_event(
-                MCAST_GROUP.id(),
-                viastack_kernel::Direction::Down,
-                channel,
-                cmd,
-            );
-            if let Err(e) = self.kernel.inject(now, ev) {
-                tracing::debug!(node = %self.id, error = %e, "group command: channel not open");
-            }
+            group_command(&mut self.kernel, channel, now, join, group);
         }
     }
 
@@ -272,4 +257,32 @@ pub fn memory_of(
             })
             .collect(),
     })
+}
+
+/// Hands a host's `igmp` layer a `[[scenario.group]]` command: join (or leave) multicast group
+/// `group`, as a `McastGroup` event down `channel` (the node's first). Shared by the simulator's
+/// nodes and the network driver's (`viastack_net::multihop`).
+pub fn group_command(
+    kernel: &mut Kernel,
+    channel: ChannelId,
+    now: Instant,
+    join: bool,
+    group: u32,
+) {
+    use viastack_protocols::mcast::{custom_event, GroupCommand, MCAST_GROUP};
+    let g = viastack_mcast::Addr(group);
+    let cmd = if join {
+        GroupCommand::Join(g)
+    } else {
+        GroupCommand::Leave(g)
+    };
+    let ev = custom_event(
+        MCAST_GROUP.id(),
+        viastack_kernel::Direction::Down,
+        channel,
+        cmd,
+    );
+    if let Err(e) = kernel.inject(now, ev) {
+        tracing::debug!(node = %kernel.node(), error = %e, "group command: channel not open");
+    }
 }
