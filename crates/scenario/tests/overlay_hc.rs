@@ -6,7 +6,10 @@
 //!   "MessageStore") and hands it to the overlay with each tree query; the overlay computes the
 //!   bit-rule tree rooted at that label. h2hack, which forwards to the children of the tree
 //!   rooted at the sender, then delivers every multicast to every node exactly once over 10 %
-//!   loss. Without the label the overlay knows no children and nothing is forwarded (the
+//!   loss, or tells the sender: h2hack gives up on a hop by design (Timeout_maxACK, 5 s, when
+//!   a child's payload, ACK requests and NACKs keep getting lost; about 6 seeds of 100), and
+//!   with `failure_state = "reset"` the node that gave up reports up to the root, whose
+//!   application gets `PeerUnreachable` (the property excuses exactly those messages). Without the label the overlay knows no children and nothing is forwarded (the
 //!   check is not vacuous: the counters show the forwarding was the store's).
 //! - **e2eack** (acknowledgements aggregated up the tree rooted at the sender, by unicast to
 //!   the previous hop) finishes every instance on a hypercube: no root gives up.
@@ -79,33 +82,46 @@ fn seeds(default: u64) -> u64 {
 }
 
 #[test]
-fn h2hack_on_a_hypercube_delivers_every_multicast_over_ten_percent_loss() {
-    let mut failures = Vec::new();
-    let n = seeds(40);
+fn h2hack_on_a_hypercube_delivers_every_multicast_or_tells_the_sender() {
+    let n = seeds(100);
+    let (mut reported_seeds, mut reported, mut deliveries) = (Vec::new(), 0, 0);
     for seed in 0..n {
         let nodes = 5 + (seed as u32 * 5) % 12;
         let what = format!("seed {seed}, {nodes} nodes");
-        let r = run_src(&scenario("specs/h2hack.scxml", nodes, 0.1), seed);
+        // `failure_state = "reset"`: an instance that gives up (Timeout_maxACK: a child never
+        // acknowledged) reports up to the root, whose application is told.
+        let src = scenario("specs/h2hack.scxml", nodes, 0.1).replace(
+            "capacity = 10000\n",
+            "capacity = 10000\nfailure_state = \"reset\"\n",
+        );
+        let r = run_src(&src, seed);
         assert!(r.network.lost > 0, "{what}: no loss: {r}");
         assert_eq!(r.duplicated, 0, "{what}: {r}");
         // The overlay did not multicast: every copy was a one-hop unicast of the store's.
         assert_eq!(counter(&r, "net.not_from_parent"), 0, "{what}: {r}");
         assert_eq!(counter(&r, "net.no_label"), 0, "{what}: {r}");
-        if !r.verdict.holds
-            || counter(&r, "store.to_application") != u64::from(nodes) * u64::from(nodes - 1) * 5
-        {
-            failures.push(format!("{what}: {r}"));
+        // Strict: every multicast reached every other node exactly once, or its sender was
+        // told (the property excuses a miss only for a message the sender's stack reported).
+        assert!(r.verdict.holds, "{what}: {r}");
+        let want = u64::from(nodes) * u64::from(nodes - 1) * 5;
+        let got = counter(&r, "store.to_application");
+        deliveries += got;
+        if got != want {
+            // (The property above already matched each miss to a report of that message.)
+            assert!(
+                counter(&r, "store.failure_reported") > 0,
+                "{what}: a miss with no report: {r}"
+            );
+            reported_seeds.push(seed);
         }
+        reported += counter(&r, "store.failure_reported");
     }
+    // Under 10 % loss h2hack gives up on a hop now and then (Timeout_maxACK, 5 s; seeds 26
+    // and 33 of the first 40): by design, and the sender is told.
     eprintln!(
-        "h2hack on a hypercube: {} of {n} seeds missed a delivery",
-        failures.len()
+        "h2hack on a hypercube: {n} seeds, {deliveries} deliveries; seeds {reported_seeds:?} \
+         missed a delivery, every one reported ({reported} multicasts reported to their senders)"
     );
-    // Known (reported, not hidden): seeds 26 and 33 each miss one multicast at one node of
-    // 910 deliveries (h2hack gave up on a hop under 10 % loss; this scenario sets no
-    // `failure_state`, so no report is asked for). At most 2 of 40 seeds may miss one; every
-    // miss is printed. Without the root labels every seed misses nearly everything.
-    assert!(failures.len() <= 2, "{}", failures.join("\n"));
 }
 
 #[test]
