@@ -9,9 +9,9 @@
 //! - `overlay-multicast`: converged, and every `multicast` workload message sent by a node
 //!   that stayed up was delivered exactly once at every other node that stayed up, and no node
 //!   received any multicast twice — unless the sender's stack reported that message (a
-//!   reliable service that gave up and told the sender: a miss, not a violation). A node *stayed up* if it is up at the end, did not leave,
-//!   and never crashed after it first started (a late start is written as a crash at `0s` with
-//!   a restart).
+//!   reliable service that gave up and told the sender: a miss, not a violation). A node
+//!   *stayed up* if it is up at the end, did not leave, and never crashed after it first
+//!   started (a late start is written as a crash at `0s` with a restart).
 //!
 //! Live nodes are the nodes up at the end that did not leave.
 
