@@ -10,63 +10,13 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{counter, drain, hex, node, vectors};
-use viastack_kernel::event::SENDABLE;
-use viastack_kernel::{
-    Body, Context, Dest, Direction, Event, EventType, Layer, LayerRef, Message, NodeId, Session,
-};
+use common::{counter, drain, hex, node, vectors, FixedTree};
+use viastack_kernel::{Dest, LayerRef, Message, NodeId};
 use viastack_protocols::messagestore::{
     addr, decode, decode_batch, encode, encode_batch, Config, Deploy, LocalService, MessageStore,
     BATCH_MAX_BYTES,
 };
-use viastack_protocols::overlay::{TreeInfo, TreeQuery, TREE, TREE_QUERY};
 use viastack_spec::service::Message as SMsg;
-
-/// Answers every tree query at once: node 3 is the parent and the only neighbour.
-#[derive(Debug)]
-struct BelowThree;
-
-impl Layer for BelowThree {
-    fn name(&self) -> &str {
-        "below3"
-    }
-    fn accepts(&self) -> Vec<EventType> {
-        vec![SENDABLE.id(), TREE_QUERY.id()]
-    }
-    fn provides(&self) -> Vec<EventType> {
-        vec![TREE.id()]
-    }
-    fn create_session(&self) -> Box<dyn Session> {
-        Box::new(BelowThreeSession)
-    }
-}
-
-struct BelowThreeSession;
-
-impl Session for BelowThreeSession {
-    fn handle(&mut self, event: Event, ctx: &mut Context<'_>) {
-        if event.ty() != TREE_QUERY.id() {
-            ctx.go(event);
-            return;
-        }
-        if let Some(q) = event.custom::<TreeQuery>() {
-            let info = TreeInfo {
-                root: q.root,
-                token: q.token,
-                parent: Some(NodeId(3)),
-                children: Vec::new(),
-                neighbours: vec![NodeId(3)],
-                label: None,
-            };
-            ctx.go(Event::new(
-                TREE.id(),
-                Direction::Up,
-                event.channel(),
-                Body::Custom(Box::new(info)),
-            ));
-        }
-    }
-}
 
 fn store() -> LayerRef {
     let text = std::fs::read_to_string(concat!(
@@ -128,7 +78,7 @@ fn messages(datagram: &[u8]) -> Vec<SMsg> {
 
 #[test]
 fn the_acknowledgements_of_one_input_batch_leave_as_one_datagram() {
-    let mut n = node(5, 1, vec![Arc::new(BelowThree), store()], 1);
+    let mut n = node(5, 1, vec![Arc::new(FixedTree::below(3, &[])), store()], 1);
     let now = n.now;
     n.kernel.begin_batch();
     for id in 0..10 {
@@ -154,7 +104,7 @@ fn the_acknowledgements_of_one_input_batch_leave_as_one_datagram() {
 
 #[test]
 fn a_lone_acknowledgement_leaves_as_a_plain_message() {
-    let mut n = node(5, 1, vec![Arc::new(BelowThree), store()], 1);
+    let mut n = node(5, 1, vec![Arc::new(FixedTree::below(3, &[])), store()], 1);
     let now = n.now;
     let m = framed(&n, &payload(7, 100));
     n.kernel.handle_datagram(now, n.device, NodeId(3), m);
@@ -168,7 +118,7 @@ fn a_lone_acknowledgement_leaves_as_a_plain_message() {
 
 #[test]
 fn a_full_batch_leaves_and_the_next_one_starts() {
-    let mut n = node(5, 1, vec![Arc::new(BelowThree), store()], 1);
+    let mut n = node(5, 1, vec![Arc::new(FixedTree::below(3, &[])), store()], 1);
     let now = n.now;
     let count = 3 * BATCH_MAX_BYTES / 51;
     n.kernel.begin_batch();
@@ -190,7 +140,7 @@ fn a_full_batch_leaves_and_the_next_one_starts() {
 
 #[test]
 fn a_received_batch_is_handled_message_by_message_and_a_damaged_one_not_at_all() {
-    let mut n = node(5, 1, vec![Arc::new(BelowThree), store()], 1);
+    let mut n = node(5, 1, vec![Arc::new(FixedTree::below(3, &[])), store()], 1);
     let now = n.now;
     let (a, b) = (payload(1, 40), payload(2, 40));
     let batch = encode_batch(&[&a, &b]);

@@ -11,88 +11,12 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{counter, node};
+use common::{counter, node, FixedTree};
 use viastack_kernel::event::SENDABLE;
-use viastack_kernel::{
-    Body, Context, Dest, Direction, Event, EventType, Layer, LayerRef, Message, NodeId, Output,
-    Sendable, Session, Tag,
-};
+use viastack_kernel::{Dest, Direction, Event, LayerRef, Message, NodeId, Output, Sendable, Tag};
 use viastack_protocols::events::{send_failure, SEND_REFUSED};
 use viastack_protocols::messagestore::{addr, encode, Config, Deploy, LocalService, MessageStore};
-use viastack_protocols::overlay::{TreeInfo, TreeQuery, TREE, TREE_QUERY};
 use viastack_spec::service::Message as SMsg;
-
-/// Provides the tree answers the store requires, and never gives one.
-#[derive(Debug)]
-struct Silent;
-
-impl Layer for Silent {
-    fn name(&self) -> &str {
-        "silent"
-    }
-    fn accepts(&self) -> Vec<EventType> {
-        vec![SENDABLE.id(), TREE_QUERY.id()]
-    }
-    fn provides(&self) -> Vec<EventType> {
-        vec![TREE.id()]
-    }
-    fn create_session(&self) -> Box<dyn Session> {
-        Box::new(SilentSession)
-    }
-}
-
-struct SilentSession;
-
-impl Session for SilentSession {
-    fn handle(&mut self, event: Event, ctx: &mut Context<'_>) {
-        if event.ty() != TREE_QUERY.id() {
-            ctx.go(event);
-        }
-    }
-}
-
-/// Answers every tree query at once: this node alone (no parent, children or neighbours).
-#[derive(Debug)]
-struct Alone;
-
-impl Layer for Alone {
-    fn name(&self) -> &str {
-        "alone"
-    }
-    fn accepts(&self) -> Vec<EventType> {
-        vec![SENDABLE.id(), TREE_QUERY.id()]
-    }
-    fn provides(&self) -> Vec<EventType> {
-        vec![TREE.id()]
-    }
-    fn create_session(&self) -> Box<dyn Session> {
-        Box::new(AloneSession)
-    }
-}
-
-struct AloneSession;
-
-impl Session for AloneSession {
-    fn handle(&mut self, event: Event, ctx: &mut Context<'_>) {
-        if event.ty() != TREE_QUERY.id() {
-            ctx.go(event);
-            return;
-        }
-        if let Some(q) = event.custom::<TreeQuery>() {
-            let info = TreeInfo {
-                root: q.root,
-                token: q.token,
-                ..TreeInfo::default()
-            };
-            ctx.go(Event::new(
-                TREE.id(),
-                Direction::Up,
-                event.channel(),
-                Body::Custom(Box::new(info)),
-            ));
-        }
-    }
-}
 
 const QUEUE: usize = 8;
 
@@ -150,7 +74,7 @@ fn message(id: u64, payload: bool) -> Vec<u8> {
 
 #[test]
 fn a_data_flood_does_not_push_out_queued_control_messages() {
-    let mut n = node(5, 1, vec![Arc::new(Silent), store()], 1);
+    let mut n = node(5, 1, vec![Arc::new(FixedTree::silent()), store()], 1);
     for id in 0..5 {
         receive(&mut n, message(id, false));
     }
@@ -164,7 +88,7 @@ fn a_data_flood_does_not_push_out_queued_control_messages() {
 
 #[test]
 fn a_control_flood_does_not_push_out_queued_data_messages() {
-    let mut n = node(5, 1, vec![Arc::new(Silent), store()], 1);
+    let mut n = node(5, 1, vec![Arc::new(FixedTree::silent()), store()], 1);
     for id in 0..3 {
         receive(&mut n, message(id, true));
     }
@@ -207,7 +131,7 @@ fn send_tagged(n: &mut common::Node, tag: u64) -> Vec<u64> {
 
 #[test]
 fn own_messages_pushed_out_of_the_buffer_are_refused_to_the_sender() {
-    let mut n = node(5, 1, vec![Arc::new(Silent), store()], 1);
+    let mut n = node(5, 1, vec![Arc::new(FixedTree::silent()), store()], 1);
     let mut refused = Vec::new();
     for tag in 1..=10 {
         refused.extend(send_tagged(&mut n, tag));
@@ -218,7 +142,7 @@ fn own_messages_pushed_out_of_the_buffer_are_refused_to_the_sender() {
 
 #[test]
 fn a_full_store_refuses_the_senders_message_with_a_notice() {
-    let mut n = node(5, 1, vec![Arc::new(Alone), store_with(1)], 1);
+    let mut n = node(5, 1, vec![Arc::new(FixedTree::default()), store_with(1)], 1);
     // The first message's instance lives (h2hack keeps it for Timeout_Delete).
     assert!(send_tagged(&mut n, 1).is_empty());
     assert_eq!(counter(&n, "store.full"), 0);

@@ -17,15 +17,11 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use common::{advance, counter, drain, node};
-use viastack_kernel::event::SENDABLE;
-use viastack_kernel::{
-    Body, Context, Direction, Duration, Event, EventType, Layer, LayerRef, Message, NodeId, Session,
-};
+use common::{advance, counter, drain, node, FixedTree};
+use viastack_kernel::{Duration, LayerRef, Message, NodeId};
 use viastack_protocols::messagestore::{
     addr, encode, Config, Deploy, LocalService, MessageStore, MessageStoreSession,
 };
-use viastack_protocols::overlay::{TreeInfo, TreeQuery, TREE, TREE_QUERY};
 use viastack_spec::service::Message as SMsg;
 
 struct Counting;
@@ -69,52 +65,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-/// Node 3 is the parent, nodes 7 and 8 the children, in every tree.
-#[derive(Debug)]
-struct Middle;
-
-impl Layer for Middle {
-    fn name(&self) -> &str {
-        "middle"
-    }
-    fn accepts(&self) -> Vec<EventType> {
-        vec![SENDABLE.id(), TREE_QUERY.id()]
-    }
-    fn provides(&self) -> Vec<EventType> {
-        vec![TREE.id()]
-    }
-    fn create_session(&self) -> Box<dyn Session> {
-        Box::new(MiddleSession)
-    }
-}
-
-struct MiddleSession;
-
-impl Session for MiddleSession {
-    fn handle(&mut self, event: Event, ctx: &mut Context<'_>) {
-        if event.ty() != TREE_QUERY.id() {
-            ctx.go(event);
-            return;
-        }
-        if let Some(q) = event.custom::<TreeQuery>() {
-            let info = TreeInfo {
-                root: q.root,
-                token: q.token,
-                parent: Some(NodeId(3)),
-                children: vec![NodeId(7), NodeId(8)],
-                neighbours: vec![NodeId(3), NodeId(7), NodeId(8)],
-                label: None,
-            };
-            ctx.go(Event::new(
-                TREE.id(),
-                Direction::Up,
-                event.channel(),
-                Body::Custom(Box::new(info)),
-            ));
-        }
-    }
-}
 
 /// h2hack's payload `id` (1 KiB) from node 3, or the H2H ACK of it from child `from`.
 fn message(id: u64, from: u32) -> Vec<u8> {
@@ -188,7 +138,7 @@ fn a_live_instance_holds_its_payload_and_little_else_and_an_ended_one_a_few_byte
             store_forwards: false,
         },
     ));
-    let mut n = node(5, 1, vec![Arc::new(Middle), store], 1);
+    let mut n = node(5, 1, vec![Arc::new(FixedTree::below(3, &[7, 8])), store], 1);
     // Warm-up (tables and buffers of their first sizes), not counted.
     wave(&mut n, 0..100);
     const K: u64 = 5_000;

@@ -10,6 +10,7 @@ use viastack_kernel::{
     ChannelId, Dest, Direction, Event, Instant, Kernel, KernelConfig, LayerRef, Message, NodeId,
     Output, Qos, Sendable, SessionId,
 };
+use viastack_protocols::overlay::{TreeInfo, TreeQuery, TREE, TREE_QUERY};
 
 pub struct Node {
     pub kernel: Kernel,
@@ -164,4 +165,81 @@ pub fn play(v: &serde_json::Value, mut n: Node) -> Node {
         );
     }
     n
+}
+
+/// An overlay stand-in below a `messagestore`: it answers every tree query with the same
+/// neighbourhood (`parent`, `children`, `neighbours`) in every tree, or never answers
+/// (`silent`), so every input stays queued. Sends pass down unchanged.
+#[derive(Debug, Clone, Default)]
+pub struct FixedTree {
+    pub parent: Option<NodeId>,
+    pub children: Vec<NodeId>,
+    pub neighbours: Vec<NodeId>,
+    pub silent: bool,
+}
+
+impl FixedTree {
+    /// Never answers a tree query.
+    pub fn silent() -> Self {
+        FixedTree {
+            silent: true,
+            ..FixedTree::default()
+        }
+    }
+
+    /// Answers with `parent`, `children` and the neighbours they make.
+    pub fn below(parent: u32, children: &[u32]) -> Self {
+        let children: Vec<NodeId> = children.iter().map(|&c| NodeId(c)).collect();
+        let mut neighbours = vec![NodeId(parent)];
+        neighbours.extend(&children);
+        FixedTree {
+            parent: Some(NodeId(parent)),
+            children,
+            neighbours,
+            silent: false,
+        }
+    }
+}
+
+impl viastack_kernel::Layer for FixedTree {
+    fn name(&self) -> &str {
+        "fixed-tree"
+    }
+    fn accepts(&self) -> Vec<viastack_kernel::EventType> {
+        vec![SENDABLE.id(), TREE_QUERY.id()]
+    }
+    fn provides(&self) -> Vec<viastack_kernel::EventType> {
+        vec![TREE.id()]
+    }
+    fn create_session(&self) -> Box<dyn viastack_kernel::Session> {
+        Box::new(self.clone())
+    }
+}
+
+impl viastack_kernel::Session for FixedTree {
+    fn handle(&mut self, event: Event, ctx: &mut viastack_kernel::Context<'_>) {
+        if event.ty() != TREE_QUERY.id() {
+            ctx.go(event);
+            return;
+        }
+        if self.silent {
+            return;
+        }
+        if let Some(q) = event.custom::<TreeQuery>() {
+            let info = TreeInfo {
+                root: q.root,
+                token: q.token,
+                parent: self.parent,
+                children: self.children.clone(),
+                neighbours: self.neighbours.clone(),
+                label: None,
+            };
+            ctx.go(Event::new(
+                TREE.id(),
+                Direction::Up,
+                event.channel(),
+                viastack_kernel::Body::Custom(Box::new(info)),
+            ));
+        }
+    }
 }
