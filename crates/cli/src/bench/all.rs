@@ -1,5 +1,5 @@
 //! `viastack bench all` (issue 13 §6): every benchmark in one go (kernel, unicast, sp, spec,
-//! overlay), each in a fresh process of this binary (`bench NAME --json`), recorded with the
+//! overlay, bus), each in a fresh process of this binary (`bench NAME --json`), recorded with the
 //! machine and the commit in `bench/results/<date>-<host>.json`, and with `--plot DIR` one
 //! chart per benchmark that has one (`kernel.png`, `unicast.png`, `sp.png`, `spec.png`).
 
@@ -31,7 +31,7 @@ pub struct AllArgs {
 }
 
 /// The benchmarks, with the arguments of a full and of a quick run.
-const BENCHMARKS: [(&str, &[&str], &[&str]); 5] = [
+const BENCHMARKS: [(&str, &[&str], &[&str]); 6] = [
     ("kernel", &[], &["--events", "500000", "--repeat", "2"]),
     (
         "unicast",
@@ -41,6 +41,18 @@ const BENCHMARKS: [(&str, &[&str], &[&str]); 5] = [
     ("sp", &[], &["--transfers", "20", "--repeat", "1"]),
     ("spec", &[], &["--messages", "50000", "--repeat", "2"]),
     ("overlay", &[], &["--nodes", "1000", "--repeat", "1"]),
+    (
+        "bus",
+        &[],
+        &[
+            "--size",
+            "1000,1000000,10000000",
+            "--repeat",
+            "1",
+            "--roundtrips",
+            "1000",
+        ],
+    ),
 ];
 
 /// Runs `bench NAME --json` in a fresh process; its document.
