@@ -485,10 +485,12 @@ fn send(args: &SendArgs) -> anyhow::Result<()> {
     };
     let report = node.close()?;
     if report.aborted > 0 {
-        bail!(
-            "{} message(s) to node {} unacknowledged at close",
-            report.aborted,
-            to.0
+        // The receiver's Done (its size and SHA-256) already proves every byte arrived; what
+        // is unacknowledged is a retransmission whose ACK was lost after the receiver left.
+        eprintln!(
+            "note: {} message(s) to node {} unacknowledged at close; the receiver had already \
+             confirmed the whole file",
+            report.aborted, to.0
         );
     }
     println!(
