@@ -216,19 +216,7 @@ pub fn run_threads(
                     })
             })
             .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(n, h)| match h {
-                Ok(h) => h.join().unwrap_or_else(|_| {
-                    Err(NetError::NodeFailed {
-                        node: n as u32,
-                        message: "its thread panicked".into(),
-                    })
-                }),
-                Err(e) => Err(NetError::Io(e)),
-            })
-            .collect()
+        join_nodes(handles)
     });
     let mut recorder = Recorder::default();
     let mut counters = BTreeMap::new();
@@ -278,4 +266,24 @@ pub fn run_threads(
         trace_hash: "-".to_string(),
     };
     Ok(report::build(&info, observed))
+}
+
+/// The outcome of each node's thread, in node order: a thread that could not start or that
+/// panicked becomes that node's error (shared by `run --net` and multi-homed nodes).
+pub(crate) fn join_nodes<T>(
+    handles: Vec<std::io::Result<std::thread::ScopedJoinHandle<'_, Result<T, NetError>>>>,
+) -> Vec<Result<T, NetError>> {
+    handles
+        .into_iter()
+        .enumerate()
+        .map(|(n, h)| match h {
+            Ok(h) => h.join().unwrap_or_else(|_| {
+                Err(NetError::NodeFailed {
+                    node: n as u32,
+                    message: "its thread panicked".into(),
+                })
+            }),
+            Err(e) => Err(NetError::Io(e)),
+        })
+        .collect()
 }

@@ -576,19 +576,7 @@ pub fn run_threads_topology(
                     })
             })
             .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(n, h)| match h {
-                Ok(h) => h.join().unwrap_or_else(|_| {
-                    Err(NetError::NodeFailed {
-                        node: n as u32,
-                        message: "its thread panicked".into(),
-                    })
-                }),
-                Err(e) => Err(NetError::Io(e)),
-            })
-            .collect()
+        crate::join_nodes(handles)
     });
     let mut recorder = Recorder::default();
     let mut counters = BTreeMap::new();
