@@ -34,7 +34,7 @@ public final class TermCodec {
 
     /** The stream of {@code t}; {@code magic} false leaves the three magic bytes out. */
     public static byte[] encode(Term t, boolean magic) {
-        Out out = new Out(64 + (t instanceof Term.Blob b ? b.data().length : 0));
+        Out out = new Out(64 + blobBytes(t));
         if (magic) {
             out.put(MAGIC, 0, MAGIC.length);
         }
@@ -96,6 +96,21 @@ public final class TermCodec {
             }
         }
         return out.bytes();
+    }
+
+    /** The bytes of the blobs in {@code t} (counted once per occurrence, capped): the buffer's first guess. */
+    private static int blobBytes(Term t) {
+        long sum = 0;
+        ArrayDeque<Term> stack = new ArrayDeque<>();
+        stack.push(t);
+        for (int seen = 0; !stack.isEmpty() && seen < 4096; seen++) {
+            Term n = stack.pop();
+            if (n instanceof Term.Blob b) {
+                sum += b.data().length;
+            }
+            n.children().forEach(stack::push);
+        }
+        return (int) Math.min(sum, Integer.MAX_VALUE - 1024);
     }
 
     /** Decodes a whole stream (with its magic). */

@@ -41,6 +41,9 @@ class BusServeTest {
 
     static String binary() {
         String bin = System.getenv("VIASTACK_BIN");
+        if (bin == null || bin.isEmpty()) {
+            System.err.println("skipped: BusServeTest needs VIASTACK_BIN (a viastack binary) to run Java tools against a real bus");
+        }
         assumeTrue(bin != null && !bin.isEmpty(),
                 "skipped: set VIASTACK_BIN to a viastack binary to run the Java client against a real bus");
         assertTrue(Files.isExecutable(Path.of(bin)), "VIASTACK_BIN=" + bin + " is not executable");
