@@ -186,7 +186,11 @@ class Tool:
                 if since >= self.window // 2 and len(out) < size:
                     s.sendall(encode_frame("CREDIT", var=var_id, bytes=since))
                     since = 0
-            s.sendall(encode_frame("END", reason="done"))
+            try:
+                # Best effort, as in the Rust client: the owner may have closed already.
+                s.sendall(encode_frame("END", reason="done"))
+            except OSError:
+                pass
             return bytes(out)
         finally:
             s.close()

@@ -309,7 +309,13 @@ public final class Tool implements AutoCloseable {
                     since = 0;
                 }
             }
-            c.write(Frame.of(Frame.Kind.END, "done").encode());
+            try {
+                // Best effort, as in the Rust client: the owner may already have closed after
+                // its last chunk (a Unix socket then refuses the write with EPIPE).
+                c.write(Frame.of(Frame.Kind.END, "done").encode());
+            } catch (IOException e) {
+                // the value is whole: nothing is lost
+            }
         }
         return out;
     }
@@ -332,6 +338,9 @@ public final class Tool implements AutoCloseable {
         try (c) {
             while (true) {
                 Frame f = c.readFrame(1024);
+                if (f != null && f.kind() == Frame.Kind.CREDIT) {
+                    continue; // credit granted after the last chunk went out
+                }
                 if (f == null || f.kind() != Frame.Kind.GET) {
                     return;
                 }

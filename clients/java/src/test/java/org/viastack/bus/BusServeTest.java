@@ -130,8 +130,9 @@ class BusServeTest {
                     }
                 }
             });
-            Object[] p = producer.get(60, TimeUnit.SECONDS);
+            // The consumer first: it ends first, and its failure is the one to see.
             Object[] c = consumer.get(60, TimeUnit.SECONDS);
+            Object[] p = producer.get(60, TimeUnit.SECONDS);
             assertTrue(bus.waitFor(60, TimeUnit.SECONDS), "the bus ends when the script does");
             assertEquals(0, bus.exitValue());
 
