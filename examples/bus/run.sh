@@ -19,7 +19,9 @@ for tool in python3 javac java cargo; do
 done
 
 echo "== building (release viastack and bus-consumer, the Java client)"
-cargo build --quiet --release -p viastack-cli --bin viastack -p viastack-examples --bin bus-consumer
+# Two builds, not one: each package alone reuses the artifacts its usual build left.
+cargo build --quiet --release -p viastack-cli --bin viastack
+cargo build --quiet --release -p viastack-examples --bin bus-consumer
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 javac -d "$work/classes" clients/java/src/main/java/org/viastack/bus/*.java examples/bus/Transformer.java

@@ -1,6 +1,7 @@
 package org.viastack.bus;
 
 import java.io.IOException;
+import java.util.ArrayDeque;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
@@ -14,7 +15,9 @@ import java.util.concurrent.ConcurrentHashMap;
  * threshold: the value stays here and is streamed in PUT chunks to whoever GETs it, under the
  * window it grants with CREDIT), resolve received references (each fetched once and cached),
  * release them; a FIN from the bus frees an owned value. A daemon thread PINGs at a third of
- * the lease.
+ * the lease. A passive tool (no listener) serves its values through the bus: the bus relays
+ * GET/CREDIT to it on the bus connection and its PUT chunks back to the consumer; a value
+ * whose owner is passive is fetched the same way.
  */
 public final class Tool implements AutoCloseable {
 
@@ -47,6 +50,10 @@ public final class Tool implements AutoCloseable {
     private final String location;
     private final Map<Long, byte[]> store = new ConcurrentHashMap<>();
     private final Map<List<Long>, Term> cache = new HashMap<>();
+    /** Frames read while fetching through the bus, for nextRequest. */
+    private final ArrayDeque<Frame> pending = new ArrayDeque<>();
+    /** Values this tool sends through the bus: var -> {offset, window left}. */
+    private final Map<Long, long[]> relaying = new HashMap<>();
     private volatile boolean closed;
     private long nextVar;
     private long nextEvent;
@@ -164,9 +171,12 @@ public final class Tool implements AutoCloseable {
      */
     public Frame nextRequest() throws IOException, FrameException {
         while (true) {
-            Frame f = bus.readFrame(config.maxFrame);
+            Frame f = pending.poll();
             if (f == null) {
-                throw new BusClosedException("connection closed");
+                f = readBus();
+                if (ownerFrame(f)) {
+                    continue;
+                }
             }
             if (f.kind() == null || f.kind() == Frame.Kind.PING) {
                 continue;
@@ -177,6 +187,61 @@ public final class Tool implements AutoCloseable {
                 default -> { }
             }
             return f;
+        }
+    }
+
+    private Frame readBus() throws IOException, FrameException {
+        Frame f = bus.readFrame(config.maxFrame);
+        if (f == null) {
+            throw new BusClosedException("connection closed");
+        }
+        return f;
+    }
+
+    /**
+     * A GET or CREDIT the bus relays to this owner (a passive tool's values go through the
+     * bus): answered with PUT chunks on the bus connection within the window. True if handled.
+     */
+    private boolean ownerFrame(Frame f) throws IOException {
+        if (f.kind() == Frame.Kind.GET) {
+            long var = f.num("var");
+            if (!store.containsKey(var)) {
+                bus.write(Frame.of(Frame.Kind.FAIL, f.num("delivery"), 3L, "no variable " + var).encode());
+                return true;
+            }
+            relaying.put(var, new long[] {f.num("offset"), f.num("window")});
+            pump(var);
+            return true;
+        }
+        if (f.kind() == Frame.Kind.CREDIT) {
+            long[] r = relaying.get(f.num("var"));
+            if (r != null) {
+                r[1] += f.num("bytes");
+                pump(f.num("var"));
+            }
+            return true;
+        }
+        return false;
+    }
+
+    private void pump(long var) throws IOException {
+        byte[] value = store.get(var);
+        long[] r = relaying.get(var);
+        if (value == null) {
+            relaying.remove(var);
+            return;
+        }
+        long total = value.length;
+        long pos = r[0] < 0 ? total : Math.min(r[0], total);
+        while (pos < total && r[1] > 0) {
+            int n = (int) Math.min(Math.min(config.chunk, r[1]), total - pos);
+            bus.write(putHead(var, pos, total, n), value, (int) pos, n);
+            pos += n;
+            r[1] -= n;
+        }
+        r[0] = pos;
+        if (pos >= total) {
+            relaying.remove(var);
         }
     }
 
@@ -269,14 +334,57 @@ public final class Tool implements AutoCloseable {
         }
     }
 
-    private byte[] fetch(Term.Ref r, long delivery) throws IOException {
-        if (r.location().isEmpty()) {
-            throw new TransferFailedException(2, "owner is passive");
+    /**
+     * A passive owner's value through the bus: GET/CREDIT on the bus connection, the owner's
+     * PUT chunks relayed back; other frames meanwhile wait for nextRequest.
+     */
+    private byte[] fetchRelayed(Term.Ref r, long delivery, int size) throws IOException {
+        int window = config.window;
+        bus.write(Frame.of(Frame.Kind.GET, delivery, r.var(), 0L, (long) window).encode());
+        byte[] out = new byte[size];
+        int have = 0;
+        long since = 0;
+        while (have < size) {
+            Frame f;
+            try {
+                f = readBus();
+            } catch (FrameException e) {
+                throw new TransferFailedException(0, "bad frame from the bus: " + e.getMessage());
+            }
+            if (ownerFrame(f)) {
+                continue;
+            }
+            if (f.kind() == Frame.Kind.PUT && f.num("var") == r.var()) {
+                byte[] d = f.data();
+                if (f.num("offset") != have || f.num("total") != size || d.length > size - have) {
+                    throw new TransferFailedException(0, "relayed PUT out of order");
+                }
+                System.arraycopy(d, 0, out, have, d.length);
+                have += d.length;
+                since += d.length;
+                if (since >= window / 2 && have < size) {
+                    bus.write(Frame.of(Frame.Kind.CREDIT, r.var(), since).encode());
+                    since = 0;
+                }
+            } else if (f.kind() == Frame.Kind.FAIL && f.num("delivery") == delivery) {
+                throw new TransferFailedException((int) f.num("code"), f.str("detail"));
+            } else if (f.kind() == Frame.Kind.END) {
+                throw new BusClosedException(f.str("reason"));
+            } else {
+                pending.add(f);
+            }
         }
+        return out;
+    }
+
+    private byte[] fetch(Term.Ref r, long delivery) throws IOException {
         if (r.size() < 0 || r.size() > Integer.MAX_VALUE - 8) {
             throw new TransferFailedException(0, "value of " + Long.toUnsignedString(r.size()) + " bytes is too large");
         }
         int size = (int) r.size();
+        if (r.location().isEmpty()) {
+            return fetchRelayed(r, delivery, size);
+        }
         byte[] out = new byte[size];
         int window = config.window;
         try (Conn c = Conn.connect(r.location())) {
