@@ -70,6 +70,8 @@ pub struct ToolConfig {
     pub window: u32,
     /// Largest frame accepted from the bus.
     pub max_frame: usize,
+    /// TLS to the bus (its TCP address), verifying its certificate against given roots.
+    pub tls: Option<crate::net::TlsClient>,
 }
 
 impl ToolConfig {
@@ -82,6 +84,7 @@ impl ToolConfig {
             chunk: 256 * 1024,
             window: 4 << 20,
             max_frame: DEFAULT_MAX_FRAME,
+            tls: None,
         }
     }
 }
@@ -194,7 +197,10 @@ impl Tool {
                 loc
             }
         };
-        let stream = Endpoint::parse(bus).connect()?;
+        let stream = match &config.tls {
+            Some(tls) => tls.connect(bus)?,
+            None => Endpoint::parse(bus).connect()?,
+        };
         let mut reader = stream.try_clone()?;
         let writer = Arc::new(Mutex::new(stream));
         write_frame(

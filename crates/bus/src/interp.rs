@@ -133,6 +133,9 @@ pub struct Counters {
     pub refused_creates: u64,
     /// Tools that lost their lease.
     pub leases_expired: u64,
+    /// Tools closed because they did not read what the bus queued for them (the driver's
+    /// bounded per-connection queue overflowed).
+    pub slow_readers: u64,
 }
 
 struct Process {
@@ -479,6 +482,14 @@ impl Bus {
     /// The tool's connection closed.
     pub fn handle_disconnect(&mut self, now: Instant, tool: ToolId) {
         self.lose_tool(tool, "disconnected");
+        self.run(now);
+    }
+
+    /// The driver closed `tool`'s connection because it did not read what was queued for it
+    /// (counted; the tool is lost like a disconnected one).
+    pub fn handle_slow_reader(&mut self, now: Instant, tool: ToolId) {
+        self.counters.slow_readers += 1;
+        self.lose_tool(tool, "slow reader");
         self.run(now);
     }
 
