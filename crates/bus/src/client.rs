@@ -165,6 +165,11 @@ pub struct Tool {
     config: ToolConfig,
     stop: Arc<AtomicBool>,
     _ping: mpsc::Sender<()>,
+    /// Frames from the bus read while resolving a relayed reference, for `next_request`.
+    pending: std::collections::VecDeque<Frame>,
+    /// Values this (passive) tool is sending through the bus: var → (delivery, position,
+    /// window left).
+    relaying: HashMap<u64, (u64, usize, usize)>,
     /// The tool's arena (build terms with it).
     pub arena: Arena,
     /// Transfer counts.
@@ -264,6 +269,8 @@ impl Tool {
             config,
             stop,
             _ping: ping_keep,
+            pending: Default::default(),
+            relaying: HashMap::new(),
             arena,
             stats: ToolStats::default(),
         })
@@ -288,17 +295,30 @@ impl Tool {
         Ok(write_frame(&self.writer, f)?)
     }
 
+    /// Sends any frame to the bus as is (extensions, and tests of the bus's refusals).
+    ///
+    /// # Errors
+    /// The socket's error.
+    pub fn send_frame(&self, f: &Frame) -> Result<(), ClientError> {
+        self.send(f)
+    }
+
     /// The next request from the bus (blocking). FINs free the value before being returned.
     ///
     /// # Errors
     /// The connection's failure or end.
     pub fn next_request(&mut self) -> Result<Request, ClientError> {
         loop {
-            // Read on the caller's thread: no hand-off per frame.
-            let Some(bytes) = read_frame(&mut self.reader, self.config.max_frame)? else {
-                return Err(ClientError::Ended("connection closed".into()));
+            let f = match self.pending.pop_front() {
+                Some(f) => f,
+                None => {
+                    let f = self.read_bus()?;
+                    match self.owner_frame(f)? {
+                        Some(f) => f,
+                        None => continue,
+                    }
+                }
             };
-            let f = Frame::parse(&mut self.arena, &bytes, self.config.max_frame)?;
             return Ok(match f {
                 Frame::Eval {
                     request,
@@ -347,6 +367,139 @@ impl Tool {
         }
     }
 
+    /// The next frame from the bus (blocking; read on the caller's thread: no hand-off per
+    /// frame).
+    fn read_bus(&mut self) -> Result<Frame, ClientError> {
+        let Some(bytes) = read_frame(&mut self.reader, self.config.max_frame)? else {
+            return Err(ClientError::Ended("connection closed".into()));
+        };
+        Ok(Frame::parse(
+            &mut self.arena,
+            &bytes,
+            self.config.max_frame,
+        )?)
+    }
+
+    /// The owner's side of a relayed transfer (seed 003 "active <- passive", "passive -
+    /// passive"): a GET or CREDIT the bus relays to this passive tool is answered with PUT
+    /// chunks on the bus connection, within the consumer's window. Other frames are returned.
+    fn owner_frame(&mut self, f: Frame) -> Result<Option<Frame>, ClientError> {
+        match f {
+            Frame::Get {
+                delivery,
+                var,
+                offset,
+                window,
+            } => {
+                let known = self.store.lock().ok().is_some_and(|s| s.contains_key(&var));
+                if !known {
+                    self.send(&Frame::Fail {
+                        delivery,
+                        code: FailCode::UnknownVar,
+                        detail: format!("no variable {var}"),
+                    })?;
+                    return Ok(None);
+                }
+                let pos = usize::try_from(offset).unwrap_or(usize::MAX);
+                self.relaying.insert(var, (delivery, pos, window as usize));
+                self.pump_relay(var)?;
+                Ok(None)
+            }
+            Frame::Credit { var, bytes } => {
+                if let Some(r) = self.relaying.get_mut(&var) {
+                    r.2 = r.2.saturating_add(bytes as usize);
+                }
+                self.pump_relay(var)?;
+                Ok(None)
+            }
+            f => Ok(Some(f)),
+        }
+    }
+
+    fn pump_relay(&mut self, var: u64) -> Result<(), ClientError> {
+        let Some(&(_, mut pos, mut allowed)) = self.relaying.get(&var) else {
+            return Ok(());
+        };
+        let value = self.store.lock().ok().and_then(|s| s.get(&var).cloned());
+        let Some(value) = value else {
+            self.relaying.remove(&var);
+            return Ok(());
+        };
+        let total = value.len();
+        pos = pos.min(total);
+        while pos < total && allowed > 0 {
+            let n = self.config.chunk.min(allowed).min(total - pos);
+            self.send(&Frame::Put {
+                var,
+                offset: pos as u64,
+                total: total as u64,
+                data: value[pos..pos + n].to_vec(),
+            })?;
+            pos += n;
+            allowed -= n;
+        }
+        if pos >= total {
+            self.relaying.remove(&var);
+        } else if let Some(r) = self.relaying.get_mut(&var) {
+            r.1 = pos;
+            r.2 = allowed;
+        }
+        Ok(())
+    }
+
+    /// Fetches a passive owner's value through the bus: GET and CREDIT on the bus
+    /// connection, PUT chunks relayed back; frames meanwhile are kept for `next_request`
+    /// (and relayed GETs of this tool's own values are served, so two passive tools never
+    /// wait on each other).
+    fn fetch_relayed(&mut self, r: &RefInfo, delivery: u64) -> Result<Vec<u8>, ClientError> {
+        let window = self.config.window;
+        self.send(&Frame::Get {
+            delivery,
+            var: r.var,
+            offset: 0,
+            window,
+        })?;
+        let total = usize::try_from(r.size).map_err(|_| ClientError::Protocol("size".into()))?;
+        let mut out = Vec::with_capacity(total);
+        let mut since_credit = 0usize;
+        while out.len() < total {
+            let f = self.read_bus()?;
+            let Some(f) = self.owner_frame(f)? else {
+                continue;
+            };
+            match f {
+                Frame::Put {
+                    var,
+                    offset,
+                    total: t,
+                    data,
+                } if var == r.var => {
+                    if offset as usize != out.len() || t != r.size || out.len() + data.len() > total
+                    {
+                        return Err(ClientError::Protocol("relayed PUT out of order".into()));
+                    }
+                    since_credit += data.len();
+                    out.extend_from_slice(&data);
+                    if since_credit >= window as usize / 2 && out.len() < total {
+                        self.send(&Frame::Credit {
+                            var: r.var,
+                            bytes: since_credit as u32,
+                        })?;
+                        since_credit = 0;
+                    }
+                }
+                Frame::Fail {
+                    delivery: d,
+                    code,
+                    detail,
+                } if d == delivery => return Err(ClientError::Transfer { code, detail }),
+                Frame::End { reason } => return Err(ClientError::Ended(reason)),
+                f => self.pending.push_back(f),
+            }
+        }
+        Ok(out)
+    }
+
     /// Answers an evaluation.
     ///
     /// # Errors
@@ -376,11 +529,12 @@ impl Tool {
         self.send(&Frame::Note { term })
     }
 
-    /// The term to send for `value`: the value itself when small (or when this tool is
-    /// passive), else a reference to it, kept here until the bus's FIN.
+    /// The term to send for `value`: the value itself when small, else a reference to it,
+    /// kept here until the bus's FIN. A passive tool's reference has no location: consumers
+    /// GET it through the bus, which relays to this tool's connection.
     pub fn put(&mut self, value: &Term) -> Term {
         let bytes = saf::encode(value);
-        if self.location.is_empty() || bytes.len() <= self.threshold as usize {
+        if bytes.len() <= self.threshold as usize {
             return value.clone();
         }
         self.next_var += 1;
@@ -422,7 +576,11 @@ impl Tool {
                     })?;
                 saf::decode(&mut self.arena, &bytes)?
             } else {
-                let bytes = fetch(&r, delivery, &self.config)?;
+                let bytes = if r.location.is_empty() {
+                    self.fetch_relayed(&r, delivery)?
+                } else {
+                    fetch(&r, delivery, &self.config)?
+                };
                 self.stats.fetches += 1;
                 self.stats.fetched_bytes += bytes.len() as u64;
                 saf::decode(&mut self.arena, &bytes)?
