@@ -61,8 +61,11 @@ pub struct Config {
     pub trace: bool,
     /// Tokens tools must present in HELLO (empty: none required).
     pub tokens: Vec<String>,
-    /// Relayed transfers (GETs of a passive owner's values) waiting or running per owner.
+    /// Relayed transfers (GETs of a passive owner's values) waiting or running per value.
     pub max_relays_per_owner: usize,
+    /// Bytes of frames (values, events) the bus holds in its tool queues at once, all tools
+    /// together; a frame beyond it is refused (counted `refused_memory`).
+    pub max_queued_bytes: usize,
 }
 
 impl Default for Config {
@@ -83,6 +86,7 @@ impl Default for Config {
             trace: false,
             tokens: Vec::new(),
             max_relays_per_owner: 64,
+            max_queued_bytes: 256 << 20,
         }
     }
 }
@@ -144,6 +148,10 @@ pub struct Counters {
     pub refused_relays: u64,
     /// PUT chunks relayed from passive owners to consumers.
     pub relayed_chunks: u64,
+    /// Values and events refused because the bus's queues held `max_queued_bytes`.
+    pub refused_memory: u64,
+    /// References refused because their owner held `max_refs_per_tool`.
+    pub refused_refs_over_limit: u64,
     /// Tools closed because they did not read what the bus queued for them (the driver's
     /// bounded per-connection queue overflowed).
     pub slow_readers: u64,
@@ -199,7 +207,10 @@ struct Tool {
     claimed: Option<u64>,
     last_heard: Instant,
     values: VecDeque<Term>,
+    /// The frame size of each queued value, for the bus's memory limit.
+    value_bytes: VecDeque<usize>,
     events: VecDeque<(u64, Term)>,
+    event_bytes: VecDeque<usize>,
     unacked: Vec<(u64, Term)>,
     next_request: u64,
     /// References the bus delivered to this tool (it may pass them on; a relayed GET must
@@ -253,6 +264,10 @@ pub struct Bus {
     launched: BTreeSet<u64>,
     counters: Counters,
     pending_run: bool,
+    /// Bytes of the frames held in tool queues (values, events), all tools.
+    queued_bytes: usize,
+    /// Size of the frame being handled (0 when handed over decoded).
+    frame_bytes: usize,
     /// Relayed transfers by (owner, variable): the front one runs.
     relays: BTreeMap<(ToolId, u64), VecDeque<Relay>>,
 }
@@ -377,6 +392,8 @@ impl Bus {
             launched: BTreeSet::new(),
             counters: Counters::default(),
             relays: BTreeMap::new(),
+            queued_bytes: 0,
+            frame_bytes: 0,
             pending_run: false,
         };
         let starts = bus.script.toolbus.clone();
@@ -499,7 +516,9 @@ impl Bus {
                 claimed: None,
                 last_heard: now,
                 values: VecDeque::new(),
+                value_bytes: VecDeque::new(),
                 events: VecDeque::new(),
+                event_bytes: VecDeque::new(),
                 unacked: Vec::new(),
                 next_request: 0,
                 granted: BTreeSet::new(),
@@ -534,7 +553,9 @@ impl Bus {
     ) -> Result<(), WireError> {
         match Frame::parse(&mut self.arena, bytes, self.config.max_frame) {
             Ok(f) => {
+                self.frame_bytes = bytes.len();
                 self.handle_frame(now, tool, f);
+                self.frame_bytes = 0;
                 Ok(())
             }
             Err(e) => {
@@ -571,7 +592,7 @@ impl Bus {
 
     /// Whether `tool` may send a term holding `refs`: each is its own (at its registered
     /// location), or one the bus already counts (passed along), and within the owner's limit.
-    fn refs_allowed(&self, tool: ToolId, refs: &[RefInfo]) -> bool {
+    fn refs_admitted(&self, tool: ToolId, refs: &[RefInfo]) -> bool {
         let Some(t) = self.tools.get(&tool) else {
             return false;
         };
@@ -580,7 +601,7 @@ impl Bus {
             // or one the bus delivered to it and still counts.
             (r.owner == tool && *r.location == t.location)
                 || (t.granted.contains(&(r.owner, r.var)) && self.refs.count((r.owner, r.var)) > 0)
-        }) && self.refs.admits(refs)
+        })
     }
 
     /// One decoded frame from `tool`.
@@ -644,15 +665,21 @@ impl Bus {
         match frame {
             Frame::Value { term, .. } => {
                 if self.admit(tool, &term) {
+                    let n = self.frame_bytes;
                     if let Some(t) = self.tools.get_mut(&tool) {
                         t.values.push_back(term);
+                        t.value_bytes.push_back(n);
+                        self.queued_bytes += n;
                     }
                 }
             }
             Frame::Event { event, term } => {
                 if self.admit(tool, &term) {
+                    let n = self.frame_bytes;
                     if let Some(t) = self.tools.get_mut(&tool) {
                         t.events.push_back((event, term));
+                        t.event_bytes.push_back(n);
+                        self.queued_bytes += n;
                     }
                 }
             }
@@ -714,13 +741,26 @@ impl Bus {
             .tools
             .get(&tool)
             .map_or(0, |t| t.values.len() + t.events.len());
-        if !self.refs_allowed(tool, &refs) {
+        if !self.refs_admitted(tool, &refs) {
             self.counters.refused_grants += 1;
             self.refuse(tool, "reference not owned by this tool nor granted to it");
             return false;
         }
+        if !self.refs.admits(&refs) {
+            self.counters.refused_refs_over_limit += 1;
+            self.refuse(tool, "the owner holds too many references");
+            return false;
+        }
         if queued >= self.config.max_queued_per_tool {
             self.refuse(tool, "queue full");
+            return false;
+        }
+        if self.queued_bytes + self.frame_bytes > self.config.max_queued_bytes {
+            self.counters.refused_memory += 1;
+            self.refuse(
+                tool,
+                "bus memory limit: the script has not taken queued values yet",
+            );
             return false;
         }
         self.refs.bind(&refs);
@@ -987,6 +1027,8 @@ impl Bus {
         for v in t.values.drain(..) {
             keys.extend(v.refs());
         }
+        let held: usize = t.value_bytes.drain(..).chain(t.event_bytes.drain(..)).sum();
+        self.queued_bytes = self.queued_bytes.saturating_sub(held);
         for (_, e) in t.events.drain(..).chain(t.unacked.drain(..)) {
             keys.extend(e.refs());
         }
@@ -1677,6 +1719,9 @@ impl Bus {
                     let rec_value = atom.op == Op::RecValue;
                     if let Some(t) = self.tools.get_mut(&id) {
                         if rec_value {
+                            if let Some(n) = t.value_bytes.pop_front() {
+                                self.queued_bytes = self.queued_bytes.saturating_sub(n);
+                            }
                             if let Some(v) = t.values.pop_front() {
                                 self.arena.matches(pat, &v, &scope, &mut binds);
                                 release.extend(v.refs().into_iter().map(|r| (r.owner, r.var)));
@@ -1689,6 +1734,9 @@ impl Bus {
                             // The event stays counted (now unacknowledged) until snd-ack-event.
                             if let Some(ev) = t.events.remove(i) {
                                 t.unacked.push(ev);
+                            }
+                            if let Some(n) = t.event_bytes.remove(i) {
+                                self.queued_bytes = self.queued_bytes.saturating_sub(n);
                             }
                         }
                     }
