@@ -72,6 +72,9 @@ pub struct ToolConfig {
     pub max_frame: usize,
     /// TLS to the bus (its TCP address), verifying its certificate against given roots.
     pub tls: Option<crate::net::TlsClient>,
+    /// Same-host transfers in a sealed memfd over Unix sockets (asking as a consumer,
+    /// answering as an owner; [`crate::memfd`]); streaming otherwise.
+    pub memfd: bool,
 }
 
 impl ToolConfig {
@@ -85,6 +88,7 @@ impl ToolConfig {
             window: 4 << 20,
             max_frame: DEFAULT_MAX_FRAME,
             tls: None,
+            memfd: true,
         }
     }
 }
@@ -149,6 +153,8 @@ pub struct ToolStats {
     pub fetched_bytes: u64,
     /// References resolved from the cache.
     pub cache_hits: u64,
+    /// Of the fetches, those handed over as a memfd (same host, Unix socket).
+    pub memfd_fetches: u64,
 }
 
 /// A tool connected to a bus.
@@ -579,7 +585,9 @@ impl Tool {
                 let bytes = if r.location.is_empty() {
                     self.fetch_relayed(&r, delivery)?
                 } else {
-                    fetch(&r, delivery, &self.config)?
+                    let (bytes, by_memfd) = fetch(&r, delivery, &self.config)?;
+                    self.stats.memfd_fetches += u64::from(by_memfd);
+                    bytes
                 };
                 self.stats.fetches += 1;
                 self.stats.fetched_bytes += bytes.len() as u64;
@@ -655,23 +663,119 @@ fn substitute_refs(arena: &mut Arena, t: &Term, values: &HashMap<(u64, u64), Ter
     }
 }
 
-/// Fetches a reference's bytes from its owner: GET with a window, PUT chunks, CREDIT as the
-/// window drains. The owner may not send more than the reference's size.
-fn fetch(r: &RefInfo, delivery: u64, config: &ToolConfig) -> Result<Vec<u8>, ClientError> {
+/// Asks a same-host owner for the value as a memfd (GET with window 0, [`crate::memfd`]):
+/// `Some` bytes, or `None` when the owner answered FAIL (then stream on the same connection).
+fn fetch_memfd(
+    s: &mut Stream,
+    r: &RefInfo,
+    delivery: u64,
+    total: usize,
+) -> Result<Option<Vec<u8>>, ClientError> {
+    let Stream::Unix(u) = &*s else {
+        return Ok(None);
+    };
+    let mut w = u;
+    w.write_all(
+        &Frame::Get {
+            delivery,
+            var: r.var,
+            offset: 0,
+            window: 0,
+        }
+        .to_bytes(),
+    )?;
+    // The answer is one small frame (PUT without data, or FAIL); read its length first,
+    // with the descriptor that comes with the first byte.
+    let mut head = [0u8; 4];
+    let (n, fd) = crate::memfd::recv_with_fd(u, &mut head)?;
+    if n == 0 {
+        return Err(ClientError::Transfer {
+            code: FailCode::OwnerLost,
+            detail: "owner closed the transfer".into(),
+        });
+    }
+    let mut s2 = u;
+    if n < 4 {
+        std::io::Read::read_exact(&mut s2, &mut head[n..])?;
+    }
+    let len = u32::from_be_bytes(head) as usize;
+    if len == 0 || len > 64 * 1024 {
+        return Err(ClientError::Protocol("memfd answer too long".into()));
+    }
+    let mut frame = head.to_vec();
+    frame.resize(4 + len, 0);
+    std::io::Read::read_exact(&mut s2, &mut frame[4..])?;
+    let mut arena = Arena::new();
+    match Frame::parse(&mut arena, &frame, 64 * 1024)? {
+        Frame::Put {
+            var,
+            offset: 0,
+            total: t,
+            data,
+        } if var == r.var && t == r.size && data.is_empty() => {
+            let fd =
+                fd.ok_or_else(|| ClientError::Protocol("memfd PUT without a descriptor".into()))?;
+            Ok(Some(crate::memfd::read_all(fd, total)?))
+        }
+        Frame::Fail {
+            code: FailCode::Refused,
+            ..
+        } => Ok(None),
+        Frame::Fail { code, detail, .. } => Err(ClientError::Transfer { code, detail }),
+        f => Err(ClientError::Protocol(format!(
+            "unexpected {} for a memfd GET",
+            f.name()
+        ))),
+    }
+}
+
+/// Fetches a reference's bytes from its owner — as a memfd from a same-host owner on a Unix
+/// socket when both allow it, else streamed: GET with a window, PUT chunks, CREDIT as the
+/// window drains. The owner may not send more than the reference's size. The flag says
+/// whether the memfd path was taken.
+fn fetch(r: &RefInfo, delivery: u64, config: &ToolConfig) -> Result<(Vec<u8>, bool), ClientError> {
+    let total = usize::try_from(r.size).map_err(|_| ClientError::Protocol("size".into()))?;
+    if config.memfd && r.location.starts_with("unix:") {
+        let mut s = Endpoint::parse(&r.location).connect()?;
+        if let Some(bytes) = fetch_memfd(&mut s, r, delivery, total)? {
+            let _ = s.write_all(
+                &Frame::End {
+                    reason: "done".into(),
+                }
+                .to_bytes(),
+            );
+            return Ok((bytes, true));
+        }
+        return Ok((stream_on(s, r, delivery, config)?, false));
+    }
+    Ok((fetch_streamed(r, delivery, config)?, false))
+}
+
+fn fetch_streamed(r: &RefInfo, delivery: u64, config: &ToolConfig) -> Result<Vec<u8>, ClientError> {
     if r.location.is_empty() {
         return Err(ClientError::Transfer {
             code: FailCode::Refused,
             detail: "owner is passive (no location)".into(),
         });
     }
-    let mut s = Endpoint::parse(&r.location).connect()?;
+    let s = Endpoint::parse(&r.location).connect()?;
+    stream_on(s, r, delivery, config)
+}
+
+/// The streamed fetch on a connection to the owner.
+fn stream_on(
+    mut s: Stream,
+    r: &RefInfo,
+    delivery: u64,
+    config: &ToolConfig,
+) -> Result<Vec<u8>, ClientError> {
     let mut arena = Arena::new();
     s.write_all(
         &Frame::Get {
             delivery,
             var: r.var,
             offset: 0,
-            window: config.window,
+            window: config.window.max(1),
         }
         .to_bytes(),
     )?;
@@ -762,6 +866,33 @@ fn serve_one(mut s: Stream, store: &Store, config: &ToolConfig) -> Result<(), Cl
             continue;
         };
         let total = value.len();
+        if window == 0 {
+            // A memfd asked for (same host, Unix socket): PUT without data, memfd attached.
+            let sent = match (&s, config.memfd) {
+                (Stream::Unix(u), true) => crate::memfd::sealed(&value).and_then(|fd| {
+                    let head = Frame::Put {
+                        var,
+                        offset: 0,
+                        total: total as u64,
+                        data: Vec::new(),
+                    }
+                    .to_bytes();
+                    crate::memfd::send_with_fd(u, &head, &fd)
+                }),
+                _ => Err(io::Error::other("memfd not offered")),
+            };
+            if let Err(e) = sent {
+                s.write_all(
+                    &Frame::Fail {
+                        delivery,
+                        code: FailCode::Refused,
+                        detail: format!("no memfd: {e}"),
+                    }
+                    .to_bytes(),
+                )?;
+            }
+            continue;
+        }
         let mut pos = usize::try_from(offset).unwrap_or(usize::MAX).min(total);
         let mut allowed = window as usize;
         let mut buf = Vec::with_capacity(config.chunk + 40);
