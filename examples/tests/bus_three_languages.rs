@@ -97,6 +97,7 @@ fn a_value_goes_python_to_java_to_rust_by_reference() {
     let trace = Collected::default();
     let opts = ServeOptions {
         trace: Some(Box::new(trace.clone())),
+        ..ServeOptions::default()
     };
     let (done, ended) = mpsc::channel();
     std::thread::spawn(move || {

@@ -3,6 +3,7 @@ the consumer by reference (fetched once, though sent twice), FIN frees it at the
 The binary is $VIASTACK_BIN, or target/{debug,release}/viastack (skipped if absent)."""
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -95,6 +96,93 @@ class BusServe(unittest.TestCase):
         self.assertIn(("got", 256 * 11719, bytes([0, 1, 2])), log)
         self.assertIn(("fetches", 1), log)
         self.assertIn(("fin", 0), log)
+
+
+    def _run(self, extra, producer_kw, consumer_kw, check_wrong_token=None):
+        """The pipeline with `bus serve EXTRA`; returns the log."""
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "pipe.tb")
+            with open(path, "w") as f:
+                f.write(SCRIPT)
+            bus = subprocess.Popen([binary(), "bus", "serve", "--listen", "127.0.0.1:0"]
+                                   + extra(d) + [path], stdout=subprocess.PIPE, text=True)
+            try:
+                addr = bus.stdout.readline().strip().rsplit(" ", 1)[1]
+                log = []
+                if check_wrong_token:
+                    check_wrong_token(addr, d)
+
+                def producer():
+                    t = Tool(addr, "producer", **producer_kw(d))
+                    while True:
+                        kind, f = t.next_request()
+                        if kind == "EVAL":
+                            v = appl("data", string("big"), blob(bytes(range(256)) * 11719))
+                            r = t.put(v)
+                            log.append(("ref", r[0], r[4]))
+                            t.value(f["request"], r)
+                        elif kind == "FIN":
+                            log.append(("fin", len(t.store)))
+                        elif kind == "TERMINATE":
+                            return
+
+                def consumer():
+                    t = Tool(addr, "consumer", **consumer_kw(d))
+                    while True:
+                        kind, f = t.next_request()
+                        if kind == "EVAL":
+                            v = t.resolve(f["term"], f["delivery"])
+                            data = v[2][0][2][1][1]
+                            log.append(("got", len(data), data[:3]))
+                            t.value(f["request"], appl("ok"))
+                        elif kind == "TERMINATE":
+                            log.append(("fetches", t.fetches))
+                            return
+
+                threads = [threading.Thread(target=producer), threading.Thread(target=consumer)]
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join(60)
+                self.assertEqual(bus.wait(60), 0)
+            finally:
+                if bus.poll() is None:
+                    bus.kill()
+                bus.stdout.close()
+        self.assertIn(("got", 256 * 11719, bytes([0, 1, 2])), log)
+        self.assertIn(("fetches", 1), log)
+        self.assertIn(("fin", 0), log)
+        return log
+
+    def test_two_passive_tools_transfer_through_the_bus(self):
+        log = self._run(lambda d: [], lambda d: {"serve": False}, lambda d: {"serve": False})
+        self.assertIn(("ref", "ref", ""), log)
+
+    @unittest.skipIf(shutil.which("openssl") is None, "no openssl to make a certificate")
+    def test_tls_and_token_with_a_passive_owner_relayed(self):
+        def cert(d):
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                            "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
+                            "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                            "-keyout", os.path.join(d, "key.pem"),
+                            "-out", os.path.join(d, "cert.pem")],
+                           check=True, capture_output=True)
+            return ["--tls-cert", os.path.join(d, "cert.pem"),
+                    "--tls-key", os.path.join(d, "key.pem"), "--token", "s3cret"]
+
+        def tls(d, **kw):
+            return dict(tls_ca=os.path.join(d, "cert.pem"), token="s3cret", **kw)
+
+        def wrong(addr, d):
+            with self.assertRaises(ConnectionError):
+                Tool(addr, "consumer", serve=False, tls_ca=os.path.join(d, "cert.pem"),
+                     token="guess")
+            with self.assertRaises(Exception):
+                Tool(addr, "consumer", serve=False, token="s3cret")  # plain TCP
+
+        log = self._run(cert, lambda d: tls(d, serve=False), lambda d: tls(d),
+                        check_wrong_token=wrong)
+        self.assertIn(("ref", "ref", ""), log)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
 """A bus tool in Python: the same API as the Rust client (crates/bus/src/client.rs)."""
 
+import collections
+import select
 import socket
+import ssl
 import struct
 import threading
 
@@ -21,6 +24,83 @@ def _connect(location):
         s = socket.create_connection((host, int(port)))
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
+
+
+def _tls_connect(location, ca_file, server_name):
+    """TLS to the bus (TCP): the certificate is checked against `ca_file` (a CA, or the bus's
+    own self-signed certificate) and `server_name`. One thread owns the TLS session and carries
+    bytes to and from a socket pair, so the tool's reader and its PING thread use a plain
+    socket (an SSL socket must not be read and written from two threads)."""
+    ctx = ssl.create_default_context(cafile=ca_file)
+    raw = _connect(location)
+    tls = ctx.wrap_socket(raw, server_hostname=server_name)
+    app, inner = socket.socketpair()
+    threading.Thread(target=_tls_shuttle, args=(tls, inner), daemon=True).start()
+    return app
+
+
+def _tls_shuttle(tls, inner):
+    tls.setblocking(False)
+    inner.setblocking(False)
+    to_tls, to_app = bytearray(), bytearray()
+    app_open = True
+    try:
+        while True:
+            r, w = [], []
+            if len(to_app) < (1 << 20):
+                r.append(tls)
+            if app_open and len(to_tls) < (1 << 20):
+                r.append(inner)
+            if to_tls:
+                w.append(tls)
+            if to_app:
+                w.append(inner)
+            if not r and not w:
+                return
+            if tls.pending():
+                rr, ww = [tls], []
+            else:
+                rr, ww, _ = select.select(r, w, [])
+            if tls in rr:
+                try:
+                    data = tls.recv(1 << 16)
+                    if not data:
+                        inner.setblocking(True)
+                        inner.sendall(to_app)
+                        inner.close()
+                        return
+                    to_app += data
+                except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                    pass
+            if inner in rr:
+                try:
+                    data = inner.recv(1 << 16)
+                    if not data:
+                        app_open = False
+                    to_tls += data
+                except BlockingIOError:
+                    pass
+            if to_tls:
+                try:
+                    n = tls.send(to_tls)
+                    del to_tls[:n]
+                except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                    pass
+            if to_app:
+                try:
+                    n = inner.send(to_app)
+                    del to_app[:n]
+                except BlockingIOError:
+                    pass
+            if not app_open and not to_tls:
+                tls.close()
+                inner.close()
+                return
+    except OSError:
+        try:
+            inner.close()
+        except OSError:
+            pass
 
 
 def _read_exact(s, n):
@@ -51,7 +131,10 @@ class Tool:
     """connect, next_request, value, event, note, put, resolve, release, close."""
 
     def __init__(self, bus, name, token="", serve=True, window=4 << 20, chunk=256 * 1024,
-                 max_frame=DEFAULT_MAX_FRAME):
+                 max_frame=DEFAULT_MAX_FRAME, tls_ca=None, tls_name="localhost"):
+        """`serve=False`: a passive tool (no listener); its large values still go by
+        reference, fetched through the bus. `tls_ca`: a PEM file of the roots to trust for a
+        TLS bus (`bus serve --tls-cert/--tls-key`), checked against `tls_name`."""
         self.max_frame = max_frame
         self.window = window
         self.chunk = chunk
@@ -68,7 +151,9 @@ class Tool:
             self._listener.listen()
             self.location = "127.0.0.1:%d" % self._listener.getsockname()[1]
             threading.Thread(target=self._serve_values, daemon=True).start()
-        self.sock = _connect(bus)
+        self.pending = collections.deque()
+        self.relaying = {}
+        self.sock = _tls_connect(bus, tls_ca, tls_name) if tls_ca else _connect(bus)
         self._send(encode_frame("HELLO", version=VERSION, name=name, location=self.location,
                                 token=token))
         first = read_frame(self.sock, max_frame)
@@ -101,10 +186,12 @@ class Tool:
         """(kind, fields) of the next request: EVAL, DO, ACK_EVENT, FIN, FAIL, TERMINATE.
         Raises ConnectionError on END or a closed connection."""
         while True:
-            data = read_frame(self.sock, self.max_frame)
-            if data is None:
-                raise ConnectionError("connection closed")
-            kind, f = decode_frame(data, self.max_frame, terms_as_text=False)
+            if self.pending:
+                kind, f = self.pending.popleft()
+            else:
+                kind, f = self._read_bus()
+                if self._owner_frame(kind, f):
+                    continue
             if kind == "FIN":
                 self.store.pop(f["var"], None)
             if kind == "END":
@@ -112,6 +199,76 @@ class Tool:
             if kind in ("PING", "UNKNOWN"):
                 continue
             return kind, f
+
+    def _read_bus(self):
+        data = read_frame(self.sock, self.max_frame)
+        if data is None:
+            raise ConnectionError("connection closed")
+        return decode_frame(data, self.max_frame, terms_as_text=False)
+
+    def _owner_frame(self, kind, f):
+        """A GET or CREDIT the bus relays to this (passive) owner: answered with PUT chunks
+        on the bus connection within the window. True when handled."""
+        if kind == "GET":
+            if f["var"] not in self.store:
+                self._send(encode_frame("FAIL", delivery=f["delivery"], code=3,
+                                        detail="no variable %d" % f["var"]))
+                return True
+            self.relaying[f["var"]] = [f["offset"], f["window"]]
+            self._pump_relay(f["var"])
+            return True
+        if kind == "CREDIT":
+            if f["var"] in self.relaying:
+                self.relaying[f["var"]][1] += f["bytes"]
+                self._pump_relay(f["var"])
+            return True
+        return False
+
+    def _pump_relay(self, var):
+        value = self.store.get(var)
+        pos, allowed = self.relaying[var]
+        if value is None:
+            del self.relaying[var]
+            return
+        total = len(value)
+        while pos < total and allowed > 0:
+            n = min(self.chunk, allowed, total - pos)
+            self._send(encode_frame("PUT", var=var, offset=pos, total=total,
+                                    data=value[pos:pos + n]))
+            pos += n
+            allowed -= n
+        if pos >= total:
+            del self.relaying[var]
+        else:
+            self.relaying[var] = [pos, allowed]
+
+    def _fetch_relayed(self, r, delivery):
+        """A passive owner's value through the bus: GET/CREDIT on the bus connection, the
+        owner's PUT chunks relayed back; other frames meanwhile wait for next_request."""
+        _, _owner, var_id, size, _location, _sig = r
+        self._send(encode_frame("GET", delivery=delivery, var=var_id, offset=0,
+                                window=self.window))
+        out = bytearray()
+        since = 0
+        while len(out) < size:
+            kind, f = self._read_bus()
+            if self._owner_frame(kind, f):
+                continue
+            if kind == "PUT" and f["var"] == var_id:
+                if f["offset"] != len(out) or f["total"] != size:
+                    raise TransferFailed("relayed PUT out of order")
+                out += f["data"]
+                since += len(f["data"])
+                if since >= self.window // 2 and len(out) < size:
+                    self._send(encode_frame("CREDIT", var=var_id, bytes=since))
+                    since = 0
+            elif kind == "FAIL" and f["delivery"] == delivery:
+                raise TransferFailed(f"code {f['code']}: {f['detail']}")
+            elif kind == "END":
+                raise ConnectionError(f["reason"])
+            else:
+                self.pending.append((kind, f))
+        return bytes(out)
 
     def value(self, request, t):
         self._send(encode_frame("VALUE", request=request, term=t))
@@ -125,9 +282,10 @@ class Tool:
         self._send(encode_frame("NOTE", term=t))
 
     def put(self, t):
-        """The term to send: `t` itself when small (or when passive), else a reference."""
+        """The term to send: `t` itself when small, else a reference (a passive tool's has
+        no location: consumers get it through the bus)."""
         data = T.encode_term(t)
-        if not self.location or len(data) <= self.threshold:
+        if len(data) <= self.threshold:
             return t
         self.next_var += 1
         self.store[self.next_var] = data
@@ -165,7 +323,7 @@ class Tool:
     def _fetch(self, r, delivery):
         _, owner, var_id, size, location, _sig = r
         if not location:
-            raise TransferFailed("owner is passive")
+            return self._fetch_relayed(r, delivery)
         s = _connect(location)
         try:
             s.sendall(encode_frame("GET", delivery=delivery, var=var_id, offset=0,

@@ -70,6 +70,11 @@ pub struct ToolConfig {
     pub window: u32,
     /// Largest frame accepted from the bus.
     pub max_frame: usize,
+    /// TLS to the bus (its TCP address), verifying its certificate against given roots.
+    pub tls: Option<crate::net::TlsClient>,
+    /// Same-host transfers in a sealed memfd over Unix sockets (asking as a consumer,
+    /// answering as an owner; [`crate::memfd`]); streaming otherwise.
+    pub memfd: bool,
 }
 
 impl ToolConfig {
@@ -82,6 +87,8 @@ impl ToolConfig {
             chunk: 256 * 1024,
             window: 4 << 20,
             max_frame: DEFAULT_MAX_FRAME,
+            tls: None,
+            memfd: true,
         }
     }
 }
@@ -146,6 +153,8 @@ pub struct ToolStats {
     pub fetched_bytes: u64,
     /// References resolved from the cache.
     pub cache_hits: u64,
+    /// Of the fetches, those handed over as a memfd (same host, Unix socket).
+    pub memfd_fetches: u64,
 }
 
 /// A tool connected to a bus.
@@ -162,6 +171,11 @@ pub struct Tool {
     config: ToolConfig,
     stop: Arc<AtomicBool>,
     _ping: mpsc::Sender<()>,
+    /// Frames from the bus read while resolving a relayed reference, for `next_request`.
+    pending: std::collections::VecDeque<Frame>,
+    /// Values this (passive) tool is sending through the bus: var → (delivery, position,
+    /// window left).
+    relaying: HashMap<u64, (u64, usize, usize)>,
     /// The tool's arena (build terms with it).
     pub arena: Arena,
     /// Transfer counts.
@@ -194,7 +208,10 @@ impl Tool {
                 loc
             }
         };
-        let stream = Endpoint::parse(bus).connect()?;
+        let stream = match &config.tls {
+            Some(tls) => tls.connect(bus)?,
+            None => Endpoint::parse(bus).connect()?,
+        };
         let mut reader = stream.try_clone()?;
         let writer = Arc::new(Mutex::new(stream));
         write_frame(
@@ -258,6 +275,8 @@ impl Tool {
             config,
             stop,
             _ping: ping_keep,
+            pending: Default::default(),
+            relaying: HashMap::new(),
             arena,
             stats: ToolStats::default(),
         })
@@ -282,17 +301,30 @@ impl Tool {
         Ok(write_frame(&self.writer, f)?)
     }
 
+    /// Sends any frame to the bus as is (extensions, and tests of the bus's refusals).
+    ///
+    /// # Errors
+    /// The socket's error.
+    pub fn send_frame(&self, f: &Frame) -> Result<(), ClientError> {
+        self.send(f)
+    }
+
     /// The next request from the bus (blocking). FINs free the value before being returned.
     ///
     /// # Errors
     /// The connection's failure or end.
     pub fn next_request(&mut self) -> Result<Request, ClientError> {
         loop {
-            // Read on the caller's thread: no hand-off per frame.
-            let Some(bytes) = read_frame(&mut self.reader, self.config.max_frame)? else {
-                return Err(ClientError::Ended("connection closed".into()));
+            let f = match self.pending.pop_front() {
+                Some(f) => f,
+                None => {
+                    let f = self.read_bus()?;
+                    match self.owner_frame(f)? {
+                        Some(f) => f,
+                        None => continue,
+                    }
+                }
             };
-            let f = Frame::parse(&mut self.arena, &bytes, self.config.max_frame)?;
             return Ok(match f {
                 Frame::Eval {
                     request,
@@ -341,6 +373,139 @@ impl Tool {
         }
     }
 
+    /// The next frame from the bus (blocking; read on the caller's thread: no hand-off per
+    /// frame).
+    fn read_bus(&mut self) -> Result<Frame, ClientError> {
+        let Some(bytes) = read_frame(&mut self.reader, self.config.max_frame)? else {
+            return Err(ClientError::Ended("connection closed".into()));
+        };
+        Ok(Frame::parse(
+            &mut self.arena,
+            &bytes,
+            self.config.max_frame,
+        )?)
+    }
+
+    /// The owner's side of a relayed transfer (seed 003 "active <- passive", "passive -
+    /// passive"): a GET or CREDIT the bus relays to this passive tool is answered with PUT
+    /// chunks on the bus connection, within the consumer's window. Other frames are returned.
+    fn owner_frame(&mut self, f: Frame) -> Result<Option<Frame>, ClientError> {
+        match f {
+            Frame::Get {
+                delivery,
+                var,
+                offset,
+                window,
+            } => {
+                let known = self.store.lock().ok().is_some_and(|s| s.contains_key(&var));
+                if !known {
+                    self.send(&Frame::Fail {
+                        delivery,
+                        code: FailCode::UnknownVar,
+                        detail: format!("no variable {var}"),
+                    })?;
+                    return Ok(None);
+                }
+                let pos = usize::try_from(offset).unwrap_or(usize::MAX);
+                self.relaying.insert(var, (delivery, pos, window as usize));
+                self.pump_relay(var)?;
+                Ok(None)
+            }
+            Frame::Credit { var, bytes } => {
+                if let Some(r) = self.relaying.get_mut(&var) {
+                    r.2 = r.2.saturating_add(bytes as usize);
+                }
+                self.pump_relay(var)?;
+                Ok(None)
+            }
+            f => Ok(Some(f)),
+        }
+    }
+
+    fn pump_relay(&mut self, var: u64) -> Result<(), ClientError> {
+        let Some(&(_, mut pos, mut allowed)) = self.relaying.get(&var) else {
+            return Ok(());
+        };
+        let value = self.store.lock().ok().and_then(|s| s.get(&var).cloned());
+        let Some(value) = value else {
+            self.relaying.remove(&var);
+            return Ok(());
+        };
+        let total = value.len();
+        pos = pos.min(total);
+        while pos < total && allowed > 0 {
+            let n = self.config.chunk.min(allowed).min(total - pos);
+            self.send(&Frame::Put {
+                var,
+                offset: pos as u64,
+                total: total as u64,
+                data: value[pos..pos + n].to_vec(),
+            })?;
+            pos += n;
+            allowed -= n;
+        }
+        if pos >= total {
+            self.relaying.remove(&var);
+        } else if let Some(r) = self.relaying.get_mut(&var) {
+            r.1 = pos;
+            r.2 = allowed;
+        }
+        Ok(())
+    }
+
+    /// Fetches a passive owner's value through the bus: GET and CREDIT on the bus
+    /// connection, PUT chunks relayed back; frames meanwhile are kept for `next_request`
+    /// (and relayed GETs of this tool's own values are served, so two passive tools never
+    /// wait on each other).
+    fn fetch_relayed(&mut self, r: &RefInfo, delivery: u64) -> Result<Vec<u8>, ClientError> {
+        let window = self.config.window;
+        self.send(&Frame::Get {
+            delivery,
+            var: r.var,
+            offset: 0,
+            window,
+        })?;
+        let total = usize::try_from(r.size).map_err(|_| ClientError::Protocol("size".into()))?;
+        let mut out = Vec::with_capacity(total);
+        let mut since_credit = 0usize;
+        while out.len() < total {
+            let f = self.read_bus()?;
+            let Some(f) = self.owner_frame(f)? else {
+                continue;
+            };
+            match f {
+                Frame::Put {
+                    var,
+                    offset,
+                    total: t,
+                    data,
+                } if var == r.var => {
+                    if offset as usize != out.len() || t != r.size || out.len() + data.len() > total
+                    {
+                        return Err(ClientError::Protocol("relayed PUT out of order".into()));
+                    }
+                    since_credit += data.len();
+                    out.extend_from_slice(&data);
+                    if since_credit >= window as usize / 2 && out.len() < total {
+                        self.send(&Frame::Credit {
+                            var: r.var,
+                            bytes: since_credit as u32,
+                        })?;
+                        since_credit = 0;
+                    }
+                }
+                Frame::Fail {
+                    delivery: d,
+                    code,
+                    detail,
+                } if d == delivery => return Err(ClientError::Transfer { code, detail }),
+                Frame::End { reason } => return Err(ClientError::Ended(reason)),
+                f => self.pending.push_back(f),
+            }
+        }
+        Ok(out)
+    }
+
     /// Answers an evaluation.
     ///
     /// # Errors
@@ -370,11 +535,12 @@ impl Tool {
         self.send(&Frame::Note { term })
     }
 
-    /// The term to send for `value`: the value itself when small (or when this tool is
-    /// passive), else a reference to it, kept here until the bus's FIN.
+    /// The term to send for `value`: the value itself when small, else a reference to it,
+    /// kept here until the bus's FIN. A passive tool's reference has no location: consumers
+    /// GET it through the bus, which relays to this tool's connection.
     pub fn put(&mut self, value: &Term) -> Term {
         let bytes = saf::encode(value);
-        if self.location.is_empty() || bytes.len() <= self.threshold as usize {
+        if bytes.len() <= self.threshold as usize {
             return value.clone();
         }
         self.next_var += 1;
@@ -416,7 +582,13 @@ impl Tool {
                     })?;
                 saf::decode(&mut self.arena, &bytes)?
             } else {
-                let bytes = fetch(&r, delivery, &self.config)?;
+                let bytes = if r.location.is_empty() {
+                    self.fetch_relayed(&r, delivery)?
+                } else {
+                    let (bytes, by_memfd) = fetch(&r, delivery, &self.config)?;
+                    self.stats.memfd_fetches += u64::from(by_memfd);
+                    bytes
+                };
                 self.stats.fetches += 1;
                 self.stats.fetched_bytes += bytes.len() as u64;
                 saf::decode(&mut self.arena, &bytes)?
@@ -491,23 +663,119 @@ fn substitute_refs(arena: &mut Arena, t: &Term, values: &HashMap<(u64, u64), Ter
     }
 }
 
-/// Fetches a reference's bytes from its owner: GET with a window, PUT chunks, CREDIT as the
-/// window drains. The owner may not send more than the reference's size.
-fn fetch(r: &RefInfo, delivery: u64, config: &ToolConfig) -> Result<Vec<u8>, ClientError> {
+/// Asks a same-host owner for the value as a memfd (GET with window 0, [`crate::memfd`]):
+/// `Some` bytes, or `None` when the owner answered FAIL (then stream on the same connection).
+fn fetch_memfd(
+    s: &mut Stream,
+    r: &RefInfo,
+    delivery: u64,
+    total: usize,
+) -> Result<Option<Vec<u8>>, ClientError> {
+    let Stream::Unix(u) = &*s else {
+        return Ok(None);
+    };
+    let mut w = u;
+    w.write_all(
+        &Frame::Get {
+            delivery,
+            var: r.var,
+            offset: 0,
+            window: 0,
+        }
+        .to_bytes(),
+    )?;
+    // The answer is one small frame (PUT without data, or FAIL); read its length first,
+    // with the descriptor that comes with the first byte.
+    let mut head = [0u8; 4];
+    let (n, fd) = crate::memfd::recv_with_fd(u, &mut head)?;
+    if n == 0 {
+        return Err(ClientError::Transfer {
+            code: FailCode::OwnerLost,
+            detail: "owner closed the transfer".into(),
+        });
+    }
+    let mut s2 = u;
+    if n < 4 {
+        std::io::Read::read_exact(&mut s2, &mut head[n..])?;
+    }
+    let len = u32::from_be_bytes(head) as usize;
+    if len == 0 || len > 64 * 1024 {
+        return Err(ClientError::Protocol("memfd answer too long".into()));
+    }
+    let mut frame = head.to_vec();
+    frame.resize(4 + len, 0);
+    std::io::Read::read_exact(&mut s2, &mut frame[4..])?;
+    let mut arena = Arena::new();
+    match Frame::parse(&mut arena, &frame, 64 * 1024)? {
+        Frame::Put {
+            var,
+            offset: 0,
+            total: t,
+            data,
+        } if var == r.var && t == r.size && data.is_empty() => {
+            let fd =
+                fd.ok_or_else(|| ClientError::Protocol("memfd PUT without a descriptor".into()))?;
+            Ok(Some(crate::memfd::read_all(fd, total)?))
+        }
+        Frame::Fail {
+            code: FailCode::Refused,
+            ..
+        } => Ok(None),
+        Frame::Fail { code, detail, .. } => Err(ClientError::Transfer { code, detail }),
+        f => Err(ClientError::Protocol(format!(
+            "unexpected {} for a memfd GET",
+            f.name()
+        ))),
+    }
+}
+
+/// Fetches a reference's bytes from its owner — as a memfd from a same-host owner on a Unix
+/// socket when both allow it, else streamed: GET with a window, PUT chunks, CREDIT as the
+/// window drains. The owner may not send more than the reference's size. The flag says
+/// whether the memfd path was taken.
+fn fetch(r: &RefInfo, delivery: u64, config: &ToolConfig) -> Result<(Vec<u8>, bool), ClientError> {
+    let total = usize::try_from(r.size).map_err(|_| ClientError::Protocol("size".into()))?;
+    if config.memfd && r.location.starts_with("unix:") {
+        let mut s = Endpoint::parse(&r.location).connect()?;
+        if let Some(bytes) = fetch_memfd(&mut s, r, delivery, total)? {
+            let _ = s.write_all(
+                &Frame::End {
+                    reason: "done".into(),
+                }
+                .to_bytes(),
+            );
+            return Ok((bytes, true));
+        }
+        return Ok((stream_on(s, r, delivery, config)?, false));
+    }
+    Ok((fetch_streamed(r, delivery, config)?, false))
+}
+
+fn fetch_streamed(r: &RefInfo, delivery: u64, config: &ToolConfig) -> Result<Vec<u8>, ClientError> {
     if r.location.is_empty() {
         return Err(ClientError::Transfer {
             code: FailCode::Refused,
             detail: "owner is passive (no location)".into(),
         });
     }
-    let mut s = Endpoint::parse(&r.location).connect()?;
+    let s = Endpoint::parse(&r.location).connect()?;
+    stream_on(s, r, delivery, config)
+}
+
+/// The streamed fetch on a connection to the owner.
+fn stream_on(
+    mut s: Stream,
+    r: &RefInfo,
+    delivery: u64,
+    config: &ToolConfig,
+) -> Result<Vec<u8>, ClientError> {
     let mut arena = Arena::new();
     s.write_all(
         &Frame::Get {
             delivery,
             var: r.var,
             offset: 0,
-            window: config.window,
+            window: config.window.max(1),
         }
         .to_bytes(),
     )?;
@@ -598,6 +866,33 @@ fn serve_one(mut s: Stream, store: &Store, config: &ToolConfig) -> Result<(), Cl
             continue;
         };
         let total = value.len();
+        if window == 0 {
+            // A memfd asked for (same host, Unix socket): PUT without data, memfd attached.
+            let sent = match (&s, config.memfd) {
+                (Stream::Unix(u), true) => crate::memfd::sealed(&value).and_then(|fd| {
+                    let head = Frame::Put {
+                        var,
+                        offset: 0,
+                        total: total as u64,
+                        data: Vec::new(),
+                    }
+                    .to_bytes();
+                    crate::memfd::send_with_fd(u, &head, &fd)
+                }),
+                _ => Err(io::Error::other("memfd not offered")),
+            };
+            if let Err(e) = sent {
+                s.write_all(
+                    &Frame::Fail {
+                        delivery,
+                        code: FailCode::Refused,
+                        detail: format!("no memfd: {e}"),
+                    }
+                    .to_bytes(),
+                )?;
+            }
+            continue;
+        }
         let mut pos = usize::try_from(offset).unwrap_or(usize::MAX).min(total);
         let mut allowed = window as usize;
         let mut buf = Vec::with_capacity(config.chunk + 40);

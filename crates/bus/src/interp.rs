@@ -61,6 +61,11 @@ pub struct Config {
     pub trace: bool,
     /// Tokens tools must present in HELLO (empty: none required).
     pub tokens: Vec<String>,
+    /// Relayed transfers (GETs of a passive owner's values) waiting or running per value.
+    pub max_relays_per_owner: usize,
+    /// Bytes of frames (values, events) the bus holds in its tool queues at once, all tools
+    /// together; a frame beyond it is refused (counted `refused_memory`).
+    pub max_queued_bytes: usize,
 }
 
 impl Default for Config {
@@ -80,6 +85,8 @@ impl Default for Config {
             seed: 0,
             trace: false,
             tokens: Vec::new(),
+            max_relays_per_owner: 64,
+            max_queued_bytes: 256 << 20,
         }
     }
 }
@@ -133,6 +140,21 @@ pub struct Counters {
     pub refused_creates: u64,
     /// Tools that lost their lease.
     pub leases_expired: u64,
+    /// References a tool named that it neither owns nor was granted (refused).
+    pub refused_grants: u64,
+    /// GETs relayed to passive owners.
+    pub relays: u64,
+    /// Relayed GETs refused (not granted, over the pending limit, owner not passive).
+    pub refused_relays: u64,
+    /// PUT chunks relayed from passive owners to consumers.
+    pub relayed_chunks: u64,
+    /// Values and events refused because the bus's queues held `max_queued_bytes`.
+    pub refused_memory: u64,
+    /// References refused because their owner held `max_refs_per_tool`.
+    pub refused_refs_over_limit: u64,
+    /// Tools closed because they did not read what the bus queued for them (the driver's
+    /// bounded per-connection queue overflowed).
+    pub slow_readers: u64,
 }
 
 struct Process {
@@ -185,9 +207,26 @@ struct Tool {
     claimed: Option<u64>,
     last_heard: Instant,
     values: VecDeque<Term>,
+    /// The frame size of each queued value, for the bus's memory limit.
+    value_bytes: VecDeque<usize>,
     events: VecDeque<(u64, Term)>,
+    event_bytes: VecDeque<usize>,
     unacked: Vec<(u64, Term)>,
     next_request: u64,
+    /// References the bus delivered to this tool (it may pass them on; a relayed GET must
+    /// name one of an unacknowledged delivery).
+    granted: BTreeSet<(u64, u64)>,
+}
+
+/// A GET of a passive owner's value relayed through the bus (seed 003 "active <- passive"
+/// and "passive - passive"): the owner's PUT chunks for the variable go to `consumer`, one
+/// relay per (owner, variable) at a time.
+struct Relay {
+    /// The consumer; `None` once it is gone (the rest of the value is drained and dropped).
+    consumer: Option<ToolId>,
+    delivery: u64,
+    offset: u64,
+    window: u32,
 }
 
 /// One enabled step.
@@ -225,6 +264,12 @@ pub struct Bus {
     launched: BTreeSet<u64>,
     counters: Counters,
     pending_run: bool,
+    /// Bytes of the frames held in tool queues (values, events), all tools.
+    queued_bytes: usize,
+    /// Size of the frame being handled (0 when handed over decoded).
+    frame_bytes: usize,
+    /// Relayed transfers by (owner, variable): the front one runs.
+    relays: BTreeMap<(ToolId, u64), VecDeque<Relay>>,
 }
 
 fn seq(p: Arc<Proc>, q: &Arc<Proc>) -> Arc<Proc> {
@@ -346,6 +391,9 @@ impl Bus {
             rng,
             launched: BTreeSet::new(),
             counters: Counters::default(),
+            relays: BTreeMap::new(),
+            queued_bytes: 0,
+            frame_bytes: 0,
             pending_run: false,
         };
         let starts = bus.script.toolbus.clone();
@@ -468,9 +516,12 @@ impl Bus {
                 claimed: None,
                 last_heard: now,
                 values: VecDeque::new(),
+                value_bytes: VecDeque::new(),
                 events: VecDeque::new(),
+                event_bytes: VecDeque::new(),
                 unacked: Vec::new(),
                 next_request: 0,
+                granted: BTreeSet::new(),
             },
         );
         id
@@ -479,6 +530,14 @@ impl Bus {
     /// The tool's connection closed.
     pub fn handle_disconnect(&mut self, now: Instant, tool: ToolId) {
         self.lose_tool(tool, "disconnected");
+        self.run(now);
+    }
+
+    /// The driver closed `tool`'s connection because it did not read what was queued for it
+    /// (counted; the tool is lost like a disconnected one).
+    pub fn handle_slow_reader(&mut self, now: Instant, tool: ToolId) {
+        self.counters.slow_readers += 1;
+        self.lose_tool(tool, "slow reader");
         self.run(now);
     }
 
@@ -494,7 +553,9 @@ impl Bus {
     ) -> Result<(), WireError> {
         match Frame::parse(&mut self.arena, bytes, self.config.max_frame) {
             Ok(f) => {
+                self.frame_bytes = bytes.len();
                 self.handle_frame(now, tool, f);
+                self.frame_bytes = 0;
                 Ok(())
             }
             Err(e) => {
@@ -531,14 +592,16 @@ impl Bus {
 
     /// Whether `tool` may send a term holding `refs`: each is its own (at its registered
     /// location), or one the bus already counts (passed along), and within the owner's limit.
-    fn refs_allowed(&self, tool: ToolId, refs: &[RefInfo]) -> bool {
+    fn refs_admitted(&self, tool: ToolId, refs: &[RefInfo]) -> bool {
         let Some(t) = self.tools.get(&tool) else {
             return false;
         };
         refs.iter().all(|r| {
-            (r.owner == tool && *r.location == t.location && !t.location.is_empty())
-                || self.refs.count((r.owner, r.var)) > 0
-        }) && self.refs.admits(refs)
+            // Its own (at its location; "" for a passive owner, whose values are relayed),
+            // or one the bus delivered to it and still counts.
+            (r.owner == tool && *r.location == t.location)
+                || (t.granted.contains(&(r.owner, r.var)) && self.refs.count((r.owner, r.var)) > 0)
+        })
     }
 
     /// One decoded frame from `tool`.
@@ -602,15 +665,21 @@ impl Bus {
         match frame {
             Frame::Value { term, .. } => {
                 if self.admit(tool, &term) {
+                    let n = self.frame_bytes;
                     if let Some(t) = self.tools.get_mut(&tool) {
                         t.values.push_back(term);
+                        t.value_bytes.push_back(n);
+                        self.queued_bytes += n;
                     }
                 }
             }
             Frame::Event { event, term } => {
                 if self.admit(tool, &term) {
+                    let n = self.frame_bytes;
                     if let Some(t) = self.tools.get_mut(&tool) {
                         t.events.push_back((event, term));
+                        t.event_bytes.push_back(n);
+                        self.queued_bytes += n;
                     }
                 }
             }
@@ -641,18 +710,24 @@ impl Bus {
                 self.lose_tool(tool, "END");
             }
             Frame::Unknown { .. } => self.counters.unknown_frames += 1,
-            Frame::Get { delivery, .. } => {
-                // Relaying for passive owners is not in this slice: refuse, typed.
-                self.counters.refused_frames += 1;
-                self.send(
-                    tool,
-                    Frame::Fail {
-                        delivery,
-                        code: FailCode::Refused,
-                        detail: "the bus does not relay GET (owner must be active)".into(),
-                    },
-                );
-            }
+            Frame::Get {
+                delivery,
+                var,
+                offset,
+                window,
+            } => self.relay_get(tool, delivery, var, offset, window),
+            Frame::Credit { var, bytes } => self.relay_credit(tool, var, bytes),
+            Frame::Put {
+                var,
+                offset,
+                total,
+                data,
+            } => self.relay_put(tool, var, offset, total, data),
+            Frame::Fail {
+                delivery,
+                code,
+                detail,
+            } => self.relay_fail(tool, delivery, code, detail),
             _ => self.refuse(tool, "frame kind not accepted from a tool"),
         }
         self.run(now);
@@ -666,16 +741,235 @@ impl Bus {
             .tools
             .get(&tool)
             .map_or(0, |t| t.values.len() + t.events.len());
-        if !self.refs_allowed(tool, &refs) {
+        if !self.refs_admitted(tool, &refs) {
+            self.counters.refused_grants += 1;
             self.refuse(tool, "reference not owned by this tool nor granted to it");
+            return false;
+        }
+        if !self.refs.admits(&refs) {
+            self.counters.refused_refs_over_limit += 1;
+            self.refuse(tool, "the owner holds too many references");
             return false;
         }
         if queued >= self.config.max_queued_per_tool {
             self.refuse(tool, "queue full");
             return false;
         }
+        if self.queued_bytes + self.frame_bytes > self.config.max_queued_bytes {
+            self.counters.refused_memory += 1;
+            self.refuse(
+                tool,
+                "bus memory limit: the script has not taken queued values yet",
+            );
+            return false;
+        }
         self.refs.bind(&refs);
         true
+    }
+}
+
+impl Bus {
+    fn refuse_relay(&mut self, tool: ToolId, delivery: u64, detail: &str) {
+        self.counters.refused_relays += 1;
+        self.send(
+            tool,
+            Frame::Fail {
+                delivery,
+                code: FailCode::Refused,
+                detail: detail.to_string(),
+            },
+        );
+    }
+
+    /// A consumer's GET sent to the bus: allowed only for a reference of one of its
+    /// unacknowledged deliveries (the script granted it) whose owner is passive; relayed to
+    /// the owner's connection when no other relay of that value runs.
+    fn relay_get(&mut self, tool: ToolId, delivery: u64, var: u64, offset: u64, window: u32) {
+        let owner = self.refs.delivery(delivery).and_then(|d| {
+            if d.to != tool {
+                return None;
+            }
+            d.refs.iter().find(|(_, v)| *v == var).map(|(o, _)| *o)
+        });
+        let Some(owner) = owner else {
+            self.refuse_relay(
+                tool,
+                delivery,
+                "GET of a reference not granted to this tool",
+            );
+            return;
+        };
+        let passive = self
+            .tools
+            .get(&owner)
+            .is_some_and(|t| matches!(t.state, ToolState::Up) && t.location.is_empty());
+        if !passive {
+            self.refuse_relay(
+                tool,
+                delivery,
+                "the owner is active: GET it at its location",
+            );
+            return;
+        }
+        let queue = self.relays.entry((owner, var)).or_default();
+        if queue.len() >= self.config.max_relays_per_owner {
+            self.refuse_relay(tool, delivery, "too many relayed transfers pending");
+            return;
+        }
+        queue.push_back(Relay {
+            consumer: Some(tool),
+            delivery,
+            offset,
+            window,
+        });
+        self.counters.relays += 1;
+        if queue.len() == 1 {
+            self.start_relay(owner, var);
+        }
+    }
+
+    fn start_relay(&mut self, owner: ToolId, var: u64) {
+        let Some(r) = self.relays.get(&(owner, var)).and_then(|q| q.front()) else {
+            return;
+        };
+        let frame = Frame::Get {
+            delivery: r.delivery,
+            var,
+            offset: r.offset,
+            window: r.window,
+        };
+        self.send(owner, frame);
+    }
+
+    fn finish_relay(&mut self, owner: ToolId, var: u64) {
+        if let Some(q) = self.relays.get_mut(&(owner, var)) {
+            q.pop_front();
+            if q.is_empty() {
+                self.relays.remove(&(owner, var));
+            } else {
+                self.start_relay(owner, var);
+            }
+        }
+    }
+
+    /// A consumer's CREDIT for a relayed value, passed to the owner.
+    fn relay_credit(&mut self, tool: ToolId, var: u64, bytes: u32) {
+        let owner = self.relays.iter().find_map(|((o, v), q)| {
+            (*v == var && q.front().is_some_and(|r| r.consumer == Some(tool))).then_some(*o)
+        });
+        // Without a running relay the CREDIT is ignored: the relay may have ended already
+        // (the owner had window for the rest when the consumer sent it).
+        if let Some(owner) = owner {
+            self.send(owner, Frame::Credit { var, bytes });
+        }
+    }
+
+    /// A passive owner's PUT chunk, passed to the consumer of the running relay.
+    fn relay_put(&mut self, tool: ToolId, var: u64, offset: u64, total: u64, data: Vec<u8>) {
+        let Some(r) = self
+            .relays
+            .get_mut(&(tool, var))
+            .and_then(|q| q.front_mut())
+        else {
+            self.refuse(tool, "PUT for no relayed transfer");
+            return;
+        };
+        if r.consumer.is_none() {
+            // Its consumer is gone: dropped until the value's end.
+            if offset.saturating_add(data.len() as u64) >= total {
+                self.finish_relay(tool, var);
+            }
+            return;
+        }
+        if offset != r.offset {
+            let (consumer, delivery) = (r.consumer, r.delivery);
+            self.refuse(tool, "relayed PUT out of order");
+            if let Some(c) = consumer {
+                self.refuse_relay(c, delivery, "the owner sent the value out of order");
+            }
+            self.finish_relay(tool, var);
+            return;
+        }
+        r.offset += data.len() as u64;
+        let done = r.offset >= total;
+        let consumer = r.consumer;
+        self.counters.relayed_chunks += 1;
+        if let Some(c) = consumer {
+            self.send(
+                c,
+                Frame::Put {
+                    var,
+                    offset,
+                    total,
+                    data,
+                },
+            );
+        }
+        if done {
+            self.finish_relay(tool, var);
+        }
+    }
+
+    /// A passive owner's FAIL of a relayed GET (it does not hold the variable), passed on.
+    fn relay_fail(&mut self, tool: ToolId, delivery: u64, code: FailCode, detail: String) {
+        let key = self.relays.iter().find_map(|(k, q)| {
+            (k.0 == tool && q.front().is_some_and(|r| r.delivery == delivery)).then_some(*k)
+        });
+        let Some(key) = key else {
+            self.refuse(tool, "FAIL for no relayed transfer");
+            return;
+        };
+        if let Some(c) = self
+            .relays
+            .get(&key)
+            .and_then(|q| q.front())
+            .and_then(|r| r.consumer)
+        {
+            self.send(
+                c,
+                Frame::Fail {
+                    delivery,
+                    code,
+                    detail,
+                },
+            );
+        }
+        self.finish_relay(key.0, key.1);
+    }
+
+    /// Relays touching a lost tool: as owner they end (its deliveries FAIL at the consumers
+    /// through the reference table); as consumer its waiting relays are dropped and the
+    /// running one is drained (the owner is given window to finish; the chunks are dropped).
+    fn relays_lost(&mut self, tool: ToolId) {
+        self.relays.retain(|(o, _), _| *o != tool);
+        let mut drain = Vec::new();
+        for ((o, v), q) in &mut self.relays {
+            let front_was_it = q.front().is_some_and(|r| r.consumer == Some(tool));
+            q.retain(|r| r.consumer != Some(tool));
+            if front_was_it {
+                q.push_front(Relay {
+                    consumer: None,
+                    delivery: 0,
+                    offset: 0,
+                    window: 0,
+                });
+                drain.push((*o, *v));
+            }
+        }
+        // The drained relay's offset is unknown here: the owner is told to send the rest
+        // unthrottled and the chunks are dropped until the value's end.
+        for (o, v) in drain {
+            if let Some(r) = self.relays.get_mut(&(o, v)).and_then(|q| q.front_mut()) {
+                r.offset = u64::MAX;
+            }
+            self.send(
+                o,
+                Frame::Credit {
+                    var: v,
+                    bytes: u32::MAX,
+                },
+            );
+        }
     }
 }
 
@@ -733,10 +1027,13 @@ impl Bus {
         for v in t.values.drain(..) {
             keys.extend(v.refs());
         }
+        let held: usize = t.value_bytes.drain(..).chain(t.event_bytes.drain(..)).sum();
+        self.queued_bytes = self.queued_bytes.saturating_sub(held);
         for (_, e) in t.events.drain(..).chain(t.unacked.drain(..)) {
             keys.extend(e.refs());
         }
         let claimed = t.claimed.is_some();
+        self.relays_lost(tool);
         let mut actions = Vec::new();
         self.refs
             .unbind(keys.iter().map(|r| (r.owner, r.var)), &mut actions);
@@ -1253,6 +1550,9 @@ impl Bus {
         let delivery = if refs.is_empty() {
             0
         } else {
+            if let Some(t) = self.tools.get_mut(&tool) {
+                t.granted.extend(refs.iter().map(|r| (r.owner, r.var)));
+            }
             self.refs.deliver(tool, &refs)
         };
         self.send(tool, make(delivery));
@@ -1419,6 +1719,9 @@ impl Bus {
                     let rec_value = atom.op == Op::RecValue;
                     if let Some(t) = self.tools.get_mut(&id) {
                         if rec_value {
+                            if let Some(n) = t.value_bytes.pop_front() {
+                                self.queued_bytes = self.queued_bytes.saturating_sub(n);
+                            }
                             if let Some(v) = t.values.pop_front() {
                                 self.arena.matches(pat, &v, &scope, &mut binds);
                                 release.extend(v.refs().into_iter().map(|r| (r.owner, r.var)));
@@ -1431,6 +1734,9 @@ impl Bus {
                             // The event stays counted (now unacknowledged) until snd-ack-event.
                             if let Some(ev) = t.events.remove(i) {
                                 t.unacked.push(ev);
+                            }
+                            if let Some(n) = t.event_bytes.remove(i) {
+                                self.queued_bytes = self.queued_bytes.saturating_sub(n);
                             }
                         }
                     }

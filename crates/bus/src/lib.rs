@@ -9,6 +9,7 @@
 
 pub mod client;
 pub mod interp;
+pub mod memfd;
 pub mod net;
 pub mod refs;
 pub mod saf;

@@ -12,6 +12,7 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use viastack_kernel::Instant;
 
@@ -88,6 +89,17 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.as_fd(),
             Stream::Unix(s) => s.as_fd(),
+        }
+    }
+
+    /// Makes reads and writes return `WouldBlock` instead of waiting.
+    ///
+    /// # Errors
+    /// The OS's error.
+    pub fn set_nonblocking(&self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_nonblocking(true),
+            Stream::Unix(s) => s.set_nonblocking(true),
         }
     }
 
@@ -215,11 +227,25 @@ pub fn read_frame(r: &mut impl Read, max: usize) -> io::Result<Option<Vec<u8>>> 
     Ok(Some(buf))
 }
 
-/// What `serve` prints and how it starts tools.
-#[derive(Default)]
+/// What `serve` prints, how it starts tools, how it secures connections and bounds writes.
 pub struct ServeOptions {
     /// Where the trace's JSON lines go (when the bus was configured with `trace`).
     pub trace: Option<Box<dyn Write + Send>>,
+    /// TLS on every accepted connection (`bus serve --tls-cert/--tls-key`).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Bytes queued for one connection before it counts as a slow reader and is closed
+    /// (default 4 × the largest frame: two large frames crossing do not trip it).
+    pub max_queued_bytes: usize,
+}
+
+impl Default for ServeOptions {
+    fn default() -> ServeOptions {
+        ServeOptions {
+            trace: None,
+            tls: None,
+            max_queued_bytes: 4 * crate::wire::DEFAULT_MAX_FRAME,
+        }
+    }
 }
 
 /// The driver's clock: nanoseconds since `serve` started.
@@ -234,22 +260,123 @@ impl Clock {
     }
 }
 
-/// A tool's connection and the bytes of its next frame received so far.
+/// A tool's connection: the bytes of its next frame received so far, and the bytes queued
+/// for it. The socket is non-blocking: the bus thread never waits on one slow reader.
 struct Conn {
     stream: Stream,
     buf: Vec<u8>,
+    out: Vec<u8>,
+    out_pos: usize,
+    tls: Option<Box<rustls::ServerConnection>>,
+    /// The bus closed it; it stays until its queue is written (TERMINATE, END).
+    closing: bool,
 }
 
-/// Runs `bus` on `listener` until no script process is left.
+impl Conn {
+    fn queued(&self) -> usize {
+        self.out.len() - self.out_pos
+    }
+
+    fn wants_write(&self) -> bool {
+        self.queued() > 0 || self.tls.as_ref().is_some_and(|t| t.wants_write())
+    }
+
+    /// Writes what the socket takes now. `Err` when the connection is broken.
+    fn pump(&mut self) -> io::Result<()> {
+        loop {
+            if let Some(tls) = self.tls.as_mut() {
+                let mut fed = 0;
+                if self.out_pos < self.out.len() {
+                    fed = tls.writer().write(&self.out[self.out_pos..])?;
+                    self.out_pos += fed;
+                }
+                if tls.wants_write() {
+                    match tls.write_tls(&mut self.stream) {
+                        Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                } else if fed == 0 {
+                    break;
+                }
+            } else {
+                if self.out_pos >= self.out.len() {
+                    break;
+                }
+                match self.stream.write(&self.out[self.out_pos..]) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(n) => self.out_pos += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if self.out_pos == self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+        } else if self.out_pos > (1 << 20) && self.out_pos * 2 > self.out.len() {
+            self.out.drain(..self.out_pos);
+            self.out_pos = 0;
+        }
+        Ok(())
+    }
+
+    /// Reads what arrived into `chunk` (plaintext). `Ok(None)`: nothing now; `Ok(Some(0))`:
+    /// end of stream.
+    fn read(&mut self, chunk: &mut [u8]) -> io::Result<Option<usize>> {
+        use nix::sys::socket::{recv, MsgFlags};
+        use std::os::fd::AsRawFd;
+        let Some(tls) = self.tls.as_mut() else {
+            return match recv(
+                self.stream.as_fd().as_raw_fd(),
+                chunk,
+                MsgFlags::MSG_DONTWAIT,
+            ) {
+                Ok(n) => Ok(Some(n)),
+                Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => Ok(None),
+                Err(e) => Err(e.into()),
+            };
+        };
+        let mut eof = false;
+        match tls.read_tls(&mut self.stream) {
+            Ok(0) => eof = true,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+        tls.process_new_packets()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        match tls.reader().read(chunk) {
+            Ok(0) => Ok(Some(0)),
+            Ok(n) => Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if eof {
+                    Ok(Some(0))
+                } else {
+                    Ok(None)
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Runs `bus` on `listener` until no script process is left; returns the bus's counters.
 ///
 /// # Errors
 /// A failure of the listener or of `poll` itself (a tool's failures only close that tool's
 /// connection).
-pub fn serve(listener: Listener, mut bus: Bus, mut opts: ServeOptions) -> io::Result<()> {
+pub fn serve(
+    listener: Listener,
+    mut bus: Bus,
+    mut opts: ServeOptions,
+) -> io::Result<crate::interp::Counters> {
     use nix::errno::Errno;
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use nix::sys::socket::{recv, MsgFlags};
-    use std::os::fd::AsRawFd;
 
     let clock = Clock::start();
     let endpoint = listener.endpoint();
@@ -257,7 +384,7 @@ pub fn serve(listener: Listener, mut bus: Bus, mut opts: ServeOptions) -> io::Re
     let mut conns: std::collections::BTreeMap<ToolId, Conn> = Default::default();
     let mut chunk = vec![0u8; 256 * 1024];
     loop {
-        flush(&mut bus, &mut conns, &endpoint, &mut opts);
+        flush(&mut bus, &mut conns, &endpoint, &mut opts, &clock);
         if bus.process_count() == 0 {
             break;
         }
@@ -278,14 +405,19 @@ pub fn serve(listener: Listener, mut bus: Bus, mut opts: ServeOptions) -> io::Re
             None => PollTimeout::NONE,
         };
         // One poll over the listener and every connection: frames are read and handled on
-        // this thread, with no hand-off between threads.
+        // this thread, with no hand-off between threads; a connection with bytes queued is
+        // polled for writing too.
         let ids: Vec<ToolId> = conns.keys().copied().collect();
-        let (accept, ready): (bool, Vec<bool>) = {
+        let (accept, ready): (bool, Vec<(bool, bool)>) = {
             let mut fds = Vec::with_capacity(ids.len() + 1);
             fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
             for id in &ids {
                 if let Some(c) = conns.get(id) {
-                    fds.push(PollFd::new(c.stream.as_fd(), PollFlags::POLLIN));
+                    let mut flags = PollFlags::POLLIN;
+                    if c.wants_write() {
+                        flags |= PollFlags::POLLOUT;
+                    }
+                    fds.push(PollFd::new(c.stream.as_fd(), flags));
                 }
             }
             match poll(&mut fds, timeout) {
@@ -294,58 +426,116 @@ pub fn serve(listener: Listener, mut bus: Bus, mut opts: ServeOptions) -> io::Re
                 Err(e) => return Err(e.into()),
             }
             let any = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
+            let writable = |f: &PollFd| {
+                f.revents()
+                    .is_some_and(|r| r.intersects(PollFlags::POLLOUT | PollFlags::POLLERR))
+            };
+            let readable = |f: &PollFd| {
+                f.revents().is_some_and(|r| {
+                    r.intersects(
+                        PollFlags::POLLIN
+                            | PollFlags::POLLHUP
+                            | PollFlags::POLLERR
+                            | PollFlags::POLLNVAL,
+                    )
+                })
+            };
             (
                 fds.first().is_some_and(any),
-                fds.iter().skip(1).map(any).collect(),
+                fds.iter()
+                    .skip(1)
+                    .map(|f| (readable(f), writable(f)))
+                    .collect(),
             )
         };
         let now = clock.now();
         if accept {
             if let Ok(stream) = listener.accept() {
-                let id = bus.handle_connect(now);
-                conns.insert(
-                    id,
-                    Conn {
-                        stream,
-                        buf: Vec::new(),
+                let tls = match &opts.tls {
+                    Some(cfg) => match rustls::ServerConnection::new(cfg.clone()) {
+                        Ok(c) => Some(Box::new(c)),
+                        Err(e) => {
+                            tracing::warn!("tls: {e}");
+                            None
+                        }
                     },
-                );
+                    None => None,
+                };
+                if (opts.tls.is_none() || tls.is_some()) && stream.set_nonblocking().is_ok() {
+                    let id = bus.handle_connect(now);
+                    conns.insert(
+                        id,
+                        Conn {
+                            stream,
+                            buf: Vec::new(),
+                            out: Vec::new(),
+                            out_pos: 0,
+                            tls,
+                            closing: false,
+                        },
+                    );
+                }
             }
         }
-        if !accept && ready.iter().all(|r| !r) {
+        if !accept && ready.iter().all(|(r, w)| !r && !w) {
             bus.handle_timeout(now);
             continue;
         }
-        for (&id, r) in ids.iter().zip(ready) {
+        for (&id, (r, w)) in ids.iter().zip(ready) {
+            if w {
+                let Some(c) = conns.get_mut(&id) else {
+                    continue;
+                };
+                if c.pump().is_err() {
+                    conns.remove(&id);
+                    bus.handle_disconnect(now, id);
+                    continue;
+                }
+                if c.closing && !c.wants_write() {
+                    c.stream.shutdown();
+                    conns.remove(&id);
+                    continue;
+                }
+            }
+            if let Some(c) = conns.get_mut(&id).filter(|c| c.closing) {
+                // What a closing connection sends is dropped; its hang-up ends it.
+                if r && matches!(c.read(&mut chunk), Ok(Some(0)) | Err(_)) {
+                    conns.remove(&id);
+                }
+                continue;
+            }
             if !r {
                 continue;
             }
             let Some(c) = conns.get_mut(&id) else {
                 continue;
             };
-            match recv(
-                c.stream.as_fd().as_raw_fd(),
-                &mut chunk,
-                MsgFlags::MSG_DONTWAIT,
-            ) {
-                Ok(0) => {
+            match c.read(&mut chunk) {
+                Ok(Some(0)) | Err(_) => {
                     conns.remove(&id);
                     bus.handle_disconnect(now, id);
                     continue;
                 }
-                Ok(n) => {
+                Ok(Some(n)) => {
                     // A large frame's buffer is sized once from its LEN (no doubling).
                     if let Ok(Some(total)) = frame_len(&c.buf, max) {
                         c.buf.reserve_exact(total.saturating_sub(c.buf.len()));
                     }
                     c.buf.extend_from_slice(&chunk[..n]);
                 }
-                Err(Errno::EAGAIN | Errno::EINTR) => continue,
-                Err(_) => {
-                    conns.remove(&id);
-                    bus.handle_disconnect(now, id);
+                Ok(None) => {
+                    // TLS handshake bytes may be due.
+                    if c.pump().is_err() {
+                        conns.remove(&id);
+                        bus.handle_disconnect(now, id);
+                    }
                     continue;
                 }
+            }
+            if c.tls.is_some() && c.pump().is_err() {
+                conns.remove(&id);
+                bus.handle_disconnect(now, id);
+                continue;
             }
             loop {
                 match frame_len(&c.buf, max) {
@@ -375,11 +565,38 @@ pub fn serve(listener: Listener, mut bus: Bus, mut opts: ServeOptions) -> io::Re
             }
         }
     }
-    flush(&mut bus, &mut conns, &endpoint, &mut opts);
+    flush(&mut bus, &mut conns, &endpoint, &mut opts, &clock);
+    // What is still queued goes out before the connections close (bounded: a reader that
+    // takes nothing for a lease is left behind).
+    linger(&mut conns, &clock, bus.config().lease);
     for c in conns.values() {
         c.stream.shutdown();
     }
-    Ok(())
+    Ok(bus.counters())
+}
+
+/// Drains the queues of connections whose bytes are still on their way (the last frames of a
+/// run, such as TERMINATE), for at most `limit`.
+fn linger(
+    conns: &mut std::collections::BTreeMap<ToolId, Conn>,
+    clock: &Clock,
+    limit: std::time::Duration,
+) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let until = clock.now().saturating_add(limit);
+    loop {
+        conns.retain(|_, c| c.pump().is_ok() && c.wants_write());
+        if conns.is_empty() || clock.now() >= until {
+            return;
+        }
+        let mut fds: Vec<PollFd> = conns
+            .values()
+            .map(|c| PollFd::new(c.stream.as_fd(), PollFlags::POLLOUT))
+            .collect();
+        if poll(&mut fds, PollTimeout::from(100u8)).is_err() {
+            return;
+        }
+    }
 }
 
 fn flush(
@@ -387,35 +604,54 @@ fn flush(
     conns: &mut std::collections::BTreeMap<ToolId, Conn>,
     endpoint: &Endpoint,
     opts: &mut ServeOptions,
+    clock: &Clock,
 ) {
-    let mut buf = Vec::new();
-    while let Some(o) = bus.poll_output() {
-        match o {
-            Output::Send { tool, frame } => {
-                if let Some(c) = conns.get_mut(&tool) {
-                    buf.clear();
-                    frame.emit(&mut buf);
-                    if c.stream.write_all(&buf).is_err() {
-                        c.stream.shutdown();
+    loop {
+        let mut slow = Vec::new();
+        while let Some(o) = bus.poll_output() {
+            match o {
+                Output::Send { tool, frame } => {
+                    if let Some(c) = conns.get_mut(&tool) {
+                        frame.emit(&mut c.out);
+                        // Written now as far as the socket takes it; the rest waits in the
+                        // queue, bounded.
+                        if c.pump().is_err() || c.queued() > opts.max_queued_bytes {
+                            slow.push(tool);
+                            c.stream.shutdown();
+                            conns.remove(&tool);
+                        }
+                    }
+                }
+                Output::Close { tool } => {
+                    // Its last frames (TERMINATE, END) go out first: the connection stays
+                    // until its queue is written.
+                    if let Some(c) = conns.get_mut(&tool) {
+                        if c.pump().is_ok() && c.wants_write() {
+                            c.closing = true;
+                        } else if let Some(c) = conns.remove(&tool) {
+                            c.stream.shutdown();
+                        }
+                    }
+                }
+                Output::Launch { tool, command } => {
+                    let spawned = std::process::Command::new("sh")
+                        .arg("-c")
+                        .arg(&command)
+                        .env("VIASTACK_BUS", endpoint.to_string())
+                        .env("VIASTACK_TOOL", &tool)
+                        .spawn();
+                    if let Err(e) = spawned {
+                        tracing::warn!(tool, command, "cannot launch: {e}");
                     }
                 }
             }
-            Output::Close { tool } => {
-                if let Some(c) = conns.remove(&tool) {
-                    c.stream.shutdown();
-                }
-            }
-            Output::Launch { tool, command } => {
-                let spawned = std::process::Command::new("sh")
-                    .arg("-c")
-                    .arg(&command)
-                    .env("VIASTACK_BUS", endpoint.to_string())
-                    .env("VIASTACK_TOOL", &tool)
-                    .spawn();
-                if let Err(e) = spawned {
-                    tracing::warn!(tool, command, "cannot launch: {e}");
-                }
-            }
+        }
+        if slow.is_empty() {
+            break;
+        }
+        let now = clock.now();
+        for tool in slow {
+            bus.handle_slow_reader(now, tool);
         }
     }
     if let Some(w) = opts.trace.as_mut() {
@@ -423,5 +659,247 @@ fn flush(
             let _ = writeln!(w, "{line}");
         }
         let _ = w.flush();
+    }
+}
+
+/// TLS for the bus's TCP connections (issue 19 §3): the server's configuration from a PEM
+/// certificate chain and key (`bus serve --tls-cert/--tls-key`).
+///
+/// # Errors
+/// A file that cannot be read or parsed, or a key that does not fit the certificate.
+pub fn tls_server_config(
+    cert_pem: &std::path::Path,
+    key_pem: &std::path::Path,
+) -> io::Result<Arc<rustls::ServerConfig>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let bad = |what: &std::path::Path, e: rustls::pki_types::pem::Error| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: {e}", what.display()),
+        )
+    };
+    let certs = CertificateDer::pem_file_iter(cert_pem)
+        .map_err(|e| bad(cert_pem, e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(cert_pem, e))?;
+    let key = PrivateKeyDer::from_pem_file(key_pem).map_err(|e| bad(key_pem, e))?;
+    tls_server_config_der(certs, key)
+}
+
+/// The server's TLS configuration from DER certificates and key.
+///
+/// # Errors
+/// A key that does not fit the certificate.
+pub fn tls_server_config_der(
+    certs: Vec<rustls::pki_types::CertificateDer<'static>>,
+    key: rustls::pki_types::PrivateKeyDer<'static>,
+) -> io::Result<Arc<rustls::ServerConfig>> {
+    let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(io::Error::other)?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    Ok(Arc::new(cfg))
+}
+
+/// How a tool reaches a bus over TLS: the roots it trusts and the name the bus's
+/// certificate must carry.
+#[derive(Debug, Clone)]
+pub struct TlsClient {
+    /// rustls's client configuration.
+    pub config: Arc<rustls::ClientConfig>,
+    /// The name checked against the certificate (a DNS name or an IP address).
+    pub server_name: rustls::pki_types::ServerName<'static>,
+}
+
+impl TlsClient {
+    /// Trusts the PEM certificates in `ca_pem` (a CA, or the bus's own self-signed
+    /// certificate) and checks the bus's certificate against `server_name`.
+    ///
+    /// # Errors
+    /// A file that cannot be read or parsed, or an invalid name.
+    pub fn from_pem(ca_pem: &std::path::Path, server_name: &str) -> io::Result<TlsClient> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::CertificateDer;
+        let certs = CertificateDer::pem_file_iter(ca_pem)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        TlsClient::from_der(certs, server_name)
+    }
+
+    /// Trusts the DER certificates `roots`.
+    ///
+    /// # Errors
+    /// A certificate rustls does not accept as a root, or an invalid name.
+    pub fn from_der(
+        roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+        server_name: &str,
+    ) -> io::Result<TlsClient> {
+        let mut store = rustls::RootCertStore::empty();
+        for c in roots {
+            store
+                .add(c)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        }
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(io::Error::other)?
+        .with_root_certificates(store)
+        .with_no_client_auth();
+        let server_name = rustls::pki_types::ServerName::try_from(server_name.to_string())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        Ok(TlsClient {
+            config: Arc::new(config),
+            server_name,
+        })
+    }
+
+    /// Connects to `addr` (TCP), completes the handshake (verifying the bus's certificate),
+    /// and returns a plain stream whose bytes a thread carries over the TLS session — so the
+    /// tool's reader and writer halves work as on a plain socket.
+    ///
+    /// # Errors
+    /// The socket's error, or the handshake's (an untrusted certificate, a wrong name).
+    pub fn connect(&self, addr: &str) -> io::Result<Stream> {
+        let mut tcp = TcpStream::connect(addr)?;
+        tcp.set_nodelay(true)?;
+        let mut conn = rustls::ClientConnection::new(self.config.clone(), self.server_name.clone())
+            .map_err(io::Error::other)?;
+        while conn.is_handshaking() {
+            conn.complete_io(&mut tcp)?;
+        }
+        let (app, inner) = UnixStream::pair()?;
+        std::thread::spawn(move || {
+            let _ = tls_shuttle(conn, tcp, inner);
+        });
+        Ok(Stream::Unix(app))
+    }
+}
+
+/// Carries bytes between the tool's end of a socket pair and the TLS session until either
+/// side ends.
+fn tls_shuttle(
+    mut conn: rustls::ClientConnection,
+    mut tcp: TcpStream,
+    mut app: UnixStream,
+) -> io::Result<()> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    tcp.set_nonblocking(true)?;
+    app.set_nonblocking(true)?;
+    let would_block = |e: &io::Error| {
+        matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+        )
+    };
+    let mut to_app: Vec<u8> = Vec::new();
+    let mut to_app_pos = 0;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut app_open = true;
+    loop {
+        let (tcp_ready, app_ready) = {
+            let mut tf = PollFlags::empty();
+            if to_app.len() - to_app_pos < (1 << 20) {
+                tf |= PollFlags::POLLIN;
+            }
+            if conn.wants_write() {
+                tf |= PollFlags::POLLOUT;
+            }
+            let mut af = PollFlags::empty();
+            if app_open && !conn.wants_write() {
+                af |= PollFlags::POLLIN;
+            }
+            if to_app_pos < to_app.len() {
+                af |= PollFlags::POLLOUT;
+            }
+            let mut fds = [
+                PollFd::new(std::os::fd::AsFd::as_fd(&tcp), tf),
+                PollFd::new(std::os::fd::AsFd::as_fd(&app), af),
+            ];
+            poll(&mut fds, PollTimeout::NONE).map_err(io::Error::from)?;
+            (
+                fds[0].revents().unwrap_or(PollFlags::empty()),
+                fds[1].revents().unwrap_or(PollFlags::empty()),
+            )
+        };
+        if !tcp_ready.is_empty() {
+            if tcp_ready.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
+                match conn.read_tls(&mut tcp) {
+                    Ok(0) => {
+                        // The bus closed: deliver what is left, then end the tool's side.
+                        let _ = app.set_nonblocking(false);
+                        let _ = app.write_all(&to_app[to_app_pos..]);
+                        let _ = app.shutdown(Shutdown::Both);
+                        return Ok(());
+                    }
+                    Ok(_) => {}
+                    Err(e) if would_block(&e) => {}
+                    Err(e) => return Err(e),
+                }
+                conn.process_new_packets()
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                loop {
+                    match conn.reader().read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => to_app.extend_from_slice(&buf[..n]),
+                        Err(e) if would_block(&e) => break,
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            while conn.wants_write() {
+                match conn.write_tls(&mut tcp) {
+                    Ok(_) => {}
+                    Err(e) if would_block(&e) => break,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        while to_app_pos < to_app.len() {
+            match app.write(&to_app[to_app_pos..]) {
+                Ok(n) => to_app_pos += n,
+                Err(e) if would_block(&e) => break,
+                Err(e) => return Err(e),
+            }
+        }
+        if to_app_pos == to_app.len() {
+            to_app.clear();
+            to_app_pos = 0;
+        }
+        if app_ready.intersects(PollFlags::POLLIN | PollFlags::POLLHUP) && app_open {
+            match app.read(&mut buf) {
+                Ok(0) => {
+                    app_open = false;
+                    conn.send_close_notify();
+                }
+                Ok(n) => conn.writer().write_all(&buf[..n])?,
+                Err(e) if would_block(&e) => {}
+                Err(e) => return Err(e),
+            }
+            while conn.wants_write() {
+                match conn.write_tls(&mut tcp) {
+                    Ok(_) => {}
+                    Err(e) if would_block(&e) => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            if !app_open && !conn.wants_write() {
+                let _ = tcp.shutdown(Shutdown::Write);
+            }
+        }
+        if !app_open
+            && !conn.wants_write()
+            && to_app.is_empty()
+            && tcp_ready.contains(PollFlags::POLLHUP)
+        {
+            return Ok(());
+        }
     }
 }

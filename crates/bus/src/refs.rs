@@ -165,6 +165,11 @@ impl RefTable {
         id
     }
 
+    /// A delivery still in flight (not yet acknowledged).
+    pub fn delivery(&self, id: u64) -> Option<&Delivery> {
+        self.deliveries.get(&id)
+    }
+
     /// The ACK of `delivery` by `from`: its references are released.
     pub fn ack(&mut self, from: u64, delivery: u64, out: &mut Vec<RefAction>) {
         match self.deliveries.get(&delivery) {

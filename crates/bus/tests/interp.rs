@@ -394,3 +394,179 @@ fn hello_is_checked() {
     assert_eq!(b.counters().refused_hellos, 2);
     assert_eq!(b.counters().bad_frames, 1);
 }
+
+const TWO_VALUES: &str = r#"
+    process Main is let P : producer, V : term, W : term in
+        rec-connect(P?) . snd-eval(P, make) . snd-eval(P, make) .
+        rec-value(P, V?) . rec-value(P, W?) . delta
+    endlet
+    tool producer is { }
+    toolbus(Main)
+"#;
+
+fn value_frame(term: viastack_bus::Term) -> Vec<u8> {
+    Frame::Value { request: 1, term }.to_bytes()
+}
+
+#[test]
+fn the_bus_memory_limit_refuses_values_beyond_it_typed_and_counted() {
+    // Two 600-byte values queued before the script takes them: the second is over 1000 bytes.
+    let config = Config {
+        max_queued_bytes: 1000,
+        ..Config::default()
+    };
+    let mut b = bus(
+        r#"
+    process Main is let P : producer, V : term in
+        rec-connect(P?) . rec-value(P, V?) delay(1000) . delta
+    endlet
+    tool producer is { }
+    toolbus(Main)
+"#,
+        config,
+    );
+    let p = connect(&mut b, ms(1), "producer", "");
+    drain(&mut b);
+    for i in 0..2u8 {
+        let blob = b.arena.blob(vec![i; 600]);
+        let bytes = value_frame(blob);
+        b.handle_bytes(ms(2), p, &bytes).unwrap();
+    }
+    let frames = sent_to(&drain(&mut b), p);
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    let Frame::Fail { code, detail, .. } = &frames[0] else {
+        panic!("{frames:?}")
+    };
+    assert_eq!(*code, FailCode::Refused);
+    assert!(detail.contains("memory"), "{detail}");
+    assert_eq!(b.counters().refused_memory, 1);
+    // Once the script took the first value, the memory is free again.
+    b.handle_timeout(ms(2000));
+    let blob = b.arena.blob(vec![9; 600]);
+    let bytes = value_frame(blob);
+    b.handle_bytes(ms(2001), p, &bytes).unwrap();
+    assert!(sent_to(&drain(&mut b), p).is_empty());
+    assert_eq!(b.counters().refused_memory, 1);
+}
+
+#[test]
+fn references_per_owner_are_limited_typed_and_counted() {
+    let config = Config {
+        max_refs_per_tool: 1,
+        ..Config::default()
+    };
+    let mut b = bus(TWO_VALUES, config);
+    let p = connect(&mut b, ms(1), "producer", "127.0.0.1:5000");
+    drain(&mut b);
+    for var in 1..=2 {
+        let r = reference(&mut b.arena, p, var, "127.0.0.1:5000");
+        b.handle_frame(
+            ms(2),
+            p,
+            Frame::Value {
+                request: 1,
+                term: r,
+            },
+        );
+    }
+    let frames = sent_to(&drain(&mut b), p);
+    assert!(
+        matches!(
+            &frames[..],
+            [Frame::Fail {
+                code: FailCode::Refused,
+                ..
+            }]
+        ),
+        "{frames:?}"
+    );
+    assert_eq!(b.counters().refused_refs_over_limit, 1);
+    assert_eq!(b.ref_count(p, 1), 1);
+    assert_eq!(b.ref_count(p, 2), 0);
+}
+
+#[test]
+fn relayed_gets_are_granted_per_delivery_and_limited_per_value() {
+    let config = Config {
+        max_relays_per_owner: 1,
+        ..Config::default()
+    };
+    let mut b = bus(PIPE, config);
+    let p = connect(&mut b, ms(1), "producer", ""); // passive
+    let c = connect(&mut b, ms(1), "consumer", "");
+    drain(&mut b);
+    let r = reference(&mut b.arena, p, 1, "");
+    b.handle_frame(
+        ms(2),
+        p,
+        Frame::Value {
+            request: 1,
+            term: r,
+        },
+    );
+    let frames = sent_to(&drain(&mut b), c);
+    let Frame::Eval { delivery, .. } = frames[0] else {
+        panic!("{frames:?}")
+    };
+    let get = |delivery| Frame::Get {
+        delivery,
+        var: 1,
+        offset: 0,
+        window: 1000,
+    };
+    // The producer may not GET through the bus with the consumer's delivery.
+    b.handle_frame(ms(3), p, get(delivery));
+    // The consumer's GET is relayed to the owner's connection, as is.
+    b.handle_frame(ms(3), c, get(delivery));
+    // A second GET of the same value while the first runs: over the limit of 1.
+    b.handle_frame(ms(3), c, get(delivery));
+    let out = drain(&mut b);
+    let to_p = sent_to(&out, p);
+    assert!(
+        matches!(
+            to_p[0],
+            Frame::Fail {
+                code: FailCode::Refused,
+                ..
+            }
+        ),
+        "{to_p:?}"
+    );
+    assert_eq!(to_p[1], get(delivery));
+    let to_c = sent_to(&out, c);
+    assert!(
+        matches!(
+            to_c[..],
+            [Frame::Fail {
+                code: FailCode::Refused,
+                ..
+            }]
+        ),
+        "{to_c:?}"
+    );
+    assert_eq!(b.counters().refused_relays, 2);
+    // The owner's chunks go to the consumer; the CREDIT goes back.
+    let chunk = |offset: u64| Frame::Put {
+        var: 1,
+        offset,
+        total: 1000,
+        data: vec![5; 500],
+    };
+    b.handle_frame(ms(4), p, chunk(0));
+    b.handle_frame(ms(4), c, Frame::Credit { var: 1, bytes: 500 });
+    b.handle_frame(ms(4), p, chunk(500));
+    let out = drain(&mut b);
+    assert_eq!(sent_to(&out, c), vec![chunk(0), chunk(500)]);
+    assert_eq!(sent_to(&out, p), vec![Frame::Credit { var: 1, bytes: 500 }]);
+    assert_eq!(b.counters().relays, 1);
+    assert_eq!(b.counters().relayed_chunks, 2);
+    // A PUT with no relay running is refused.
+    b.handle_frame(ms(5), p, chunk(0));
+    assert!(matches!(
+        sent_to(&drain(&mut b), p)[..],
+        [Frame::Fail {
+            code: FailCode::Refused,
+            ..
+        }]
+    ));
+}

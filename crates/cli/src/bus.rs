@@ -1,7 +1,7 @@
 //! `viastack bus`: the coordination bus (seed 003) from the command line.
 //!
 //! - `bus serve [--listen ADDR] [--trace] [--seed N] [--lease 10s] [--threshold BYTES]
-//!   [--token T]… SCRIPT` runs a T-script; tools connect over TCP (`host:port`) or a Unix
+//!   [--token T]… [--tls-cert PEM --tls-key PEM] [--max-queued BYTES] SCRIPT` runs a T-script; tools connect over TCP (`host:port`) or a Unix
 //!   socket (`unix:/path`); the first line on stdout says where it listens; it exits when the
 //!   script's processes have all ended. `--trace` prints every step as a JSON line on stdout;
 //! - `bus check SCRIPT` parses and checks a script (errors as `file:line:col`);
@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use viastack_bus::interp::{Bus, Config};
-use viastack_bus::net::{serve, Endpoint, Listener, ServeOptions};
+use viastack_bus::net::{serve, tls_server_config, Endpoint, Listener, ServeOptions};
 use viastack_bus::script::Script;
 use viastack_bus::term::{decode_hex, Arena};
 use viastack_bus::wire::Frame;
@@ -63,6 +63,15 @@ pub struct ServeArgs {
     /// A token tools must present (repeatable; none: no token needed).
     #[arg(long)]
     token: Vec<String>,
+    /// TLS on TCP: the bus's certificate chain (PEM); needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS on TCP: the bus's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Bytes queued for one tool before it is closed as a slow reader (default 4 × --max-frame).
+    #[arg(long)]
+    max_queued: Option<usize>,
 }
 
 fn load(path: &PathBuf, arena: &mut Arena) -> anyhow::Result<Result<Script, String>> {
@@ -143,6 +152,13 @@ pub fn run(cmd: BusCommand) -> anyhow::Result<ExitCode> {
                 tokens: args.token,
                 ..Config::default()
             };
+            let tls = match (&args.tls_cert, &args.tls_key) {
+                (Some(c), Some(k)) => {
+                    Some(tls_server_config(c, k).context("--tls-cert/--tls-key")?)
+                }
+                _ => None,
+            };
+            let max_queued = args.max_queued.unwrap_or(4 * config.max_frame);
             let listener = Listener::bind(&Endpoint::parse(&args.listen))
                 .with_context(|| format!("cannot listen on {}", args.listen))?;
             outln!("viastack bus listening on {}", listener.endpoint())?;
@@ -150,7 +166,15 @@ pub fn run(cmd: BusCommand) -> anyhow::Result<ExitCode> {
             let trace: Option<Box<dyn std::io::Write + Send>> = args
                 .trace
                 .then(|| Box::new(std::io::stdout()) as Box<dyn std::io::Write + Send>);
-            serve(listener, bus, ServeOptions { trace })?;
+            serve(
+                listener,
+                bus,
+                ServeOptions {
+                    trace,
+                    tls,
+                    max_queued_bytes: max_queued,
+                },
+            )?;
             Ok(ExitCode::SUCCESS)
         }
     }

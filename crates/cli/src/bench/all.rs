@@ -51,6 +51,9 @@ const BENCHMARKS: [(&str, &[&str], &[&str]); 6] = [
             "1",
             "--roundtrips",
             "1000",
+            "--rounds",
+            "3",
+            "--one-receiver",
         ],
     ),
 ];

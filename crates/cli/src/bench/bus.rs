@@ -8,9 +8,15 @@
 //!   win). Time runs from the producer's `put` to the consumer holding the decoded value.
 //! - `bus_peak_rss_mb`: the bus process's peak resident set (VmHWM) in each run, so one sees
 //!   whether it depends on the value's size.
+//! - The same to **two receivers** (`…_two_receivers`): the script hands the value to two
+//!   consumers at once; time runs from the producer's `put` to the later consumer holding it
+//!   (by value the bus sends it twice; by reference both fetch it from the producer).
 //! - `roundtrip_vs_tcp_echo`: evaluate/value round trips per second between the bus and one
-//!   tool, over a plain TCP echo of the same frame size on the same loopback (ratio ≥ 0.5 is
-//!   the target).
+//!   tool, over a plain TCP echo (TCP_NODELAY, like the bus) whose request and answer have the
+//!   byte sizes of the bus's EVAL and VALUE frames, on the same loopback (target ≥ 0.5).
+//!   Measured as `bench sp` does: the two lanes alternate within each of `--rounds` rounds
+//!   (their order flips every round), so both meet the same phases of the machine's load; the
+//!   ratio is of the medians over rounds, with a 95 % paired-bootstrap interval.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -28,7 +34,7 @@ use viastack_bus::client::{Request, Tool, ToolConfig};
 #[derive(Args)]
 pub struct BusArgs {
     /// Value sizes in bytes, comma-separated (default 1 KB, 16 KB, 64 KB, 256 KB, 1 MB,
-    /// 10 MB, 50 MB).
+    /// 10 MB, 50 MB, 100 MB).
     #[arg(long, value_delimiter = ',')]
     size: Vec<usize>,
     /// Transfers per size and mode (the median is reported).
@@ -37,6 +43,12 @@ pub struct BusArgs {
     /// Round trips per rate measurement.
     #[arg(long, default_value_t = 5000)]
     roundtrips: usize,
+    /// Rounds of the round-trip comparison (bus and TCP echo alternated in each).
+    #[arg(long, default_value_t = 9)]
+    rounds: usize,
+    /// Skip the two-receiver transfers.
+    #[arg(long)]
+    one_receiver: bool,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -52,6 +64,22 @@ endlet
 tool producer is { }
 tool consumer is { }
 toolbus(Main)
+"#;
+
+const TRANSFER_TWO: &str = r#"
+process Main is let P : producer, V : term in
+  rec-connect(P?) .
+  snd-eval(P, make(0)) . rec-value(P, V?) .
+  snd-msg(v(V)) . snd-msg(v(V)) . rec-msg(done) . rec-msg(done) .
+  V := none . snd-terminate(P, done) . delta
+endlet
+process Cons is let C : consumer, V : term, R : term in
+  rec-connect(C?) . rec-msg(v(V?)) . snd-eval(C, consume(V)) . rec-value(C, R?) .
+  V := none . snd-msg(done) . snd-terminate(C, done)
+endlet
+tool producer is { }
+tool consumer is { }
+toolbus(Main, Cons, Cons)
 "#;
 
 const ROUNDTRIP: &str = r#"
@@ -111,8 +139,9 @@ impl Served {
     }
 }
 
-/// One transfer of `size` bytes; returns (seconds, bus peak RSS MB).
-fn transfer(size: usize, by_reference: bool) -> anyhow::Result<(f64, f64)> {
+/// One transfer of `size` bytes to `receivers` consumers (1 or 2); returns (seconds, bus
+/// peak RSS MB).
+fn transfer(size: usize, by_reference: bool, receivers: usize) -> anyhow::Result<(f64, f64)> {
     let max_frame = if by_reference {
         16 << 20
     } else {
@@ -122,7 +151,11 @@ fn transfer(size: usize, by_reference: bool) -> anyhow::Result<(f64, f64)> {
     // size shows where references start to pay: the default threshold's measurement.
     let threshold = if by_reference { 0u32 } else { u32::MAX };
     let served = Served::start(
-        TRANSFER,
+        if receivers == 2 {
+            TRANSFER_TWO
+        } else {
+            TRANSFER
+        },
         &[
             "--threshold".into(),
             threshold.to_string(),
@@ -131,7 +164,7 @@ fn transfer(size: usize, by_reference: bool) -> anyhow::Result<(f64, f64)> {
         ],
     )?;
     let start: Arc<Mutex<Option<Instant>>> = Arc::default();
-    let (a1, a2, s1) = (served.addr.clone(), served.addr.clone(), start.clone());
+    let (a1, s1) = (served.addr.clone(), start.clone());
     let producer = thread::spawn(move || -> anyhow::Result<()> {
         let mut cfg = ToolConfig::new("producer");
         cfg.max_frame = max_frame;
@@ -152,35 +185,45 @@ fn transfer(size: usize, by_reference: bool) -> anyhow::Result<(f64, f64)> {
             }
         }
     });
-    let consumer = thread::spawn(move || -> anyhow::Result<Instant> {
-        let mut cfg = ToolConfig::new("consumer");
-        cfg.max_frame = max_frame;
-        let mut t = Tool::connect(&a2, cfg)?;
-        let mut done = None;
-        loop {
-            match t.next_request()? {
-                Request::Eval {
-                    request,
-                    delivery,
-                    term,
-                } => {
-                    let v = t.resolve(&term, delivery)?;
-                    done = Some(crate_now());
-                    anyhow::ensure!(v.as_appl().is_some(), "no value");
-                    let ok = t.arena.appl("ok", vec![]);
-                    t.value(request, ok)?;
+    let consumers: Vec<_> = (0..receivers)
+        .map(|_| {
+            let a2 = served.addr.clone();
+            thread::spawn(move || -> anyhow::Result<Instant> {
+                let mut cfg = ToolConfig::new("consumer");
+                cfg.max_frame = max_frame;
+                let mut t = Tool::connect(&a2, cfg)?;
+                let mut done = None;
+                loop {
+                    match t.next_request()? {
+                        Request::Eval {
+                            request,
+                            delivery,
+                            term,
+                        } => {
+                            let v = t.resolve(&term, delivery)?;
+                            done = Some(crate_now());
+                            anyhow::ensure!(v.as_appl().is_some(), "no value");
+                            let ok = t.arena.appl("ok", vec![]);
+                            t.value(request, ok)?;
+                        }
+                        Request::Terminate { .. } => return done.context("nothing consumed"),
+                        _ => {}
+                    }
                 }
-                Request::Terminate { .. } => return done.context("nothing consumed"),
-                _ => {}
-            }
-        }
-    });
+            })
+        })
+        .collect();
     producer
         .join()
         .map_err(|_| anyhow::anyhow!("producer panicked"))??;
-    let end = consumer
-        .join()
-        .map_err(|_| anyhow::anyhow!("consumer panicked"))??;
+    let mut end = None;
+    for c in consumers {
+        let e = c
+            .join()
+            .map_err(|_| anyhow::anyhow!("consumer panicked"))??;
+        end = Some(end.map_or(e, |x: Instant| x.max(e)));
+    }
+    let end = end.context("no consumer")?;
     let rss = served.peak_rss_mb();
     served.stop();
     let begin = start
@@ -225,28 +268,30 @@ fn bus_rate(n: usize) -> anyhow::Result<f64> {
     Ok(count.saturating_sub(1) as f64 / end.duration_since(first).as_secs_f64())
 }
 
-/// Round trips per second of a plain TCP echo of `len`-byte messages.
-fn tcp_rate(n: usize, len: usize) -> anyhow::Result<f64> {
+/// Round trips per second of a plain TCP exchange: `req` bytes out, `resp` bytes back.
+fn tcp_rate(n: usize, req: usize, resp: usize) -> anyhow::Result<f64> {
     let l = TcpListener::bind("127.0.0.1:0")?;
     let addr = l.local_addr()?;
     let server = thread::spawn(move || -> std::io::Result<()> {
         let (mut s, _) = l.accept()?;
         s.set_nodelay(true)?;
-        let mut buf = vec![0u8; len];
+        let mut buf = vec![0u8; req];
+        let answer = vec![1u8; resp];
         loop {
             if s.read_exact(&mut buf).is_err() {
                 return Ok(());
             }
-            s.write_all(&buf)?;
+            s.write_all(&answer)?;
         }
     });
     let mut c = TcpStream::connect(addr)?;
     c.set_nodelay(true)?;
-    let mut buf = vec![7u8; len];
+    let out = vec![7u8; req];
+    let mut back = vec![0u8; resp];
     let t0 = crate_now();
     for _ in 0..n {
-        c.write_all(&buf)?;
-        c.read_exact(&mut buf)?;
+        c.write_all(&out)?;
+        c.read_exact(&mut back)?;
     }
     let secs = t0.elapsed().as_secs_f64();
     drop(c);
@@ -258,54 +303,83 @@ fn tcp_rate(n: usize, len: usize) -> anyhow::Result<f64> {
 pub fn run(args: &BusArgs) -> anyhow::Result<()> {
     let sizes: Vec<usize> = if args.size.is_empty() {
         vec![
-            1_000, 16_000, 64_000, 256_000, 1_000_000, 10_000_000, 50_000_000,
+            1_000,
+            16_000,
+            64_000,
+            256_000,
+            1_000_000,
+            10_000_000,
+            50_000_000,
+            100_000_000,
         ]
     } else {
         args.size.clone()
     };
     let mut rows = Vec::new();
+    let receivers: &[usize] = if args.one_receiver { &[1] } else { &[1, 2] };
     for &size in &sizes {
-        let (mut by_val, mut by_ref, mut rss_val, mut rss_ref) = (vec![], vec![], vec![], vec![]);
-        for _ in 0..args.repeat.max(1) {
-            let (t, r) = transfer(size, false)?;
-            by_val.push(t);
-            rss_val.push(r);
-            let (t, r) = transfer(size, true)?;
-            by_ref.push(t);
-            rss_ref.push(r);
-        }
-        let (v, r) = (median(by_val), median(by_ref));
-        let row = json!({
-            "size_bytes": size,
-            "by_value_ms": v * 1e3,
-            "by_reference_ms": r * 1e3,
-            "by_reference_vs_by_value": v / r,
-            "bus_peak_rss_mb_by_value": median(rss_val),
-            "bus_peak_rss_mb_by_reference": median(rss_ref),
-        });
-        if !args.json {
-            println!(
-                "{size:>10} B  by value {:>9.2} ms  by reference {:>9.2} ms  ratio {:>5.2}  bus peak RSS {:>6.1} / {:>6.1} MB",
-                v * 1e3,
-                r * 1e3,
-                v / r,
-                row["bus_peak_rss_mb_by_value"].as_f64().unwrap_or(f64::NAN),
-                row["bus_peak_rss_mb_by_reference"].as_f64().unwrap_or(f64::NAN),
-            );
+        let mut row = json!({ "size_bytes": size });
+        for &k in receivers {
+            let (mut by_val, mut by_ref, mut rss_val, mut rss_ref) =
+                (vec![], vec![], vec![], vec![]);
+            for _ in 0..args.repeat.max(1) {
+                let (t, r) = transfer(size, false, k)?;
+                by_val.push(t);
+                rss_val.push(r);
+                let (t, r) = transfer(size, true, k)?;
+                by_ref.push(t);
+                rss_ref.push(r);
+            }
+            let (v, r) = (median(by_val), median(by_ref));
+            let (rv, rr) = (median(rss_val), median(rss_ref));
+            let sfx = if k == 2 { "_two_receivers" } else { "" };
+            row[format!("by_value_ms{sfx}")] = json!(v * 1e3);
+            row[format!("by_reference_ms{sfx}")] = json!(r * 1e3);
+            row[format!("by_reference_vs_by_value{sfx}")] = json!(v / r);
+            row[format!("bus_peak_rss_mb_by_value{sfx}")] = json!(rv);
+            row[format!("bus_peak_rss_mb_by_reference{sfx}")] = json!(rr);
+            if !args.json {
+                println!(
+                    "{size:>10} B  to {k}: by value {:>9.2} ms  by reference {:>9.2} ms  ratio {:>6.2}  bus peak RSS {:>6.1} / {:>6.1} MB",
+                    v * 1e3,
+                    r * 1e3,
+                    v / r,
+                    rv,
+                    rr,
+                );
+            }
         }
         rows.push(row);
     }
+    // Round trips: the bus lane and the TCP lane alternate within each round, order flipped
+    // every round; the TCP exchange has the bus frames' sizes.
     let n = args.roundtrips.max(10);
-    let mut ratios = Vec::new();
-    let (mut bus, mut tcp) = (vec![], vec![]);
-    for _ in 0..args.repeat.max(1) {
-        let b = bus_rate(n)?;
-        // An EVAL of e(K) is about 30 bytes, its VALUE about the same.
-        let e = tcp_rate(n, 32)?;
-        bus.push(b);
-        tcp.push(e);
-        ratios.push(b / e);
+    let (req, resp) = {
+        let mut a = viastack_bus::term::Arena::new();
+        let k = a.int(i64::try_from(n).unwrap_or(i64::MAX) / 2);
+        let term = a.appl("e", vec![k]);
+        let eval = viastack_bus::wire::Frame::Eval {
+            request: 1,
+            delivery: 0,
+            term: term.clone(),
+        };
+        let value = viastack_bus::wire::Frame::Value { request: 1, term };
+        (eval.to_bytes().len(), value.to_bytes().len())
+    };
+    let mut pairs = Vec::new();
+    for round in 0..args.rounds.max(1) {
+        let (b, e) = if round % 2 == 0 {
+            let b = bus_rate(n)?;
+            (b, tcp_rate(n, req, resp)?)
+        } else {
+            let e = tcp_rate(n, req, resp)?;
+            (bus_rate(n)?, e)
+        };
+        pairs.push((b, e));
     }
+    let bus = median(pairs.iter().map(|p| p.0).collect());
+    let tcp = median(pairs.iter().map(|p| p.1).collect());
+    let ci = super::stats::ratio_of_medians_ci95(&pairs);
     let at_50mb = rows
         .iter()
         .find(|r| r["size_bytes"] == json!(50_000_000))
@@ -322,22 +396,45 @@ pub fn run(args: &BusArgs) -> anyhow::Result<()> {
         "bus_peak_rss_mb".into(),
         json!(rows
             .iter()
-            .filter_map(|r| r["bus_peak_rss_mb_by_reference"].as_f64())
+            .flat_map(|r| {
+                [
+                    r["bus_peak_rss_mb_by_reference"].as_f64(),
+                    r["bus_peak_rss_mb_by_reference_two_receivers"].as_f64(),
+                ]
+            })
+            .flatten()
             .fold(0.0f64, f64::max)),
     );
-    out.insert("bus_roundtrips_per_s".into(), json!(median(bus)));
-    out.insert("tcp_echo_roundtrips_per_s".into(), json!(median(tcp)));
-    out.insert("roundtrip_vs_tcp_echo".into(), json!(median(ratios)));
+    out.insert("bus_roundtrips_per_s".into(), json!(bus));
+    out.insert("tcp_echo_roundtrips_per_s".into(), json!(tcp));
+    out.insert(
+        "by_reference_vs_by_value_two_receivers".into(),
+        at_50mb["by_reference_vs_by_value_two_receivers"].clone(),
+    );
+    out.insert("roundtrip_vs_tcp_echo".into(), json!(bus / tcp));
+    out.insert("roundtrip_vs_tcp_echo_ci95".into(), json!(ci));
+    out.insert("roundtrip_rounds".into(), json!(pairs.len()));
+    out.insert("roundtrip_frame_bytes".into(), json!([req, resp]));
+    out.insert(
+        "loadavg".into(),
+        json!(std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()),
+    );
     if args.json {
         println!("{}", Value::Object(out));
     } else {
         println!(
-            "round trips: bus {:.0}/s, TCP echo {:.0}/s, ratio {:.3}",
+            "round trips ({} rounds, lanes alternated): bus {:.0}/s, TCP echo {:.0}/s ({req}/{resp} B), ratio {:.3} [95% {:.3}–{:.3}]; load {}",
+            pairs.len(),
             out["bus_roundtrips_per_s"].as_f64().unwrap_or(f64::NAN),
             out["tcp_echo_roundtrips_per_s"]
                 .as_f64()
                 .unwrap_or(f64::NAN),
-            out["roundtrip_vs_tcp_echo"].as_f64().unwrap_or(f64::NAN)
+            out["roundtrip_vs_tcp_echo"].as_f64().unwrap_or(f64::NAN),
+            ci[0],
+            ci[1],
+            out["loadavg"].as_str().unwrap_or("?"),
         );
     }
     Ok(())

@@ -454,6 +454,12 @@ public final class Tool implements AutoCloseable {
                 }
                 long var = f.num("var");
                 byte[] value = store.get(var);
+                if (value != null && f.num("window") == 0) {
+                    // A same-host consumer asking for a memfd (docs/WIRE.md): declined, it
+                    // then sends a streaming GET on this connection.
+                    c.write(Frame.of(Frame.Kind.FAIL, f.num("delivery"), 2L, "no memfd from a Java owner").encode());
+                    continue;
+                }
                 if (value == null) {
                     c.write(Frame.of(Frame.Kind.FAIL, f.num("delivery"), 3L, "no variable " + var).encode());
                     continue;

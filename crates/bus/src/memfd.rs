@@ -1,0 +1,116 @@
+//! Same-host transfers in shared memory (issue 19 §1 "Same-host tools may hand values over in
+//! shared memory"; seed 003 "Sending a value through inter tool communication", the direct
+//! case): when a consumer fetches from an owner listening on a Unix socket, it may ask for the
+//! value as a *memfd* — an anonymous in-memory file the owner fills once, seals against any
+//! change, and passes over the socket with `SCM_RIGHTS` — instead of PUT chunks.
+//!
+//! On the wire nothing new: the request is a GET with **window 0** (a window no streaming GET
+//! uses), the answer a PUT with offset 0, the value's total size and *no data*, the memfd
+//! attached; an owner that cannot (or will not) answers FAIL 2 and the consumer sends a normal
+//! GET on the same connection (streaming). Only Unix-socket locations ask.
+//!
+//! No `unsafe`: rustix's `memfd_create`, seals and `sendmsg`/`recvmsg` hand descriptors over as
+//! `OwnedFd`.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, OwnedFd};
+
+use rustix::fs::{fcntl_add_seals, memfd_create, MemfdFlags, SealFlags};
+use rustix::net::{
+    recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+
+/// A sealed memfd holding `bytes` (no one can write, grow or shrink it afterwards).
+///
+/// # Errors
+/// The kernel's (no memfd support, out of memory).
+pub fn sealed(bytes: &[u8]) -> io::Result<OwnedFd> {
+    let fd = memfd_create(
+        "viastack-bus-value",
+        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+    )?;
+    let mut f = File::from(fd);
+    f.write_all(bytes)?;
+    let fd = OwnedFd::from(f);
+    fcntl_add_seals(
+        &fd,
+        SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL,
+    )?;
+    Ok(fd)
+}
+
+/// Sends `frame` (whole) on the Unix socket `sock` with `fd` attached.
+///
+/// # Errors
+/// The socket's error.
+pub fn send_with_fd(sock: impl AsFd, frame: &[u8], fd: impl AsFd) -> io::Result<()> {
+    let fds = [fd.as_fd()];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    control.push(SendAncillaryMessage::ScmRights(&fds));
+    let n = sendmsg(
+        &sock,
+        &[io::IoSlice::new(frame)],
+        &mut control,
+        SendFlags::empty(),
+    )?;
+    if n < frame.len() {
+        // The descriptor went with the first bytes; the rest is plain.
+        let mut rest = &frame[n..];
+        while !rest.is_empty() {
+            let m = rustix::net::send(&sock, rest, SendFlags::empty())?;
+            rest = &rest[m..];
+        }
+    }
+    Ok(())
+}
+
+/// Receives up to `buf.len()` bytes from the Unix socket `sock`, and the descriptor attached
+/// to them if any (extra descriptors are closed).
+///
+/// # Errors
+/// The socket's error.
+pub fn recv_with_fd(sock: impl AsFd, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let r = recvmsg(
+        &sock,
+        &mut [io::IoSliceMut::new(buf)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    )?;
+    let mut got = None;
+    for msg in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = msg {
+            for fd in fds {
+                if got.is_none() {
+                    got = Some(fd);
+                }
+            }
+        }
+    }
+    Ok((r.bytes, got))
+}
+
+/// The whole content of a received memfd, which must be `total` bytes long.
+///
+/// # Errors
+/// A read error, or a size other than `total`.
+pub fn read_all(fd: OwnedFd, total: usize) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let f = File::from(fd);
+    let size = f.metadata()?.len();
+    if size != total as u64 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("memfd holds {size} bytes, {total} announced"),
+        ));
+    }
+    // Read at offsets: the file position is shared with the owner's descriptor.
+    let mut out = vec![0u8; total];
+    f.read_exact_at(&mut out, 0)?;
+    Ok(out)
+}

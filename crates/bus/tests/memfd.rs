@@ -1,0 +1,125 @@
+//! Same-host transfers in shared memory: a consumer fetching from an owner on a Unix socket
+//! gets the value as a sealed memfd passed with SCM_RIGHTS (GET with window 0, PUT without
+//! data); when the owner declines (FAIL 2) it streams on the same connection, and a consumer
+//! that does not ask streams as before. The value arrives intact in each case.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use viastack_bus::client::{Request, Tool, ToolConfig, ToolStats};
+use viastack_bus::interp::{Bus, Config};
+use viastack_bus::net::{serve, Endpoint, Listener, ServeOptions};
+use viastack_bus::script::Script;
+use viastack_bus::term::{Arena, Kind};
+use viastack_kernel::Instant;
+
+const SCRIPT: &str = r#"
+process Main is let P : producer, C : consumer, V : term, R : term in
+    rec-connect(P?) . rec-connect(C?) .
+    snd-eval(P, make) . rec-value(P, V?) .
+    snd-eval(C, consume(V)) . rec-value(C, R?) .
+    V := none . snd-terminate(C, done) . snd-terminate(P, done)
+endlet
+tool producer is { }
+tool consumer is { }
+toolbus(Main)
+"#;
+
+const SIZE: usize = 5_000_000;
+
+fn run(tag: &str, owner_memfd: bool, consumer_memfd: bool) -> ToolStats {
+    let dir = std::env::temp_dir().join(format!("viastack-memfd-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut arena = Arena::new();
+    let script = Script::parse("memfd.tb", SCRIPT, &mut arena).unwrap();
+    let config = Config {
+        threshold: 64 << 10,
+        ..Config::default()
+    };
+    let bus = Bus::new(script, arena, config, Instant::ZERO);
+    let listener = Listener::bind(&Endpoint::parse(&format!(
+        "unix:{}",
+        dir.join("bus").display()
+    )))
+    .unwrap();
+    let ep = listener.endpoint().to_string();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(serve(listener, bus, ServeOptions::default()).unwrap());
+    });
+    let (ep1, owner_at) = (ep.clone(), format!("unix:{}", dir.join("owner").display()));
+    let producer = thread::spawn(move || {
+        let mut cfg = ToolConfig::new("producer");
+        cfg.serve = Some(owner_at);
+        cfg.memfd = owner_memfd;
+        let mut t = Tool::connect(&ep1, cfg).unwrap();
+        loop {
+            match t.next_request().unwrap() {
+                Request::Eval { request, .. } => {
+                    let bytes: Vec<u8> = (0..SIZE).map(|i| (i % 239) as u8).collect();
+                    let blob = t.arena.blob(bytes);
+                    let v = t.arena.appl("data", vec![blob]);
+                    let r = t.put(&v);
+                    assert!(r.as_ref_info().is_some());
+                    t.value(request, r).unwrap();
+                }
+                Request::Terminate { .. } => break,
+                _ => {}
+            }
+        }
+    });
+    let mut cfg = ToolConfig::new("consumer");
+    cfg.serve = None;
+    cfg.memfd = consumer_memfd;
+    let mut c = Tool::connect(&ep, cfg).unwrap();
+    loop {
+        match c.next_request().unwrap() {
+            Request::Eval {
+                request,
+                delivery,
+                term,
+            } => {
+                let v = c.resolve(&term, delivery).unwrap();
+                let Kind::Appl { args, .. } = v.kind() else {
+                    panic!("{v}")
+                };
+                let Kind::Appl { args, .. } = args[0].kind() else {
+                    panic!("{v}")
+                };
+                let Kind::Blob(b) = args[0].kind() else {
+                    panic!("{v}")
+                };
+                assert_eq!(b.len(), SIZE);
+                assert!(b.iter().enumerate().all(|(i, x)| *x == (i % 239) as u8));
+                let ok = c.arena.appl("ok", vec![]);
+                c.value(request, ok).unwrap();
+            }
+            Request::Terminate { .. } => break,
+            other => panic!("consumer: {other:?}"),
+        }
+    }
+    producer.join().unwrap();
+    rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    c.stats
+}
+
+#[test]
+fn same_host_value_comes_as_a_sealed_memfd() {
+    let s = run("both", true, true);
+    assert_eq!((s.fetches, s.memfd_fetches), (1, 1));
+}
+
+#[test]
+fn an_owner_that_declines_memfd_streams_instead() {
+    let s = run("owner-off", false, true);
+    assert_eq!((s.fetches, s.memfd_fetches), (1, 0));
+}
+
+#[test]
+fn a_consumer_that_does_not_ask_streams() {
+    let s = run("consumer-off", true, false);
+    assert_eq!((s.fetches, s.memfd_fetches), (1, 0));
+}
