@@ -123,12 +123,18 @@ fn a_value_goes_python_to_java_to_rust_by_reference() {
     }
     let v = &binds["V"];
     let w = &binds["W"];
-    assert!(v.starts_with("@ref("), "the producer's value went by value: {v:.200}");
+    assert!(
+        v.starts_with("@ref("),
+        "the producer's value went by value: {v:.200}"
+    );
     assert!(
         v.contains(",data(\"") && v.ends_with(",<blob>))"),
         "V is the producer's data by its shape: {v}"
     );
-    assert!(w.starts_with("@ref("), "the transformer's value went by value: {w:.200}");
+    assert!(
+        w.starts_with("@ref("),
+        "the transformer's value went by value: {w:.200}"
+    );
     assert!(
         w.contains(",transformed(\"complement\",") && w.ends_with(",<blob>))"),
         "W is the transformer's result by its shape: {w}"
@@ -138,5 +144,9 @@ fn a_value_goes_python_to_java_to_rust_by_reference() {
         w.split(',').next(),
         "two owners: the producer and the transformer"
     );
-    assert_eq!(binds["R"], format!("ok({BYTES},1)"), "the Rust consumer's verdict");
+    assert_eq!(
+        binds["R"],
+        format!("ok({BYTES},1)"),
+        "the Rust consumer's verdict"
+    );
 }
