@@ -107,7 +107,12 @@ fn a_value_goes_python_to_java_to_rust_by_reference() {
         .recv_timeout(Duration::from_secs(180))
         .expect("the script did not end within 3 minutes");
     let _ = std::fs::remove_dir_all(&dir);
-    result.unwrap();
+    let counters = result.unwrap();
+    // Tool to tool: nothing relayed through the bus, nothing refused, no bad frame.
+    assert_eq!(counters.relays, 0, "{counters:?}");
+    assert_eq!(counters.relayed_chunks, 0, "{counters:?}");
+    assert_eq!(counters.refused_grants, 0, "{counters:?}");
+    assert_eq!(counters.bad_frames, 0, "{counters:?}");
 
     let text = String::from_utf8(trace.0.lock().unwrap().clone()).unwrap();
     let mut binds = std::collections::HashMap::new();
