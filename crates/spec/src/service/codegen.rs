@@ -24,7 +24,7 @@ use std::fmt::Write as _;
 
 use super::action::{Action, Field, Prim, Value};
 use super::data::{BasicKind, FilterAttr, FilterValue};
-use super::flat::Step;
+use super::flat::{Exec, Step};
 use super::load::Service;
 
 /// Rust source implementing `svc` as a [`Runner`](super::Runner) named `Compiled` (to be
@@ -38,6 +38,9 @@ pub fn rust(svc: &Service, file: &str) -> Result<String, String> {
         .flat
         .as_ref()
         .ok_or("the chart is not a flat state machine (docs/spec-format.md, Part II §5)")?;
+    if flat.model().is_some() {
+        return Err("a datamodel (`cond`, <assign>, `_event`, `$variables`) is not compiled yet".into());
+    }
     let data = &svc.data;
     let basics = data.basic.len();
     let comps = data.composite.len();
@@ -309,7 +312,10 @@ fn step_fn(name: &str, step: &Step) -> Result<String, String> {
     for (b, block) in step.blocks.iter().enumerate() {
         let label = format!("'b{b}");
         let _ = writeln!(o, "    {label}: {{");
-        for a in block.iter() {
+        for x in block.iter() {
+            let Exec::Act(a) = x else {
+                return Err("<assign> is not compiled yet".into());
+            };
             let _ = writeln!(o, "        {{ {} }}", action(a, &label)?);
         }
         let _ = writeln!(o, "    }}");
