@@ -904,13 +904,13 @@ mod tests {
         // sendControlMessage's run is fused; toApplication's draft is read by a later action,
         // so its run is kept as written.
         assert!(
-            matches!(&block[0], Action::Run { prim: super::super::action::Prim::SendControl, draft: None, base: None, sets } if sets.len() == 2),
+            matches!(&block[0], Exec::Act(Action::Run { prim: super::super::action::Prim::SendControl, draft: None, base: None, sets }) if sets.len() == 2),
             "{block:?}"
         );
-        assert!(matches!(block[1], Action::Create { .. }), "{block:?}");
-        assert!(matches!(block[2], Action::Set { .. }), "{block:?}");
-        assert!(matches!(block[3], Action::Execute { .. }), "{block:?}");
-        assert!(matches!(block[4], Action::Run { .. }), "{block:?}");
+        assert!(matches!(block[1], Exec::Act(Action::Create { .. })), "{block:?}");
+        assert!(matches!(block[2], Exec::Act(Action::Set { .. })), "{block:?}");
+        assert!(matches!(block[3], Exec::Act(Action::Execute { .. })), "{block:?}");
+        assert!(matches!(block[4], Exec::Act(Action::Run { .. })), "{block:?}");
         assert_eq!(block.len(), 5);
     }
 
