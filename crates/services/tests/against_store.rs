@@ -49,7 +49,7 @@ fn same_as_store<R: Runner + Default>(name: &str, service: u32) {
 }
 
 #[test]
-fn every_shipped_flat_service_is_compiled() {
+fn every_shipped_service_is_compiled() {
     let compiled: Vec<&str> = viastack_services::CATALOG
         .iter()
         .filter(|(_, r)| r.is_ok())
@@ -62,6 +62,9 @@ fn every_shipped_flat_service_is_compiled() {
             "e2eack",
             "h2hack",
             "handshake",
+            "incast",
+            "leakybucket",
+            "ordering",
             "selection",
             "sync"
         ]
@@ -102,4 +105,22 @@ fn selection_matches_the_store() {
 fn sync_matches_the_store() {
     use viastack_services::sync::{Compiled, SERVICE_ID};
     same_as_store::<Compiled>("sync", SERVICE_ID);
+}
+
+#[test]
+fn incast_matches_the_store() {
+    use viastack_services::incast::{Compiled, SERVICE_ID};
+    same_as_store::<Compiled>("incast", SERVICE_ID);
+}
+
+#[test]
+fn leakybucket_matches_the_store() {
+    use viastack_services::leakybucket::{Compiled, SERVICE_ID};
+    same_as_store::<Compiled>("leakybucket", SERVICE_ID);
+}
+
+#[test]
+fn ordering_matches_the_store() {
+    use viastack_services::ordering::{Compiled, SERVICE_ID};
+    same_as_store::<Compiled>("ordering", SERVICE_ID);
 }

@@ -43,7 +43,7 @@ use crate::chart::compile::descriptor_matches;
 use crate::chart::compile::{Chart, Kind, Op, Spec, StateInfo};
 use crate::chart::expr::{Expr, Location};
 
-mod datamodel;
+pub(crate) mod datamodel;
 pub(crate) use datamodel::{Ev, Model, Scratch};
 
 use super::action::{Action, Field, Prim, Value};

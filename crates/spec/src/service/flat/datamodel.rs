@@ -26,7 +26,7 @@ use super::super::message::{Attr, Message};
 
 /// What a pseudo-variable holds.
 #[derive(Clone, Debug, PartialEq)]
-enum Pseudo {
+pub(crate) enum Pseudo {
     /// `_event.data.NAME`.
     Member(Arc<str>),
     /// `_event.data`.
@@ -345,9 +345,37 @@ impl Model {
     }
 }
 
+/// For the generator ([`codegen`](super::super::codegen)).
+impl Model {
+    /// Number of the chart's own variables (pseudo-variables come after).
+    pub(crate) fn var_count(&self) -> usize {
+        self.names.len()
+    }
+
+    /// The slot of `$name`, if the chart has the variable.
+    pub(crate) fn slot(&self, name: &str) -> Option<u32> {
+        self.map.get(name).copied()
+    }
+
+    /// What pseudo-variable `slot` holds (`None`: one of the chart's variables).
+    pub(crate) fn pseudo(&self, slot: u32) -> Option<&Pseudo> {
+        self.pseudo.get((slot as usize).checked_sub(self.names.len())?)
+    }
+
+    /// Whether events carry data.
+    pub(crate) fn has_data(&self) -> bool {
+        self.data
+    }
+
+    /// The top-level `<data>`: slot and initial value.
+    pub(crate) fn init(&self) -> &[(u32, Option<Spec>)] {
+        &self.init
+    }
+}
+
 /// `_event.data.NAME` of `ev`, as [`event_data`](super::super::store::event_data) builds the
 /// map (extra attributes written last win, then the payload, then the header attributes).
-fn member(ev: &Ev<'_>, name: &str) -> Option<Value> {
+pub(crate) fn member(ev: &Ev<'_>, name: &str) -> Option<Value> {
     match ev.current {
         Some(m) => {
             if let Some((_, v)) = m.extra.iter().rev().find(|(k, _)| &**k == name) {
@@ -368,7 +396,7 @@ fn member(ev: &Ev<'_>, name: &str) -> Option<Value> {
 }
 
 /// The engine's assignment (`Instance::assign` without declaring): into `slot` along `keys`.
-fn set(vars: &mut [Option<Value>], slot: u32, keys: &[Value], v: Value) -> bool {
+pub(crate) fn set(vars: &mut [Option<Value>], slot: u32, keys: &[Value], v: Value) -> bool {
     let Some(cell) = vars.get_mut(slot as usize) else {
         return false;
     };
