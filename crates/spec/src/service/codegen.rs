@@ -14,11 +14,17 @@
 //! events, same primitives through [`native::emit`](super::native::emit) — which a test checks
 //! on random traces for every service the generator accepts.
 //!
+//! A chart with a datamodel (issue 15 §2: incast, leakybucket, ordering) gets one
+//! `Option<Value>` field per variable; a step with a `cond` tests it first and otherwise calls
+//! the next candidate's function; `<assign>`, guards and `$x` reads are written out as Rust
+//! over dynamic values, each operation one of [`native`](super::native)'s, which are the
+//! engine's own (so the control flow is compiled, the values stay dynamic).
+//!
 //! Services are compiled when viastack is built (`crates/services/build.rs` for the shipped
-//! ones); a specification loaded at run time runs on the table. What the generator does not
-//! handle yet is refused with a message naming it: charts that are not flat, drafts read
-//! across actions (`createMessage name="x"` … `x.Attr`), datamodel variables, payload and extra
-//! attributes written by actions, `updateNodeInfo`.
+//! ones — all nine); a specification loaded at run time runs on the table. What the generator
+//! does not handle yet is refused with a message naming it: charts that are not flat, drafts
+//! read across actions (`createMessage name="x"` … `x.Attr`), `updateNodeInfo`, `isBound()` of
+//! an expression.
 
 use std::fmt::Write as _;
 

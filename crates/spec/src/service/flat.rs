@@ -25,17 +25,24 @@
 //! states. A chart qualifies when:
 //! - its states are atomic, compound or top-level `<final>`s (no `<parallel>`, `<history>`,
 //!   or `<final>` inside a compound state, whose `done.state.*` only the engine raises), none
-//!   with a datamodel or donedata, and every compound state's initial transition has one
-//!   target and only the service's actions; the initial configuration is one chain of states;
-//! - every transition names an event (no eventless ones), has no `cond` and at most one
-//!   target, and every descriptor names a basic or composite event (or matches them by prefix
-//!   or `*`) — none can match `error.*` or `done.*`, which only the engine raises;
-//! - executable content is only the service's actions (no `<raise>`, `<send>`, `<assign>`,
-//!   `<log>`, `<if>`, `<foreach>`), none reads a datamodel variable (`$x`), and the document
-//!   never reads `_event`.
+//!   with its own datamodel or donedata, and every compound state's initial transition has one
+//!   target; the initial configuration is one chain of states;
+//! - every transition names an event (no eventless ones) and has at most one target, and every
+//!   descriptor names a basic or composite event (or matches them by prefix or `*`) — none can
+//!   match `error.*` or `done.*`, which only the engine raises;
+//! - executable content is only the service's actions and `<assign>` (no `<raise>`, `<send>`,
+//!   `<log>`, `<if>`, `<foreach>`, `<script>`), and every expression (`cond`, `<assign>`,
+//!   top-level `<data>`) is one the [`datamodel`] evaluates (issue 15 §2, last item: incast,
+//!   leakybucket and ordering).
 //!
-//! As in the engine, an action that fails ends its block (the rest of the block is skipped;
-//! the `error.execution` the engine would raise selects no transition in such a chart).
+//! A transition with a `cond` is one candidate of a chain: the (event, state) entry points at
+//! the first candidate in the engine's selection order, and each candidate with a `cond` links
+//! to the next ([`Step::alt`]); the first whose `cond` holds is taken (a `cond` that fails to
+//! evaluate is false, as the engine's selection takes it).
+//!
+//! As in the engine, an action or `<assign>` that fails ends its block (the rest of the block
+//! is skipped; the `error.execution` the engine would raise selects no transition in such a
+//! chart).
 
 use viastack_kernel::time::Duration;
 
