@@ -281,9 +281,15 @@ fn every_shipped_service_says_which_path_it_runs_on_and_why_a_fallback() {
     let plain = src.replace(r#"<raise event="x"/>"#, "");
     assert_eq!(load("cond", &plain).path(), ("flat", None));
     // `_event` read as a whole: the engine, named.
-    let whole = src.replace(r#"<raise event="x"/>"#, r#"<assign location="v" expr="_event"/>"#);
+    let whole = src.replace(
+        r#"<raise event="x"/>"#,
+        r#"<assign location="v" expr="_event"/>"#,
+    );
     let why = load("whole", &whole).path().1.map(str::to_string);
-    assert!(why.as_deref().is_some_and(|w| w.contains("_event")), "{why:?}");
+    assert!(
+        why.as_deref().is_some_and(|w| w.contains("_event")),
+        "{why:?}"
+    );
     let mut general = load("raise", src);
     general.disable_flat();
     assert_eq!(general.path().0, "engine");

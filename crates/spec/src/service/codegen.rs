@@ -31,10 +31,10 @@ use std::fmt::Write as _;
 use super::action::{Action, Field, Prim, Value};
 use super::data::{BasicKind, FilterAttr, FilterValue};
 use super::flat::{Exec, Model, Step};
+use super::load::Service;
 use crate::chart::compile::Spec;
 use crate::chart::expr::{Expr, Location, PathStep};
 use crate::chart::Chart;
-use super::load::Service;
 
 /// Rust source implementing `svc` as a [`Runner`](super::Runner) named `Compiled` (to be
 /// `include!`d inside a module of a crate that depends on `viastack-spec` and
@@ -140,7 +140,7 @@ pub fn rust(svc: &Service, file: &str) -> Result<String, String> {
             let v = match spec {
                 None => "native::Value::Null".to_string(),
                 Some(spec) => format!(
-                    "{{ let inst = &*inst; (|| -> Result<native::Value, ()> {{ Ok({}) }})().unwrap_or(native::Value::Null) }}",
+                    "{{ let inst = &*inst; (|| -> Result<native::Value, native::Fail> {{ Ok({}) }})().unwrap_or(native::Value::Null) }}",
                     g.spec(spec)?
                 ),
             };
@@ -369,7 +369,7 @@ fn step_fn(g: &Gen<'_>, name: &str, step: &Step, alt: Option<String>) -> Result<
         };
         let _ = writeln!(
             o,
-            "    if !{{ let inst = &*inst; let cx = &*cx; (|| -> Result<bool, ()> {{ Ok({}) }})().unwrap_or(false) }} {{\n        return {other};\n    }}",
+            "    if !{{ let inst = &*inst; let cx = &*cx; (|| -> Result<bool, native::Fail> {{ Ok({}) }})().unwrap_or(false) }} {{\n        return {other};\n    }}",
             g.cond(c)?
         );
     }
@@ -446,7 +446,8 @@ fn action(g: &Gen<'_>, a: &Action, label: &str) -> Result<String, String> {
                             Value::Text(t) => format!("{t:?}.to_string()"),
                             Value::Var(_) => text(g, v, label),
                             _ => {
-                                let _ = write!(o, "msg.payload = {}.payload.clone(); ", msg(v, label)?);
+                                let _ =
+                                    write!(o, "msg.payload = {}.payload.clone(); ", msg(v, label)?);
                                 continue;
                             }
                         };
@@ -541,7 +542,7 @@ struct Gen<'a> {
 
 impl Gen<'_> {
     /// A value spec as a `native::Value` expression (inside a closure returning
-    /// `Result<_, ()>`: `?` on errors).
+    /// `Result<_, native::Fail>`: `?` on errors).
     fn spec(&self, s: &Spec) -> Result<String, String> {
         match s {
             Spec::Lit(v) => Ok(literal(v)),
@@ -563,7 +564,7 @@ impl Gen<'_> {
             });
         }
         Ok(format!(
-            "let r = {{ let inst = &*inst; let cx = &*cx; (|| -> Result<(native::Value, Vec<native::Value>), ()> {{ let v = {}; Ok((v, vec![{}])) }})() }}; match r {{ Ok((v, keys)) => if !native::assign(&mut inst.vars, {slot}, &keys, v) {{ break {label}; }}, Err(()) => break {label} }}",
+            "let r = {{ let inst = &*inst; let cx = &*cx; (|| -> Result<(native::Value, Vec<native::Value>), native::Fail> {{ let v = {}; Ok((v, vec![{}])) }})() }}; match r {{ Ok((v, keys)) => if !native::assign(&mut inst.vars, {slot}, &keys, v) {{ break {label}; }}, Err(_) => break {label} }}",
             self.spec(spec)?,
             keys.join(", ")
         ))
@@ -610,9 +611,9 @@ impl Gen<'_> {
                         Pseudo::Data => {
                             format!("native::event_data(cx.bound, {data}, cx.current, cx.timer)?")
                         }
-                        Pseudo::Name => "(if cx.bound { native::Value::str(cx.event) } else { return Err(()) })".into(),
-                        Pseudo::Type => "(if cx.bound { native::Value::str(\"external\") } else { return Err(()) })".into(),
-                        Pseudo::Null => "(if cx.bound { native::Value::Null } else { return Err(()) })".into(),
+                        Pseudo::Name => "(if cx.bound { native::Value::str(cx.event) } else { return Err(native::Fail) })".into(),
+                        Pseudo::Type => "(if cx.bound { native::Value::str(\"external\") } else { return Err(native::Fail) })".into(),
+                        Pseudo::Null => "(if cx.bound { native::Value::Null } else { return Err(native::Fail) })".into(),
                     }
                 }
             },
@@ -635,7 +636,10 @@ impl Gen<'_> {
                 format!("native::call(native::Func::{f:?}, &[{}])?", a.join(", "))
             }
             Expr::List(items) => {
-                let a: Vec<String> = items.iter().map(|x| self.val(x)).collect::<Result<_, _>>()?;
+                let a: Vec<String> = items
+                    .iter()
+                    .map(|x| self.val(x))
+                    .collect::<Result<_, _>>()?;
                 format!("native::list(vec![{}])", a.join(", "))
             }
             Expr::Map(entries) => {
@@ -646,7 +650,9 @@ impl Gen<'_> {
                 format!("native::map(vec![{}])", a.join(", "))
             }
             Expr::System(_) | Expr::Event(_) | Expr::Host(_) => {
-                return Err("a system variable or host expression (refused by the flat machine)".into())
+                return Err(
+                    "a system variable or host expression (refused by the flat machine)".into(),
+                )
             }
         })
     }

@@ -409,7 +409,9 @@ impl Flat {
                     .filter(|t| t.targets.len() == 1 && !t.history_target);
                 match init {
                     Some(t) => {
-                        content(&t.body).map_err(|e| format!("state `{name}`: its initial transition has {e}"))?;
+                        content(&t.body).map_err(|e| {
+                            format!("state `{name}`: its initial transition has {e}")
+                        })?;
                     }
                     None => {
                         return Err(format!(
@@ -914,10 +916,22 @@ mod tests {
             matches!(&block[0], Exec::Act(Action::Run { prim: super::super::action::Prim::SendControl, draft: None, base: None, sets }) if sets.len() == 2),
             "{block:?}"
         );
-        assert!(matches!(block[1], Exec::Act(Action::Create { .. })), "{block:?}");
-        assert!(matches!(block[2], Exec::Act(Action::Set { .. })), "{block:?}");
-        assert!(matches!(block[3], Exec::Act(Action::Execute { .. })), "{block:?}");
-        assert!(matches!(block[4], Exec::Act(Action::Run { .. })), "{block:?}");
+        assert!(
+            matches!(block[1], Exec::Act(Action::Create { .. })),
+            "{block:?}"
+        );
+        assert!(
+            matches!(block[2], Exec::Act(Action::Set { .. })),
+            "{block:?}"
+        );
+        assert!(
+            matches!(block[3], Exec::Act(Action::Execute { .. })),
+            "{block:?}"
+        );
+        assert!(
+            matches!(block[4], Exec::Act(Action::Run { .. })),
+            "{block:?}"
+        );
         assert_eq!(block.len(), 5);
     }
 

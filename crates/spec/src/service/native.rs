@@ -53,6 +53,11 @@ pub use crate::chart::Value;
 
 use crate::chart::expr::{self, EventField, Expr, Scope, System};
 
+/// A value that cannot be computed (the interpreter would raise `error.execution`): the
+/// generated code ends the block, or takes the `cond` as false.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fail;
+
 /// A scope with nothing in it (the helpers below evaluate literal operands only).
 struct NoScope;
 
@@ -91,34 +96,34 @@ pub fn json(text: &str) -> Value {
 
 /// A variable's value; an error if it is unbound.
 #[inline]
-pub fn var(v: &Option<Value>) -> Result<Value, ()> {
-    v.clone().ok_or(())
+pub fn var(v: &Option<Value>) -> Result<Value, Fail> {
+    v.clone().ok_or(Fail)
 }
 
 /// `v.name`.
-pub fn member(v: &Value, name: &str) -> Result<Value, ()> {
-    expr::eval(&Expr::Member(lit(v), name.into()), &NoScope).map_err(drop)
+pub fn member(v: &Value, name: &str) -> Result<Value, Fail> {
+    expr::eval(&Expr::Member(lit(v), name.into()), &NoScope).map_err(|_| Fail)
 }
 
 /// `v[i]`.
-pub fn index(v: &Value, i: &Value) -> Result<Value, ()> {
-    expr::index(v, i).cloned().map_err(drop)
+pub fn index(v: &Value, i: &Value) -> Result<Value, Fail> {
+    expr::index(v, i).cloned().map_err(|_| Fail)
 }
 
 /// `-v`.
-pub fn neg(v: &Value) -> Result<Value, ()> {
-    expr::eval(&Expr::Neg(lit(v)), &NoScope).map_err(drop)
+pub fn neg(v: &Value) -> Result<Value, Fail> {
+    expr::eval(&Expr::Neg(lit(v)), &NoScope).map_err(|_| Fail)
 }
 
 /// `a op b`.
-pub fn bin(op: BinOp, a: &Value, b: &Value) -> Result<Value, ()> {
-    expr::binary(op, a, b).map_err(drop)
+pub fn bin(op: BinOp, a: &Value, b: &Value) -> Result<Value, Fail> {
+    expr::binary(op, a, b).map_err(|_| Fail)
 }
 
 /// A built-in call on evaluated arguments (not `isBound`, which the generator refuses).
-pub fn call(f: Func, args: &[Value]) -> Result<Value, ()> {
+pub fn call(f: Func, args: &[Value]) -> Result<Value, Fail> {
     let args = args.iter().map(|a| Expr::Lit(a.clone())).collect();
-    expr::eval(&Expr::Call(f, args), &NoScope).map_err(drop)
+    expr::eval(&Expr::Call(f, args), &NoScope).map_err(|_| Fail)
 }
 
 /// `[a, b, …]`.
@@ -128,12 +133,17 @@ pub fn list(items: Vec<Value>) -> Value {
 
 /// `{k: v, …}`.
 pub fn map(entries: Vec<(&str, Value)>) -> Value {
-    Value::map(entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+    Value::map(
+        entries
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    )
 }
 
 /// A value as a condition: it must be a boolean.
-pub fn truth(v: &Value) -> Result<bool, ()> {
-    expr::eval_cond(&Expr::Lit(v.clone()), &NoScope).map_err(drop)
+pub fn truth(v: &Value) -> Result<bool, Fail> {
+    expr::eval_cond(&Expr::Lit(v.clone()), &NoScope).map_err(|_| Fail)
 }
 
 /// `_event.data.NAME` (`bound`: an event is being taken; `data`: events carry data).
@@ -143,16 +153,16 @@ pub fn event_member(
     current: Option<&super::Message>,
     timer: u32,
     name: &str,
-) -> Result<Value, ()> {
+) -> Result<Value, Fail> {
     if !(bound && data) {
-        return Err(());
+        return Err(Fail);
     }
     let ev = super::flat::Ev {
         name: "",
         current,
         timer,
     };
-    super::flat::datamodel::member(&ev, name).ok_or(())
+    super::flat::datamodel::member(&ev, name).ok_or(Fail)
 }
 
 /// `_event.data`.
@@ -161,9 +171,9 @@ pub fn event_data(
     data: bool,
     current: Option<&super::Message>,
     timer: u32,
-) -> Result<Value, ()> {
+) -> Result<Value, Fail> {
     match (bound, data) {
-        (false, _) => Err(()),
+        (false, _) => Err(Fail),
         (true, false) => Ok(Value::Null),
         (true, true) => Ok(super::store::event_data(current, timer)),
     }

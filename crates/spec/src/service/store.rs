@@ -1002,7 +1002,11 @@ fn run_op<N: Network>(
 
 /// `<assign>` in the flat machine's datamodel; whether it succeeded.
 #[inline(never)]
-fn assign(x: &(crate::chart::expr::Location, crate::chart::compile::Spec), dm: &mut Dm<'_>, state: u16) -> bool {
+fn assign(
+    x: &(crate::chart::expr::Location, crate::chart::compile::Spec),
+    dm: &mut Dm<'_>,
+    state: u16,
+) -> bool {
     match dm.model {
         Some(m) => m.assign(&x.0, &x.1, dm.vars, dm.scratch, dm.ev.as_ref(), state),
         None => false,

@@ -195,9 +195,7 @@ impl Model {
             }
             Expr::System(s) => return Err(format!("an expression reads {}", s.name())),
             Expr::Host(src) => return Err(format!("a datamodel expression \"{src}\"")),
-            Expr::In(_) if !self.in_ok => {
-                return Err("In() outside a transition's `cond`".into())
-            }
+            Expr::In(_) if !self.in_ok => return Err("In() outside a transition's `cond`".into()),
             Expr::Lit(_) | Expr::Var(_) | Expr::In(_) | Expr::IsBound(_) => e.clone(),
             Expr::Member(inner, name) => Expr::Member(b(self, inner)?, name.clone()),
             Expr::Index(a, i) => Expr::Index(b(self, a)?, b(self, i)?),
@@ -212,9 +210,12 @@ impl Model {
                     .map(|a| self.expr(a))
                     .collect::<Result<_, _>>()?,
             ),
-            Expr::List(items) => {
-                Expr::List(items.iter().map(|a| self.expr(a)).collect::<Result<_, _>>()?)
-            }
+            Expr::List(items) => Expr::List(
+                items
+                    .iter()
+                    .map(|a| self.expr(a))
+                    .collect::<Result<_, _>>()?,
+            ),
             Expr::Map(entries) => Expr::Map(
                 entries
                     .iter()
@@ -359,7 +360,8 @@ impl Model {
 
     /// What pseudo-variable `slot` holds (`None`: one of the chart's variables).
     pub(crate) fn pseudo(&self, slot: u32) -> Option<&Pseudo> {
-        self.pseudo.get((slot as usize).checked_sub(self.names.len())?)
+        self.pseudo
+            .get((slot as usize).checked_sub(self.names.len())?)
     }
 
     /// Whether events carry data.
