@@ -1018,4 +1018,30 @@ mod tests {
             .count();
         assert_eq!(each, 1);
     }
+
+    /// ordering's payload step in `open` is a chain of two candidates: the guarded delivery
+    /// (an `<assign>`, then the actions) and, when the guard does not hold, the targetless
+    /// drop; the chart's datamodel is kept.
+    #[test]
+    fn ordering_guards_are_a_chain_of_candidates() {
+        let src = include_str!("../../../../specs/ordering.scxml");
+        let (svc, _) = Service::load("ordering.scxml", src).unwrap();
+        let flat = svc.flat.as_ref().unwrap();
+        assert!(flat.model().is_some());
+        let payload = svc
+            .data
+            .basic
+            .iter()
+            .position(|b| b.name == "payloadmessage")
+            .unwrap();
+        let open = (1..flat.state_count() as u16)
+            .find(|&s| svc.chart.state_name(crate::chart::StateId(u32::from(s))) == "open")
+            .unwrap();
+        let first = flat.step(payload, open).unwrap();
+        assert!(first.cond.is_some());
+        assert!(matches!(first.ops[0].0, FastOp::Assign(_)), "{:?}", first.ops);
+        let drop = flat.alt(first).unwrap();
+        assert!(drop.cond.is_none() && drop.ops.is_empty() && drop.target.is_none());
+        assert!(flat.alt(drop).is_none());
+    }
 }
