@@ -20,6 +20,26 @@ fn store(name: &str) -> Store {
 }
 
 fn same_as_store<R: Runner + Default>(name: &str, service: u32) {
+    same_as::<R>(name, service, false);
+}
+
+/// The compiled service against the same specification on the store's general chart engine
+/// (the interpreter, the flat machine disabled).
+fn same_as_engine<R: Runner + Default>(name: &str, service: u32) {
+    same_as::<R>(name, service, true);
+}
+
+fn same_as<R: Runner + Default>(name: &str, service: u32, engine: bool) {
+    let store = |name: &str| {
+        if !engine {
+            return store(name);
+        }
+        let path = format!("{}/../../specs/{name}.scxml", env!("CARGO_MANIFEST_DIR"));
+        let src = std::fs::read_to_string(&path).unwrap();
+        let (mut svc, _) = Service::load(&path, &src).unwrap_or_else(|e| panic!("{e}"));
+        svc.disable_flat();
+        Store::new(vec![Arc::new(svc)], StoreConfig::default())
+    };
     let mut compared = 0;
     for seed in 0..400 {
         let inputs = random_trace(service, seed);
@@ -49,7 +69,7 @@ fn same_as_store<R: Runner + Default>(name: &str, service: u32) {
 }
 
 #[test]
-fn every_shipped_flat_service_is_compiled() {
+fn every_shipped_service_is_compiled() {
     let compiled: Vec<&str> = viastack_services::CATALOG
         .iter()
         .filter(|(_, r)| r.is_ok())
@@ -62,6 +82,9 @@ fn every_shipped_flat_service_is_compiled() {
             "e2eack",
             "h2hack",
             "handshake",
+            "incast",
+            "leakybucket",
+            "ordering",
             "selection",
             "sync"
         ]
@@ -102,4 +125,25 @@ fn selection_matches_the_store() {
 fn sync_matches_the_store() {
     use viastack_services::sync::{Compiled, SERVICE_ID};
     same_as_store::<Compiled>("sync", SERVICE_ID);
+}
+
+#[test]
+fn incast_matches_the_store() {
+    use viastack_services::incast::{Compiled, SERVICE_ID};
+    same_as_store::<Compiled>("incast", SERVICE_ID);
+    same_as_engine::<Compiled>("incast", SERVICE_ID);
+}
+
+#[test]
+fn leakybucket_matches_the_store() {
+    use viastack_services::leakybucket::{Compiled, SERVICE_ID};
+    same_as_store::<Compiled>("leakybucket", SERVICE_ID);
+    same_as_engine::<Compiled>("leakybucket", SERVICE_ID);
+}
+
+#[test]
+fn ordering_matches_the_store() {
+    use viastack_services::ordering::{Compiled, SERVICE_ID};
+    same_as_store::<Compiled>("ordering", SERVICE_ID);
+    same_as_engine::<Compiled>("ordering", SERVICE_ID);
 }

@@ -35,17 +35,18 @@ const SPECS: &[(&str, &str, bool)] = &[
         include_str!("../../../specs/handshake.scxml"),
         true,
     ),
-    // Datamodel, `cond` and `_event`: the general engine.
-    ("incast", include_str!("../../../specs/incast.scxml"), false),
+    // Datamodel, `cond`, `<assign>`, `_event.data` and `$variables` (issue 15 §2): the flat
+    // machine's datamodel.
+    ("incast", include_str!("../../../specs/incast.scxml"), true),
     (
         "leakybucket",
         include_str!("../../../specs/leakybucket.scxml"),
-        false,
+        true,
     ),
     (
         "ordering",
         include_str!("../../../specs/ordering.scxml"),
-        false,
+        true,
     ),
 ];
 
@@ -261,7 +262,7 @@ fn every_shipped_service_says_which_path_it_runs_on_and_why_a_fallback() {
             other => panic!("{name}: {other:?}"),
         }
     }
-    // A refused construct (a `cond`) falls back to the engine, and the reason names it.
+    // A refused construct (a `<raise>`) falls back to the engine, and the reason names it.
     let src = r#"<scxml xmlns="http://www.w3.org/2005/07/scxml" initial="a">
       <datamodel>
         <data name="service"><ServiceID>4</ServiceID></data>
@@ -269,14 +270,27 @@ fn every_shipped_service_says_which_path_it_runs_on_and_why_a_fallback() {
           <Event name="x"><Message><MessageType>1</MessageType></Message></Event>
         </Basic></data>
       </datamodel>
-      <state id="a"><transition event="x" cond="true" target="b"/></state>
+      <state id="a"><transition event="x" cond="true" target="b"><raise event="x"/></transition></state>
       <final id="b"/>
     </scxml>"#;
-    let svc = load("cond", src);
+    let svc = load("raise", src);
     let (path, why) = svc.path();
     assert_eq!(path, "engine");
-    assert!(why.is_some_and(|w| w.contains("cond")), "{why:?}");
-    let mut general = load("cond", src);
+    assert!(why.is_some_and(|w| w.contains("<raise>")), "{why:?}");
+    // Without it, the `cond` runs on the flat machine.
+    let plain = src.replace(r#"<raise event="x"/>"#, "");
+    assert_eq!(load("cond", &plain).path(), ("flat", None));
+    // `_event` read as a whole: the engine, named.
+    let whole = src.replace(
+        r#"<raise event="x"/>"#,
+        r#"<assign location="v" expr="_event"/>"#,
+    );
+    let why = load("whole", &whole).path().1.map(str::to_string);
+    assert!(
+        why.as_deref().is_some_and(|w| w.contains("_event")),
+        "{why:?}"
+    );
+    let mut general = load("raise", src);
     general.disable_flat();
     assert_eq!(general.path().0, "engine");
 }

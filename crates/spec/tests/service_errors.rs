@@ -174,10 +174,13 @@ fn flat_and_engine_services_share_one_store_and_its_capacity() {
         .unwrap()
         .0;
     assert_eq!(flat.path().0, "flat");
-    // The same machine with a `cond`: the engine.
+    // The same machine with a `<log>` (content the flat machine does not run): the engine.
     let engine_src = spec(
         events,
-        &flat_body.replace(r#"event="t""#, r#"event="t" cond="true""#),
+        &flat_body.replace(
+            r#"<transition event="t" target="z"/>"#,
+            r#"<transition event="t" target="z"><log expr="1"/></transition>"#,
+        ),
     )
     .replace("<ServiceID>3</ServiceID>", "<ServiceID>4</ServiceID>");
     let engine = Service::load("e.scxml", &engine_src).unwrap().0;

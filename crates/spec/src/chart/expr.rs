@@ -932,7 +932,7 @@ pub fn index<'v>(v: &'v Value, i: &Value) -> Result<&'v Value, String> {
     }
 }
 
-fn binary(op: BinOp, a: &Value, b: &Value) -> Result<Value, String> {
+pub(crate) fn binary(op: BinOp, a: &Value, b: &Value) -> Result<Value, String> {
     Ok(match op {
         BinOp::Eq => Value::Bool(a.loose_eq(b)),
         BinOp::Ne => Value::Bool(!a.loose_eq(b)),

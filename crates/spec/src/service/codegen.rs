@@ -14,18 +14,27 @@
 //! events, same primitives through [`native::emit`](super::native::emit) — which a test checks
 //! on random traces for every service the generator accepts.
 //!
+//! A chart with a datamodel (issue 15 §2: incast, leakybucket, ordering) gets one
+//! `Option<Value>` field per variable; a step with a `cond` tests it first and otherwise calls
+//! the next candidate's function; `<assign>`, guards and `$x` reads are written out as Rust
+//! over dynamic values, each operation one of [`native`](super::native)'s, which are the
+//! engine's own (so the control flow is compiled, the values stay dynamic).
+//!
 //! Services are compiled when viastack is built (`crates/services/build.rs` for the shipped
-//! ones); a specification loaded at run time runs on the table. What the generator does not
-//! handle yet is refused with a message naming it: charts that are not flat, drafts read
-//! across actions (`createMessage name="x"` … `x.Attr`), datamodel variables, payload and extra
-//! attributes written by actions, `updateNodeInfo`.
+//! ones — all nine); a specification loaded at run time runs on the table. What the generator
+//! does not handle yet is refused with a message naming it: charts that are not flat, drafts
+//! read across actions (`createMessage name="x"` … `x.Attr`), `updateNodeInfo`, `isBound()` of
+//! an expression.
 
 use std::fmt::Write as _;
 
 use super::action::{Action, Field, Prim, Value};
 use super::data::{BasicKind, FilterAttr, FilterValue};
-use super::flat::Step;
+use super::flat::{Exec, Model, Step};
 use super::load::Service;
+use crate::chart::compile::Spec;
+use crate::chart::expr::{Expr, Location, PathStep};
+use crate::chart::Chart;
 
 /// Rust source implementing `svc` as a [`Runner`](super::Runner) named `Compiled` (to be
 /// `include!`d inside a module of a crate that depends on `viastack-spec` and
@@ -38,6 +47,11 @@ pub fn rust(svc: &Service, file: &str) -> Result<String, String> {
         .flat
         .as_ref()
         .ok_or("the chart is not a flat state machine (docs/spec-format.md, Part II §5)")?;
+    let g = Gen {
+        model: flat.model(),
+        chart: &svc.chart,
+    };
+    let nvars = g.model.map_or(0, Model::var_count);
     let data = &svc.data;
     let basics = data.basic.len();
     let comps = data.composite.len();
@@ -74,7 +88,10 @@ pub fn rust(svc: &Service, file: &str) -> Result<String, String> {
         names.join(", ")
     );
     // The instance record.
-    let _ = writeln!(w, "#[derive(Debug)]\nstruct Inst {{\n    state: u16,");
+    let _ = writeln!(
+        w,
+        "#[derive(Debug)]\nstruct Inst {{\n    state: u16,\n    vars: [Option<native::Value>; {nvars}],"
+    );
     for s in 0..slots {
         let _ = writeln!(w, "    h{s}: Option<Message>,");
     }
@@ -84,7 +101,7 @@ pub fn rust(svc: &Service, file: &str) -> Result<String, String> {
     }
     let _ = writeln!(
         w,
-        "}}\n\nimpl Inst {{\n    fn new() -> Inst {{\n        Inst {{\n            state: 0,"
+        "}}\n\nimpl Inst {{\n    fn new() -> Inst {{\n        Inst {{\n            state: 0,\n            vars: std::array::from_fn(|_| None),"
     );
     for s in 0..slots {
         let _ = writeln!(w, "            h{s}: None,");
@@ -111,13 +128,49 @@ pub fn rust(svc: &Service, file: &str) -> Result<String, String> {
     let _ = writeln!(w, "    }}\n}}\n");
     let _ = writeln!(
         w,
-        "struct Cx<'a, N: Network> {{\n    now: Instant,\n    key: InstanceKey,\n    node: &'a NodeInfo,\n    current: Option<&'a Message>,\n    net: &'a mut N,\n    terminated: bool,\n}}\n\nimpl<N: Network> Cx<'_, N> {{\n    #[inline]\n    fn perform(&mut self, prim: Prim, msg: &mut Message, timer: (u32, u64)) {{\n        if native::emit(prim, msg, timer, self.now, self.key, self.node.address, self.net) {{\n            self.terminated = true;\n        }}\n    }}\n}}\n"
+        "struct Cx<'a, N: Network> {{\n    now: Instant,\n    key: InstanceKey,\n    node: &'a NodeInfo,\n    current: Option<&'a Message>,\n    net: &'a mut N,\n    terminated: bool,\n    /// The event being taken (for `_event.name`).\n    event: &'static str,\n    /// Whether an event is being taken (`_event` is bound).\n    bound: bool,\n    /// The timer id of a timer input.\n    timer: u32,\n}}\n\nimpl<N: Network> Cx<'_, N> {{\n    #[inline]\n    fn perform(&mut self, prim: Prim, msg: &mut Message, timer: (u32, u64)) {{\n        if native::emit(prim, msg, timer, self.now, self.key, self.node.address, self.net) {{\n            self.terminated = true;\n        }}\n    }}\n}}\n"
     );
-    // Steps.
-    let _ = writeln!(w, "{}", step_fn("start", flat.start())?);
+    // The datamodel's initial values.
+    let _ = writeln!(
+        w,
+        "fn init_vars<N: Network>(inst: &mut Inst, cx: &Cx<'_, N>) {{\n    let _ = (&inst, &cx);"
+    );
+    if let Some(m) = g.model {
+        for (slot, spec) in m.init() {
+            let v = match spec {
+                None => "native::Value::Null".to_string(),
+                Some(spec) => format!(
+                    "{{ let inst = &*inst; (|| -> Result<native::Value, native::Fail> {{ Ok({}) }})().unwrap_or(native::Value::Null) }}",
+                    g.spec(spec)?
+                ),
+            };
+            let _ = writeln!(w, "    inst.vars[{slot}] = Some({v});");
+        }
+    }
+    let _ = writeln!(w, "}}\n");
+    // Steps: each table entry's candidates in the engine's order, the next one taken when a
+    // `cond` does not hold.
+    let _ = writeln!(w, "{}", step_fn(&g, "start", flat.start(), None)?);
     let mut arms = Vec::new();
     for (k, (event, state, step)) in flat.entries().enumerate() {
-        let _ = writeln!(w, "{}", step_fn(&format!("step_{k}"), step)?);
+        let mut cur = step;
+        let mut j = 0;
+        loop {
+            let name = match j {
+                0 => format!("step_{k}"),
+                _ => format!("step_{k}_{j}"),
+            };
+            let next = flat.alt(cur);
+            let alt = next.map(|_| format!("step_{k}_{}", j + 1));
+            let _ = writeln!(w, "{}", step_fn(&g, &name, cur, alt)?);
+            match next {
+                Some(n) => {
+                    cur = n;
+                    j += 1;
+                }
+                None => break,
+            }
+        }
         arms.push((event, state, k));
     }
     // Per service event: the states that have a step for it, and the step.
@@ -159,7 +212,8 @@ pub fn rust(svc: &Service, file: &str) -> Result<String, String> {
         if !steps.is_empty() {
             let _ = writeln!(
                 w,
-                "    if hits[{e}] && {} {{\n        return true;\n    }}",
+                "    if hits[{e}] && {{ cx.event = {:?}; cx.bound = true; {} }} {{\n        return true;\n    }}",
+                data.basic[e].name,
                 dispatch(e)
             );
         }
@@ -197,7 +251,8 @@ pub fn rust(svc: &Service, file: &str) -> Result<String, String> {
             if !by_event[basics + c].is_empty() {
                 let _ = writeln!(
                     w,
-                    "    if fire[{c}] && {} {{\n        return true;\n    }}",
+                    "    if fire[{c}] && {{ cx.event = {:?}; cx.bound = true; {} }} {{\n        return true;\n    }}",
+                    data.composite[c].name,
                     dispatch(basics + c)
                 );
             }
@@ -229,13 +284,13 @@ pub fn rust(svc: &Service, file: &str) -> Result<String, String> {
     );
     let _ = writeln!(
         w,
-        "impl Runner for Compiled {{\n    #[inline]\n    fn handle_message<N: Network>(&mut self, now: Instant, m: &Message, net: &mut N) -> Result<(), RunnerError> {{\n        if m.service_id != SERVICE_ID {{\n            return Err(RunnerError::UnknownService(m.service_id));\n        }}\n        let node = &self.node;\n        let _ = node;\n        let hits: [bool; BASIC] = [{}];\n        if !({}) {{\n            return Ok(());\n        }}\n        let live = self.instances.len();\n        let key = InstanceKey {{ service: SERVICE_ID, message: m.message_id }};\n        let mut cx = Cx {{ now, key, node: &self.node, current: Some(m), net, terminated: false }};\n        let inst = match self.instances.entry(m.message_id) {{\n            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),\n            std::collections::hash_map::Entry::Vacant(v) => {{\n                if live >= self.capacity {{\n                    return Err(RunnerError::Full(live));\n                }}\n                // Built in place; an instance its initial state ends is taken out again.\n                let inst = v.insert(Inst::new());\n                if start(inst, &mut cx) {{\n                    self.instances.remove(&m.message_id);\n                    return Ok(());\n                }}\n                inst\n            }}\n        }};\n        if run(inst, &hits, Some(m), 0, &mut cx) {{\n            self.instances.remove(&m.message_id);\n        }}\n        Ok(())\n    }}\n",
+        "impl Runner for Compiled {{\n    #[inline]\n    fn handle_message<N: Network>(&mut self, now: Instant, m: &Message, net: &mut N) -> Result<(), RunnerError> {{\n        if m.service_id != SERVICE_ID {{\n            return Err(RunnerError::UnknownService(m.service_id));\n        }}\n        let node = &self.node;\n        let _ = node;\n        let hits: [bool; BASIC] = [{}];\n        if !({}) {{\n            return Ok(());\n        }}\n        let live = self.instances.len();\n        let key = InstanceKey {{ service: SERVICE_ID, message: m.message_id }};\n        let mut cx = Cx {{ now, key, node: &self.node, current: Some(m), net, terminated: false, event: \"\", bound: false, timer: 0 }};\n        let inst = match self.instances.entry(m.message_id) {{\n            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),\n            std::collections::hash_map::Entry::Vacant(v) => {{\n                if live >= self.capacity {{\n                    return Err(RunnerError::Full(live));\n                }}\n                // Built in place; an instance its initial state ends is taken out again.\n                let inst = v.insert(Inst::new());\n                init_vars(inst, &cx);\n                if start(inst, &mut cx) {{\n                    self.instances.remove(&m.message_id);\n                    return Ok(());\n                }}\n                inst\n            }}\n        }};\n        if run(inst, &hits, Some(m), 0, &mut cx) {{\n            self.instances.remove(&m.message_id);\n        }}\n        Ok(())\n    }}\n",
         message_hits.join(", "),
         any_of(&data.basic, |k| matches!(k, BasicKind::Message(_)))
     );
     let _ = writeln!(
         w,
-        "    #[inline]\n    fn handle_timer<N: Network>(&mut self, now: Instant, key: InstanceKey, id: u32, net: &mut N) -> Result<(), RunnerError> {{\n        if key.service != SERVICE_ID {{\n            return Ok(());\n        }}\n        let Some(inst) = self.instances.get_mut(&key.message) else {{\n            return Ok(());\n        }};\n        let hits: [bool; BASIC] = [{}];\n        if !({}) {{\n            return Ok(());\n        }}\n        let mut cx = Cx {{ now, key, node: &self.node, current: None, net, terminated: false }};\n        if run(inst, &hits, None, id, &mut cx) {{\n            self.instances.remove(&key.message);\n        }}\n        Ok(())\n    }}\n\n    fn set_node(&mut self, node: NodeInfo) {{\n        self.node = node;\n    }}\n\n    fn state(&self, key: InstanceKey) -> Option<&str> {{\n        if key.service != SERVICE_ID {{\n            return None;\n        }}\n        let i = self.instances.get(&key.message)?;\n        STATE_NAMES.get(usize::from(i.state)).copied()\n    }}\n\n    fn live(&self) -> usize {{\n        self.instances.len()\n    }}\n\n    fn memory_bytes(&self) -> usize {{\n        self.instances.capacity() * (std::mem::size_of::<(u64, Inst)>() + 1)\n            + self.instances.values().map(Inst::heap_bytes).sum::<usize>()\n    }}\n}}",
+        "    #[inline]\n    fn handle_timer<N: Network>(&mut self, now: Instant, key: InstanceKey, id: u32, net: &mut N) -> Result<(), RunnerError> {{\n        if key.service != SERVICE_ID {{\n            return Ok(());\n        }}\n        let Some(inst) = self.instances.get_mut(&key.message) else {{\n            return Ok(());\n        }};\n        let hits: [bool; BASIC] = [{}];\n        if !({}) {{\n            return Ok(());\n        }}\n        let mut cx = Cx {{ now, key, node: &self.node, current: None, net, terminated: false, event: \"\", bound: false, timer: id }};\n        if run(inst, &hits, None, id, &mut cx) {{\n            self.instances.remove(&key.message);\n        }}\n        Ok(())\n    }}\n\n    fn set_node(&mut self, node: NodeInfo) {{\n        self.node = node;\n    }}\n\n    fn state(&self, key: InstanceKey) -> Option<&str> {{\n        if key.service != SERVICE_ID {{\n            return None;\n        }}\n        let i = self.instances.get(&key.message)?;\n        STATE_NAMES.get(usize::from(i.state)).copied()\n    }}\n\n    fn live(&self) -> usize {{\n        self.instances.len()\n    }}\n\n    fn memory_bytes(&self) -> usize {{\n        self.instances.capacity() * (std::mem::size_of::<(u64, Inst)>() + 1)\n            + self.instances.values().map(Inst::heap_bytes).sum::<usize>()\n    }}\n}}",
         timer_hits.join(", "),
         any_of(&data.basic, |k| matches!(k, BasicKind::Timer(_)))
     );
@@ -300,17 +355,33 @@ fn message_filter(filters: &[super::data::Filter]) -> String {
     }
 }
 
-/// One step as a function: its blocks (a failing action `break`s out of its block), then the
-/// move to its target; whether the instance ended.
-fn step_fn(name: &str, step: &Step) -> Result<String, String> {
+/// One step as a function: its `cond` (not holding: the next candidate, `alt`, or no
+/// transition), its blocks (a failing element `break`s out of its block), then the move to
+/// its target; whether the instance ended.
+fn step_fn(g: &Gen<'_>, name: &str, step: &Step, alt: Option<String>) -> Result<String, String> {
     let mut o = format!(
         "#[inline(always)]\nfn {name}<N: Network>(inst: &mut Inst, cx: &mut Cx<'_, N>) -> bool {{\n    let _ = &inst;\n"
     );
+    if let Some(c) = &step.cond {
+        let other = match alt {
+            Some(a) => format!("{a}(inst, cx)"),
+            None => "false".into(),
+        };
+        let _ = writeln!(
+            o,
+            "    if !{{ let inst = &*inst; let cx = &*cx; (|| -> Result<bool, native::Fail> {{ Ok({}) }})().unwrap_or(false) }} {{\n        return {other};\n    }}",
+            g.cond(c)?
+        );
+    }
     for (b, block) in step.blocks.iter().enumerate() {
         let label = format!("'b{b}");
         let _ = writeln!(o, "    {label}: {{");
-        for a in block.iter() {
-            let _ = writeln!(o, "        {{ {} }}", action(a, &label)?);
+        for x in block.iter() {
+            let code = match x {
+                Exec::Act(a) => action(g, a, &label)?,
+                Exec::Assign(loc, spec) => g.assign(loc, spec, &label)?,
+            };
+            let _ = writeln!(o, "        {{ {code} }}");
         }
         let _ = writeln!(o, "    }}");
     }
@@ -321,12 +392,12 @@ fn step_fn(name: &str, step: &Step) -> Result<String, String> {
     Ok(o)
 }
 
-fn action(a: &Action, label: &str) -> Result<String, String> {
+fn action(g: &Gen<'_>, a: &Action, label: &str) -> Result<String, String> {
     match a {
         Action::Timer { prim, sets } => {
             let mut o = String::from("let (mut id, mut ms) = (0u32, 0u64); let _ = (id, ms); ");
             for (f, v) in sets.iter() {
-                let x = int(v, label)?;
+                let x = int(g, v, label)?;
                 match f {
                     Field::TimerId => {
                         let _ = write!(o, "id = ({x}) as u32; ");
@@ -362,13 +433,36 @@ fn action(a: &Action, label: &str) -> Result<String, String> {
                         let _ = write!(o, "msg = {}.clone(); ", msg(v, label)?);
                     }
                     Field::Attr(attr) => {
-                        let _ = write!(o, "msg.set(Attr::{attr:?}, {}); ", int(v, label)?);
+                        let _ = write!(o, "msg.set(Attr::{attr:?}, {}); ", int(g, v, label)?);
                     }
                     Field::TimerId => {
-                        let _ = write!(o, "timer.0 = ({}) as u32; ", int(v, label)?);
+                        let _ = write!(o, "timer.0 = ({}) as u32; ", int(g, v, label)?);
                     }
                     Field::TimerMs => {
-                        let _ = write!(o, "timer.1 = ({}).max(0) as u64; ", int(v, label)?);
+                        let _ = write!(o, "timer.1 = ({}).max(0) as u64; ", int(g, v, label)?);
+                    }
+                    Field::Payload => {
+                        let t = match v {
+                            Value::Text(t) => format!("{t:?}.to_string()"),
+                            Value::Var(_) => text(g, v, label),
+                            _ => {
+                                let _ =
+                                    write!(o, "msg.payload = {}.payload.clone(); ", msg(v, label)?);
+                                continue;
+                            }
+                        };
+                        let _ = write!(
+                            o,
+                            "msg.payload = Some(std::sync::Arc::from({t}.as_bytes())); "
+                        );
+                    }
+                    Field::Extra(n) => {
+                        let t = match v {
+                            Value::Text(t) => format!("{t:?}.to_string()"),
+                            Value::Var(_) => text(g, v, label),
+                            _ => format!("({}).to_string()", int(g, v, label)?),
+                        };
+                        let _ = write!(o, "native::set_extra(&mut msg, {n:?}, {t}.into()); ");
                     }
                     other => return Err(format!("setting {other:?} is not compiled yet")),
                 }
@@ -383,7 +477,7 @@ fn action(a: &Action, label: &str) -> Result<String, String> {
             let (set, slot, cond) = selector.rust_parts();
             Ok(format!(
                 "let node = cx.node; let now = cx.now; let _ = now; for a in node.{set}.iter() {{ let v{slot} = a.0 as i64; let each = v{slot}; let _ = each; if {cond} {{ {} }} }}",
-                action(inner, label)?
+                action(g, inner, label)?
             ))
         }
         other => Err(format!(
@@ -404,7 +498,7 @@ fn msg(v: &Value, label: &str) -> Result<String, String> {
 }
 
 /// An `i64` expression, or `break` out of the block.
-fn int(v: &Value, label: &str) -> Result<String, String> {
+fn int(g: &Gen<'_>, v: &Value, label: &str) -> Result<String, String> {
     Ok(match v {
         Value::Int(n) => format!("{n}i64"),
         Value::LastAttr(s, a) => format!(
@@ -416,6 +510,162 @@ fn int(v: &Value, label: &str) -> Result<String, String> {
         Value::NodeAddress => "(cx.node.address.0 as i64)".into(),
         Value::NodeParent => "(cx.node.parent.0 as i64)".into(),
         Value::Each => "each".into(),
+        Value::Var(n) => match g.model.and_then(|m| m.slot(n)) {
+            Some(slot) => format!(
+                "(match native::var_int(inst.vars[{slot}].as_ref()) {{ Some(x) => x, None => break {label} }})"
+            ),
+            None => format!("(break {label})"),
+        },
         other => return Err(format!("the value {other:?} is not compiled yet")),
     })
+}
+
+/// `$x` as a `String` expression, or `break` out of the block.
+fn text(g: &Gen<'_>, v: &Value, label: &str) -> String {
+    let Value::Var(n) = v else {
+        return format!("(break {label})");
+    };
+    match g.model.and_then(|m| m.slot(n)) {
+        Some(slot) => format!(
+            "(match native::var_text(inst.vars[{slot}].as_ref()) {{ Some(x) => x, None => break {label} }})"
+        ),
+        None => format!("(break {label})"),
+    }
+}
+
+/// What expressions are generated against: the datamodel (variables, pseudo-variables) and
+/// the chart (states, for `In()`).
+struct Gen<'a> {
+    model: Option<&'a Model>,
+    chart: &'a Chart<Action>,
+}
+
+impl Gen<'_> {
+    /// A value spec as a `native::Value` expression (inside a closure returning
+    /// `Result<_, native::Fail>`: `?` on errors).
+    fn spec(&self, s: &Spec) -> Result<String, String> {
+        match s {
+            Spec::Lit(v) => Ok(literal(v)),
+            Spec::Expr(e) => self.val(e),
+            Spec::Src(_) => Err("<data src> is not compiled".into()),
+        }
+    }
+
+    /// `<assign>`: the value, the path's keys, then the write; `break` on an error.
+    fn assign(&self, loc: &Location, spec: &Spec, label: &str) -> Result<String, String> {
+        let Location::Var(slot, path) = loc else {
+            return Err("an <assign> to a system or host location".into());
+        };
+        let mut keys = Vec::new();
+        for p in path {
+            keys.push(match p {
+                PathStep::Member(m) => format!("native::Value::str({:?})", &**m),
+                PathStep::Index(e) => self.val(e)?,
+            });
+        }
+        Ok(format!(
+            "let r = {{ let inst = &*inst; let cx = &*cx; (|| -> Result<(native::Value, Vec<native::Value>), native::Fail> {{ let v = {}; Ok((v, vec![{}])) }})() }}; match r {{ Ok((v, keys)) => if !native::assign(&mut inst.vars, {slot}, &keys, v) {{ break {label}; }}, Err(_) => break {label} }}",
+            self.spec(spec)?,
+            keys.join(", ")
+        ))
+    }
+
+    /// A condition as a `bool` expression (as `expr::eval_cond`: short-circuit, a
+    /// non-boolean is an error).
+    fn cond(&self, e: &Expr) -> Result<String, String> {
+        Ok(match e {
+            Expr::Lit(crate::chart::Value::Bool(b)) => b.to_string(),
+            Expr::Not(x) => format!("!({})", self.cond(x)?),
+            Expr::And(a, b) => format!("({} && {})", self.cond(a)?, self.cond(b)?),
+            Expr::Or(a, b) => format!("({} || {})", self.cond(a)?, self.cond(b)?),
+            Expr::In(i) => {
+                let end = self
+                    .chart
+                    .states()
+                    .get(*i as usize)
+                    .map_or(*i + 1, |s| s.desc_end.max(*i + 1));
+                format!("(u32::from(inst.state) >= {i} && u32::from(inst.state) < {end})")
+            }
+            Expr::IsBound(slot) => format!(
+                "inst.vars.get({slot}).is_some_and(|x| x.as_ref().is_some_and(|v| *v != native::Value::Null))"
+            ),
+            other => format!("native::truth(&{})?", self.val(other)?),
+        })
+    }
+
+    /// An expression as a `native::Value` expression.
+    fn val(&self, e: &Expr) -> Result<String, String> {
+        let model = self.model.ok_or("an expression without a datamodel")?;
+        Ok(match e {
+            Expr::Lit(v) => literal(v),
+            Expr::Var(slot) => match model.pseudo(*slot) {
+                None => format!("native::var(&inst.vars[{slot}])?"),
+                Some(p) => {
+                    use super::flat::datamodel::Pseudo;
+                    let data = model.has_data();
+                    match p {
+                        Pseudo::Member(n) => format!(
+                            "native::event_member(cx.bound, {data}, cx.current, cx.timer, {:?})?",
+                            &**n
+                        ),
+                        Pseudo::Data => {
+                            format!("native::event_data(cx.bound, {data}, cx.current, cx.timer)?")
+                        }
+                        Pseudo::Name => "(if cx.bound { native::Value::str(cx.event) } else { return Err(native::Fail) })".into(),
+                        Pseudo::Type => "(if cx.bound { native::Value::str(\"external\") } else { return Err(native::Fail) })".into(),
+                        Pseudo::Null => "(if cx.bound { native::Value::Null } else { return Err(native::Fail) })".into(),
+                    }
+                }
+            },
+            Expr::Member(x, n) => format!("native::member(&{}, {:?})?", self.val(x)?, &**n),
+            Expr::Index(x, i) => format!("native::index(&{}, &{})?", self.val(x)?, self.val(i)?),
+            Expr::Neg(x) => format!("native::neg(&{})?", self.val(x)?),
+            Expr::Bin(op, a, b) => format!(
+                "native::bin(native::BinOp::{op:?}, &{}, &{})?",
+                self.val(a)?,
+                self.val(b)?
+            ),
+            Expr::Not(_) | Expr::And(..) | Expr::Or(..) | Expr::In(_) | Expr::IsBound(_) => {
+                format!("native::Value::Bool({})", self.cond(e)?)
+            }
+            Expr::Call(crate::chart::expr::Func::Bound, _) => {
+                return Err("isBound() of an expression is not compiled yet".into())
+            }
+            Expr::Call(f, args) => {
+                let a: Vec<String> = args.iter().map(|x| self.val(x)).collect::<Result<_, _>>()?;
+                format!("native::call(native::Func::{f:?}, &[{}])?", a.join(", "))
+            }
+            Expr::List(items) => {
+                let a: Vec<String> = items
+                    .iter()
+                    .map(|x| self.val(x))
+                    .collect::<Result<_, _>>()?;
+                format!("native::list(vec![{}])", a.join(", "))
+            }
+            Expr::Map(entries) => {
+                let a: Vec<String> = entries
+                    .iter()
+                    .map(|(k, x)| Ok(format!("({k:?}, {})", self.val(x)?)))
+                    .collect::<Result<_, String>>()?;
+                format!("native::map(vec![{}])", a.join(", "))
+            }
+            Expr::System(_) | Expr::Event(_) | Expr::Host(_) => {
+                return Err(
+                    "a system variable or host expression (refused by the flat machine)".into(),
+                )
+            }
+        })
+    }
+}
+
+/// A literal value as a `native::Value` expression.
+fn literal(v: &crate::chart::Value) -> String {
+    use crate::chart::Value as V;
+    match v {
+        V::Null => "native::Value::Null".into(),
+        V::Bool(b) => format!("native::Value::Bool({b})"),
+        V::Number(n) => format!("native::num({}u64)", n.to_bits()),
+        V::String(t) => format!("native::Value::str({:?})", &**t),
+        other => format!("native::json({:?})", other.to_json().to_string()),
+    }
 }

@@ -25,36 +25,52 @@
 //! states. A chart qualifies when:
 //! - its states are atomic, compound or top-level `<final>`s (no `<parallel>`, `<history>`,
 //!   or `<final>` inside a compound state, whose `done.state.*` only the engine raises), none
-//!   with a datamodel or donedata, and every compound state's initial transition has one
-//!   target and only the service's actions; the initial configuration is one chain of states;
-//! - every transition names an event (no eventless ones), has no `cond` and at most one
-//!   target, and every descriptor names a basic or composite event (or matches them by prefix
-//!   or `*`) — none can match `error.*` or `done.*`, which only the engine raises;
-//! - executable content is only the service's actions (no `<raise>`, `<send>`, `<assign>`,
-//!   `<log>`, `<if>`, `<foreach>`), none reads a datamodel variable (`$x`), and the document
-//!   never reads `_event`.
+//!   with its own datamodel or donedata, and every compound state's initial transition has one
+//!   target; the initial configuration is one chain of states;
+//! - every transition names an event (no eventless ones) and has at most one target, and every
+//!   descriptor names a basic or composite event (or matches them by prefix or `*`) — none can
+//!   match `error.*` or `done.*`, which only the engine raises;
+//! - executable content is only the service's actions and `<assign>` (no `<raise>`, `<send>`,
+//!   `<log>`, `<if>`, `<foreach>`, `<script>`), and every expression (`cond`, `<assign>`,
+//!   top-level `<data>`) is one the [`datamodel`] evaluates (issue 15 §2, last item: incast,
+//!   leakybucket and ordering).
 //!
-//! As in the engine, an action that fails ends its block (the rest of the block is skipped;
-//! the `error.execution` the engine would raise selects no transition in such a chart).
+//! A transition with a `cond` is one candidate of a chain: the (event, state) entry points at
+//! the first candidate in the engine's selection order, and each candidate with a `cond` links
+//! to the next ([`Step::alt`]); the first whose `cond` holds is taken (a `cond` that fails to
+//! evaluate is false, as the engine's selection takes it).
+//!
+//! As in the engine, an action or `<assign>` that fails ends its block (the rest of the block
+//! is skipped; the `error.execution` the engine would raise selects no transition in such a
+//! chart).
 
 use viastack_kernel::time::Duration;
 
 use crate::chart::compile::descriptor_matches;
-use crate::chart::compile::{Chart, Kind, Op, StateInfo};
+use crate::chart::compile::{Chart, Kind, Op, Spec, StateInfo};
+use crate::chart::expr::{Expr, Location};
+
+pub(crate) mod datamodel;
+pub(crate) use datamodel::{Ev, Model, Scratch};
 
 use super::action::{Action, Field, Prim, Value};
 use super::data::ServiceData;
 use super::message::Attr;
 
 /// One transition's effect: where it goes and the action blocks it runs, in order.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Step {
+    /// The transition's `cond` (rewritten for the [`Model`]); `None`: always taken.
+    pub cond: Option<Expr>,
+    /// When `cond` does not hold: the next candidate for the same (event, state) (step
+    /// index + 1; 0: none, no transition is taken).
+    pub alt: u16,
     /// Target state (`None`: a targetless transition, the state does not change).
     pub target: Option<u16>,
     /// Whether the target is a top-level `<final>`: the instance ends after the step.
     pub ends: bool,
-    /// Action blocks; a failing action ends its block.
-    pub blocks: Box<[Box<[Action]>]>,
+    /// Blocks of executable content; a failing element ends its block.
+    pub blocks: Box<[Box<[Exec]>]>,
     /// The same blocks resolved into [`FastOp`]s (what the store runs), in one run: each op
     /// with the index of the first op after its block (where a failing op continues).
     pub ops: Box<[(FastOp, u16)]>,
@@ -62,12 +78,22 @@ pub(crate) struct Step {
     pub drafts: bool,
 }
 
+/// One element of a flat step's block: a service action or an `<assign>` (its location and
+/// value rewritten for the [`Model`]).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Exec {
+    /// A service action.
+    Act(Action),
+    /// `<assign location expr>`.
+    Assign(Location, Spec),
+}
+
 /// A flat step's action resolved at load time (issue 15 §2): the shapes nearly every
 /// delivery service is made of — a timer with constant fields, a message built from a fresh
 /// one / `last(E)` / `msg` plus attribute writes, then performed — run without the
 /// interpreter's value dispatch, without `Result<_, String>` and without cloning a payload the
 /// primitive drops. Anything else stays an [`Action`] run by [`action::run`](super::action::run).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) enum FastOp {
     /// `setTimer` with constant id and duration.
     SetTimer {
@@ -93,6 +119,8 @@ pub(crate) enum FastOp {
     },
     /// `terminate`.
     Terminate,
+    /// `<assign>`, evaluated by the [`Model`].
+    Assign(Box<(Location, Spec)>),
     /// Anything else, interpreted.
     Action(Box<Action>),
 }
@@ -281,6 +309,8 @@ pub(crate) struct Flat {
     /// Per basic event, what recording it takes and which composite events may follow
     /// (filled by [`Flat::plan`] once the history layout and the indexes are known).
     plans: Box<[EventPlan]>,
+    /// The datamodel, when the chart has variables or reads `_event`.
+    model: Option<Model>,
 }
 
 /// What an input that triggers one basic event does besides its step, resolved at load time
@@ -324,9 +354,33 @@ impl Flat {
         if !chart.scripts.is_empty() {
             return Err("the document has a top-level <script>".into());
         }
-        if src.contains("_event") {
-            return Err("the document reads `_event`".into());
-        }
+        // The top-level datamodel, and every expression rewritten for it (as the store
+        // decides for the engine, events carry data when the document mentions it).
+        let model = std::cell::RefCell::new(Model::new(chart, src.contains("_event.data"))?);
+        // A block's content: the service's actions and `<assign>`s, rewritten.
+        let content = |ops: &[Op]| -> Result<Vec<Exec>, String> {
+            let mut out = Vec::with_capacity(ops.len());
+            for op in ops {
+                match op {
+                    Op::Custom(i) => {
+                        if let Some(a) = chart.actions().get(*i as usize) {
+                            out.push(Exec::Act(a.clone()));
+                        }
+                    }
+                    Op::Assign(loc, spec) => {
+                        let mut m = model.borrow_mut();
+                        out.push(Exec::Assign(m.location(loc)?, m.spec(spec)?));
+                    }
+                    other => {
+                        return Err(format!(
+                            "executable content other than the service's actions and <assign> ({})",
+                            op_name(other)
+                        ))
+                    }
+                }
+            }
+            Ok(out)
+        };
         for s in &states[1..] {
             let name = &s.id;
             match s.kind {
@@ -344,7 +398,9 @@ impl Flat {
                 }
             }
             if !s.data.is_empty() || s.donedata.is_some() {
-                return Err(format!("state `{name}` has a datamodel or donedata"));
+                return Err(format!(
+                    "state `{name}` has its own datamodel or donedata (the flat machine keeps the top-level <data> only)"
+                ));
             }
             if s.kind == Kind::Compound {
                 let init = s
@@ -352,10 +408,14 @@ impl Flat {
                     .and_then(|i| chart.transitions().get(i as usize))
                     .filter(|t| t.targets.len() == 1 && !t.history_target);
                 match init {
-                    Some(t) if actions_only(chart, &t.body) => {}
-                    _ => {
+                    Some(t) => {
+                        content(&t.body).map_err(|e| {
+                            format!("state `{name}`: its initial transition has {e}")
+                        })?;
+                    }
+                    None => {
                         return Err(format!(
-                            "state `{name}`: its initial transition is not one target with only the service's actions"
+                            "state `{name}`: its initial transition is not one target"
                         ))
                     }
                 }
@@ -364,15 +424,10 @@ impl Flat {
                 return Err(format!("state `{name}` invokes a session"));
             }
         }
-        let blocks_ok = |blocks: &[Vec<Op>]| blocks.iter().all(|b| actions_only(chart, b));
-        if let Some(s) = states
-            .iter()
-            .find(|s| !(blocks_ok(&s.onentry) && blocks_ok(&s.onexit)))
-        {
-            return Err(format!(
-                "state `{}`: <onentry>/<onexit> content other than the service's actions (or an action reading a datamodel variable)",
-                s.id
-            ));
+        for s in states {
+            for b in s.onentry.iter().chain(&s.onexit) {
+                content(b).map_err(|e| format!("state `{}`: <onentry>/<onexit> has {e}", s.id))?;
+            }
         }
         let names: Vec<&str> = data
             .basic
@@ -388,17 +443,18 @@ impl Flat {
             if t.events.is_empty() {
                 return Err(format!("state `{from}` has an eventless transition"));
             }
-            if t.cond.is_some() {
-                return Err(format!("state `{from}` has a transition with a `cond`"));
+            if let Some(c) = &t.cond {
+                model
+                    .borrow_mut()
+                    .cond_expr(c)
+                    .map_err(|e| format!("state `{from}`: a transition's `cond`: {e}"))?;
             }
             if t.targets.len() > 1 {
                 return Err(format!(
                     "state `{from}` has a transition with several targets"
                 ));
             }
-            if !actions_only(chart, &t.body) {
-                return Err(format!("state `{from}`: a transition runs content other than the service's actions (or an action reading a datamodel variable)"));
-            }
+            content(&t.body).map_err(|e| format!("state `{from}`: a transition has {e}"))?;
             let internal = ["error.execution", "error.communication", "done.state.x"];
             if let Some(d) = t.events.iter().find(|d| {
                 internal.iter().any(|e| descriptor_matches(d, e))
@@ -431,7 +487,7 @@ impl Flat {
             state_blocks
                 .chain(bodies)
                 .chain(initials)
-                .map(|ops| custom(chart, ops))
+                .map(|ops| content(ops).unwrap_or_default())
         };
         let fusable = fusable_drafts(all_blocks());
         // Whether `a` is `d` or one of its ancestors.
@@ -440,9 +496,9 @@ impl Flat {
         // down to `target` and on through the initial transitions of the compound states
         // entered by default, as the engine's entry order does.
         let step_to = |leaf: Option<u32>, domain: u32, target: Option<u32>, body: &[Op]| -> Step {
-            let mut blocks: Vec<Box<[Action]>> = Vec::new();
+            let mut blocks: Vec<Box<[Exec]>> = Vec::new();
             let mut push = |ops: &[Op]| {
-                let actions = fuse(&custom(chart, ops), &fusable);
+                let actions = fuse(&content(ops).unwrap_or_default(), &fusable);
                 if !actions.is_empty() {
                     blocks.push(actions.into());
                 }
@@ -501,6 +557,8 @@ impl Flat {
             let ops = resolve_blocks(&blocks);
             let drafts = ops.iter().any(|(op, _)| op.uses_drafts());
             Step {
+                cond: None,
+                alt: 0,
                 target: at.map(|t| t as u16),
                 ends,
                 blocks: blocks.into(),
@@ -512,9 +570,9 @@ impl Flat {
         // content, then each state's <onentry> and, for one entered by default, the content
         // of its initial transition).
         let start = {
-            let mut blocks: Vec<Box<[Action]>> = Vec::new();
+            let mut blocks: Vec<Box<[Exec]>> = Vec::new();
             let mut push = |ops: &[Op]| {
-                let actions = fuse(&custom(chart, ops), &fusable);
+                let actions = fuse(&content(ops).unwrap_or_default(), &fusable);
                 if !actions.is_empty() {
                     blocks.push(actions.into());
                 }
@@ -539,6 +597,8 @@ impl Flat {
             let ops = resolve_blocks(&blocks);
             let drafts = ops.iter().any(|(op, _)| op.uses_drafts());
             Step {
+                cond: None,
+                alt: 0,
                 target: Some(last as u16),
                 ends,
                 blocks: blocks.into(),
@@ -546,7 +606,7 @@ impl Flat {
                 drafts,
             }
         };
-        let mut steps = Vec::new();
+        let mut steps: Vec<Step> = Vec::new();
         let mut table = vec![0u16; names.len() * n];
         for (e, name) in names.iter().enumerate() {
             for s in 1..n {
@@ -555,22 +615,25 @@ impl Flat {
                 if st.kind != Kind::Atomic {
                     continue;
                 }
-                // The first matching transition of the state, else of its nearest ancestor
-                // that has one (the engine's selection for one atomic state).
+                // The matching transitions of the state, then of its ancestors, in the
+                // engine's selection order: the first whose `cond` holds is taken. A
+                // candidate without `cond` ends the chain.
+                let mut chain: Vec<(u32, &crate::chart::compile::TransInfo)> = Vec::new();
                 let mut x = s as u32;
-                let first = loop {
-                    if x == 0 {
-                        break None;
-                    }
-                    let found = own(&states[x as usize])
+                'up: while x != 0 {
+                    for t in own(&states[x as usize])
                         .iter()
-                        .find(|t| t.events.iter().any(|d| descriptor_matches(d, name)));
-                    if found.is_some() {
-                        break found;
+                        .filter(|t| t.events.iter().any(|d| descriptor_matches(d, name)))
+                    {
+                        chain.push((x, t));
+                        if t.cond.is_none() {
+                            break 'up;
+                        }
                     }
                     x = states[x as usize].parent;
-                };
-                if let Some(t) = first {
+                }
+                let mut first = true;
+                for (from, t) in chain {
                     let target = t.targets.first().copied();
                     let domain = match (target, t.domain) {
                         (None, _) => 0,
@@ -578,15 +641,28 @@ impl Flat {
                         (Some(_), None) => {
                             return Err(format!(
                                 "state `{}`: a transition whose domain is known only at run time",
-                                states[x as usize].id
+                                states[from as usize].id
                             ))
                         }
                     };
-                    steps.push(step_to(Some(s as u32), domain, target, &t.body));
-                    if steps.len() >= usize::from(u16::MAX) {
+                    let mut step = step_to(Some(s as u32), domain, target, &t.body);
+                    step.cond = match &t.cond {
+                        Some(c) => Some(model.borrow_mut().cond_expr(c)?),
+                        None => None,
+                    };
+                    if steps.len() + 1 >= usize::from(u16::MAX) {
                         return Err("more than 65,534 (event, state) steps".into());
                     }
-                    table[e * n + s] = steps.len() as u16;
+                    if first {
+                        table[e * n + s] = steps.len() as u16 + 1;
+                        first = false;
+                    } else {
+                        let next = steps.len() as u16 + 1;
+                        if let Some(prev) = steps.last_mut() {
+                            prev.alt = next;
+                        }
+                    }
+                    steps.push(step);
                 }
             }
         }
@@ -597,12 +673,14 @@ impl Flat {
         {
             return Err("a step runs more than 65,534 actions".into());
         }
+        let model = model.into_inner();
         Ok(Flat {
             states: n,
             table: table.into(),
             steps: steps.into(),
             start,
             plans: Box::default(),
+            model: (!model.is_empty()).then_some(model),
         })
     }
 
@@ -637,6 +715,18 @@ impl Flat {
             })
             .collect();
         self.plans = plans;
+    }
+
+    /// The datamodel, when the chart has variables or reads `_event`.
+    #[inline]
+    pub(crate) fn model(&self) -> Option<&Model> {
+        self.model.as_ref()
+    }
+
+    /// The candidate after `step` when its `cond` does not hold.
+    #[inline]
+    pub(crate) fn alt(&self, step: &Step) -> Option<&Step> {
+        self.steps.get(usize::from(step.alt).checked_sub(1)?)
     }
 
     /// The plan of basic event `e`.
@@ -675,33 +765,52 @@ impl Flat {
 
 /// A step's blocks resolved into one run of [`FastOp`]s, each with the index where its
 /// block ends.
-fn resolve_blocks(blocks: &[Box<[Action]>]) -> Box<[(FastOp, u16)]> {
+fn resolve_blocks(blocks: &[Box<[Exec]>]) -> Box<[(FastOp, u16)]> {
     let mut out = Vec::new();
     for b in blocks {
         let end = (out.len() + b.len()).min(usize::from(u16::MAX)) as u16;
-        out.extend(b.iter().map(|a| (FastOp::resolve(a), end)));
+        out.extend(b.iter().map(|x| {
+            let op = match x {
+                Exec::Act(a) => FastOp::resolve(a),
+                Exec::Assign(l, v) => FastOp::Assign(Box::new((l.clone(), v.clone()))),
+            };
+            (op, end)
+        }));
     }
     out.into()
 }
 
-/// The custom actions of a block (a qualifying chart has no other content).
-fn custom<'c>(chart: &'c Chart<Action>, ops: &[Op]) -> Vec<&'c Action> {
-    ops.iter()
-        .filter_map(|op| match op {
-            Op::Custom(i) => chart.actions().get(*i as usize),
-            _ => None,
-        })
-        .collect()
+/// The name of an element the flat machine does not run, for the refusal.
+fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::Raise(_) => "<raise>",
+        Op::Send(_) => "<send>",
+        Op::Cancel(_) => "<cancel>",
+        Op::Log(..) => "<log>",
+        Op::If(_) => "<if>",
+        Op::Foreach { .. } | Op::HostForeach { .. } => "<foreach>",
+        Op::Script(_) | Op::ScriptSrc(_) | Op::HostScript(_) => "<script>",
+        Op::HostAssign { .. } => "<assign> of the ECMAScript/XPath datamodel",
+        Op::Assign(..) | Op::Custom(_) | Op::Nop => "an empty element",
+    }
+}
+
+/// The action at `block[i]`, if it is one.
+fn act(block: &[Exec], i: usize) -> Option<&Action> {
+    match block.get(i)? {
+        Exec::Act(a) => Some(a),
+        Exec::Assign(..) => None,
+    }
 }
 
 /// A `create`, `set`… , `execute` run of one draft starting at `block[i]`: its length.
-fn triple(block: &[&Action], i: usize) -> Option<usize> {
-    let Action::Create { draft } = block[i] else {
+fn triple(block: &[Exec], i: usize) -> Option<usize> {
+    let Some(Action::Create { draft }) = act(block, i) else {
         return None;
     };
     let d = *draft;
-    for (j, a) in block.iter().enumerate().skip(i + 1) {
-        match a {
+    for j in i + 1..block.len() {
+        match act(block, j)? {
             Action::Set { draft, value, .. } if *draft == d && !value.reads_draft(d) => {}
             Action::Execute { draft, .. } if *draft == d => return Some(j + 1 - i),
             _ => return None,
@@ -712,20 +821,22 @@ fn triple(block: &[&Action], i: usize) -> Option<usize> {
 
 /// Drafts whose every use in the chart is a whole create/set/execute run: nothing can observe
 /// them between actions, so each run can become one [`Action::Run`].
-fn fusable_drafts<'c>(blocks: impl Iterator<Item = Vec<&'c Action>>) -> Vec<u8> {
+fn fusable_drafts(blocks: impl Iterator<Item = Vec<Exec>>) -> Vec<u8> {
     let mut inside: Vec<u8> = Vec::new();
     let mut outside: Vec<u8> = Vec::new();
     for block in blocks {
         let mut i = 0;
         while i < block.len() {
             if let Some(len) = triple(&block, i) {
-                if let Action::Create { draft } = block[i] {
+                if let Some(Action::Create { draft }) = act(&block, i) {
                     inside.push(*draft);
                 }
                 i += len;
                 continue;
             }
-            outside.extend(block[i].drafts());
+            if let Some(a) = act(&block, i) {
+                outside.extend(a.drafts());
+            }
             i += 1;
         }
     }
@@ -733,24 +844,24 @@ fn fusable_drafts<'c>(blocks: impl Iterator<Item = Vec<&'c Action>>) -> Vec<u8> 
     inside
 }
 
-/// A block's actions with the runs of `fusable` drafts fused.
-fn fuse(block: &[&Action], fusable: &[u8]) -> Vec<Action> {
+/// A block's content with the runs of `fusable` drafts fused.
+fn fuse(block: &[Exec], fusable: &[u8]) -> Vec<Exec> {
     let mut out = Vec::with_capacity(block.len());
     let mut i = 0;
     while i < block.len() {
-        if let (Some(len), Action::Create { draft }) = (triple(block, i), block[i]) {
+        if let (Some(len), Some(Action::Create { draft })) = (triple(block, i), act(block, i)) {
             if fusable.contains(draft) {
-                let sets = block[i + 1..i + len - 1].iter().filter_map(|a| match a {
-                    Action::Set { field, value, .. } => Some((field.clone(), value.clone())),
+                let sets = (i + 1..i + len - 1).filter_map(|j| match act(block, j) {
+                    Some(Action::Set { field, value, .. }) => Some((field.clone(), value.clone())),
                     _ => None,
                 });
-                if let Action::Execute { prim, .. } = block[i + len - 1] {
-                    out.push(Action::Run {
+                if let Some(Action::Execute { prim, .. }) = act(block, i + len - 1) {
+                    out.push(Exec::Act(Action::Run {
                         prim: *prim,
                         draft: None,
                         base: None,
                         sets: sets.collect(),
-                    });
+                    }));
                     i += len;
                     continue;
                 }
@@ -760,17 +871,6 @@ fn fuse(block: &[&Action], fusable: &[u8]) -> Vec<Action> {
         i += 1;
     }
     out
-}
-
-/// Whether a block holds only custom actions that read no datamodel variable.
-fn actions_only(chart: &Chart<Action>, ops: &[Op]) -> bool {
-    ops.iter().all(|op| match op {
-        Op::Custom(i) => chart
-            .actions()
-            .get(*i as usize)
-            .is_some_and(|a| !a.reads_datamodel()),
-        _ => false,
-    })
 }
 
 #[cfg(test)]
@@ -813,13 +913,25 @@ mod tests {
         // sendControlMessage's run is fused; toApplication's draft is read by a later action,
         // so its run is kept as written.
         assert!(
-            matches!(&block[0], Action::Run { prim: super::super::action::Prim::SendControl, draft: None, base: None, sets } if sets.len() == 2),
+            matches!(&block[0], Exec::Act(Action::Run { prim: super::super::action::Prim::SendControl, draft: None, base: None, sets }) if sets.len() == 2),
             "{block:?}"
         );
-        assert!(matches!(block[1], Action::Create { .. }), "{block:?}");
-        assert!(matches!(block[2], Action::Set { .. }), "{block:?}");
-        assert!(matches!(block[3], Action::Execute { .. }), "{block:?}");
-        assert!(matches!(block[4], Action::Run { .. }), "{block:?}");
+        assert!(
+            matches!(block[1], Exec::Act(Action::Create { .. })),
+            "{block:?}"
+        );
+        assert!(
+            matches!(block[2], Exec::Act(Action::Set { .. })),
+            "{block:?}"
+        );
+        assert!(
+            matches!(block[3], Exec::Act(Action::Execute { .. })),
+            "{block:?}"
+        );
+        assert!(
+            matches!(block[4], Exec::Act(Action::Run { .. })),
+            "{block:?}"
+        );
         assert_eq!(block.len(), 5);
     }
 
@@ -905,5 +1017,31 @@ mod tests {
             .filter(|(op, _)| matches!(op, FastOp::Each { .. }))
             .count();
         assert_eq!(each, 1);
+    }
+
+    /// ordering's payload step in `open` is a chain of two candidates: the guarded delivery
+    /// (an `<assign>`, then the actions) and, when the guard does not hold, the targetless
+    /// drop; the chart's datamodel is kept.
+    #[test]
+    fn ordering_guards_are_a_chain_of_candidates() {
+        let src = include_str!("../../../../specs/ordering.scxml");
+        let (svc, _) = Service::load("ordering.scxml", src).unwrap();
+        let flat = svc.flat.as_ref().unwrap();
+        assert!(flat.model().is_some());
+        let payload = svc
+            .data
+            .basic
+            .iter()
+            .position(|b| b.name == "payloadmessage")
+            .unwrap();
+        let open = (1..flat.state_count() as u16)
+            .find(|&s| svc.chart.state_name(crate::chart::StateId(u32::from(s))) == "open")
+            .unwrap();
+        let first = flat.step(payload, open).unwrap();
+        assert!(first.cond.is_some());
+        assert!(matches!(first.ops[0].0, FastOp::Assign(_)), "{:?}", first.ops);
+        let drop = flat.alt(first).unwrap();
+        assert!(drop.cond.is_none() && drop.ops.is_empty() && drop.target.is_none());
+        assert!(flat.alt(drop).is_none());
     }
 }

@@ -38,7 +38,7 @@ use crate::chart::{
 use super::action::Prim;
 use super::action::Primitive;
 use super::action::{self, Action, Ctx, Draft, Network};
-use super::flat::{Base, FastOp, Flat, SendOp, Src, Step, NO_SLOT};
+use super::flat::{Base, Ev, FastOp, Flat, Model, Scratch, SendOp, Src, Step, NO_SLOT};
 use super::history::History;
 use super::load::Service;
 use super::message::{Addr, InstanceKey, Message, NodeInfo, PAYLOAD_TYPE};
@@ -92,6 +92,8 @@ impl Machine {
 struct FlatInst {
     state: u16,
     hist: History,
+    /// The datamodel's variables (empty for a chart without one).
+    vars: Box<[Option<Value>]>,
 }
 
 #[derive(Clone)]
@@ -131,6 +133,8 @@ pub struct Store {
     drafts: Vec<Draft>,
     /// The timer id of the current timer step (for `_event.data`).
     timer: u32,
+    /// A flat machine's `_event` values for the current event.
+    dm: Scratch,
 }
 
 /// `_event.data` of a basic or composite event: the message's attributes (numbers; Payload
@@ -229,6 +233,7 @@ impl Store {
             scratch: Message::default(),
             drafts: vec![Draft::default(); drafts],
             timer: 0,
+            dm: Scratch::default(),
         }
     }
 
@@ -548,6 +553,7 @@ impl Store {
             flat_live,
             config,
             map,
+            dm,
             ..
         } = self;
         let svc = &*services[si];
@@ -578,7 +584,15 @@ impl Store {
                     Some(h) => h,
                     None => History::new(&svc.layout, svc.logic.new_state()),
                 };
-                let inst = v.insert(FlatInst { state: 0, hist });
+                let vars = match machine.model() {
+                    Some(model) => model.new_vars(dm),
+                    None => Box::default(),
+                };
+                let inst = v.insert(FlatInst {
+                    state: 0,
+                    hist,
+                    vars,
+                });
                 let mut ctx = Ctx {
                     now,
                     key,
@@ -592,7 +606,14 @@ impl Store {
                 };
                 let step = machine.start();
                 let mut state = 0;
-                if run_flat(step, &mut state, &mut ctx, scratch) {
+                dm.reset();
+                let mut d = Dm {
+                    model: machine.model(),
+                    vars: &mut inst.vars,
+                    scratch: dm,
+                    ev: None,
+                };
+                if run_flat(step, &mut state, &mut ctx, scratch, &mut d) {
                     if let Some(mut f) = instances.remove(&key.message) {
                         f.hist.reset();
                         recycled[si].push(f.hist);
@@ -620,6 +641,7 @@ impl Store {
                 net,
                 scratch,
                 timer: 0,
+                dm,
             },
         );
         if ended {
@@ -652,6 +674,7 @@ impl Store {
             scratch,
             drafts,
             flat_live,
+            dm,
             ..
         } = self;
         let svc = &*services[si];
@@ -689,6 +712,7 @@ impl Store {
                 net,
                 scratch,
                 timer: id,
+                dm,
             },
         );
         if ended {
@@ -714,6 +738,49 @@ struct Input<'a, N: Network> {
     scratch: &'a mut Message,
     /// The timer id of a timer expiry (0 for a message).
     timer: u32,
+    /// The store's `_event` scratch.
+    dm: &'a mut Scratch,
+}
+
+/// A flat step's datamodel: the instance's variables and the current event.
+struct Dm<'a> {
+    model: Option<&'a Model>,
+    vars: &'a mut [Option<Value>],
+    scratch: &'a mut Scratch,
+    ev: Option<Ev<'a>>,
+}
+
+impl<'a> Dm<'a> {
+    /// A new event (its `_event` values are read again).
+    #[inline]
+    fn event(&mut self, name: &'a str, current: Option<&'a Message>, timer: u32) {
+        if self.model.is_some() {
+            self.ev = Some(Ev {
+                name,
+                current,
+                timer,
+            });
+            self.scratch.reset();
+        }
+    }
+}
+
+/// The candidate of `step`'s chain the engine would take in `state`: the first whose `cond`
+/// holds (`None`: no transition).
+#[inline]
+fn select<'m>(machine: &'m Flat, step: &'m Step, state: u16, dm: &mut Dm<'_>) -> Option<&'m Step> {
+    let mut s = step;
+    loop {
+        let Some(c) = &s.cond else {
+            return Some(s);
+        };
+        if let Some(m) = dm.model {
+            if m.cond(c, dm.vars, dm.scratch, dm.ev.as_ref(), state) {
+                return Some(s);
+            }
+        }
+        s = machine.alt(s)?;
+    }
 }
 
 /// One input to a flat-machine instance (the order of [`Store::step`]): the hits recorded in
@@ -768,7 +835,13 @@ fn flat_step<N: Network>(
             }
         }
     }
-    let FlatInst { state, hist } = inst;
+    let FlatInst { state, hist, vars } = inst;
+    let mut dm = Dm {
+        model: machine.model(),
+        vars,
+        scratch: input.dm,
+        ev: None,
+    };
     let mut ctx = Ctx {
         now,
         key: input.key,
@@ -783,8 +856,19 @@ fn flat_step<N: Network>(
     // Basic events, in declaration order.
     for &e in hits {
         if let Some(step) = machine.step(usize::from(e), *state) {
-            if run_flat(step, state, &mut ctx, input.scratch) {
-                return true;
+            if dm.model.is_some() {
+                let name = svc.data.basic.get(usize::from(e)).map_or("", |b| &b.name);
+                dm.event(name, input.current, input.timer);
+            }
+            let step = if step.cond.is_none() {
+                Some(step)
+            } else {
+                select(machine, step, *state, &mut dm)
+            };
+            if let Some(step) = step {
+                if run_flat(step, state, &mut ctx, input.scratch, &mut dm) {
+                    return true;
+                }
             }
         }
     }
@@ -808,7 +892,7 @@ fn flat_step<N: Network>(
     // Every candidate is evaluated in the state before any of them runs; the first that
     // holds runs the step found while evaluating (the state has not changed yet), the others
     // the step of the state the machine is in when their turn comes.
-    let mut first: Option<&Step> = None;
+    let mut first: Option<(u16, &Step)> = None;
     fire.clear();
     for &c in candidates {
         if let Some(step) = machine.step(basics + usize::from(c), before) {
@@ -817,22 +901,34 @@ fn flat_step<N: Network>(
                 .eval(usize::from(c), &ctx.history.logic, ctx.node, now)
             {
                 match first {
-                    None => first = Some(step),
+                    None => first = Some((c, step)),
                     Some(_) => fire.push(c),
                 }
             }
         }
     }
-    let Some(step) = first else {
+    let Some((c, step)) = first else {
         return false;
     };
-    if run_flat(step, state, &mut ctx, input.scratch) {
-        return true;
+    let comp_name = |c: u16| {
+        svc.data
+            .composite
+            .get(usize::from(c))
+            .map_or("", |x| x.name.as_str())
+    };
+    dm.event(comp_name(c), input.current, input.timer);
+    if let Some(step) = select(machine, step, *state, &mut dm) {
+        if run_flat(step, state, &mut ctx, input.scratch, &mut dm) {
+            return true;
+        }
     }
     for &c in fire.iter() {
         if let Some(step) = machine.step(basics + usize::from(c), *state) {
-            if run_flat(step, state, &mut ctx, input.scratch) {
-                return true;
+            dm.event(comp_name(c), input.current, input.timer);
+            if let Some(step) = select(machine, step, *state, &mut dm) {
+                if run_flat(step, state, &mut ctx, input.scratch, &mut dm) {
+                    return true;
+                }
             }
         }
     }
@@ -847,11 +943,12 @@ fn run_flat<N: Network>(
     state: &mut u16,
     ctx: &mut Ctx<'_, N>,
     scratch: &mut Message,
+    dm: &mut Dm<'_>,
 ) -> bool {
     let ops = &*step.ops;
     let mut i = 0;
     while let Some((op, end)) = ops.get(i) {
-        i = if run_op(op, ctx, scratch) {
+        i = if run_op(op, ctx, scratch, dm, *state) {
             i + 1
         } else {
             usize::from(*end)
@@ -869,7 +966,13 @@ fn run_flat<N: Network>(
 /// Runs one resolved op; false when it fails (a value that cannot be read now: nothing is
 /// performed and the rest of its block is skipped).
 #[inline(always)]
-fn run_op<N: Network>(op: &FastOp, ctx: &mut Ctx<'_, N>, scratch: &mut Message) -> bool {
+fn run_op<N: Network>(
+    op: &FastOp,
+    ctx: &mut Ctx<'_, N>,
+    scratch: &mut Message,
+    dm: &mut Dm<'_>,
+    state: u16,
+) -> bool {
     match op {
         FastOp::SetTimer { id, after } => {
             ctx.net.perform(
@@ -891,16 +994,33 @@ fn run_op<N: Network>(op: &FastOp, ctx: &mut Ctx<'_, N>, scratch: &mut Message) 
         }
         FastOp::Send(op) => return send(op, ctx, scratch),
         FastOp::Each { selector, send: op } => return send_each(selector, op, ctx, scratch),
-        FastOp::Action(a) => return interpreted(a, ctx),
+        FastOp::Action(a) => return interpreted(a, ctx, dm),
+        FastOp::Assign(x) => return assign(x, dm, state),
     }
     true
+}
+
+/// `<assign>` in the flat machine's datamodel; whether it succeeded.
+#[inline(never)]
+fn assign(
+    x: &(crate::chart::expr::Location, crate::chart::compile::Spec),
+    dm: &mut Dm<'_>,
+    state: u16,
+) -> bool {
+    match dm.model {
+        Some(m) => m.assign(&x.0, &x.1, dm.vars, dm.scratch, dm.ev.as_ref(), state),
+        None => false,
+    }
 }
 
 /// An action the flat machine did not resolve, run by the interpreter; whether it succeeded.
 /// Out of line (its error is a `String` to drop), so the usual ops' loop keeps a small frame.
 #[inline(never)]
-fn interpreted<N: Network>(a: &Action, ctx: &mut Ctx<'_, N>) -> bool {
-    action::run(a, ctx, &()).is_ok()
+fn interpreted<N: Network>(a: &Action, ctx: &mut Ctx<'_, N>, dm: &Dm<'_>) -> bool {
+    match dm.model {
+        Some(m) => action::run(a, ctx, &m.source(dm.vars)).is_ok(),
+        None => action::run(a, ctx, &()).is_ok(),
+    }
 }
 
 /// A `foreach` send: the nodes are selected first (on the stack for the usual few), then one
@@ -1073,6 +1193,10 @@ impl Store {
                 h.write_u8(0);
                 f.state.hash(h);
                 f.hist.fingerprint(now.as_nanos(), h);
+                // The datamodel's variables (their debug form is canonical).
+                for v in f.vars.iter() {
+                    format!("{v:?}").hash(h);
+                }
                 continue;
             }
             let Some(l) = self
@@ -1195,7 +1319,12 @@ impl Runner for Store {
             .iter()
             .map(|f| {
                 f.capacity() * (std::mem::size_of::<(u64, FlatInst)>() + 1)
-                    + f.values().map(|x| x.hist.heap_bytes()).sum::<usize>()
+                    + f.values()
+                        .map(|x| {
+                            x.hist.heap_bytes()
+                                + x.vars.len() * std::mem::size_of::<Option<Value>>()
+                        })
+                        .sum::<usize>()
             })
             .sum();
         map + slab + recycled + live + flat
