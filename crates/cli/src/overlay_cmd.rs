@@ -219,6 +219,7 @@ pub fn status_json(st: &Status, received: u64, sent: u64) -> Value {
         "services": services,
         "received": received,
         "sent": sent,
+        "rendezvous_members": st.rendezvous_members,
     })
 }
 
