@@ -1297,7 +1297,19 @@ impl MessageStoreSession {
                 let s = Sendable::new(from, Dest::Node(me), Message::from_payload(&p));
                 ctx.go(Event::sendable(SENDABLE.id(), Direction::Up, channel, s));
             }
-            Out::Send(m) => {
+            Out::Send(mut m) => {
+                if m.root == Addr(0)
+                    && !matches!(
+                        m.message_type,
+                        SPEC_REQUEST | SPEC_RESPONSE | FAILURE_REPORT | REPORT_ACK
+                    )
+                {
+                    // A message the service built afresh (no `from`: h2hack's and e2eack's
+                    // Reset) belongs to its instance's tree: it carries the instance's root,
+                    // not its sender, so the receivers forward it down that tree and report a
+                    // give-up to the message's original sender.
+                    m.root = addr(self.roots.get(&m.key()).copied().unwrap_or(me));
+                }
                 let node = self.store.node();
                 let prev = m.previous_hop;
                 let targets: Vec<Addr> = match m.delivery_mode {
@@ -1504,7 +1516,10 @@ impl MessageStoreSession {
             }
             _ => {}
         }
+        // A message without a root (from a node that did not fill it in) belongs to the
+        // instance it names, if this node has one: its root, not the message's sender.
         let root = node_of(m.root)
+            .or_else(|| self.roots.get(&m.key()).copied())
             .or_else(|| node_of(m.source))
             .unwrap_or(from);
         self.admit(ctx, root, m);
