@@ -29,6 +29,12 @@
 //!   instance). With `broadcast = "flood"` a broadcast is flooded (DeliveryMode 2).
 //! - A sendable from below is a service message of another node (format below); its
 //!   PreviousHopAddress is the node it came from.
+//! - **Roots.** A message's RootAddress names the tree it travels on and the node its
+//!   instance's failure is reported to. A message a service builds afresh (no `from`: h2hack's
+//!   and e2eack's Reset) has none from the spec: the layer stamps its instance's root on it,
+//!   and takes a message that arrives without one for the root of the instance it names (else
+//!   its source) — a Reset is passed down the original sender's tree and a give-up reported
+//!   to that sender, not to the node that sent the Reset.
 //! - Before the store handles an input (message or timer), the layer asks the overlay for this
 //!   node's place in the tree rooted at the input's root ([`TREE_QUERY`]) and waits for the
 //!   answer ([`TREE`]), queueing the input; the answer becomes the store's [`NodeInfo`]
