@@ -16,6 +16,11 @@
 //!   ([`viastack_overlay::rendezvous::Server`], wire `docs/WIRE.md` "Rendezvous"): members
 //!   register, joining nodes ask who is there, leaders are introduced to each other. It
 //!   prints `rendezvous on udp ADDR` first, then one line per change of its member table.
+//! - `overlay rendezvous STACK --id N (--deployment FILE | --nodes N)` runs node N of a stack
+//!   whose `overlay` layer names it as its server (`rendezvous = N`, e.g.
+//!   `stacks/overlay-rendezvous.toml`): the server the stack's other nodes, started with
+//!   `overlay join` and no buddy list, ask (through the stack's device and checksum, like
+//!   every datagram of the stack). Its status lines carry `rendezvous_members`.
 
 #![allow(clippy::disallowed_methods)] // a driver: the status ticks are wall-clock time
 
@@ -38,9 +43,32 @@ pub enum OverlayCommand {
     /// Run the rendezvous server on UDP: joining nodes ask it for members, partition leaders
     /// meet through it.
     Rendezvous {
-        /// Where to listen (e.g. 127.0.0.1:47999; port 0 picks one).
+        /// A stack whose `overlay` layer names this node as its `rendezvous` server (e.g.
+        /// stacks/overlay-rendezvous.toml): run that node — the server the other nodes of the
+        /// deployment (`overlay join`) ask — instead of a bare server on --listen.
+        #[arg(required_unless_present = "listen", conflicts_with = "listen")]
+        stack: Option<PathBuf>,
+        /// With a stack: this node's id (the layer's `rendezvous`).
+        #[arg(long, requires = "stack")]
+        id: Option<u32>,
+        /// With a stack: loopback deployment of N nodes, node i at 127.0.0.1:(base-port + i).
+        #[arg(long, requires = "stack")]
+        nodes: Option<u32>,
+        /// With a stack: first port of the loopback deployment.
+        #[arg(long, default_value_t = 47000)]
+        base_port: u16,
+        /// With a stack: the deployment file.
+        #[arg(long, requires = "stack", conflicts_with = "nodes")]
+        deployment: Option<PathBuf>,
+        /// With a stack: write the status (JSON) to this file each second.
+        #[arg(long, requires = "stack")]
+        status_file: Option<PathBuf>,
+        /// With a stack: stop after this long.
+        #[arg(long, value_parser = crate::duration_arg, requires = "stack")]
+        duration: Option<viastack_kernel::Duration>,
+        /// Where to listen for a bare server (e.g. 127.0.0.1:47999; port 0 picks one).
         #[arg(long)]
-        listen: SocketAddr,
+        listen: Option<SocketAddr>,
         /// Forget a member not heard from this long.
         #[arg(long, value_parser = crate::duration_arg, default_value = "10s")]
         member_timeout: viastack_kernel::Duration,
@@ -97,10 +125,38 @@ pub fn run(cmd: OverlayCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         OverlayCommand::Join(args) => join(&args),
         OverlayCommand::Rendezvous {
+            stack: Some(file),
+            id,
+            nodes,
+            base_port,
+            deployment,
+            status_file,
+            duration,
+            ..
+        } => {
+            let args = JoinArgs {
+                file,
+                id,
+                deployment,
+                nodes,
+                base_port,
+                status_file,
+                send_every: None,
+                service: None,
+                duration,
+                settle: viastack_kernel::Duration::from_secs(3),
+            };
+            join_as(&args, true)
+        }
+        OverlayCommand::Rendezvous {
             listen,
             member_timeout,
             max_members,
-        } => rendezvous(listen, member_timeout, max_members),
+            ..
+        } => match listen {
+            Some(listen) => rendezvous(listen, member_timeout, max_members),
+            None => bail!("give a stack file or --listen ADDR"),
+        },
         OverlayCommand::Status { file, json } => {
             let text = std::fs::read_to_string(&file).with_context(|| {
                 format!(
@@ -219,6 +275,7 @@ pub fn status_json(st: &Status, received: u64, sent: u64) -> Value {
         "services": services,
         "received": received,
         "sent": sent,
+        "rendezvous_members": st.rendezvous_members,
     })
 }
 
@@ -253,6 +310,11 @@ fn human(v: &Value) -> String {
 }
 
 fn join(args: &JoinArgs) -> anyhow::Result<ExitCode> {
+    join_as(args, false)
+}
+
+/// Runs one node of the stack; `server`: the node must be the stack's rendezvous server.
+fn join_as(args: &JoinArgs, server: bool) -> anyhow::Result<ExitCode> {
     let deployment = deployment(args)?;
     let mut socket = OverlaySocket::join_with(
         Node::builder()
@@ -261,6 +323,13 @@ fn join(args: &JoinArgs) -> anyhow::Result<ExitCode> {
             .linger(Duration::from_millis(500)),
     )?;
     socket.set_settle(args.settle);
+    if server && socket.status()?.rendezvous_members.is_none() {
+        bail!(
+            "{}: node {} is not the rendezvous server of its `overlay` layer (`rendezvous = N`)",
+            args.file.display(),
+            socket.id()
+        );
+    }
     let start = Instant::now();
     let end = args.duration.map(|d| start + d);
     let mut next_tick = start + Duration::from_secs(1);

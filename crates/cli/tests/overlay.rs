@@ -255,3 +255,80 @@ fn the_rendezvous_server_answers_on_loopback() {
     out.read_line(&mut next).unwrap();
     assert_eq!(next.trim(), "members 1 leaders 1");
 }
+
+/// Brief h-ovl item 1: `overlay rendezvous STACK` runs the rendezvous server node of
+/// `stacks/overlay-rendezvous.toml` (node 0, `rendezvous = 0`, no buddy list anywhere) and
+/// three `overlay join` processes of the same stack find each other through it only: their
+/// neighbour sets become the triangle of the three members (three points in general position:
+/// each neighbours the other two; the server is nobody's neighbour), with one leader, and the
+/// server's status counts the three registered members. Waits are on the processes' output
+/// with timeouts, never sleeps.
+#[test]
+fn three_processes_with_no_buddies_form_one_overlay_through_the_rendezvous_process() {
+    let n: u16 = 4;
+    let base = base_port(n);
+    let (tx, rx) = mpsc::channel::<(u16, Value)>();
+    let mut procs = Procs(Vec::new());
+    for i in 0..n {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_viastack"));
+        cmd.current_dir(root())
+            .arg("overlay")
+            .arg(if i == 0 { "rendezvous" } else { "join" })
+            .args(["stacks/overlay-rendezvous.toml", "--nodes"])
+            .arg(n.to_string())
+            .args(["--base-port", &base.to_string(), "--id", &i.to_string()])
+            .args(["--duration", "60s"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().expect("spawn viastack");
+        let out = child.stdout.take().expect("stdout");
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if tx.send((i, v)).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        procs.0.push(child);
+    }
+    let nbrs = |v: &Value| -> Vec<u64> {
+        v["neighbours"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default()
+    };
+    let mut latest: BTreeMap<u16, Value> = BTreeMap::new();
+    let agreed = |latest: &BTreeMap<u16, Value>| -> bool {
+        if latest.len() != n as usize {
+            return false;
+        }
+        let triangle = (1..n).all(|i| {
+            let want: Vec<u64> = (1..u64::from(n)).filter(|&j| j != u64::from(i)).collect();
+            nbrs(&latest[&i]) == want
+        });
+        let leaders = (1..n).filter(|i| latest[i]["leader"] == true).count();
+        triangle && leaders == 1 && latest[&0]["rendezvous_members"] == 3
+    };
+    let mut ok = false;
+    for _ in 0..600 {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok((i, v)) => {
+                latest.insert(i, v);
+                if agreed(&latest) {
+                    ok = true;
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    assert!(ok, "the processes did not form one overlay: {latest:#?}");
+    assert!(nbrs(&latest[&0]).is_empty(), "the server is no member");
+    for i in 1..n {
+        assert_eq!(latest[&i]["rendezvous_members"], Value::Null);
+    }
+    drop(procs);
+}

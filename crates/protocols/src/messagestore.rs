@@ -29,6 +29,12 @@
 //!   instance). With `broadcast = "flood"` a broadcast is flooded (DeliveryMode 2).
 //! - A sendable from below is a service message of another node (format below); its
 //!   PreviousHopAddress is the node it came from.
+//! - **Roots.** A message's RootAddress names the tree it travels on and the node its
+//!   instance's failure is reported to. A message a service builds afresh (no `from`: h2hack's
+//!   and e2eack's Reset) has none from the spec: the layer stamps its instance's root on it,
+//!   and takes a message that arrives without one for the root of the instance it names (else
+//!   its source) — a Reset is passed down the original sender's tree and a give-up reported
+//!   to that sender, not to the node that sent the Reset.
 //! - Before the store handles an input (message or timer), the layer asks the overlay for this
 //!   node's place in the tree rooted at the input's root ([`TREE_QUERY`]) and waits for the
 //!   answer ([`TREE`]), queueing the input; the answer becomes the store's [`NodeInfo`]
@@ -1297,7 +1303,19 @@ impl MessageStoreSession {
                 let s = Sendable::new(from, Dest::Node(me), Message::from_payload(&p));
                 ctx.go(Event::sendable(SENDABLE.id(), Direction::Up, channel, s));
             }
-            Out::Send(m) => {
+            Out::Send(mut m) => {
+                if m.root == Addr(0)
+                    && !matches!(
+                        m.message_type,
+                        SPEC_REQUEST | SPEC_RESPONSE | FAILURE_REPORT | REPORT_ACK
+                    )
+                {
+                    // A message the service built afresh (no `from`: h2hack's and e2eack's
+                    // Reset) belongs to its instance's tree: it carries the instance's root,
+                    // not its sender, so the receivers forward it down that tree and report a
+                    // give-up to the message's original sender.
+                    m.root = addr(self.roots.get(&m.key()).copied().unwrap_or(me));
+                }
                 let node = self.store.node();
                 let prev = m.previous_hop;
                 let targets: Vec<Addr> = match m.delivery_mode {
@@ -1504,7 +1522,10 @@ impl MessageStoreSession {
             }
             _ => {}
         }
+        // A message without a root (from a node that did not fill it in) belongs to the
+        // instance it names, if this node has one: its root, not the message's sender.
         let root = node_of(m.root)
+            .or_else(|| self.roots.get(&m.key()).copied())
             .or_else(|| node_of(m.source))
             .unwrap_or(from);
         self.admit(ctx, root, m);

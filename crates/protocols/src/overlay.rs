@@ -77,6 +77,7 @@ use viastack_kernel::{
     NodeId, Sendable, Session, TimerId,
 };
 use viastack_overlay::forward::{self, Change, DtTopology, Forwarder, HcTopology, Topology};
+use viastack_overlay::rendezvous::{self, Client, ClientConfig, Server, ServerConfig};
 use viastack_overlay::wire::app::DeliveryMode;
 use viastack_overlay::wire::{self, Kind};
 use viastack_overlay::{dt, hypercube, DtAddr, HcLabel};
@@ -206,6 +207,12 @@ pub struct Config {
     pub broadcast: DeliveryMode,
     /// DT coordinates are drawn in `0..span` on each axis.
     pub span: u32,
+    /// The rendezvous server's node, if the overlay has one: that node runs the server (and
+    /// is no member of the overlay); every other node asks it for members while it has no
+    /// place in the overlay and registers once it has one ([`viastack_overlay::rendezvous`]).
+    pub rendezvous: Option<NodeId>,
+    /// How often a node queries or registers with the rendezvous server.
+    pub rendezvous_every: viastack_kernel::Duration,
 }
 
 /// The DT point of node `node` in a run seeded with `seed`: a SplitMix64 draw per axis in
@@ -318,6 +325,10 @@ pub struct OverlaySession {
     /// a root's label; bounded by [`DIRECTORY_MAX`] (insertion order in `dir_order`).
     directory: BTreeMap<NodeId, HcLabel>,
     dir_order: std::collections::VecDeque<NodeId>,
+    /// This node is the rendezvous server ([`Config::rendezvous`]).
+    server: Option<Server<NodeId>>,
+    /// This node's rendezvous client ([`Config::rendezvous`] names another node).
+    client: Option<Client<NodeId>>,
 }
 
 impl OverlaySession {
@@ -340,7 +351,21 @@ impl OverlaySession {
             peers_hc: BTreeMap::new(),
             directory: BTreeMap::new(),
             dir_order: std::collections::VecDeque::new(),
+            server: None,
+            client: None,
         }
+    }
+
+    /// Whether this node is the overlay's rendezvous server (and no member).
+    pub fn is_rendezvous_server(&self) -> bool {
+        self.server.is_some()
+    }
+
+    /// The rendezvous server's counters and member count, on the server's node.
+    pub fn rendezvous_stats(&self) -> Option<(rendezvous::ServerStats, usize)> {
+        self.server
+            .as_ref()
+            .map(|s| (s.stats(), s.members().count()))
     }
 
     /// The topology engine (for inspection: neighbours, leader, labels).
@@ -367,6 +392,20 @@ impl OverlaySession {
         // Fresh message ids per incarnation: a restarted node must not look like a duplicate.
         let first_id = ctx.rng().next_u64() & !(u64::MAX >> 1);
         let first_id = first_id | (now.as_nanos() & (u64::MAX >> 2));
+        if let Some(rdv) = self.config.rendezvous {
+            if rdv == self.node {
+                self.server = Some(Server::new(ServerConfig::default()));
+                return;
+            }
+            self.client = Some(Client::new(
+                ClientConfig {
+                    server: rdv,
+                    every: self.config.rendezvous_every,
+                },
+                self.node,
+                now,
+            ));
+        }
         match self.config.topology {
             TopologyKind::Dt => {
                 let me = dt_coordinates(self.seed, self.node, self.config.span);
@@ -391,6 +430,7 @@ impl OverlaySession {
         let me = self.node;
         let mut down: Vec<(NodeId, Vec<u8>)> = Vec::new();
         let mut changes: Vec<(bool, NodeId)> = Vec::new();
+        self.rendezvous_out(ctx.now(), &mut down);
         match (&mut self.engine, &mut self.fwd) {
             (Engine::Dt(n), Fwd::Dt(f)) => {
                 while let Some((to, m)) = n.poll_transmit() {
@@ -456,6 +496,78 @@ impl OverlaySession {
         self.deliver(ctx, channel);
         self.count(ctx);
         self.arm(ctx);
+    }
+
+    /// The rendezvous messages due: the server's answers, the client's query or registration
+    /// (a node is *placed* once it has a hypercube label, or DT neighbours — or the server
+    /// said it is the first; it registers as a leader when it is the DT leader or the HRoot).
+    fn rendezvous_out(&mut self, now: Instant, down: &mut Vec<(NodeId, Vec<u8>)>) {
+        let mut msgs = Vec::new();
+        if let Some(s) = &mut self.server {
+            while let Some(m) = s.poll_transmit() {
+                msgs.push(m);
+            }
+        }
+        if let Some(c) = &mut self.client {
+            let (placed, leader) = match &self.engine {
+                Engine::Dt(n) => (n.neighbours().next().is_some() || c.alone(), n.is_leader()),
+                Engine::Hypercube(n) => (n.label().is_some(), n.is_root()),
+                Engine::Idle => (false, false),
+            };
+            if !self.left && !matches!(self.engine, Engine::Idle) {
+                if let Some(m) = c.poll(now, placed, leader) {
+                    msgs.push(m);
+                }
+            }
+        }
+        for (to, m) in msgs {
+            let mut b = Vec::new();
+            if wire::rdv::Repr::from_message(&m).emit_into(&mut b).is_ok() {
+                down.push((to, b));
+            }
+        }
+    }
+
+    /// A rendezvous message: the server takes registrations and queries, a client the
+    /// members it is told of (its engine's new buddies; a hypercube node told twice, its
+    /// first answer included, that nobody is there founds the cube).
+    fn on_rendezvous(&mut self, ctx: &mut Context<'_>, bytes: &[u8]) {
+        let now = ctx.now();
+        let Some(msg) = wire::rdv::Repr::parse_bytes(bytes)
+            .ok()
+            .and_then(|r| r.to_message::<NodeId>())
+        else {
+            ctx.count("malformed");
+            return;
+        };
+        if let Some(s) = &mut self.server {
+            s.handle_message(now, msg);
+            ctx.count("rendezvous_handled");
+            return;
+        }
+        let Some(c) = &mut self.client else {
+            ctx.count("unsupported");
+            return;
+        };
+        let members = c.handle_message(msg);
+        ctx.count("rendezvous_answers");
+        let alone = members.is_empty() && c.alone();
+        match &mut self.engine {
+            Engine::Dt(n) => {
+                for b in members {
+                    n.add_buddy(b);
+                }
+            }
+            Engine::Hypercube(n) => {
+                for b in members {
+                    n.add_buddy(b);
+                }
+                if alone {
+                    n.bootstrap(now);
+                }
+            }
+            Engine::Idle => {}
+        }
     }
 
     fn deliver(&mut self, ctx: &mut Context<'_>, channel: ChannelId) {
@@ -549,6 +661,13 @@ impl OverlaySession {
             Engine::Hypercube(n) => n.poll_timeout(),
             Engine::Idle => None,
         };
+        let want = match (&self.client, want) {
+            (Some(c), Some(w)) if !self.left => Some(w.min(c.poll_timeout())),
+            (Some(c), None) if !self.left && !matches!(self.engine, Engine::Idle) => {
+                Some(c.poll_timeout())
+            }
+            _ => want,
+        };
         if self.timer.map(|(_, t)| t) == want {
             return;
         }
@@ -603,8 +722,7 @@ impl OverlaySession {
                     _ => ctx.count("unsupported"),
                 }
             }
-            // A stack node has no rendezvous client (the buddies are configured).
-            Ok(Kind::Rendezvous) => ctx.count("unsupported"),
+            Ok(Kind::Rendezvous) => self.on_rendezvous(ctx, bytes),
             Ok(Kind::Unknown(_)) | Err(_) => ctx.count("malformed"),
         }
         self.flush(ctx);

@@ -13,7 +13,8 @@
 //!   *stayed up* if it is up at the end, did not leave, and never crashed after it first
 //!   started (a late start is written as a crash at `0s` with a restart).
 //!
-//! Live nodes are the nodes up at the end that did not leave.
+//! Live nodes are the nodes up at the end that did not leave, but the rendezvous server's
+//! node (the `overlay` layer's `rendezvous`), which is no member of the overlay.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -73,6 +74,8 @@ pub fn check<'a>(
             continue;
         }
         match session(node) {
+            // The rendezvous server is no member of the overlay.
+            Some(s) if s.is_rendezvous_server() => {}
             Some(s) => {
                 sessions.insert(id, s);
             }

@@ -159,6 +159,9 @@ pub struct Status {
     pub stable: bool,
     /// The services of the lanes, with their live instances.
     pub services: Vec<ServiceStatus>,
+    /// On the rendezvous server's node (the `overlay` layer's `rendezvous`): how many members
+    /// its primary overlay's server remembers.
+    pub rendezvous_members: Option<usize>,
 }
 
 /// One channel over an overlay.
@@ -460,6 +463,7 @@ impl OverlaySocket {
                 leader: false,
                 stable,
                 services: Vec::new(),
+                rendezvous_members: None,
             };
             for (name, _) in &lanes {
                 let Some(ch) = core.channel(name) else {
@@ -473,6 +477,7 @@ impl OverlaySocket {
                             st.logical = os.logical;
                             st.neighbours = os.neighbours;
                             st.leader = os.leader;
+                            st.rendezvous_members = o.rendezvous_stats().map(|(_, m)| m);
                         }
                     }
                     if let Some(m) = k.session::<MessageStoreSession>(s) {

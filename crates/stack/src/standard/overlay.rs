@@ -50,6 +50,27 @@ pub const OVERLAY: LayerKind = LayerKind {
                   bootstraps the cube",
         },
         ParamSpec {
+            name: "rendezvous",
+            kind: ParamKind::Int {
+                min: -1,
+                max: u32::MAX as i64,
+            },
+            default: Some("-1"),
+            doc: "node id of the rendezvous server (-1: none): that node runs the server and is \
+                  no member of the overlay; every other node asks it who is there while it \
+                  has no place in the overlay (the members it names become buddies; a \
+                  hypercube node it tells twice that nobody is there founds the cube), and \
+                  registers once placed, as a leader when it is the DT leader or the HRoot — \
+                  the server introduces leaders to each other, so partitions merge. With a \
+                  server `buddies` may be empty (`buddies = \"\"`)",
+        },
+        duration(
+            "rendezvous_every",
+            "\"1s\"",
+            "how often a node queries (unplaced) or registers (placed) with the rendezvous \
+             server; the server forgets a member not heard from for 10 s",
+        ),
+        ParamSpec {
             name: "broadcast",
             kind: ParamKind::Choice(&["multicast", "flood"]),
             default: Some("\"multicast\""),
@@ -159,7 +180,7 @@ pub const OVERLAY: LayerKind = LayerKind {
     build: build_overlay,
 };
 
-fn buddies(params: &Params) -> Result<Vec<NodeId>, BuildError> {
+fn buddies(params: &Params, rendezvous: bool) -> Result<Vec<NodeId>, BuildError> {
     let s = params.get_str("buddies")?;
     let list: Result<Vec<NodeId>, _> = s
         .split(',')
@@ -168,10 +189,10 @@ fn buddies(params: &Params) -> Result<Vec<NodeId>, BuildError> {
         .map(|p| p.parse::<u32>().map(NodeId))
         .collect();
     match list {
-        Ok(l) if !l.is_empty() => Ok(l),
+        Ok(l) if !l.is_empty() || rendezvous => Ok(l),
         Ok(_) => Err(BuildError::param(
             "buddies",
-            "no node id: name at least one",
+            "no node id: name at least one (or a `rendezvous` server)",
         )),
         Err(e) => Err(BuildError::param(
             "buddies",
@@ -181,7 +202,19 @@ fn buddies(params: &Params) -> Result<Vec<NodeId>, BuildError> {
 }
 
 fn build_overlay(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, BuildError> {
-    let buddies = buddies(params)?;
+    let rendezvous = u32::try_from(params.get_int("rendezvous")?)
+        .ok()
+        .map(NodeId);
+    if let Some(r) = rendezvous.filter(|r| r.0 >= env.nodes) {
+        return Err(BuildError::param(
+            "rendezvous",
+            format!(
+                "node {} is not a node of the scenario (0..{})",
+                r.0, env.nodes
+            ),
+        ));
+    }
+    let buddies = buddies(params, rendezvous.is_some())?;
     if let Some(b) = buddies.iter().find(|b| b.0 >= env.nodes) {
         return Err(BuildError::param(
             "buddies",
@@ -254,7 +287,15 @@ fn build_overlay(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef
         },
         broadcast,
         span: u32::try_from(int("span")?).unwrap_or(1),
+        rendezvous,
+        rendezvous_every: d("rendezvous_every")?,
     };
+    if config.rendezvous_every < Duration::from_millis(1) {
+        return Err(BuildError::param(
+            "rendezvous_every",
+            "must be at least 1ms",
+        ));
+    }
     let seed = u64::try_from(int("points_seed")?).unwrap_or(env.seed);
     Ok(Arc::new(Overlay::new(name, env.node, seed, config)))
 }
