@@ -149,10 +149,7 @@ impl Control {
     /// # Errors
     /// [`RelError`].
     pub fn parse(b: &[u8]) -> Result<Control, RelError> {
-        let short = |need: usize| RelError::Truncated {
-            got: b.len(),
-            need,
-        };
+        let short = |need: usize| RelError::Truncated { got: b.len(), need };
         let Some(&ty) = b.first() else {
             return Err(short(12));
         };
@@ -347,6 +344,10 @@ pub struct Config {
     pub report_interval: Duration,
     /// A reporter not heard for this long no longer holds stability back.
     pub reporter_expiry: Duration,
+    /// The source keeps a stable packet at least this long (for receivers cut off from the
+    /// tree while routing repairs it: their subtree stops reporting, and they NACK when they
+    /// are reconnected); a send finding the buffer full frees stable packets regardless.
+    pub retain: Duration,
     /// Packets the source's send buffer holds.
     pub send_capacity: usize,
     /// Packets a router's repair cache holds.
@@ -366,6 +367,7 @@ impl Config {
             session_interval: Duration::from_millis(500),
             report_interval: Duration::from_secs(1),
             reporter_expiry: Duration::from_secs(3),
+            retain: Duration::ZERO,
             send_capacity: 1024,
             cache_capacity: 1024,
             window: 1024,
@@ -509,7 +511,8 @@ impl Reporters {
     }
     /// The minimum over live reporters (expired ones forgotten); `None` without any.
     fn min(&mut self, now: Instant, expiry: Duration) -> Option<u32> {
-        self.0.retain(|_, (_, t)| now.saturating_duration_since(*t) <= expiry);
+        self.0
+            .retain(|_, (_, t)| now.saturating_duration_since(*t) <= expiry);
         self.0.values().map(|(s, _)| *s).min()
     }
 }
@@ -522,6 +525,8 @@ pub struct Sender {
     group: Addr,
     next: u32,
     buffer: BTreeMap<u32, (Instant, Vec<u8>)>,
+    /// Every packet below it is held by every receiver (as last reported).
+    stable: u32,
     reporters: Reporters,
     repaired: BTreeMap<u32, Instant>,
     next_session: Option<Instant>,
@@ -539,6 +544,7 @@ impl Sender {
             group,
             next: 0,
             buffer: BTreeMap::new(),
+            stable: 0,
             reporters: Reporters::default(),
             repaired: BTreeMap::new(),
             next_session: None,
@@ -578,11 +584,26 @@ impl Sender {
         let h = DataHeader::parse(data).map_err(|_| Refused::Malformed)?;
         self.gc(now);
         if self.buffer.len() >= self.cfg.send_capacity {
+            // Stable packets kept only for `retain` make room first.
+            if let Some((&oldest, _)) = self.buffer.first_key_value() {
+                if oldest < self.stable {
+                    self.buffer.remove(&oldest);
+                    self.stats.freed_stable += 1;
+                }
+            }
+        }
+        if self.buffer.len() >= self.cfg.send_capacity {
             self.stats.refused += 1;
             return Err(Refused::Full(self.buffer.len()));
         }
         self.next = self.next.max(h.seq.wrapping_add(1));
-        let trail = self.buffer.keys().next().copied().unwrap_or(h.seq).min(h.seq);
+        let trail = self
+            .buffer
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(h.seq)
+            .min(h.seq);
         let bytes = RData::wrap(data, trail);
         self.buffer.insert(h.seq, (now, bytes.clone()));
         self.stats.peak = self.stats.peak.max(self.buffer.len() as u64);
@@ -660,12 +681,18 @@ impl Sender {
     /// longer than `reporter_expiry`.
     fn gc(&mut self, now: Instant) {
         let before = self.buffer.len();
+        let retain = self.cfg.retain;
         match self.reporters.min(now, self.cfg.reporter_expiry) {
-            Some(stable) => self.buffer.retain(|&s, _| s >= stable),
-            None => {
-                let expiry = self.cfg.reporter_expiry;
+            Some(stable) => {
+                self.stable = self.stable.max(stable);
+                let stable = self.stable;
                 self.buffer
-                    .retain(|_, (t, _)| now.saturating_duration_since(*t) <= expiry);
+                    .retain(|&s, (t, _)| s >= stable || now.saturating_duration_since(*t) < retain);
+            }
+            None => {
+                let keep = self.cfg.reporter_expiry.max(retain);
+                self.buffer
+                    .retain(|_, (t, _)| now.saturating_duration_since(*t) <= keep);
             }
         }
         self.stats.freed_stable += (before - self.buffer.len()) as u64;
@@ -683,14 +710,16 @@ impl Sender {
         if self.next_session.is_some_and(|t| t <= now) {
             self.session(now);
             // Heartbeats go on while anything is unstable, then once more.
-            self.next_session =
-                (!self.buffer.is_empty()).then(|| now + self.cfg.session_interval);
+            self.next_session = (!self.buffer.is_empty()).then(|| now + self.cfg.session_interval);
         }
     }
 
     /// When `handle_timeout` is next due.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        [self.next_session, self.next_gc].into_iter().flatten().min()
+        [self.next_session, self.next_gc]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The next datagram to send.
@@ -1005,6 +1034,8 @@ pub struct Repairer {
     /// (iface, source, group, seq) → when last repaired onto iface.
     repaired: BTreeMap<(u16, Addr, Addr, u32), Instant>,
     reporters: BTreeMap<(Addr, Addr), Reporters>,
+    /// Streams flowing through: (source, group) → (the source's latest trail, last heard).
+    streams: BTreeMap<(Addr, Addr), (u32, Instant)>,
     next_report: Option<Instant>,
     out: VecDeque<Outgoing>,
     stats: Stats,
@@ -1020,6 +1051,7 @@ impl Repairer {
             asked: BTreeMap::new(),
             repaired: BTreeMap::new(),
             reporters: BTreeMap::new(),
+            streams: BTreeMap::new(),
             next_report: None,
             out: VecDeque::new(),
             stats: Stats::default(),
@@ -1031,6 +1063,14 @@ impl Repairer {
         &self.stats
     }
 
+    fn stream_seen(&mut self, now: Instant, source: Addr, group: Addr, trail: u32) {
+        let e = self.streams.entry((source, group)).or_insert((trail, now));
+        *e = (e.0.max(trail), now);
+        if self.next_report.is_none() {
+            self.next_report = Some(now + self.cfg.report_interval);
+        }
+    }
+
     /// Packets cached.
     pub fn cached(&self) -> usize {
         self.cache.len()
@@ -1038,7 +1078,7 @@ impl Repairer {
 
     /// Reliable data arrived on `iface`: cached when it came from the upstream of its source
     /// (the reverse-path check of forwarding, so LAN duplicates are not cached).
-    pub fn handle_data(&mut self, iface: u16, bytes: &[u8], mem: &GlobalMemory) {
+    pub fn handle_data(&mut self, now: Instant, iface: u16, bytes: &[u8], mem: &GlobalMemory) {
         let Ok(r) = RData::parse(bytes) else {
             return;
         };
@@ -1049,6 +1089,7 @@ impl Repairer {
             return;
         }
         let key = (r.data.source, r.data.group, r.data.seq);
+        self.stream_seen(now, r.data.source, r.data.group, r.trail.min(r.data.seq));
         self.asked.remove(&key);
         if self.cache.contains_key(&key) {
             return;
@@ -1143,17 +1184,12 @@ impl Repairer {
                     .entry((source, group))
                     .or_default()
                     .heard(iface, from, *stable, now);
-                if self.next_report.is_none() {
-                    self.next_report = Some(now + self.cfg.report_interval);
-                }
             }
             Control::Session {
-                ttl,
-                next,
-                trail,
-                ..
+                ttl, next, trail, ..
             } if iface == up_iface && tree.upstream.is_none_or(|u| u == from) => {
                 self.free_below(source, group, *trail);
+                self.stream_seen(now, source, group, *trail);
                 if *ttl > 1 {
                     let bytes = Control::Session {
                         ttl: ttl - 1,
@@ -1178,40 +1214,64 @@ impl Repairer {
     }
 
     /// Timers: the aggregated stability report upstream, housekeeping.
+    ///
+    /// The report of a stream is the minimum over the child interfaces that want it (members
+    /// or dependents that have not pruned, [`crate::prune::downstream`]) of what their live
+    /// reporters say; a wanting interface no reporter has spoken for yet holds stability at
+    /// the source's trail (nothing more is freed until it reports or prunes), so a slow or
+    /// new subtree is never overtaken by a fast one.
     pub fn handle_timeout(&mut self, now: Instant, mem: &GlobalMemory) {
         if !self.next_report.is_some_and(|t| t <= now) {
             return;
         }
         let expiry = self.cfg.reporter_expiry;
+        self.streams
+            .retain(|_, (_, t)| now.saturating_duration_since(*t) <= expiry);
         let mut reports = Vec::new();
-        for (&(source, group), r) in self.reporters.iter_mut() {
-            if let Some(stable) = r.min(now, expiry) {
-                reports.push((source, group, stable));
+        for (&(source, group), &(trail, _)) in &self.streams {
+            let Some(tree) = mem.tree.lookup(source) else {
+                continue;
+            };
+            let (up, prefix) = (tree.upstream_iface, tree.source);
+            let down = crate::prune::downstream(mem, prefix, group, now);
+            let reporters = self.reporters.entry((source, group)).or_default();
+            reporters.min(now, expiry);
+            let mut agg: Option<u32> = None;
+            for i in down.into_iter().filter(|&i| i != up) {
+                let here = reporters
+                    .0
+                    .iter()
+                    .filter(|((j, _), _)| *j == i)
+                    .map(|(_, (st, _))| *st)
+                    .min()
+                    .unwrap_or(trail);
+                agg = Some(agg.map_or(here, |a| a.min(here)));
+            }
+            if let Some(stable) = agg {
+                reports.push((source, group, stable, up));
             }
         }
         self.reporters.retain(|_, r| !r.0.is_empty());
-        for (source, group, stable) in reports {
+        for (source, group, stable, up) in reports {
             self.free_below(source, group, stable);
-            if let Some(tree) = mem.tree.lookup(source) {
-                self.stats.reports_sent += 1;
-                self.out.push_back(Outgoing {
-                    iface: tree.upstream_iface,
-                    to: None,
-                    bytes: Control::Stable {
-                        source,
-                        group,
-                        stable,
-                    }
-                    .to_vec(),
-                });
-            }
+            self.stats.reports_sent += 1;
+            self.out.push_back(Outgoing {
+                iface: up,
+                to: None,
+                bytes: Control::Stable {
+                    source,
+                    group,
+                    stable,
+                }
+                .to_vec(),
+            });
         }
         let (repeat, holdoff) = (self.cfg.nack_repeat, self.cfg.repair_holdoff);
         self.asked
             .retain(|_, t| now.saturating_duration_since(*t) < repeat);
         self.repaired
             .retain(|_, t| now.saturating_duration_since(*t) < holdoff);
-        self.next_report = (!self.reporters.is_empty()).then(|| now + self.cfg.report_interval);
+        self.next_report = (!self.streams.is_empty()).then(|| now + self.cfg.report_interval);
     }
 
     /// When `handle_timeout` is next due.
@@ -1271,7 +1331,10 @@ mod tests {
             long.push(0);
             assert_eq!(Control::parse(&long), Err(RelError::Trailing(1)));
         }
-        assert_eq!(Control::parse(&[0x32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Err(RelError::Count(0)));
+        assert_eq!(
+            Control::parse(&[0x32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+            Err(RelError::Count(0))
+        );
         assert_eq!(Control::parse(&[0x35]), Err(RelError::Type(0x35)));
         assert!(Control::parse(&[]).is_err());
     }
