@@ -1379,6 +1379,65 @@ mod tests {
     }
 
     #[test]
+    fn repair_cache_stays_within_its_capacity() {
+        let cfg = Config {
+            cache_capacity: 3,
+            ..Config::defaults()
+        };
+        let mut r = Repairer::new(cfg);
+        let mut mem = GlobalMemory::new(Addr(0x0aff_0001));
+        let t0 = Instant::ZERO;
+        // No source tree: nothing is cached (the reverse-path check fails).
+        r.handle_data(t0, 0, &RData::wrap(&data(0), 0), &mem);
+        assert_eq!(r.cached(), 0);
+        // S's network is on interface 0.
+        let net = crate::addr::Prefix::of_link(0);
+        assert_eq!(net.addr() & 0xffff_ff00, S.0 & 0xffff_ff00);
+        mem.routes
+            .set(net, 1, crate::memory::Origin::Connected { iface: 0 }, t0);
+        mem.rebuild_tree(2);
+        // Arriving on the wrong interface: not cached.
+        r.handle_data(t0, 1, &RData::wrap(&data(0), 0), &mem);
+        assert_eq!(r.cached(), 0);
+        for i in 0..10 {
+            r.handle_data(t0, 0, &RData::wrap(&data(i), 0), &mem);
+            assert!(r.cached() <= 3);
+        }
+        assert_eq!(r.stats().evicted, 7);
+        assert_eq!(r.stats().peak, 3);
+        // A NACK from the child interface: 9 is repaired from the cache, 0 asked upstream.
+        let nack = Control::Nack {
+            source: S,
+            group: G,
+            seqs: vec![0, 9],
+        };
+        r.handle(t0, 1, Addr(7), &nack, &mem);
+        let outs: Vec<Outgoing> = std::iter::from_fn(|| r.poll_transmit()).collect();
+        assert_eq!(outs.len(), 2);
+        assert_eq!(
+            (
+                outs[0].iface,
+                RData::parse(&outs[0].bytes).map(|x| x.data.seq)
+            ),
+            (1, Ok(9))
+        );
+        assert_eq!(
+            (outs[1].iface, Control::parse(&outs[1].bytes)),
+            (
+                0,
+                Ok(Control::Nack {
+                    source: S,
+                    group: G,
+                    seqs: vec![0]
+                })
+            )
+        );
+        // A second child asks at once: no second upstream NACK, no second repair on link 1.
+        r.handle(t0, 1, Addr(8), &nack, &mem);
+        assert!(r.poll_transmit().is_none());
+    }
+
+    #[test]
     fn receiver_delivers_once_nacks_gaps_and_reports_unrecoverable() {
         let mut r = Receiver::new(Config::defaults(), 1);
         let t0 = Instant::ZERO;

@@ -29,8 +29,9 @@
 //! `mcast-reliable`: `rel_sent`, `rel_refused`, `rel_delivered`, `rel_duplicates`,
 //! `rel_beyond_window`, `nacks_sent`, `nacks_suppressed`, `nacks_forwarded`, `repairs_sent`,
 //! `repairs_from_cache`, `stability_reports`, `sessions_sent`, `freed_stable`, `cache_evicted`,
-//! `unrecoverable`, `skipped_while_away`, `rel_malformed`, `buffer_peak` (the largest send
-//! buffer or repair cache a node held, summed over nodes). `mcast-order`: `order_held`,
+//! `unrecoverable`, `skipped_while_away`, `rel_malformed`, `send_buffer_peak` and `cache_peak`
+//! (the most packets a source's send buffer or a router's repair cache held, summed over the
+//! nodes). `mcast-order`: `order_held`,
 //! `order_stale`, `order_overflow`.
 
 use std::collections::BTreeMap;
@@ -338,8 +339,18 @@ impl McastReliableSession {
             ("unrecoverable", was.unrecoverable, now.unrecoverable),
             ("skipped_while_away", was.skipped, now.skipped),
             ("rel_malformed", was.malformed, now.malformed),
-            ("buffer_peak", was.peak, now.peak),
         ] {
+            if b > a {
+                ctx.count_n(name, b - a);
+            }
+        }
+        // A node is a router (repair cache) or a host (send buffer): its peak occupancy.
+        let peak = if self.repairer.is_some() {
+            "cache_peak"
+        } else {
+            "send_buffer_peak"
+        };
+        for (name, a, b) in [(peak, was.peak, now.peak)] {
             if b > a {
                 ctx.count_n(name, b - a);
             }
