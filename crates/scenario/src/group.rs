@@ -23,9 +23,19 @@
 //! - **state-agreement** (when a `state-transfer` layer reports digests): incarnations that
 //!   install V and then the same W report the same state digest at the end of V — a joiner
 //!   or merging member that took the state is indistinguishable from those that had it;
+//! - **cross-channel-order** (when asked, [`check_channels`]): over the history of every
+//!   channel together, incarnations that install view V and then W (the light views of one
+//!   heavy view share its id) deliver the messages they both delivered in V, of whatever
+//!   channel, in the same order — a session shared by several channels orders them all
+//!   (seed 001 §1);
 //! - **liveness**: when the run ends at least [`LIVENESS_BOUND`] after its last fault
 //!   (crash, restart, partition heal, leave), every live member's last view is one view whose
 //!   members are exactly the live nodes, installed within the bound after the last fault.
+//!
+//! With several channels that install views (light-weight groups, `stacks/lwg.toml`),
+//! [`check_channels`] judges each channel's history on its own (per light group: view
+//! agreement, virtual synchrony, no creation, no duplication, …) and names the channel in a
+//! violation.
 //!
 //! Each property comes out [`Outcome::Held`], [`Outcome::Violated`] (with a minimal excerpt
 //! of the history: the two members and the view involved) or [`Outcome::NotChecked`].
@@ -467,6 +477,117 @@ pub fn check(history: &History, facts: &Facts) -> BTreeMap<&'static str, Outcome
     };
     out.insert("liveness", live);
     out
+}
+
+/// [`check`] for each channel's history (those that installed views; a light-weight group's
+/// views are its own), the outcomes joined by property: a violation names its channel, and a
+/// property not checked on one channel is not checked. With `cross`, adds
+/// `cross-channel-order` over `merged`, every channel's entries together in the order each
+/// member saw them. With fewer than two channels with views, [`check`] over `merged`.
+pub fn check_channels(
+    channels: &BTreeMap<String, History>,
+    merged: &History,
+    facts: &Facts,
+    cross: bool,
+) -> BTreeMap<&'static str, Outcome> {
+    let with_views: Vec<(&String, &History)> =
+        channels.iter().filter(|(_, h)| h.has_views()).collect();
+    let mut out = if with_views.len() < 2 {
+        check(merged, facts)
+    } else {
+        let mut out: BTreeMap<&'static str, Outcome> = BTreeMap::new();
+        for (name, h) in with_views {
+            for (prop, o) in check(h, facts) {
+                let o = match o {
+                    Outcome::Violated(why) => Outcome::Violated(format!("channel `{name}`: {why}")),
+                    Outcome::NotChecked(why) => {
+                        Outcome::NotChecked(format!("channel `{name}`: {why}"))
+                    }
+                    Outcome::Held => Outcome::Held,
+                };
+                let slot = out.entry(prop).or_insert(Outcome::Held);
+                match (&*slot, &o) {
+                    (Outcome::Violated(_), _) => {}
+                    (_, Outcome::Violated(_)) => *slot = o,
+                    (Outcome::NotChecked(_), _) => {}
+                    (_, Outcome::NotChecked(_)) => *slot = o,
+                    _ => {}
+                }
+            }
+        }
+        out
+    };
+    if cross {
+        out.insert("cross-channel-order", cross_channel_order(merged));
+    }
+    out
+}
+
+/// The cross-channel-order property over a history holding every channel's entries.
+pub fn cross_channel_order(history: &History) -> Outcome {
+    type Went = Vec<(String, Vec<MsgId>)>;
+    let mut by_transition: BTreeMap<(ViewKey, ViewKey), Went> = BTreeMap::new();
+    for (n, incs) in &history.nodes {
+        for (k, inc) in incs.iter().enumerate() {
+            // (view, deliveries of every channel while it was the latest view id seen)
+            let mut cur: Option<(ViewKey, Vec<MsgId>)> = None;
+            for e in &inc.entries {
+                match e {
+                    Entry::View { id, .. } => {
+                        if cur.as_ref().is_some_and(|(v, _)| v == id) {
+                            continue;
+                        }
+                        if let Some((v, msgs)) = cur.take() {
+                            by_transition
+                                .entry((v, *id))
+                                .or_default()
+                                .push((who(*n, k), msgs));
+                        }
+                        cur = Some((*id, Vec::new()));
+                    }
+                    Entry::Delivered(m) => {
+                        if let Some((_, msgs)) = cur.as_mut() {
+                            msgs.push(*m);
+                        }
+                    }
+                    Entry::Sent(_) | Entry::State(..) => {}
+                }
+            }
+        }
+    }
+    for ((v, w), members) in &by_transition {
+        let Some((first, first_msgs)) = members.first() else {
+            continue;
+        };
+        let first_set: BTreeSet<&MsgId> = first_msgs.iter().collect();
+        for (other, msgs) in &members[1..] {
+            let set: BTreeSet<&MsgId> = msgs.iter().collect();
+            let a: Vec<MsgId> = first_msgs
+                .iter()
+                .filter(|m| set.contains(m))
+                .copied()
+                .collect();
+            let b: Vec<MsgId> = msgs
+                .iter()
+                .filter(|m| first_set.contains(m))
+                .copied()
+                .collect();
+            if a != b {
+                let at = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(0);
+                let lo = at.saturating_sub(2);
+                return Outcome::Violated(format!(
+                    "{first} and {other} both went from view {} to {} but delivered the \
+                     messages of its channels (workloads) in different orders, from common \
+                     position {at}: {first}:{} vs {other}:{}",
+                    show_view(*v),
+                    show_view(*w),
+                    show_msgs(&a[lo..], 5),
+                    show_msgs(&b[lo..], 5)
+                ));
+            }
+        }
+    }
+    Outcome::Held
 }
 
 /// A source of messages: (workload, node).

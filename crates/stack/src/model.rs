@@ -117,6 +117,10 @@ pub enum Expect {
     /// `virtual-synchrony`, and no member delivers a message before one that causally
     /// precedes it (delivered or sent by its sender before it sent it).
     CausalOrder,
+    /// `total-order` on every channel that has views, and across channels: members that go
+    /// from one view to the same next one deliver the messages of all channels in it in one
+    /// order (seed 001 §1, a session shared by several channels; `stacks/cross-channel.toml`).
+    CrossChannelOrder,
 }
 
 impl Expect {
@@ -131,6 +135,7 @@ impl Expect {
         "virtual-synchrony",
         "total-order",
         "causal-order",
+        "cross-channel-order",
     ];
 
     /// The value named `name`.
@@ -145,6 +150,7 @@ impl Expect {
             "virtual-synchrony" => Some(Expect::VirtualSynchrony),
             "total-order" => Some(Expect::TotalOrder),
             "causal-order" => Some(Expect::CausalOrder),
+            "cross-channel-order" => Some(Expect::CrossChannelOrder),
             _ => None,
         }
     }
@@ -161,6 +167,7 @@ impl Expect {
             Expect::VirtualSynchrony => "virtual-synchrony",
             Expect::TotalOrder => "total-order",
             Expect::CausalOrder => "causal-order",
+            Expect::CrossChannelOrder => "cross-channel-order",
         }
     }
 }
