@@ -21,10 +21,13 @@
 //! the light groups it has open (once its channels are open: a zero-delay timer, so the
 //! channels a node opens together are announced together). A member's first `Joined` of a
 //! view counts. The *light view* of group `g` in heavy view `V` has id `V` and the members of
-//! `V` whose `Joined` lists `g`; it is installed (a `View` notice up `g`'s channel) when every
+//! `V` whose `Joined` lists `g` (its id is `V`'s counter and coordinator node, with the
+//! coordinator's epoch mixed with the members: [`light_view_id`]); it is installed (a `View` notice up `g`'s channel) when every
 //! member of `V` has announced, or at the end of `V` (the next heavy `View`) with the
 //! announcements received — by virtual synchrony of the heavy group, the members that go on
-//! from `V` together received the same announcements, so they install the same light views.
+//! from `V` to the same next view received the same announcements, so they install the same
+//! light views; members that split during `V` may install different memberships, which are
+//! different light views (a light view is its heavy view and its members).
 //! Messages of `V` that arrive before the light views are installed wait, in arrival order,
 //! and are delivered at installation; a light group's messages are delivered only at members
 //! of its light view. So each light group has views of its own (agreement, virtual synchrony,
@@ -56,7 +59,7 @@ use viastack_kernel::{
 };
 
 use crate::vsync::{view_notice, ViewNotice, VIEW};
-use crate::wire::{LwgPdu, Member};
+use crate::wire::{LwgPdu, Member, ViewId};
 
 /// A `Joined` announcement this layer generates (a `Sendable` subtype).
 pub static LWG_JOINED: EventTypeDef = EventTypeDef::new("LwgJoined", Some(&SENDABLE));
@@ -71,6 +74,37 @@ pub fn group_id(name: &str) -> u32 {
         h = h.wrapping_mul(0x0100_0193);
     }
     h
+}
+
+/// The id of a light view: its heavy view's counter and coordinator node, and the
+/// coordinator's epoch mixed with the light members (FNV-1a 32 over them), so members that
+/// installed different light memberships in one heavy view (they went on to different views,
+/// and received different announcements) installed different light views.
+pub fn light_view_id(heavy: ViewId, members: &[Member]) -> ViewId {
+    let mut h: u32 = 0x811c_9dc5;
+    for m in members {
+        for b in m
+            .node
+            .0
+            .to_be_bytes()
+            .into_iter()
+            .chain(m.epoch.to_be_bytes())
+        {
+            h ^= u32::from(b);
+            h = h.wrapping_mul(0x0100_0193);
+        }
+    }
+    let epoch = match heavy.coord.epoch ^ h {
+        0 => 1,
+        e => e,
+    };
+    ViewId {
+        counter: heavy.counter,
+        coord: Member {
+            node: heavy.coord.node,
+            epoch,
+        },
+    }
 }
 
 /// The `lwg` layer.
@@ -182,7 +216,7 @@ impl LwgSession {
                 Direction::Up,
                 ch,
                 Body::Custom(Box::new(ViewNotice {
-                    id: heavy.id,
+                    id: light_view_id(heavy.id, &members),
                     members,
                     primary: heavy.primary,
                 })),

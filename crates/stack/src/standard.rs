@@ -115,6 +115,7 @@ mod tests {
                 "heartbeat",
                 "igmp",
                 "interface",
+                "lwg",
                 "mcast-forward",
                 "messagestore",
                 "overlay",
