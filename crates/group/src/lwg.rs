@@ -35,13 +35,15 @@
 //! installation point and every delivery are at the same place of the one total order at
 //! every member: the order holds across channels.
 //!
-//! # Moving a light group
+//! # Mapping light groups to heavy groups
 //!
-//! The mapping of a light group to a heavy group is the session its channel is bound to: a
-//! light channel bound to another `vsync` session (`bind = { vs = "other" }`) rides that
-//! heavy group; moving a group at run time is closing its channel and opening it again bound
-//! elsewhere — the group leaves the first heavy group's light views at its next view and
-//! joins the other's (counted `lwg.joined_late` until the heavy group changes view).
+//! One `lwg` session has one heavy group: the `vsync` session its first channel got. The
+//! mapping of light groups to heavy groups is therefore the binding: channels bound to `lwg`
+//! session `x` ride `x`'s heavy group, channels bound to `y` another one. A channel opened
+//! while a heavy view is current joins its light group at the next heavy view (counted
+//! `lwg.joined_late`). Not done yet: Rodrigues et al.'s switch, moving an open light group from
+//! one heavy group to another without closing it; scenarios do not script opening and closing
+//! channels at run time either.
 //!
 //! # Wire and counters
 //!

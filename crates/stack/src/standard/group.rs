@@ -204,9 +204,9 @@ pub const LWG: LayerKind = LayerKind {
           heavy view each member announces its light groups, and each light group gets its \
           own view (the heavy view's members that joined it) with virtual synchrony derived \
           from the heavy group's. Over a shared `total-order` the channels' messages are \
-          delivered in one total order (order across channels, seed 001 §1). A light group \
-          moves to another heavy group by reopening its channel bound to another `vsync` \
-          session. Wire: docs/WIRE.md \"Light-weight groups\".",
+          delivered in one total order (order across channels, seed 001 §1). One `lwg` \
+          session has one heavy group: channels bound to another `lwg` session ride another \
+          heavy group. Wire: docs/WIRE.md \"Light-weight groups\".",
     params: &[ParamSpec {
         name: "capacity",
         kind: ParamKind::Int {
