@@ -338,3 +338,79 @@ fn shipped_cross_channel_stack_holds() {
     );
     assert!(r.properties.values().all(|v| v == "held"), "{r}");
 }
+
+/// Ten user groups over five nodes, each with a light-weight group over one shared heavy
+/// group (`shared`) or a heavy group of its own; a member crashes at 2 s (one view change);
+/// `messages` per group.
+fn ten_groups(shared: bool, messages: u64, crash: bool) -> Report {
+    let bind = if shared {
+        "bind = { lwg = \"the-lwg\" }\n"
+    } else {
+        ""
+    };
+    let mut src = String::from(
+        r#"
+[layers.dev]
+kind = "device"
+[layers.sum]
+kind = "checksum"
+[layers.hb]
+kind = "heartbeat"
+interval = "20ms"
+timeout = "100ms"
+[layers.vs]
+kind = "vsync"
+[layers.lwg]
+kind = "lwg"
+[qos.light]
+layers = ["dev", "sum", "hb", "vs", "lwg"]
+[sessions.the-lwg]
+layer = "lwg"
+[scenario]
+nodes = 5
+seed = 3
+duration = "4s"
+expect = "virtual-synchrony"
+[scenario.link]
+latency = "1ms"
+"#,
+    );
+    for g in 0..10 {
+        let _ = write!(src, "[channels.g{g}]\nqos = \"light\"\n{bind}");
+        if messages > 0 {
+            let _ = write!(
+                src,
+                "[[scenario.workload]]\nchannel = \"g{g}\"\npattern = \"multicast\"\n\
+                 messages = {messages}\ninterval = \"20ms\"\nstart = \"500ms\"\nsize = 100\n"
+            );
+        }
+    }
+    if crash {
+        src.push_str("[[scenario.crash]]\nnode = 4\nat = \"2s\"\n");
+    }
+    run_file(&src)
+}
+
+/// The cost of light-weight groups (issue 18's LWG figure, in the simulator): ten light groups
+/// over one heavy group send fewer datagrams than ten heavy groups, for the same traffic with
+/// a crash (one view change), and without traffic (control only: heartbeats, status gossip).
+/// Prints the figures (`--nocapture`).
+#[test]
+fn ten_light_groups_cost_less_than_ten_heavy_groups() {
+    let mut figures = Vec::new();
+    for shared in [true, false] {
+        let busy = ten_groups(shared, 50, true);
+        assert!(busy.verdict.holds, "{busy}");
+        let quiet = ten_groups(shared, 0, false).network.sent;
+        figures.push((busy.network.sent, quiet));
+    }
+    let name = ["10 light groups over 1 heavy group", "10 heavy groups"];
+    for (n, (busy, quiet)) in name.iter().zip(&figures) {
+        println!(
+            "{n:<36} datagrams: {busy} with 10x50 multicasts and a crash; {quiet} control-only \
+             in 4 s"
+        );
+    }
+    assert!(figures[0].0 < figures[1].0, "{figures:?}");
+    assert!(figures[0].1 < figures[1].1, "{figures:?}");
+}
