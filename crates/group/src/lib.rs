@@ -9,6 +9,8 @@
 //! - [`total`]: total order by a sequencer with failover at view change, a separate layer
 //!   stacked above `vsync` or left out;
 //! - [`causal`]: causal order by vector clocks, likewise a separate layer;
+//! - [`lwg`]: light-weight groups, one channel each, over one heavy group (and order across
+//!   channels over a shared `total-order`);
 //! - [`state`]: state transfer to joining and merging members, above `total-order`;
 //! - [`wire`]: both layers' packets (view + repr), documented in docs/WIRE.md.
 //!
@@ -19,13 +21,15 @@
 #![deny(unsafe_code)]
 
 pub mod causal;
+pub mod lwg;
 pub mod state;
 pub mod total;
 pub mod vsync;
 pub mod wire;
 
 pub use causal::CausalOrder;
+pub use lwg::Lwg;
 pub use state::StateTransfer;
 pub use total::TotalOrder;
 pub use vsync::{view_notice, Primary, ViewNotice, Vsync, VIEW};
-pub use wire::{CausalPdu, Member, Pdu, StatePdu, TotalPdu, ViewId, WireError};
+pub use wire::{CausalPdu, LwgPdu, Member, Pdu, StatePdu, TotalPdu, ViewId, WireError};

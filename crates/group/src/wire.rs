@@ -681,6 +681,81 @@ impl StatePdu {
     }
 }
 
+/// Most light-weight groups one `Joined` may list (bounds decoding).
+pub const MAX_LIGHT_GROUPS: usize = 1024;
+
+/// An `lwg` packet (the light-weight group layer's header, inside the heavy group's data; seed
+/// 001 §2.1, Rodrigues et al.): version (1), kind, fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LwgPdu {
+    /// kind 1: an application message of light group `group`; the payload follows.
+    Data {
+        /// The light group's id (FNV-1a 32 of its channel's name).
+        group: u32,
+    },
+    /// kind 2: the light groups the sender is a member of in heavy view `view` (ascending, no
+    /// repeats). The first one of each member in a view counts.
+    Joined {
+        /// The heavy view the announcement is for.
+        view: ViewId,
+        /// The sender's light groups.
+        groups: Vec<u32>,
+    },
+}
+
+impl LwgPdu {
+    /// Reads a packet; returns it and the bytes its header took.
+    ///
+    /// # Errors
+    /// [`WireError`] for a short, unknown or malformed packet.
+    pub fn parse(bytes: &[u8]) -> Result<(LwgPdu, usize), WireError> {
+        let mut r = Reader::new(bytes);
+        let version = r.u8()?;
+        if version != VERSION {
+            return Err(WireError::Version(version));
+        }
+        let pdu = match r.u8()? {
+            1 => LwgPdu::Data { group: r.u32()? },
+            2 => {
+                let view = r.view()?;
+                let n = r.count(MAX_LIGHT_GROUPS)?;
+                let mut groups: Vec<u32> = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let g = r.u32()?;
+                    if groups.last().is_some_and(|&l| l >= g) {
+                        return Err(WireError::Malformed("light groups not ascending"));
+                    }
+                    groups.push(g);
+                }
+                LwgPdu::Joined { view, groups }
+            }
+            k => return Err(WireError::Kind(k)),
+        };
+        Ok((pdu, r.pos()))
+    }
+
+    /// The packet's bytes (for `Data`, the header only).
+    pub fn emit(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.u8(VERSION);
+        match self {
+            LwgPdu::Data { group } => {
+                w.u8(1);
+                w.u32(*group);
+            }
+            LwgPdu::Joined { view, groups } => {
+                w.u8(2);
+                w.view(*view);
+                w.count(groups.len());
+                for g in groups {
+                    w.u32(*g);
+                }
+            }
+        }
+        w.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

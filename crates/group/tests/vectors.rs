@@ -248,3 +248,46 @@ fn state_transfer_vectors() {
     }
     assert!(n >= 6);
 }
+
+#[test]
+fn lwg_vectors() {
+    use viastack_group::wire::LwgPdu;
+    let doc = doc();
+    let (mut valid, mut invalid) = (0, 0);
+    for v in doc["lwg"].as_array().unwrap() {
+        let name = v["name"].as_str().unwrap();
+        let bytes = hex(v["hex"].as_str().unwrap());
+        if let Some(e) = v["error"].as_str() {
+            let got = LwgPdu::parse(&bytes).unwrap_err();
+            assert_eq!(class(got), e, "{name}: {got}");
+            invalid += 1;
+            continue;
+        }
+        let (pdu, len) = LwgPdu::parse(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let want = match v["kind"].as_str().unwrap() {
+            "data" => LwgPdu::Data {
+                group: u(&v["group"]) as u32,
+            },
+            _ => LwgPdu::Joined {
+                view: view(&v["view"]),
+                groups: v["groups"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|g| u(g) as u32)
+                    .collect(),
+            },
+        };
+        assert_eq!(pdu, want, "{name}");
+        let payload = v["payload_hex"].as_str().map(hex).unwrap_or_default();
+        assert_eq!(&bytes[len..], &payload[..], "{name}");
+        let mut again = pdu.emit();
+        again.extend_from_slice(&payload);
+        assert_eq!(again, bytes, "{name}: re-encoding");
+        valid += 1;
+    }
+    assert!(
+        valid >= 3 && invalid >= 6,
+        "{valid} valid, {invalid} invalid"
+    );
+}

@@ -57,6 +57,14 @@ impl Application {
     ) -> Self {
         recorder.borrow_mut().boot(id);
         recorder.borrow_mut().group.boot(id, now);
+        for (name, _) in channels {
+            recorder
+                .borrow_mut()
+                .group_channels
+                .entry(name.clone())
+                .or_default()
+                .boot(id, now);
+        }
         let mut senders = Vec::new();
         for (i, w) in workloads.iter().enumerate() {
             let sends = w.senders.as_ref().is_none_or(|s| s.contains(&id.0));
@@ -126,10 +134,13 @@ impl Application {
                 let dst = self.destination(pattern, done);
                 let seq = self.recorder.borrow_mut().next_seq(index, self.id, dst);
                 if dst == BROADCAST {
-                    self.recorder
-                        .borrow_mut()
-                        .group
-                        .push(self.id, Entry::Sent((index, self.id, seq)));
+                    let name = self.channel_name(channel).to_string();
+                    push_group(
+                        &mut self.recorder.borrow_mut(),
+                        self.id,
+                        &name,
+                        Entry::Sent((index, self.id, seq)),
+                    );
                 }
                 let stamp = Stamp {
                     workload: index,
@@ -172,19 +183,27 @@ impl Application {
             .min()
     }
 
+    /// The name of channel `channel` (`?` if unknown).
+    fn channel_name(&self, channel: ChannelId) -> &str {
+        self.channel_names
+            .iter()
+            .find(|(c, _)| *c == channel)
+            .map_or("?", |(_, n)| n.as_str())
+    }
+
     /// Records an event that left the top of a channel at `now`.
     pub fn on_deliver(&mut self, ev: &Event, now: Instant) {
-        let channel = self
-            .channel_names
-            .iter()
-            .find(|(c, _)| *c == ev.channel())
-            .map_or("?", |(_, n)| n.as_str());
+        let channel = self.channel_name(ev.channel());
         let mut rec = self.recorder.borrow_mut();
         if let Some(s) = ev.sendable_ref() {
             let stamp = payload::decode(s.message.as_slice());
             if let Some(st) = stamp.as_ref().filter(|st| st.dst == BROADCAST) {
-                rec.group
-                    .push(self.id, Entry::Delivered((st.workload, st.src, st.seq)));
+                push_group(
+                    &mut rec,
+                    self.id,
+                    channel,
+                    Entry::Delivered((st.workload, st.src, st.seq)),
+                );
             }
             rec.received_on(self.id, channel);
             rec.delivered(self.id, stamp, now);
@@ -192,10 +211,12 @@ impl Application {
             .custom::<StateDigest>()
             .filter(|_| ev.ty() == STATE_DIGEST.id())
         {
-            rec.group.push(self.id, Entry::State(d.count, d.hash));
+            push_group(&mut rec, self.id, channel, Entry::State(d.count, d.hash));
         } else if let Some(v) = view_notice(ev) {
-            rec.group.push(
+            push_group(
+                &mut rec,
                 self.id,
+                channel,
                 Entry::View {
                     at: now,
                     id: (v.id.counter, v.id.coord.node.0, v.id.coord.epoch),
@@ -216,6 +237,14 @@ impl Application {
             rec.log_notice(self.id, now, channel, ev.ty().name(), peer);
         }
     }
+}
+
+/// Appends a group entry to the node's history, all channels together and the channel's own.
+fn push_group(rec: &mut Recorder, node: NodeId, channel: &str, entry: Entry) {
+    if let Some(h) = rec.group_channels.get_mut(channel) {
+        h.push(node, entry.clone());
+    }
+    rec.group.push(node, entry);
 }
 
 /// The tag of message `seq` of workload `workload` (the stream's source and destination are

@@ -23,9 +23,20 @@
 //! - **state-agreement** (when a `state-transfer` layer reports digests): incarnations that
 //!   install V and then the same W report the same state digest at the end of V — a joiner
 //!   or merging member that took the state is indistinguishable from those that had it;
+//! - **cross-channel-order** (when asked, [`check_channels`]): over the history of every
+//!   channel together, incarnations that install view V and then W (the light views of one
+//!   heavy view share its counter and coordinator) deliver the messages they both delivered
+//!   in V, of whatever
+//!   channel, in the same order — a session shared by several channels orders them all
+//!   (seed 001 §1);
 //! - **liveness**: when the run ends at least [`LIVENESS_BOUND`] after its last fault
 //!   (crash, restart, partition heal, leave), every live member's last view is one view whose
 //!   members are exactly the live nodes, installed within the bound after the last fault.
+//!
+//! With several channels that install views (light-weight groups, `stacks/lwg.toml`),
+//! [`check_channels`] judges each channel's history on its own (per light group: view
+//! agreement, virtual synchrony, no creation, no duplication, …) and names the channel in a
+//! violation.
 //!
 //! Each property comes out [`Outcome::Held`], [`Outcome::Violated`] (with a minimal excerpt
 //! of the history: the two members and the view involved) or [`Outcome::NotChecked`].
@@ -469,6 +480,120 @@ pub fn check(history: &History, facts: &Facts) -> BTreeMap<&'static str, Outcome
     out
 }
 
+/// [`check`] for each channel's history (those that installed views; a light-weight group's
+/// views are its own), the outcomes joined by property: a violation names its channel, and a
+/// property not checked on one channel is not checked. With `cross`, adds
+/// `cross-channel-order` over `merged`, every channel's entries together in the order each
+/// member saw them. With fewer than two channels with views, [`check`] over `merged`.
+pub fn check_channels(
+    channels: &BTreeMap<String, History>,
+    merged: &History,
+    facts: &Facts,
+    cross: bool,
+) -> BTreeMap<&'static str, Outcome> {
+    let with_views: Vec<(&String, &History)> =
+        channels.iter().filter(|(_, h)| h.has_views()).collect();
+    let mut out = if with_views.len() < 2 {
+        check(merged, facts)
+    } else {
+        let mut out: BTreeMap<&'static str, Outcome> = BTreeMap::new();
+        for (name, h) in with_views {
+            for (prop, o) in check(h, facts) {
+                let o = match o {
+                    Outcome::Violated(why) => Outcome::Violated(format!("channel `{name}`: {why}")),
+                    Outcome::NotChecked(why) => {
+                        Outcome::NotChecked(format!("channel `{name}`: {why}"))
+                    }
+                    Outcome::Held => Outcome::Held,
+                };
+                let slot = out.entry(prop).or_insert(Outcome::Held);
+                match (&*slot, &o) {
+                    (Outcome::Violated(_), _) => {}
+                    (_, Outcome::Violated(_)) => *slot = o,
+                    (Outcome::NotChecked(_), _) => {}
+                    (_, Outcome::NotChecked(_)) => *slot = o,
+                    _ => {}
+                }
+            }
+        }
+        out
+    };
+    if cross {
+        out.insert("cross-channel-order", cross_channel_order(merged));
+    }
+    out
+}
+
+/// The cross-channel-order property over a history holding every channel's entries.
+pub fn cross_channel_order(history: &History) -> Outcome {
+    type Went = Vec<(String, Vec<MsgId>)>;
+    let mut by_transition: BTreeMap<(ViewKey, ViewKey), Went> = BTreeMap::new();
+    for (n, incs) in &history.nodes {
+        for (k, inc) in incs.iter().enumerate() {
+            // (view, deliveries of every channel while it was the latest view seen); the
+            // channels' views of one heavy view share its counter and coordinator node (a
+            // light view's third field also names its members), so those two key a segment.
+            let mut cur: Option<(ViewKey, Vec<MsgId>)> = None;
+            for e in &inc.entries {
+                match e {
+                    Entry::View { id, .. } => {
+                        let id = &(id.0, id.1, 0);
+                        if cur.as_ref().is_some_and(|(v, _)| v == id) {
+                            continue;
+                        }
+                        if let Some((v, msgs)) = cur.take() {
+                            by_transition
+                                .entry((v, *id))
+                                .or_default()
+                                .push((who(*n, k), msgs));
+                        }
+                        cur = Some((*id, Vec::new()));
+                    }
+                    Entry::Delivered(m) => {
+                        if let Some((_, msgs)) = cur.as_mut() {
+                            msgs.push(*m);
+                        }
+                    }
+                    Entry::Sent(_) | Entry::State(..) => {}
+                }
+            }
+        }
+    }
+    for ((v, w), members) in &by_transition {
+        let Some((first, first_msgs)) = members.first() else {
+            continue;
+        };
+        let first_set: BTreeSet<&MsgId> = first_msgs.iter().collect();
+        for (other, msgs) in &members[1..] {
+            let set: BTreeSet<&MsgId> = msgs.iter().collect();
+            let a: Vec<MsgId> = first_msgs
+                .iter()
+                .filter(|m| set.contains(m))
+                .copied()
+                .collect();
+            let b: Vec<MsgId> = msgs
+                .iter()
+                .filter(|m| first_set.contains(m))
+                .copied()
+                .collect();
+            if a != b {
+                let at = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(0);
+                let lo = at.saturating_sub(2);
+                return Outcome::Violated(format!(
+                    "{first} and {other} both went from view {} to {} but delivered the \
+                     messages of its channels (workloads) in different orders, from common \
+                     position {at}: {first}:{} vs {other}:{}",
+                    show_view(*v),
+                    show_view(*w),
+                    show_msgs(&a[lo..], 5),
+                    show_msgs(&b[lo..], 5)
+                ));
+            }
+        }
+    }
+    Outcome::Held
+}
+
 /// A source of messages: (workload, node).
 type Source = (u16, NodeId);
 
@@ -689,5 +814,100 @@ mod tests {
         h.boot(NodeId(2), Instant::ZERO);
         h.push(NodeId(2), view(1, 1, &[2]));
         assert!(matches!(check(&h, &f)["liveness"], Outcome::Violated(_)));
+    }
+
+    /// Two channels (workloads 0 and 1) whose light views share the heavy view's ids: the
+    /// merged history orders both channels' messages; a swap across channels at one member
+    /// is caught by cross-channel-order only, a loss in one channel names that channel.
+    #[test]
+    fn per_channel_and_cross_channel_checks_catch_planted_bugs() {
+        let m = |w: u16, src: u32, seq: u64| (w, NodeId(src), seq);
+        let mut channels: BTreeMap<String, History> = BTreeMap::new();
+        let mut merged = History::default();
+        // Each member: views on a and b, then a0 b0 a1 b1 in this order, then the next views.
+        let order = [m(0, 0, 0), m(1, 1, 0), m(0, 1, 0), m(1, 0, 0)];
+        for n in 0..2u32 {
+            merged.boot(NodeId(n), Instant::ZERO);
+            for ch in ["a", "b"] {
+                let h = channels.entry(ch.to_string()).or_default();
+                h.boot(NodeId(n), Instant::ZERO);
+                h.push(NodeId(n), view(1, 1, &[0, 1]));
+                merged.push(NodeId(n), view(1, 1, &[0, 1]));
+            }
+            for msg in order {
+                if msg.1 == NodeId(n) {
+                    let ch = if msg.0 == 0 { "a" } else { "b" };
+                    channels
+                        .get_mut(ch)
+                        .unwrap()
+                        .push(NodeId(n), Entry::Sent(msg));
+                    merged.push(NodeId(n), Entry::Sent(msg));
+                }
+            }
+        }
+        let deliver = |channels: &mut BTreeMap<String, History>,
+                       merged: &mut History,
+                       n: u32,
+                       seq: &[MsgId]| {
+            for msg in seq {
+                let ch = if msg.0 == 0 { "a" } else { "b" };
+                channels
+                    .get_mut(ch)
+                    .unwrap()
+                    .push(NodeId(n), Entry::Delivered(*msg));
+                merged.push(NodeId(n), Entry::Delivered(*msg));
+            }
+            for ch in ["a", "b"] {
+                channels
+                    .get_mut(ch)
+                    .unwrap()
+                    .push(NodeId(n), view(20, 2, &[0, 1]));
+                merged.push(NodeId(n), view(20, 2, &[0, 1]));
+            }
+        };
+        let f = facts(true);
+        // Good: same order everywhere.
+        let (mut c, mut h) = (channels.clone(), merged.clone());
+        deliver(&mut c, &mut h, 0, &order);
+        deliver(&mut c, &mut h, 1, &order);
+        let r = check_channels(&c, &h, &f, true);
+        assert!(r.values().all(|o| *o == Outcome::Held), "{r:?}");
+        assert!(r.contains_key("cross-channel-order"));
+        // Node 1 swaps a0 and b0: each channel's own order is unchanged, the merged one not.
+        let (mut c, mut h) = (channels.clone(), merged.clone());
+        deliver(&mut c, &mut h, 0, &order);
+        deliver(&mut c, &mut h, 1, &[order[1], order[0], order[2], order[3]]);
+        let r = check_channels(&c, &h, &f, true);
+        assert_eq!(r["total-order"], Outcome::Held, "{r:?}");
+        assert!(
+            matches!(r["cross-channel-order"], Outcome::Violated(_)),
+            "{r:?}"
+        );
+        // Node 1 loses b0 (channel b only): virtual synchrony of light group b.
+        let (mut c, mut h) = (channels.clone(), merged.clone());
+        deliver(&mut c, &mut h, 0, &order);
+        deliver(&mut c, &mut h, 1, &[order[0], order[2], order[3]]);
+        let r = check_channels(&c, &h, &facts(false), false);
+        match &r["virtual-synchrony"] {
+            Outcome::Violated(why) => assert!(why.contains("channel `b`"), "{why}"),
+            o => panic!("{o:?}"),
+        }
+        assert!(!r.contains_key("cross-channel-order"));
+        // A light view of channel a with other members than the same view of channel b is
+        // fine (light groups have their own members), but two members disagreeing on channel
+        // a's view is a view-agreement violation named by channel.
+        let (mut c, mut h) = (channels.clone(), merged.clone());
+        deliver(&mut c, &mut h, 0, &order);
+        deliver(&mut c, &mut h, 1, &order);
+        c.get_mut("a").unwrap().nodes.get_mut(&NodeId(1)).unwrap()[0].entries[0] = Entry::View {
+            at: Instant::from_millis(1),
+            id: (1, 0, 1),
+            members: vec![(1, 1)],
+        };
+        let r = check_channels(&c, &h, &facts(false), false);
+        match &r["view-agreement"] {
+            Outcome::Violated(why) => assert!(why.contains("channel `a`"), "{why}"),
+            o => panic!("{o:?}"),
+        }
     }
 }

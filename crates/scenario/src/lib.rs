@@ -163,14 +163,19 @@ fn group_check(
         }
     }
     let facts = group::Facts {
-        total_order: scenario.expect == viastack_stack::model::Expect::TotalOrder,
+        total_order: matches!(
+            scenario.expect,
+            viastack_stack::model::Expect::TotalOrder
+                | viastack_stack::model::Expect::CrossChannelOrder
+        ),
         causal_order: scenario.expect == viastack_stack::model::Expect::CausalOrder,
         live,
         last_fault: Instant::ZERO + last,
         end,
         reported,
     };
-    group::check(&rec.group, &facts)
+    let cross = scenario.expect == viastack_stack::model::Expect::CrossChannelOrder;
+    group::check_channels(&rec.group_channels, &rec.group, &facts, cross)
 }
 
 /// Runs the scenario of `file`, calling `progress` with the fraction of virtual time done
@@ -305,6 +310,7 @@ pub fn run_recorded(
         viastack_stack::model::Expect::VirtualSynchrony
             | viastack_stack::model::Expect::TotalOrder
             | viastack_stack::model::Expect::CausalOrder
+            | viastack_stack::model::Expect::CrossChannelOrder
     )
     .then(|| {
         let rec = recorder.borrow();

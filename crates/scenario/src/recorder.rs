@@ -88,6 +88,9 @@ pub struct Recorder {
     /// Per member incarnation: views installed and `multicast` messages sent and delivered,
     /// in order (what the group checker judges, [`crate::group`]).
     pub group: crate::group::History,
+    /// The same, per channel (a light-weight group's, `stacks/lwg.toml`): what the group
+    /// checker judges per channel when several channels install views.
+    pub group_channels: BTreeMap<String, crate::group::History>,
 }
 
 /// The addressee written in the stamp of a `multicast` workload message: every node.
@@ -111,6 +114,7 @@ impl Default for Recorder {
             multicast: BTreeMap::new(),
             multicast_highest: BTreeMap::new(),
             group: crate::group::History::default(),
+            group_channels: BTreeMap::new(),
         }
     }
 }
@@ -168,6 +172,12 @@ impl Recorder {
         self.booted.extend(other.booted);
         for (node, incs) in other.group.nodes {
             self.group.nodes.entry(node).or_default().extend(incs);
+        }
+        for (channel, h) in other.group_channels {
+            let mine = self.group_channels.entry(channel).or_default();
+            for (node, incs) in h.nodes {
+                mine.nodes.entry(node).or_default().extend(incs);
+            }
         }
         for (key, per_node) in other.multicast {
             let m = self.multicast.entry(key).or_default();

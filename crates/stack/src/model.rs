@@ -125,6 +125,10 @@ pub enum Expect {
     ReliableMulticast,
     /// `reliable-multicast`, and each such host received each sender's messages in order.
     ReliableOrderedMulticast,
+    /// `total-order` on every channel that has views, and across channels: members that go
+    /// from one view to the same next one deliver the messages of all channels in it in one
+    /// order (seed 001 §1, a session shared by several channels; `stacks/cross-channel.toml`).
+    CrossChannelOrder,
 }
 
 impl Expect {
@@ -141,6 +145,7 @@ impl Expect {
         "causal-order",
         "reliable-multicast",
         "reliable-ordered-multicast",
+        "cross-channel-order",
     ];
 
     /// The value named `name`.
@@ -157,6 +162,7 @@ impl Expect {
             "causal-order" => Some(Expect::CausalOrder),
             "reliable-multicast" => Some(Expect::ReliableMulticast),
             "reliable-ordered-multicast" => Some(Expect::ReliableOrderedMulticast),
+            "cross-channel-order" => Some(Expect::CrossChannelOrder),
             _ => None,
         }
     }
@@ -175,6 +181,7 @@ impl Expect {
             Expect::CausalOrder => "causal-order",
             Expect::ReliableMulticast => "reliable-multicast",
             Expect::ReliableOrderedMulticast => "reliable-ordered-multicast",
+            Expect::CrossChannelOrder => "cross-channel-order",
         }
     }
 }

@@ -21,7 +21,7 @@ mod sp;
 
 pub use coordination::{HEARTBEAT, SYNC};
 pub use filters::{COMPRESS, CORRUPT, DEDUP, DELAY, DROP, DUPLICATE, ENCRYPT, REORDER, TTL};
-pub use group::{CAUSAL_ORDER, STATE_TRANSFER, TOTAL_ORDER, VSYNC};
+pub use group::{CAUSAL_ORDER, LWG, STATE_TRANSFER, TOTAL_ORDER, VSYNC};
 pub use mcast::{parse_group, DVMRP, IGMP, INTERFACE, MCAST_FORWARD, MCAST_ORDER, MCAST_RELIABLE};
 pub use overlay::{MESSAGESTORE, OVERLAY};
 pub use reliable::{BUNDLE, CHECKSUM, FRAGMENT, RELIABLE_FIFO};
@@ -77,6 +77,7 @@ pub fn standard_catalog() -> Catalog {
         MCAST_RELIABLE,
         MCAST_ORDER,
         STATE_TRANSFER,
+        LWG,
     ] {
         // Names are distinct and specs valid; the test below holds it.
         if let Err(e) = c.register(kind) {
@@ -116,6 +117,7 @@ mod tests {
                 "heartbeat",
                 "igmp",
                 "interface",
+                "lwg",
                 "mcast-forward",
                 "mcast-order",
                 "mcast-reliable",

@@ -1,11 +1,12 @@
 //! Stack-file kinds for group communication (seed 001 §2.1): `vsync` (membership, reliable
 //! group multicast, virtual synchrony), `total-order` (a sequencer above it) and
-//! `causal-order` (vector clocks above it).
+//! `causal-order` (vector clocks above it), `state-transfer` and `lwg` (light-weight groups
+//! over one heavy group, and order across channels).
 
 use std::sync::Arc;
 
 use viastack_group::vsync::{self, Primary, Vsync};
-use viastack_group::{CausalOrder, StateTransfer, TotalOrder};
+use viastack_group::{CausalOrder, Lwg, StateTransfer, TotalOrder};
 use viastack_kernel::{Duration, LayerRef};
 
 use crate::catalog::{BuildEnv, BuildError, LayerKind, ParamKind, ParamSpec, Params};
@@ -190,6 +191,41 @@ fn build_state(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, 
     let capacity = params.get_int("capacity")?;
     let capacity = usize::try_from(capacity).map_err(|_| format!("capacity {capacity}"))?;
     Ok(Arc::new(StateTransfer::new(name, env.node, capacity)))
+}
+
+/// `lwg`: light-weight groups over one heavy group.
+pub const LWG: LayerKind = LayerKind {
+    name: "lwg",
+    doc: "Light-weight groups (seed 001 §2.1, Rodrigues et al.): one channel per light group, \
+          all mapped onto one heavy group (`vsync`, with `total-order` or `causal-order` if \
+          wanted). Bind one `lwg` session explicitly into every light channel; it fills the \
+          rest of each channel with the sessions it already shares (automatic binding). \
+          Messages carry their light group's id (FNV-1a 32 of the channel name); at every \
+          heavy view each member announces its light groups, and each light group gets its \
+          own view (the heavy view's members that joined it) with virtual synchrony derived \
+          from the heavy group's. Over a shared `total-order` the channels' messages are \
+          delivered in one total order (order across channels, seed 001 §1). One `lwg` \
+          session has one heavy group: channels bound to another `lwg` session ride another \
+          heavy group. Wire: docs/WIRE.md \"Light-weight groups\".",
+    params: &[ParamSpec {
+        name: "capacity",
+        kind: ParamKind::Int {
+            min: 1,
+            max: 1 << 20,
+        },
+        default: Some("4096"),
+        doc: "messages held until their light view is installed (memory bound; beyond, \
+              dropped and counted `lwg.held_over`)",
+    }],
+    one_of: &[],
+    device: false,
+    build: build_lwg,
+};
+
+fn build_lwg(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, BuildError> {
+    let capacity = params.get_int("capacity")?;
+    let capacity = usize::try_from(capacity).map_err(|_| format!("capacity {capacity}"))?;
+    Ok(Arc::new(Lwg::new(name, env.node, capacity)))
 }
 
 #[cfg(test)]
