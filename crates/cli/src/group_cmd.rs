@@ -12,6 +12,7 @@
 //! `group peer` (hidden) is the viastack side of `viastack bench group`: one member driven line
 //! by line on stdin, answering on stdout with the protocol of `bench/jgroups`'s `GroupPeer`.
 
+use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,7 +23,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 use viastack::group::{Group, GroupError, GroupEvent, View};
-use viastack::{Deployment, Node, NodeBuilder, NodeId, RecvError};
+use viastack::{Deployment, Node, NodeBuilder, NodeId, RecvError, Tag};
 
 /// `viastack group …`.
 #[derive(Subcommand)]
@@ -86,8 +87,10 @@ timeout = "{}"
 [layers.vs]
 kind = "vsync"
 confirm = "{}"
+capacity = 65536
 [layers.to]
 kind = "total-order"
+capacity = 16384
 [qos.group]
 layers = ["dev", "sum", "hb", "vs", "to"]
 [channels.g]
@@ -248,13 +251,60 @@ struct Round {
     start: std::time::Instant,
 }
 
+/// This member's sends of a round, flow-controlled: at most [`WINDOW`] of its own messages
+/// not yet delivered back to it (total order delivers every member's message to itself
+/// too), and messages the group refused (its buffer held back by stability) sent again.
+struct Outgoing {
+    round: u32,
+    size: usize,
+    next: u64,
+    count: u64,
+    retry: VecDeque<u64>,
+    tags: HashMap<Tag, u64>,
+    in_flight: u64,
+}
+
+/// Own messages in flight at most (below the layer's `capacity` of unstable messages).
+const WINDOW: u64 = 512;
+
+impl Outgoing {
+    /// Sends what the window allows; whether anything is left to send.
+    fn pump(&mut self, group: &Group) -> anyhow::Result<bool> {
+        while self.in_flight < WINDOW {
+            let i = match self.retry.pop_front() {
+                Some(i) => i,
+                None if self.next < self.count => {
+                    self.next += 1;
+                    self.next - 1
+                }
+                None => break,
+            };
+            let mut payload = vec![0u8; self.size.max(12)];
+            payload[..4].copy_from_slice(&self.round.to_be_bytes());
+            payload[4..12].copy_from_slice(&i.to_be_bytes());
+            match group.try_send(payload) {
+                Ok(tag) => {
+                    self.tags.insert(tag, i);
+                    self.in_flight += 1;
+                }
+                Err(GroupError::Send(viastack::SendError::Full)) => {
+                    self.retry.push_front(i);
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(self.next < self.count || !self.retry.is_empty())
+    }
+}
+
 /// `group peer`: `ready` once a view has `--members` members; `round R N SIZE` sends N
 /// messages of SIZE bytes and answers `done R SECONDS HASH` once N × members messages of
 /// round R were delivered (HASH: FNV-1a over the (sender, index) order of delivery, equal at
 /// every member when the order is total); every later view is reported as `view SIZE`.
-#[allow(clippy::disallowed_methods)] // a driver: it times rounds by the wall clock
 fn peer(args: &ChatArgs) -> anyhow::Result<ExitCode> {
     let mut group = join(args)?;
+    let me = group.id();
     let n = args.members as usize;
     let out = std::io::stdout();
     let say = |s: String| -> anyhow::Result<()> {
@@ -266,6 +316,7 @@ fn peer(args: &ChatArgs) -> anyhow::Result<ExitCode> {
     let input = stdin_lines();
     let mut ready = false;
     let mut round: Option<Round> = None;
+    let mut sending: Option<Outgoing> = None;
     loop {
         match input.try_recv() {
             Ok(Some(line)) => {
@@ -274,6 +325,16 @@ fn peer(args: &ChatArgs) -> anyhow::Result<ExitCode> {
                     ["quit"] => {
                         group.leave()?;
                         return Ok(ExitCode::SUCCESS);
+                    }
+                    ["stats"] => {
+                        let m = group.node().metrics()?;
+                        let c: Vec<String> = m
+                            .counters
+                            .iter()
+                            .filter(|(k, v)| **v > 0 && !k.starts_with("kernel"))
+                            .map(|(k, v)| format!("{k}={v}"))
+                            .collect();
+                        say(format!("stats {}", c.join(" ")))?;
                     }
                     ["round", r, count, size] => {
                         let (r, count, size): (u32, u64, usize) =
@@ -285,16 +346,15 @@ fn peer(args: &ChatArgs) -> anyhow::Result<ExitCode> {
                             x.expect = Some(count * n as u64);
                             x.finish(&say)?;
                         }
-                        let mut payload = vec![0u8; size.max(12)];
-                        payload[..4].copy_from_slice(&r.to_be_bytes());
-                        for i in 0..count {
-                            payload[4..12].copy_from_slice(&i.to_be_bytes());
-                            group.send(payload.clone())?;
-                            // Keep delivering while sending: the node's event queue is bounded.
-                            while let Some(e) = group.try_recv() {
-                                on_event(e, &mut round, &mut ready, n, &say)?;
-                            }
-                        }
+                        sending = Some(Outgoing {
+                            round: r,
+                            size,
+                            next: 0,
+                            count,
+                            retry: VecDeque::new(),
+                            tags: HashMap::new(),
+                            in_flight: 0,
+                        });
                     }
                     _ => say(format!("error unknown command: {line}"))?,
                 }
@@ -306,8 +366,18 @@ fn peer(args: &ChatArgs) -> anyhow::Result<ExitCode> {
             }
             Err(mpsc::TryRecvError::Empty) => {}
         }
-        match group.recv_timeout(Duration::from_millis(5)) {
-            Ok(e) => on_event(e, &mut round, &mut ready, n, &say)?,
+        let busy = match sending.as_mut() {
+            Some(o) => o.pump(&group)?,
+            None => false,
+        };
+        let wait = Duration::from_millis(if busy { 1 } else { 5 });
+        match group.recv_timeout(wait) {
+            Ok(e) => {
+                on_event(e, me, &mut round, &mut sending, &mut ready, n, &say)?;
+                while let Some(e) = group.try_recv() {
+                    on_event(e, me, &mut round, &mut sending, &mut ready, n, &say)?;
+                }
+            }
             Err(RecvError::Timeout) => {}
             Err(RecvError::Closed) => return Ok(ExitCode::FAILURE),
         }
@@ -340,7 +410,9 @@ impl Round {
 
 fn on_event(
     e: GroupEvent,
+    me: NodeId,
     round: &mut Option<Round>,
+    sending: &mut Option<Outgoing>,
     ready: &mut bool,
     n: usize,
     say: &dyn Fn(String) -> anyhow::Result<()>,
@@ -359,6 +431,9 @@ fn on_event(
                 return Ok(());
             }
             let id = u32::from_be_bytes([m.payload[0], m.payload[1], m.payload[2], m.payload[3]]);
+            if let Some(o) = sending.as_mut().filter(|o| m.from == me && o.round == id) {
+                o.in_flight = o.in_flight.saturating_sub(1);
+            }
             match round {
                 Some(r) if r.id > id => return Ok(()),
                 Some(r) if r.id == id => {}
@@ -373,6 +448,19 @@ fn on_event(
                 r.hash = r.hash.wrapping_mul(0x0000_0100_0000_01b3);
             }
             r.finish(say)?;
+        }
+        GroupEvent::SendFailed {
+            kind: viastack::FailureKind::SendRefused,
+            tags,
+        } if sending.is_some() => {
+            if let Some(o) = sending.as_mut() {
+                for t in tags {
+                    if let Some(i) = o.tags.remove(&t) {
+                        o.retry.push_back(i);
+                        o.in_flight = o.in_flight.saturating_sub(1);
+                    }
+                }
+            }
         }
         GroupEvent::SendFailed { kind, tags } => {
             say(format!("error {} message(s) failed: {kind:?}", tags.len()))?;
