@@ -1,7 +1,7 @@
 //! `viastack bench group` (issue 18 "Figures"; seed 001 §2.1, the virtual-synchrony group with
 //! total order): total-order multicast of 1000-byte messages among 3 members on loopback,
 //! viastack (`vsync` + `total-order` over UDP, three `viastack group peer` processes) against
-//! JGroups 5.5 (`bench/jgroups`: three `GroupPeer` JVMs on its `sequencer.xml`, tcp.xml with
+//! JGroups 5.5 (`bench/jgroups`: three `GroupPeer` JVMs on its `viastack-sequencer.xml`, tcp.xml with
 //! SEQUENCER, loopback TCP), in the same run.
 //!
 //! - **Throughput**: in a round every member multicasts N messages at once; a member's round
@@ -292,7 +292,7 @@ fn jgroups_lane(args: &GroupArgs, classpath: &str) -> anyhow::Result<Lane> {
         .arg(format!("-Dviastack.fd.interval={hb}"))
         .arg(format!("-Dviastack.fd.timeout={sus}"))
         .arg(format!("-Dviastack.fd.confirm={conf}"))
-        .args(["-cp", &classpath, "viastack.bench.GroupPeer", "sequencer.xml"])
+        .args(["-cp", &classpath, "viastack.bench.GroupPeer", "viastack-sequencer.xml"])
         .arg(&cluster)
         .arg(MEMBERS.to_string())
         .arg(i.to_string());

@@ -89,7 +89,7 @@ fn stale(jar: &Path, dir: &Path) -> bool {
         dir.join("src/main/java/viastack/bench/Peer.java"),
         // `bench group`'s member and stack.
         dir.join("src/main/java/viastack/bench/GroupPeer.java"),
-        dir.join("src/main/resources/sequencer.xml"),
+        dir.join("src/main/resources/viastack-sequencer.xml"),
     ];
     sources
         .iter()
