@@ -43,6 +43,7 @@ mod alloc;
 mod bench;
 mod bus;
 mod check;
+mod group_cmd;
 mod keygen;
 mod member;
 mod node;
@@ -155,6 +156,12 @@ enum Command {
     Overlay {
         #[command(subcommand)]
         what: overlay_cmd::OverlayCommand,
+    },
+    /// Group communication on real sockets: a chat in a virtual-synchrony group with total
+    /// order.
+    Group {
+        #[command(subcommand)]
+        what: group_cmd::GroupCommand,
     },
     /// The real multi-hop testbed (root): a stack file's topology as network namespaces.
     Testbed {
@@ -311,6 +318,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Spec { what } => spec::run(what),
         Command::Services { what } => services::run(what),
         Command::Overlay { what } => overlay_cmd::run(what),
+        Command::Group { what } => group_cmd::run(what),
         Command::Bus { what } => bus::run(what),
         Command::Bench { what } => {
             bench::run(what)?;

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use viastack_kernel::event::{CHANNEL_CLOSE, CHANNEL_INIT};
+use viastack_group::{view_notice, Member, ViewId};
 use viastack_kernel::{Body, Event as KernelEvent, NodeId, Tag};
 use viastack_protocols::events::{
     notice_peer, send_failure, ALIVE, PEER_RESTARTED, SEND_ABORTED, SEND_REFUSED, SUSPECT,
@@ -75,6 +76,18 @@ pub enum Notice {
         /// The messages, by the tags `send` returned, in send order.
         tags: Vec<Tag>,
     },
+    /// A group layer (`vsync`) installed a view: it comes after the previous view's last
+    /// message and before the new view's first (see [`crate::group`]).
+    View {
+        /// The channel of the group.
+        channel: Arc<str>,
+        /// The view's id (a counter growing at every view change, and its coordinator).
+        id: ViewId,
+        /// Its members, ascending by node.
+        members: Vec<Member>,
+        /// Whether the view may carry traffic (always, unless `primary = "majority"`).
+        primary: bool,
+    },
     /// Any other event a stack sends to the application (a layer of the application's own,
     /// a later protocol's notice), by its event type's name.
     Other {
@@ -94,6 +107,7 @@ impl Notice {
             Notice::Suspect { channel, .. }
             | Notice::Alive { channel, .. }
             | Notice::SendFailed { channel, .. }
+            | Notice::View { channel, .. }
             | Notice::Other { channel, .. } => channel,
         }
     }
@@ -132,6 +146,14 @@ pub(crate) fn from_kernel(event: KernelEvent, channel: Arc<str>) -> Option<NodeE
                 Notice::Alive { channel, peer }
             }));
         }
+    }
+    if let Some(v) = view_notice(&event) {
+        return Some(NodeEvent::Notice(Notice::View {
+            channel,
+            id: v.id,
+            members: v.members.clone(),
+            primary: v.primary,
+        }));
     }
     let peer = notice_peer(&event);
     let name = ty.name();

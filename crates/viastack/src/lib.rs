@@ -41,6 +41,8 @@
 //! - [`overlay::OverlaySocket`]: an application's membership in an overlay network (join,
 //!   leave, send with a delivery mode and a service, receive, neighbourhood changes and
 //!   stability, a status snapshot).
+//! - [`group::Group`]: an application's membership in a virtual-synchrony group (join, leave,
+//!   send to the group, receive its messages in total order and its views).
 //!
 //! The application guide is `docs/APPLICATIONS.md`; stack files are described in
 //! `docs/STACK_FILES.md`.
@@ -52,6 +54,7 @@ pub mod deployment;
 pub mod engine;
 pub mod event;
 mod event_loop;
+pub mod group;
 pub mod metrics;
 pub mod node;
 pub mod overlay;
@@ -61,6 +64,7 @@ pub use app::{AppNode, Application};
 pub use deployment::{Deployment, DeploymentError};
 pub use engine::{NodeCore, SendError};
 pub use event::{FailureKind, NodeEvent, Notice, Received};
+pub use group::{Group, GroupError, GroupEvent, GroupMessage, View};
 pub use metrics::{ChannelStats, Metrics};
 pub use node::{Channel, CloseReport, Events, Node, NodeBuilder, OpenError, RecvError};
 pub use viastack_kernel::{Duration, Instant, NodeId, Tag};

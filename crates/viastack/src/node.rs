@@ -661,6 +661,55 @@ impl Channel {
         Ok(tag)
     }
 
+    fn event_command(
+        &self,
+        dest: Dest,
+        make: impl FnOnce(ChannelId, Tag) -> viastack_kernel::Event,
+    ) -> Result<(Command, Tag), SendError> {
+        if self.shared.closing.load(Ordering::SeqCst) {
+            return Err(SendError::Closed);
+        }
+        let tag = Tag(self.shared.next_tag.fetch_add(1, Ordering::Relaxed));
+        let c = Command {
+            channel: self.id,
+            dest,
+            payload: Vec::new(),
+            tag,
+            event: Some(make(self.id, tag)),
+        };
+        Ok((c, tag))
+    }
+
+    /// [`Channel::send_event`] if the send queue has room (`crate::group`).
+    pub(crate) fn try_send_event(
+        &self,
+        dest: Dest,
+        make: impl FnOnce(ChannelId, Tag) -> viastack_kernel::Event,
+    ) -> Result<Tag, SendError> {
+        let (c, tag) = self.event_command(dest, make)?;
+        self.commands.try_send(c).map_err(|e| match e {
+            flume::TrySendError::Full(_) => SendError::Full,
+            flume::TrySendError::Disconnected(_) => SendError::Closed,
+        })?;
+        self.shared.nudge();
+        Ok(tag)
+    }
+
+    /// [`Channel::send_event`], awaiting room in the send queue (`crate::group`).
+    pub(crate) async fn send_event_async(
+        &self,
+        dest: Dest,
+        make: impl FnOnce(ChannelId, Tag) -> viastack_kernel::Event,
+    ) -> Result<Tag, SendError> {
+        let (c, tag) = self.event_command(dest, make)?;
+        self.commands
+            .send_async(c)
+            .await
+            .map_err(|_| SendError::Closed)?;
+        self.shared.nudge();
+        Ok(tag)
+    }
+
     /// The channel's id in the node's kernel.
     pub fn id(&self) -> ChannelId {
         self.id

@@ -1,5 +1,5 @@
 //! `viastack bench all` (issue 13 §6): every benchmark in one go (kernel, unicast, sp, spec,
-//! overlay, bus), each in a fresh process of this binary (`bench NAME --json`), recorded with the
+//! overlay, bus, group), each in a fresh process of this binary (`bench NAME --json`), recorded with the
 //! machine and the commit in `bench/results/<date>-<host>.json`, and with `--plot DIR` one
 //! chart per benchmark that has one (`kernel.png`, `unicast.png`, `sp.png`, `spec.png`).
 
@@ -31,7 +31,7 @@ pub struct AllArgs {
 }
 
 /// The benchmarks, with the arguments of a full and of a quick run.
-const BENCHMARKS: [(&str, &[&str], &[&str]); 6] = [
+const BENCHMARKS: [(&str, &[&str], &[&str]); 7] = [
     ("kernel", &[], &["--events", "500000", "--repeat", "2"]),
     (
         "unicast",
@@ -56,6 +56,7 @@ const BENCHMARKS: [(&str, &[&str], &[&str]); 6] = [
             "--one-receiver",
         ],
     ),
+    ("group", &[], &["--quick"]),
 ];
 
 /// Runs `bench NAME --json` in a fresh process; its document.

@@ -10,6 +10,7 @@ mod all;
 mod bus;
 mod charts;
 mod cpu;
+mod group;
 mod kernel;
 mod machine;
 mod overlay;
@@ -37,6 +38,9 @@ pub enum BenchCommand {
     /// The coordination bus: by reference vs by value (1 KB–50 MB), the bus's peak memory,
     /// evaluate/value round trips vs a TCP echo (seed 003 "Results").
     Bus(bus::BusArgs),
+    /// Total-order group multicast, 3 members on loopback, vs JGroups with SEQUENCER; view
+    /// change latency after a crash (seed 001 §2.1).
+    Group(group::GroupArgs),
     /// Every benchmark, recorded with the machine and commit in bench/results/ (and charts
     /// with `--plot DIR`).
     All(all::AllArgs),
@@ -81,6 +85,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Spec(args) => spec::run(&args),
         BenchCommand::Overlay(args) => overlay::run(&args),
         BenchCommand::Bus(args) => bus::run(&args),
+        BenchCommand::Group(args) => group::run(&args),
         BenchCommand::All(args) => all::run(&args),
     }
 }

@@ -473,6 +473,12 @@ impl Participant {
                     tags.len()
                 ),
             ),
+            Notice::View { id, members, .. } => (
+                "view".to_string(),
+                None,
+                0,
+                format!("view {id} on {channel}: {} member(s)", members.len()),
+            ),
             Notice::Other { kind, peer, .. } => (
                 kind.to_string(),
                 *peer,

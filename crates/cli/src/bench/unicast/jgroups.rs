@@ -87,6 +87,9 @@ fn stale(jar: &Path, dir: &Path) -> bool {
     let sources = [
         dir.join("pom.xml"),
         dir.join("src/main/java/viastack/bench/Peer.java"),
+        // `bench group`'s member and stack.
+        dir.join("src/main/java/viastack/bench/GroupPeer.java"),
+        dir.join("src/main/resources/viastack-sequencer.xml"),
     ];
     sources
         .iter()

@@ -29,7 +29,7 @@
 use clap::Args;
 use serde_json::{json, Map, Value};
 
-mod jgroups;
+pub mod jgroups;
 pub mod reference;
 mod viastack;
 
