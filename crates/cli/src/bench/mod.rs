@@ -12,6 +12,7 @@ mod charts;
 mod cpu;
 mod kernel;
 mod machine;
+mod multicast;
 mod overlay;
 mod plot;
 mod sp;
@@ -37,6 +38,10 @@ pub enum BenchCommand {
     /// The coordination bus: by reference vs by value (1 KB–50 MB), the bus's peak memory,
     /// evaluate/value round trips vs a TCP echo (seed 003 "Results").
     Bus(bus::BusArgs),
+    /// Multicast composed from components (issue 17, seed 004): stack latency per component
+    /// and per stack, basic multicast throughput on the 15-node network, reliable multicast
+    /// against error rate, join/leave latency, and JGroups NAKACK2 beside it.
+    Multicast(multicast::MulticastArgs),
     /// Every benchmark, recorded with the machine and commit in bench/results/ (and charts
     /// with `--plot DIR`).
     All(all::AllArgs),
@@ -81,6 +86,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Spec(args) => spec::run(&args),
         BenchCommand::Overlay(args) => overlay::run(&args),
         BenchCommand::Bus(args) => bus::run(&args),
+        BenchCommand::Multicast(args) => multicast::run(&args),
         BenchCommand::All(args) => all::run(&args),
     }
 }

@@ -87,6 +87,7 @@ fn stale(jar: &Path, dir: &Path) -> bool {
     let sources = [
         dir.join("pom.xml"),
         dir.join("src/main/java/viastack/bench/Peer.java"),
+        dir.join("src/main/java/viastack/bench/McastPeer.java"),
     ];
     sources
         .iter()
