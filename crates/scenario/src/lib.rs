@@ -204,6 +204,24 @@ pub fn run_recorded(
     options: &RunOptions,
     mut progress: impl FnMut(f64),
 ) -> Result<(Report, Recorder), RunError> {
+    run_observed(file, catalog, options, 100, |i, _, _| {
+        progress(f64::from(i) / 100.0);
+    })
+}
+
+/// [`run_recorded`] in `slices` equal steps of virtual time, calling `observe` after each
+/// with the step's number (1-based), its end and the simulator, whose nodes' kernels (their
+/// counters) can be read there: what `bench multicast` times join and leave latency with.
+///
+/// # Errors
+/// As [`run`].
+pub fn run_observed(
+    file: &StackFile,
+    catalog: &Catalog,
+    options: &RunOptions,
+    slices: u32,
+    mut observe: impl FnMut(u32, Instant, &Sim<SimNode>),
+) -> Result<(Report, Recorder), RunError> {
     let scenario = file
         .scenario
         .clone()
@@ -278,11 +296,11 @@ pub fn run_recorded(
     };
     let sim_err = |source| RunError::Sim { seed, source };
     let mut sim = Sim::new(plan::sim_config(&scenario, seed), factory).map_err(sim_err)?;
-    let slices = 100u32;
+    let slices = slices.max(1);
     for i in 1..=slices {
         let t = Instant::ZERO + duration.mul_f64(f64::from(i) / f64::from(slices));
         sim.run_until(t).map_err(sim_err)?;
-        progress(f64::from(i) / f64::from(slices));
+        observe(i, t, &sim);
     }
 
     let crashed: BTreeSet<NodeId> = scenario.crashes.iter().map(|c| NodeId(c.node)).collect();

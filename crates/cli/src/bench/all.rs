@@ -1,7 +1,8 @@
 //! `viastack bench all` (issue 13 §6): every benchmark in one go (kernel, unicast, sp, spec,
-//! overlay, bus, group), each in a fresh process of this binary (`bench NAME --json`), recorded with the
-//! machine and the commit in `bench/results/<date>-<host>.json`, and with `--plot DIR` one
-//! chart per benchmark that has one (`kernel.png`, `unicast.png`, `sp.png`, `spec.png`).
+//! overlay, bus, group, multicast), each in a fresh process of this binary (`bench NAME --json`),
+//! recorded with the machine and the commit in `bench/results/<date>-<host>.json`, and with
+//! `--plot DIR` one chart per benchmark that has one (`kernel.png`, `unicast.png`, `sp.png`,
+//! `spec.png`, `multicast-*.png`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -57,6 +58,7 @@ const BENCHMARKS: [(&str, &[&str], &[&str]); 7] = [
         ],
     ),
     ("group", &[], &["--quick"]),
+    ("multicast", &[], &["--quick"]),
 ];
 
 /// Runs `bench NAME --json` in a fresh process; its document.
@@ -152,6 +154,15 @@ pub fn plot_all(doc: &Value, dir: &Path) -> anyhow::Result<()> {
             .with_context(|| format!("{}: cannot plot", path.display()))?;
         eprintln!("bench all: drew {}", path.display());
     }
+    if !b["multicast"].is_null() {
+        for (name, chart) in super::multicast::charts(&b["multicast"], &footnote) {
+            let path = dir.join(format!("multicast-{name}.png"));
+            chart
+                .save_png(&path)
+                .with_context(|| format!("{}: cannot plot", path.display()))?;
+            eprintln!("bench all: drew {}", path.display());
+        }
+    }
     Ok(())
 }
 
@@ -171,6 +182,14 @@ fn headline(name: &str, doc: &Value) -> String {
             "compiled_vs_handwritten {}, runtime_vs_handwritten {}",
             r(&doc["compiled_vs_handwritten"]),
             r(&doc["runtime_vs_handwritten"])
+        ),
+        "multicast" => format!(
+            "reliable_multicast_vs_jgroups {}; JGroups NAKACK2 {} msg/s per receiver; join {} ms, \
+             leave {} ms",
+            r(&doc["reliable_multicast_vs_jgroups"]),
+            r(&doc["peer"]["jgroups_nakack2"]["msgs_per_s_per_receiver"]),
+            r(&doc["join_leave"]["join"]["p50_ms"]),
+            r(&doc["join_leave"]["leave"]["p50_ms"]),
         ),
         "sp" => {
             let rows = doc["sizes"].as_array().cloned().unwrap_or_default();

@@ -13,6 +13,7 @@ mod cpu;
 mod group;
 mod kernel;
 mod machine;
+mod multicast;
 mod overlay;
 mod plot;
 mod sp;
@@ -41,6 +42,10 @@ pub enum BenchCommand {
     /// Total-order group multicast, 3 members on loopback, vs JGroups with SEQUENCER; view
     /// change latency after a crash (seed 001 §2.1).
     Group(group::GroupArgs),
+    /// Multicast composed from components (issue 17, seed 004): stack latency per component
+    /// and per stack, basic multicast throughput on the 15-node network, reliable multicast
+    /// against error rate, join/leave latency, and JGroups NAKACK2 beside it.
+    Multicast(multicast::MulticastArgs),
     /// Every benchmark, recorded with the machine and commit in bench/results/ (and charts
     /// with `--plot DIR`).
     All(all::AllArgs),
@@ -86,6 +91,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Overlay(args) => overlay::run(&args),
         BenchCommand::Bus(args) => bus::run(&args),
         BenchCommand::Group(args) => group::run(&args),
+        BenchCommand::Multicast(args) => multicast::run(&args),
         BenchCommand::All(args) => all::run(&args),
     }
 }

@@ -90,6 +90,7 @@ fn stale(jar: &Path, dir: &Path) -> bool {
         // `bench group`'s member and stack.
         dir.join("src/main/java/viastack/bench/GroupPeer.java"),
         dir.join("src/main/resources/viastack-sequencer.xml"),
+        dir.join("src/main/java/viastack/bench/McastPeer.java"),
     ];
     sources
         .iter()

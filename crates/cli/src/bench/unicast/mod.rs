@@ -30,6 +30,12 @@ use clap::Args;
 use serde_json::{json, Map, Value};
 
 pub mod jgroups;
+
+/// The class path of the JGroups harness `bench/jgroups` (built with Maven when needed), or
+/// why it cannot be had: shared with `bench multicast`'s peer lane.
+pub fn jgroups_classpath() -> Result<String, String> {
+    jgroups::classpath()
+}
 pub mod reference;
 mod viastack;
 
