@@ -32,7 +32,7 @@ pub struct AllArgs {
 }
 
 /// The benchmarks, with the arguments of a full and of a quick run.
-const BENCHMARKS: [(&str, &[&str], &[&str]); 7] = [
+const BENCHMARKS: [(&str, &[&str], &[&str]); 8] = [
     ("kernel", &[], &["--events", "500000", "--repeat", "2"]),
     (
         "unicast",
