@@ -30,7 +30,9 @@ fn the_rendezvous_example_joins_and_merges_through_the_server() {
     for seed in [None, Some(1), Some(2), Some(3)] {
         let r = run_with(&src, seed);
         assert!(r.verdict.holds, "seed {seed:?}: {r}");
-        // 11 members, 5 multicasts each, each delivered at the 10 others.
+        // 11 members, 5 multicasts each (the server sends none), each delivered at the 10
+        // others.
+        assert_eq!((r.sent, r.lost), (55, 0), "seed {seed:?}: {r}");
         assert_eq!(
             counter(&r, "net.delivered"),
             11 * 5 * 10,
