@@ -32,9 +32,14 @@ export VIASTACK_JAVA_CP="$work/classes"
 export VIASTACK_BUS_CONSUMER="$target/release/bus-consumer"
 
 echo "== running the bus with a $bytes-byte value"
+# The bus's peak resident set (GNU time, when installed): it stays flat whatever the size,
+# since only references go through it.
+timer=()
+[ -x /usr/bin/time ] && timer=(/usr/bin/time -f "bus peak RSS: %M KB" -o "$work/rss")
 start=$(date +%s%N)
-"$target/release/viastack" bus serve --listen "unix:$work/bus.sock" --trace "$work/three-languages.tb" > "$work/trace"
+"${timer[@]}" "$target/release/viastack" bus serve --listen "unix:$work/bus.sock" --trace "$work/three-languages.tb" > "$work/trace"
 end=$(date +%s%N)
+[ -f "$work/rss" ] && cat "$work/rss"
 
 # What the script bound: V (the producer's value) and W (the transformer's) must be
 # references, R the consumer's verdict ok(BYTES, 1).

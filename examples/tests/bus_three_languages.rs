@@ -26,7 +26,10 @@ struct Collected(Arc<Mutex<Vec<u8>>>);
 
 impl Write for Collected {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
+        self.0
+            .lock()
+            .map_err(|_| std::io::Error::other("trace lock poisoned"))?
+            .extend_from_slice(b);
         Ok(b.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {

@@ -263,12 +263,13 @@ public final class Tool implements AutoCloseable {
     }
 
     /**
-     * The term to send for {@code t}: itself when its encoding is at most the threshold (or this
-     * tool is passive), else a reference to it, kept here until the bus's FIN.
+     * The term to send for {@code t}: itself when its encoding is at most the threshold, else a
+     * reference to it, kept here until the bus's FIN (a passive tool's reference has an empty
+     * location: consumers get the value through the bus).
      */
     public Term put(Term t) {
         byte[] data = TermCodec.encode(t);
-        if (location.isEmpty() || data.length <= threshold) {
+        if (data.length <= threshold) {
             return t;
         }
         long v;

@@ -74,6 +74,10 @@ class BusServeTest {
     }
 
     void run(Path dir, String listen, String producerServe) throws Exception {
+        run(dir, listen, producerServe, null);
+    }
+
+    void run(Path dir, String listen, String producerServe, String consumerServe) throws Exception {
         Process bus = startBus(dir, listen);
         ExecutorService pool = Executors.newFixedThreadPool(2);
         try {
@@ -106,7 +110,7 @@ class BusServeTest {
             Future<Object[]> consumer = pool.submit(() -> {
                 Tool.Config c = new Tool.Config("consumer");
                 c.token = "s3cret";
-                c.serve = null;
+                c.serve = consumerServe;
                 c.window = 512 * 1024;
                 try (Tool t = Tool.connect(addr, c)) {
                     Term received = null;
@@ -137,6 +141,7 @@ class BusServeTest {
             assertEquals(0, bus.exitValue());
 
             Term.Ref ref = assertInstanceOf(Term.Ref.class, p[0], "3 MB goes by reference");
+            assertEquals(producerServe == null, ref.location().isEmpty(), "a passive owner's reference has no location");
             assertEquals("data(\"big\",<blob>)", ref.sig().toText());
             // The consumer received the reference itself (the bus never carried the value) ...
             Term.Appl consume = (Term.Appl) c[0];
@@ -161,6 +166,18 @@ class BusServeTest {
     @Test
     void valueByReferenceBetweenJavaToolsOverUnixSockets(@TempDir Path dir) throws Exception {
         run(dir, "unix:" + dir.resolve("bus.sock"), "unix:" + dir.resolve("producer.sock"));
+    }
+
+    /** Seed 003's passive-passive case: neither tool listens, the value goes through the bus. */
+    @Test
+    void valueOfAPassiveOwnerRelayedThroughTheBusToAPassiveConsumer(@TempDir Path dir) throws Exception {
+        run(dir, "127.0.0.1:0", null, null);
+    }
+
+    /** Both tools active: the consumer fetches from the owner directly. */
+    @Test
+    void activeConsumerFetchesFromAnActiveOwner(@TempDir Path dir) throws Exception {
+        run(dir, "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0");
     }
 
     @Test
