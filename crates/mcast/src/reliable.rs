@@ -799,34 +799,28 @@ impl Receiver {
         self.streams.get(&(source, group)).map(|s| s.next)
     }
 
-    fn stream(&mut self, now: Instant, source: Addr, group: Addr, trail: u32) -> &mut Stream {
-        let cfg = self.cfg;
-        if !self.streams.contains_key(&(source, group)) {
-            self.streams.insert(
-                (source, group),
-                Stream {
-                    next: trail,
-                    held: BTreeSet::new(),
-                    known: trail,
-                    missing: BTreeMap::new(),
-                    member: true,
-                    resync: false,
-                },
-            );
-            self.events.push_back(Event::Start {
-                source,
-                group,
-                next: trail,
-            });
-            if self.next_report.is_none() {
-                self.next_report = Some(now + cfg.report_interval);
-            }
+    /// Opens the stream (source, group) at `trail` on first contact.
+    fn stream(&mut self, now: Instant, source: Addr, group: Addr, trail: u32) {
+        let std::collections::btree_map::Entry::Vacant(e) = self.streams.entry((source, group))
+        else {
+            return;
+        };
+        e.insert(Stream {
+            next: trail,
+            held: BTreeSet::new(),
+            known: trail,
+            missing: BTreeMap::new(),
+            member: true,
+            resync: false,
+        });
+        self.events.push_back(Event::Start {
+            source,
+            group,
+            next: trail,
+        });
+        if self.next_report.is_none() {
+            self.next_report = Some(now + self.cfg.report_interval);
         }
-        let s = self
-            .streams
-            .get_mut(&(source, group))
-            .unwrap_or_else(|| unreachable!("inserted above"));
-        s
     }
 
     /// Moves the stream past what the source no longer holds (`trail`), reporting what is
@@ -1221,7 +1215,7 @@ impl Repairer {
     /// the source's trail (nothing more is freed until it reports or prunes), so a slow or
     /// new subtree is never overtaken by a fast one.
     pub fn handle_timeout(&mut self, now: Instant, mem: &GlobalMemory) {
-        if !self.next_report.is_some_and(|t| t <= now) {
+        if self.next_report.is_none_or(|t| t > now) {
             return;
         }
         let expiry = self.cfg.reporter_expiry;
