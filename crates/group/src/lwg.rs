@@ -21,7 +21,7 @@
 //! the light groups it has open (once its channels are open: a zero-delay timer, so the
 //! channels a node opens together are announced together). A member's first `Joined` of a
 //! view counts. The *light view* of group `g` in heavy view `V` has id `V` and the members of
-//! `V` whose `Joined` lists `g` (its id is `V`'s counter and coordinator node, with the
+//! `V` whose `Joined` lists `g`, and the installing member itself (its id is `V`'s counter and coordinator node, with the
 //! coordinator's epoch mixed with the members: [`light_view_id`]); it is installed (a `View` notice up `g`'s channel) when every
 //! member of `V` has announced, or at the end of `V` (the next heavy `View`) with the
 //! announcements received — by virtual synchrony of the heavy group, the members that go on
@@ -202,15 +202,18 @@ impl LwgSession {
             return;
         };
         for (&g, &ch) in &self.groups {
+            // The members that announced `g`, and this one, which has `g` open (its own
+            // announcement is missing only when the view ended before it came back, e.g. a
+            // view that may not carry messages under `primary = "majority"`).
             let members: Vec<Member> = heavy
                 .members
                 .iter()
-                .filter(|m| self.joined.get(&m.node).is_some_and(|gs| gs.contains(&g)))
+                .filter(|m| {
+                    m.node == self.node
+                        || self.joined.get(&m.node).is_some_and(|gs| gs.contains(&g))
+                })
                 .copied()
                 .collect();
-            if !members.iter().any(|m| m.node == self.node) {
-                continue;
-            }
             self.light.insert(g, members.clone());
             ctx.count("installed");
             ctx.go(Event::new(
@@ -291,6 +294,17 @@ impl LwgSession {
         self.announced = false;
         self.installed = false;
         self.schedule_announce(ctx);
+        if self.heavy.as_ref().is_some_and(|h| !h.primary) {
+            // A view that carries no messages (`primary = "majority"`, a minority): nothing
+            // to agree on, so its light views are its members, installed at once.
+            if let Some(h) = &self.heavy {
+                let all: Vec<u32> = self.groups.keys().copied().collect();
+                for m in &h.members {
+                    self.joined.insert(m.node, all.clone());
+                }
+            }
+            self.install(ctx);
+        }
     }
 
     fn on_up(&mut self, mut event: Event, ctx: &mut Context<'_>) {
