@@ -28,6 +28,8 @@
 //! from `V` to the same next view received the same announcements, so they install the same
 //! light views; members that split during `V` may install different memberships, which are
 //! different light views (a light view is its heavy view and its members).
+//! A heavy view that carries no messages (not primary under `primary = "majority"`) gets its
+//! light views at once, with all its members: there is nothing to agree on in it.
 //! Messages of `V` that arrive before the light views are installed wait, in arrival order,
 //! and are delivered at installation; a light group's messages are delivered only at members
 //! of its light view. So each light group has views of its own (agreement, virtual synchrony,
