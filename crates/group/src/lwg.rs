@@ -21,13 +21,15 @@
 //! the light groups it has open (once its channels are open: a zero-delay timer, so the
 //! channels a node opens together are announced together). A member's first `Joined` of a
 //! view counts. The *light view* of group `g` in heavy view `V` has id `V` and the members of
-//! `V` whose `Joined` lists `g` (its id is `V`'s counter and coordinator node, with the
+//! `V` whose `Joined` lists `g`, and the installing member itself (its id is `V`'s counter and coordinator node, with the
 //! coordinator's epoch mixed with the members: [`light_view_id`]); it is installed (a `View` notice up `g`'s channel) when every
 //! member of `V` has announced, or at the end of `V` (the next heavy `View`) with the
 //! announcements received — by virtual synchrony of the heavy group, the members that go on
 //! from `V` to the same next view received the same announcements, so they install the same
 //! light views; members that split during `V` may install different memberships, which are
 //! different light views (a light view is its heavy view and its members).
+//! A heavy view that carries no messages (not primary under `primary = "majority"`) gets its
+//! light views at once, with all its members: there is nothing to agree on in it.
 //! Messages of `V` that arrive before the light views are installed wait, in arrival order,
 //! and are delivered at installation; a light group's messages are delivered only at members
 //! of its light view. So each light group has views of its own (agreement, virtual synchrony,
@@ -202,15 +204,18 @@ impl LwgSession {
             return;
         };
         for (&g, &ch) in &self.groups {
+            // The members that announced `g`, and this one, which has `g` open (its own
+            // announcement is missing only when the view ended before it came back, e.g. a
+            // view that may not carry messages under `primary = "majority"`).
             let members: Vec<Member> = heavy
                 .members
                 .iter()
-                .filter(|m| self.joined.get(&m.node).is_some_and(|gs| gs.contains(&g)))
+                .filter(|m| {
+                    m.node == self.node
+                        || self.joined.get(&m.node).is_some_and(|gs| gs.contains(&g))
+                })
                 .copied()
                 .collect();
-            if !members.iter().any(|m| m.node == self.node) {
-                continue;
-            }
             self.light.insert(g, members.clone());
             ctx.count("installed");
             ctx.go(Event::new(
@@ -291,6 +296,17 @@ impl LwgSession {
         self.announced = false;
         self.installed = false;
         self.schedule_announce(ctx);
+        if self.heavy.as_ref().is_some_and(|h| !h.primary) {
+            // A view that carries no messages (`primary = "majority"`, a minority): nothing
+            // to agree on, so its light views are its members, installed at once.
+            if let Some(h) = &self.heavy {
+                let all: Vec<u32> = self.groups.keys().copied().collect();
+                for m in &h.members {
+                    self.joined.insert(m.node, all.clone());
+                }
+            }
+            self.install(ctx);
+        }
     }
 
     fn on_up(&mut self, mut event: Event, ctx: &mut Context<'_>) {
