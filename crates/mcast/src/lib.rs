@@ -22,6 +22,7 @@ pub mod igmp;
 pub mod memory;
 pub mod node;
 pub mod prune;
+pub mod reliable;
 pub mod tree;
 pub mod wire;
 

@@ -233,3 +233,113 @@ fn multicast_data_vectors() {
         "{valid} valid, {invalid} invalid"
     );
 }
+
+/// The reliable multicast vectors in `testdata/vectors/mcast-reliable.json`: reliable data
+/// (the `0x31` header inside a data payload), NACK, stability report, session, and malformed
+/// ones with their error class.
+#[test]
+fn reliable_multicast_vectors() {
+    use viastack_mcast::reliable::{Control, RData, RelError as E, RDATA_LEN};
+    let class = |e: E| match e {
+        E::Truncated { .. } => "truncated",
+        E::Type(_) => "type",
+        E::Reserved => "reserved",
+        E::Count(_) => "count",
+        E::Trailing(_) => "trailing",
+        E::Group => "group",
+    };
+    let (mut valid, mut invalid) = (0, 0);
+    for v in load("mcast-reliable.json") {
+        let name = v["name"].as_str().unwrap();
+        let bytes = hex(v["hex"].as_str().unwrap());
+        if let Some(e) = v["error"].as_str() {
+            let got = if bytes.first() == Some(&0x30) {
+                RData::parse(&bytes).unwrap_err()
+            } else {
+                Control::parse(&bytes).unwrap_err()
+            };
+            assert_eq!(class(got), e, "{name}: {got}");
+            invalid += 1;
+            continue;
+        }
+        if let Some(want) = v.get("rdata") {
+            let r = RData::parse(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(r.data.source.to_string(), want["source"].as_str().unwrap());
+            assert_eq!(r.data.group.to_string(), want["group"].as_str().unwrap());
+            assert_eq!(u64::from(r.data.seq), want["seq"].as_u64().unwrap());
+            assert_eq!(u64::from(r.trail), want["trail"].as_u64().unwrap());
+            let payload = &bytes[viastack_mcast::forward::HEADER_LEN + RDATA_LEN..];
+            assert_eq!(payload, &hex(want["payload"].as_str().unwrap())[..]);
+            let plain = RData::unwrap(&bytes);
+            assert_eq!(RData::wrap(&plain, r.trail), bytes, "{name}: re-encoding");
+            valid += 1;
+            continue;
+        }
+        let want = &v["control"];
+        let c = Control::parse(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let u = |k: &str| want[k].as_u64().unwrap() as u32;
+        let s = |k: &str| want[k].as_str().unwrap().to_string();
+        match (&c, want["kind"].as_str().unwrap()) {
+            (
+                Control::Nack {
+                    source,
+                    group,
+                    seqs,
+                },
+                "nack",
+            ) => {
+                assert_eq!(
+                    (source.to_string(), group.to_string()),
+                    (s("source"), s("group"))
+                );
+                let w: Vec<u32> = want["seqs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_u64().unwrap() as u32)
+                    .collect();
+                assert_eq!(seqs, &w, "{name}");
+            }
+            (
+                Control::Stable {
+                    source,
+                    group,
+                    stable,
+                },
+                "stable",
+            ) => {
+                assert_eq!(
+                    (source.to_string(), group.to_string()),
+                    (s("source"), s("group"))
+                );
+                assert_eq!(*stable, u("stable"), "{name}");
+            }
+            (
+                Control::Session {
+                    ttl,
+                    source,
+                    group,
+                    next,
+                    trail,
+                },
+                "session",
+            ) => {
+                assert_eq!(
+                    (source.to_string(), group.to_string()),
+                    (s("source"), s("group"))
+                );
+                assert_eq!(
+                    (u32::from(*ttl), *next, *trail),
+                    (u("ttl"), u("next"), u("trail"))
+                );
+            }
+            (c, k) => panic!("{name}: decoded {c:?}, vector says {k}"),
+        }
+        assert_eq!(c.to_vec(), bytes, "{name}: re-encoding differs");
+        valid += 1;
+    }
+    assert!(
+        valid >= 4 && invalid >= 8,
+        "{valid} valid, {invalid} invalid"
+    );
+}

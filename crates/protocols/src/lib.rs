@@ -42,6 +42,7 @@ pub mod fragment;
 pub mod heartbeat;
 pub mod iface;
 pub mod mcast;
+pub mod mcast_reliable;
 pub mod messagestore;
 pub mod overlay;
 pub mod peers;

@@ -113,7 +113,7 @@ pub fn custom_body<T: std::any::Any + Clone>(event: &Event) -> Option<T> {
 
 /// The address of a simulated node: a router's `10.255.x.y`, a host's address on its first
 /// link.
-fn addr_of(id: NodeId) -> Addr {
+pub(crate) fn addr_of(id: NodeId) -> Addr {
     node_addr(u16::try_from(id.0).unwrap_or(u16::MAX))
 }
 
@@ -143,24 +143,24 @@ impl Default for McastConfig {
 
 /// The channels of a session bound into every interface channel, by interface number.
 #[derive(Debug, Default)]
-struct Interfaces {
+pub(crate) struct Interfaces {
     channels: Vec<ChannelId>,
 }
 
 impl Interfaces {
-    fn add(&mut self, ch: ChannelId) {
+    pub(crate) fn add(&mut self, ch: ChannelId) {
         if !self.channels.contains(&ch) {
             self.channels.push(ch);
             self.channels.sort();
         }
     }
-    fn index(&self, ch: ChannelId) -> Option<u16> {
+    pub(crate) fn index(&self, ch: ChannelId) -> Option<u16> {
         self.channels
             .iter()
             .position(|&c| c == ch)
             .and_then(|i| u16::try_from(i).ok())
     }
-    fn get(&self, iface: u16) -> Option<ChannelId> {
+    pub(crate) fn get(&self, iface: u16) -> Option<ChannelId> {
         self.channels.get(usize::from(iface)).copied()
     }
 }

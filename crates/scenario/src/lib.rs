@@ -15,6 +15,7 @@
 
 pub mod app;
 pub mod group;
+pub mod mcast_check;
 pub mod node;
 pub mod overlay;
 pub mod payload;
@@ -384,6 +385,19 @@ pub fn run_observed(
     if !overlay_violations.is_empty() {
         report.verdict.holds = false;
         report.verdict.violations.extend(overlay_violations);
+    }
+    if let viastack_stack::model::Expect::ReliableMulticast
+    | viastack_stack::model::Expect::ReliableOrderedMulticast = scenario.expect
+    {
+        let ordered = scenario.expect == viastack_stack::model::Expect::ReliableOrderedMulticast;
+        let v = mcast_check::check(&scenario, &recorder, ordered);
+        if !v.is_empty() {
+            report.verdict.holds = false;
+            report
+                .verdict
+                .violations
+                .extend(v.into_iter().map(|x| format!("seed {seed}: {x}")));
+        }
     }
     Ok((report, recorder))
 }

@@ -117,6 +117,14 @@ pub enum Expect {
     /// `virtual-synchrony`, and no member delivers a message before one that causally
     /// precedes it (delivered or sent by its sender before it sent it).
     CausalOrder,
+    /// Multicast with group membership (`[[scenario.group]]`, issue 17): every `multicast`
+    /// workload message from a sender that never crashed reached every host that joined
+    /// before the workload started and never left nor crashed, exactly once, unless its
+    /// sender's stack reported it (`SendRefused`); no node received a message twice; no
+    /// `McastUnrecoverable` notice.
+    ReliableMulticast,
+    /// `reliable-multicast`, and each such host received each sender's messages in order.
+    ReliableOrderedMulticast,
 }
 
 impl Expect {
@@ -131,6 +139,8 @@ impl Expect {
         "virtual-synchrony",
         "total-order",
         "causal-order",
+        "reliable-multicast",
+        "reliable-ordered-multicast",
     ];
 
     /// The value named `name`.
@@ -145,6 +155,8 @@ impl Expect {
             "virtual-synchrony" => Some(Expect::VirtualSynchrony),
             "total-order" => Some(Expect::TotalOrder),
             "causal-order" => Some(Expect::CausalOrder),
+            "reliable-multicast" => Some(Expect::ReliableMulticast),
+            "reliable-ordered-multicast" => Some(Expect::ReliableOrderedMulticast),
             _ => None,
         }
     }
@@ -161,6 +173,8 @@ impl Expect {
             Expect::VirtualSynchrony => "virtual-synchrony",
             Expect::TotalOrder => "total-order",
             Expect::CausalOrder => "causal-order",
+            Expect::ReliableMulticast => "reliable-multicast",
+            Expect::ReliableOrderedMulticast => "reliable-ordered-multicast",
         }
     }
 }

@@ -22,7 +22,7 @@ mod sp;
 pub use coordination::{HEARTBEAT, SYNC};
 pub use filters::{COMPRESS, CORRUPT, DEDUP, DELAY, DROP, DUPLICATE, ENCRYPT, REORDER, TTL};
 pub use group::{CAUSAL_ORDER, STATE_TRANSFER, TOTAL_ORDER, VSYNC};
-pub use mcast::{parse_group, DVMRP, IGMP, INTERFACE, MCAST_FORWARD};
+pub use mcast::{parse_group, DVMRP, IGMP, INTERFACE, MCAST_FORWARD, MCAST_ORDER, MCAST_RELIABLE};
 pub use overlay::{MESSAGESTORE, OVERLAY};
 pub use reliable::{BUNDLE, CHECKSUM, FRAGMENT, RELIABLE_FIFO};
 pub use sp::SP;
@@ -74,6 +74,8 @@ pub fn standard_catalog() -> Catalog {
         CAUSAL_ORDER,
         IGMP,
         MCAST_FORWARD,
+        MCAST_RELIABLE,
+        MCAST_ORDER,
         STATE_TRANSFER,
     ] {
         // Names are distinct and specs valid; the test below holds it.
@@ -115,6 +117,8 @@ mod tests {
                 "igmp",
                 "interface",
                 "mcast-forward",
+                "mcast-order",
+                "mcast-reliable",
                 "messagestore",
                 "overlay",
                 "reliable-fifo",

@@ -1,0 +1,1484 @@
+//! Reliable multicast, sans-IO: seed 004's "Reliable Multicast" component of the data composite
+//! protocol (receiver-initiated NACKs, the seed's "NACK scheme used for the Reliable
+//! component"), built so that it stays bounded and never loses a message silently (issue 17
+//! §1, DESIGN.md §4.7).
+//!
+//! Three roles, one per kind of node, all driven by events and the current time:
+//! - [`Sender`] (the source host): numbers nothing itself — the data header's per-source
+//!   sequence number (`0x30`) is the stream position — but keeps every packet it sent in a
+//!   **bounded send buffer** (`send_capacity` packets). A full buffer **refuses** the send
+//!   ([`Refused`]; the layer turns it into a `SendRefused` notice naming the message) and
+//!   never grows. Packets leave the buffer when they are **stable**: every receiver below has
+//!   reported holding them.
+//! - [`Repairer`] (every router on the tree): keeps a **bounded repair cache** of the data it
+//!   received from its upstream (`cache_capacity` packets, oldest evicted first), answers a
+//!   NACK from a child interface from that cache (**repair from the nearest upstream
+//!   holder**), and NACKs upstream itself — once per repeat interval however many children ask
+//!   — only for what it lacks. It **aggregates stability** reports of its children (the
+//!   minimum over the reporters heard on its child interfaces) and sends one report upstream;
+//!   it drops cached packets below that minimum. It relays the source's session messages down
+//!   the tree (reverse-path checked, TTL − 1).
+//! - [`Receiver`] (a member host): per (source, group) stream, the lowest sequence number not
+//!   yet held and the set held above it; delivers each packet **exactly once** (duplicates
+//!   dropped), detects gaps from later packets and from the source's session messages (the
+//!   tail of a burst), and NACKs them after a **random back-off**, **suppressed** when another
+//!   receiver on the link NACKed the same packets; repeats until repaired. It reports the
+//!   lowest packet it lacks (stability) periodically. A packet the source no longer holds (the
+//!   session's or the data's `trail` passed it) is **reported** ([`Event::Unrecoverable`]),
+//!   never a silent gap.
+//!
+//! # How this differs from the seed, and why
+//! The seed's reliable component is end-to-end: receivers NACK the source, which keeps
+//! everything and retransmits to the whole group. Here (1) NACKs stop at the nearest router
+//! that holds the packet, and a repair travels only down the subtree that asked (the NACK's
+//! link, then forwarding); (2) routers aggregate both NACKs and stability reports, so the
+//! source hears one NACK and one report per child link, not one per receiver (no implosion);
+//! (3) every buffer has a capacity and the source buffer is freed by stability rather than by
+//! a timeout, so memory is bounded and nothing a receiver still needs is thrown away while the
+//! receiver is alive; (4) a receiver that cannot be repaired learns it (the trail), so loss is
+//! reported, not silent. Late joiners start at the source's trail (the unstable window).
+//!
+//! # Wire (`docs/WIRE.md`, "Reliable multicast")
+//! - `0x31` reliable data header, 8 bytes, the first bytes of a `0x30` data payload: type,
+//!   flags (0), two zero bytes, `trail` (the lowest sequence number the source still holds).
+//! - `0x32` NACK: type, count n (1–64), two zero bytes, source, group, then n sequence numbers.
+//! - `0x33` stability report: type, three zero bytes, source, group, `stable` (every packet
+//!   below it is held by every receiver in the reporter's subtree).
+//! - `0x34` session: type, TTL, two zero bytes, source, group, `next` (packets below it were
+//!   sent), `trail`.
+//!
+//! # Timers
+//! Defaults from OpenPGM's as ZeroMQ configures them (NAK_BO_IVL 50 ms, NAK_RPT_IVL 200 ms,
+//! NAK_RDATA_IVL 200 ms — the repair suppression), a session heartbeat of 500 ms while data
+//! is unstable and a stability report every 1 s with reporters expiring after 3 reports —
+//! all multiplied by the layer's `time_scale`.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use viastack_kernel::{Duration, Instant};
+
+use crate::addr::Addr;
+use crate::dvmrp::Outgoing;
+use crate::forward::{DataHeader, HEADER_LEN};
+use crate::memory::GlobalMemory;
+
+/// Type byte of the reliable data header (inside a `0x30` payload).
+pub const TYPE_RDATA: u8 = 0x31;
+/// Type byte of a NACK.
+pub const TYPE_NACK: u8 = 0x32;
+/// Type byte of a stability report.
+pub const TYPE_STABLE: u8 = 0x33;
+/// Type byte of a session message.
+pub const TYPE_SESSION: u8 = 0x34;
+/// Length of the reliable data header.
+pub const RDATA_LEN: usize = 8;
+/// Most sequence numbers in one NACK.
+pub const MAX_NACK: usize = 64;
+
+/// Why bytes are not a reliable-multicast message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RelError {
+    /// Shorter than the message needs.
+    #[error("truncated: {got} bytes, need {need}")]
+    Truncated {
+        /// Bytes there.
+        got: usize,
+        /// Bytes needed.
+        need: usize,
+    },
+    /// Another type byte.
+    #[error("invalid type {0:#04x}")]
+    Type(u8),
+    /// Reserved bytes or flags not zero.
+    #[error("invalid reserved field")]
+    Reserved,
+    /// A NACK listing no sequence number or more than 64.
+    #[error("invalid NACK count {0}")]
+    Count(u8),
+    /// Bytes after the message.
+    #[error("{0} trailing bytes")]
+    Trailing(usize),
+    /// The group is not a class D address.
+    #[error("invalid group: not a class D address")]
+    Group,
+}
+
+fn w(b: &[u8], i: usize) -> u32 {
+    u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+/// A reliable-multicast control message (`0x32`–`0x34`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// Packets of (source, group) a node lacks.
+    Nack {
+        /// The source host.
+        source: Addr,
+        /// The group.
+        group: Addr,
+        /// The sequence numbers (1–64).
+        seqs: Vec<u32>,
+    },
+    /// Every receiver below the reporter holds every packet below `stable`.
+    Stable {
+        /// The source host.
+        source: Addr,
+        /// The group.
+        group: Addr,
+        /// The lowest packet some receiver below still lacks.
+        stable: u32,
+    },
+    /// The source's heartbeat, relayed down the tree.
+    Session {
+        /// Hops left.
+        ttl: u8,
+        /// The source host.
+        source: Addr,
+        /// The group.
+        group: Addr,
+        /// Packets below it were sent.
+        next: u32,
+        /// Packets below it are no longer held by the source.
+        trail: u32,
+    },
+}
+
+impl Control {
+    /// Parse a control message.
+    ///
+    /// # Errors
+    /// [`RelError`].
+    pub fn parse(b: &[u8]) -> Result<Control, RelError> {
+        let short = |need: usize| RelError::Truncated { got: b.len(), need };
+        let Some(&ty) = b.first() else {
+            return Err(short(12));
+        };
+        let exact = |need: usize| -> Result<(), RelError> {
+            if b.len() < need {
+                Err(short(need))
+            } else if b.len() > need {
+                Err(RelError::Trailing(b.len() - need))
+            } else {
+                Ok(())
+            }
+        };
+        let sg = |b: &[u8]| -> Result<(Addr, Addr), RelError> {
+            let g = Addr(w(b, 8));
+            if !g.is_multicast() {
+                return Err(RelError::Group);
+            }
+            Ok((Addr(w(b, 4)), g))
+        };
+        match ty {
+            TYPE_NACK => {
+                if b.len() < 12 {
+                    return Err(short(12));
+                }
+                let n = b[1];
+                if n == 0 || usize::from(n) > MAX_NACK {
+                    return Err(RelError::Count(n));
+                }
+                exact(12 + 4 * usize::from(n))?;
+                if b[2] != 0 || b[3] != 0 {
+                    return Err(RelError::Reserved);
+                }
+                let (source, group) = sg(b)?;
+                let seqs = (0..usize::from(n)).map(|i| w(b, 12 + 4 * i)).collect();
+                Ok(Control::Nack {
+                    source,
+                    group,
+                    seqs,
+                })
+            }
+            TYPE_STABLE => {
+                exact(16)?;
+                if b[1] != 0 || b[2] != 0 || b[3] != 0 {
+                    return Err(RelError::Reserved);
+                }
+                let (source, group) = sg(b)?;
+                Ok(Control::Stable {
+                    source,
+                    group,
+                    stable: w(b, 12),
+                })
+            }
+            TYPE_SESSION => {
+                exact(20)?;
+                if b[2] != 0 || b[3] != 0 {
+                    return Err(RelError::Reserved);
+                }
+                let (source, group) = sg(b)?;
+                Ok(Control::Session {
+                    ttl: b[1],
+                    source,
+                    group,
+                    next: w(b, 12),
+                    trail: w(b, 16),
+                })
+            }
+            t => Err(RelError::Type(t)),
+        }
+    }
+
+    /// The message's bytes (a NACK with more than 64 numbers keeps the first 64).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(20);
+        match self {
+            Control::Nack {
+                source,
+                group,
+                seqs,
+            } => {
+                let n = seqs.len().min(MAX_NACK);
+                v.extend_from_slice(&[TYPE_NACK, n as u8, 0, 0]);
+                v.extend_from_slice(&source.0.to_be_bytes());
+                v.extend_from_slice(&group.0.to_be_bytes());
+                for s in seqs.iter().take(n) {
+                    v.extend_from_slice(&s.to_be_bytes());
+                }
+            }
+            Control::Stable {
+                source,
+                group,
+                stable,
+            } => {
+                v.extend_from_slice(&[TYPE_STABLE, 0, 0, 0]);
+                v.extend_from_slice(&source.0.to_be_bytes());
+                v.extend_from_slice(&group.0.to_be_bytes());
+                v.extend_from_slice(&stable.to_be_bytes());
+            }
+            Control::Session {
+                ttl,
+                source,
+                group,
+                next,
+                trail,
+            } => {
+                v.extend_from_slice(&[TYPE_SESSION, *ttl, 0, 0]);
+                v.extend_from_slice(&source.0.to_be_bytes());
+                v.extend_from_slice(&group.0.to_be_bytes());
+                v.extend_from_slice(&next.to_be_bytes());
+                v.extend_from_slice(&trail.to_be_bytes());
+            }
+        }
+        v
+    }
+}
+
+/// A reliable data packet: the `0x30` header, then the `0x31` header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RData {
+    /// The multicast data header.
+    pub data: DataHeader,
+    /// The source's trail when it sent the packet.
+    pub trail: u32,
+}
+
+impl RData {
+    /// Parse a reliable data packet; its application payload is `&b[HEADER_LEN + RDATA_LEN..]`.
+    ///
+    /// # Errors
+    /// [`RelError`] (a `0x30` header that does not parse is [`RelError::Type`] of its first
+    /// byte, or truncated).
+    pub fn parse(b: &[u8]) -> Result<RData, RelError> {
+        let data = DataHeader::parse(b).map_err(|e| match e {
+            crate::forward::DataError::Truncated(n) => RelError::Truncated {
+                got: n,
+                need: HEADER_LEN + RDATA_LEN,
+            },
+            crate::forward::DataError::Type(t) => RelError::Type(t),
+            crate::forward::DataError::Reserved => RelError::Reserved,
+            crate::forward::DataError::Group => RelError::Group,
+        })?;
+        let Some(r) = b.get(HEADER_LEN..HEADER_LEN + RDATA_LEN) else {
+            return Err(RelError::Truncated {
+                got: b.len(),
+                need: HEADER_LEN + RDATA_LEN,
+            });
+        };
+        if r[0] != TYPE_RDATA {
+            return Err(RelError::Type(r[0]));
+        }
+        if r[1] != 0 || r[2] != 0 || r[3] != 0 {
+            return Err(RelError::Reserved);
+        }
+        Ok(RData {
+            data,
+            trail: w(r, 4),
+        })
+    }
+
+    /// `data` (a whole `0x30` packet) with the reliable header inserted after its data header.
+    pub fn wrap(data: &[u8], trail: u32) -> Vec<u8> {
+        let cut = HEADER_LEN.min(data.len());
+        let mut v = Vec::with_capacity(data.len() + RDATA_LEN);
+        v.extend_from_slice(&data[..cut]);
+        v.extend_from_slice(&[TYPE_RDATA, 0, 0, 0]);
+        v.extend_from_slice(&trail.to_be_bytes());
+        v.extend_from_slice(&data[cut..]);
+        v
+    }
+
+    /// A reliable packet with its reliable header taken out (what the data layer reads).
+    pub fn unwrap(b: &[u8]) -> Vec<u8> {
+        let mut v = Vec::with_capacity(b.len().saturating_sub(RDATA_LEN));
+        v.extend_from_slice(b.get(..HEADER_LEN).unwrap_or(b));
+        v.extend_from_slice(b.get(HEADER_LEN + RDATA_LEN..).unwrap_or_default());
+        v
+    }
+}
+
+/// Timers and capacities.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Config {
+    /// Largest random delay before a receiver's first NACK of a gap.
+    pub nack_backoff: Duration,
+    /// A NACK not answered is repeated after this (also: a router's upstream NACK of the same
+    /// packet is suppressed this long).
+    pub nack_repeat: Duration,
+    /// A packet repaired onto a link is not repaired there again for this long.
+    pub repair_holdoff: Duration,
+    /// The source's session heartbeat while it holds unstable data.
+    pub session_interval: Duration,
+    /// Period of stability reports.
+    pub report_interval: Duration,
+    /// A reporter not heard for this long no longer holds stability back.
+    pub reporter_expiry: Duration,
+    /// The source keeps a stable packet at least this long (for receivers cut off from the
+    /// tree while routing repairs it: their subtree stops reporting, and they NACK when they
+    /// are reconnected); a send finding the buffer full frees stable packets regardless.
+    pub retain: Duration,
+    /// Packets the source's send buffer holds.
+    pub send_capacity: usize,
+    /// Packets a router's repair cache holds.
+    pub cache_capacity: usize,
+    /// Packets a receiver holds above its lowest missing one (farther ones are dropped and
+    /// NACKed later).
+    pub window: u32,
+}
+
+impl Config {
+    /// The defaults (see the module doc for their sources).
+    pub fn defaults() -> Config {
+        Config {
+            nack_backoff: Duration::from_millis(50),
+            nack_repeat: Duration::from_millis(200),
+            repair_holdoff: Duration::from_millis(200),
+            session_interval: Duration::from_millis(500),
+            report_interval: Duration::from_secs(1),
+            reporter_expiry: Duration::from_secs(3),
+            retain: Duration::ZERO,
+            send_capacity: 1024,
+            cache_capacity: 1024,
+            window: 1024,
+        }
+    }
+
+    /// Every timer multiplied by `k`.
+    pub fn scaled(mut self, k: f64) -> Config {
+        for d in [
+            &mut self.nack_backoff,
+            &mut self.nack_repeat,
+            &mut self.repair_holdoff,
+            &mut self.session_interval,
+            &mut self.report_interval,
+            &mut self.reporter_expiry,
+        ] {
+            *d = d.mul_f64(k);
+        }
+        self
+    }
+}
+
+/// Something the application must hear about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The stream (source, group) starts at `next` at this receiver (what an in-order layer
+    /// waits for first).
+    Start {
+        /// Source.
+        source: Addr,
+        /// Group.
+        group: Addr,
+        /// First packet.
+        next: u32,
+    },
+    /// Packets `from..to` (those not held) can no longer be repaired.
+    Unrecoverable {
+        /// Source.
+        source: Addr,
+        /// Group.
+        group: Addr,
+        /// First lost.
+        from: u32,
+        /// After the last.
+        to: u32,
+        /// How many of them were missing.
+        missing: u32,
+    },
+    /// Packets `from..to` were sent while this host was not a member: skipped, not owed.
+    Skipped {
+        /// Source.
+        source: Addr,
+        /// Group.
+        group: Addr,
+        /// The position the stream moves to.
+        to: u32,
+    },
+}
+
+/// Counters of all three roles.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Reliable data packets sent by the source.
+    pub sent: u64,
+    /// Sends refused by a full buffer.
+    pub refused: u64,
+    /// Packets delivered (first copies).
+    pub delivered: u64,
+    /// Duplicates dropped.
+    pub duplicates: u64,
+    /// Packets beyond a receiver's window, dropped.
+    pub beyond_window: u64,
+    /// NACK messages sent (receivers and routers).
+    pub nacks_sent: u64,
+    /// NACKs of a receiver not sent because another receiver on the link asked.
+    pub nacks_suppressed: u64,
+    /// NACKs a router passed upstream.
+    pub nacks_forwarded: u64,
+    /// Repairs sent (source and routers).
+    pub repairs: u64,
+    /// Repairs a router sent from its cache.
+    pub repairs_from_cache: u64,
+    /// Stability reports sent.
+    pub reports_sent: u64,
+    /// Session messages sent or relayed.
+    pub sessions_sent: u64,
+    /// Packets freed as stable.
+    pub freed_stable: u64,
+    /// Packets a router's cache evicted by capacity.
+    pub evicted: u64,
+    /// Packets a receiver could not get repaired (reported).
+    pub unrecoverable: u64,
+    /// Packets skipped after a rejoin (not owed).
+    pub skipped: u64,
+    /// Messages that did not parse.
+    pub malformed: u64,
+    /// Most packets the send buffer or repair cache ever held.
+    pub peak: u64,
+}
+
+/// Why the source refused a send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// The send buffer holds `send_capacity` unstable packets.
+    #[error("send buffer full ({0} unstable packets)")]
+    Full(usize),
+    /// The bytes are not multicast data.
+    #[error("not multicast data")]
+    Malformed,
+}
+
+/// A small deterministic generator (splitmix64) for back-offs.
+#[derive(Clone, Debug)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn upto(&mut self, d: Duration) -> Duration {
+        let ns = d.as_nanos() as u64;
+        if ns == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(self.next() % (ns + 1))
+    }
+}
+
+/// Reporters of stability below one node for one stream: (interface, address) → (stable,
+/// last heard).
+#[derive(Clone, Debug, Default)]
+struct Reporters(BTreeMap<(u16, Addr), (u32, Instant)>);
+
+impl Reporters {
+    fn heard(&mut self, iface: u16, from: Addr, stable: u32, now: Instant) {
+        self.0.insert((iface, from), (stable, now));
+    }
+    /// The minimum over live reporters (expired ones forgotten); `None` without any.
+    fn min(&mut self, now: Instant, expiry: Duration) -> Option<u32> {
+        self.0
+            .retain(|_, (_, t)| now.saturating_duration_since(*t) <= expiry);
+        self.0.values().map(|(s, _)| *s).min()
+    }
+}
+
+/// The source side at a host.
+#[derive(Debug)]
+pub struct Sender {
+    cfg: Config,
+    addr: Addr,
+    group: Addr,
+    next: u32,
+    buffer: BTreeMap<u32, (Instant, Vec<u8>)>,
+    /// Every packet below it is held by every receiver (as last reported).
+    stable: u32,
+    reporters: Reporters,
+    repaired: BTreeMap<u32, Instant>,
+    next_session: Option<Instant>,
+    next_gc: Option<Instant>,
+    out: VecDeque<Outgoing>,
+    stats: Stats,
+}
+
+impl Sender {
+    /// The source `addr` sending to `group`.
+    pub fn new(cfg: Config, addr: Addr, group: Addr) -> Self {
+        Sender {
+            cfg,
+            addr,
+            group,
+            next: 0,
+            buffer: BTreeMap::new(),
+            stable: 0,
+            reporters: Reporters::default(),
+            repaired: BTreeMap::new(),
+            next_session: None,
+            next_gc: None,
+            out: VecDeque::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The source's address.
+    pub fn addr(&self) -> Addr {
+        self.addr
+    }
+
+    /// Packets held.
+    pub fn buffered(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The lowest packet still held (the next one when none is).
+    pub fn trail(&self) -> u32 {
+        self.buffer.keys().next().copied().unwrap_or(self.next)
+    }
+
+    /// The data layer's packet `data` (`0x30`, its sequence number the source's) leaves at
+    /// `now`: returns it with the reliable header, kept for repair.
+    ///
+    /// # Errors
+    /// [`Refused::Full`] when the buffer holds `send_capacity` packets (nothing is kept or
+    /// sent), [`Refused::Malformed`] for bytes that are not data.
+    pub fn send(&mut self, now: Instant, data: &[u8]) -> Result<Vec<u8>, Refused> {
+        let h = DataHeader::parse(data).map_err(|_| Refused::Malformed)?;
+        self.gc(now);
+        if self.buffer.len() >= self.cfg.send_capacity {
+            // Stable packets kept only for `retain` make room first.
+            if let Some((&oldest, _)) = self.buffer.first_key_value() {
+                if oldest < self.stable {
+                    self.buffer.remove(&oldest);
+                    self.stats.freed_stable += 1;
+                }
+            }
+        }
+        if self.buffer.len() >= self.cfg.send_capacity {
+            self.stats.refused += 1;
+            return Err(Refused::Full(self.buffer.len()));
+        }
+        self.next = self.next.max(h.seq.wrapping_add(1));
+        let trail = self
+            .buffer
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(h.seq)
+            .min(h.seq);
+        let bytes = RData::wrap(data, trail);
+        self.buffer.insert(h.seq, (now, bytes.clone()));
+        self.stats.peak = self.stats.peak.max(self.buffer.len() as u64);
+        self.stats.sent += 1;
+        if self.next_session.is_none() {
+            self.next_session = Some(now + self.cfg.session_interval);
+        }
+        if self.next_gc.is_none() {
+            self.next_gc = Some(now + self.cfg.report_interval);
+        }
+        Ok(bytes)
+    }
+
+    /// A control message arrived (on the source's only interface) from `from`.
+    pub fn handle(&mut self, now: Instant, from: Addr, c: &Control) {
+        match c {
+            Control::Nack {
+                source,
+                group,
+                seqs,
+            } if *source == self.addr && *group == self.group => {
+                let mut gone = false;
+                for s in seqs {
+                    if let Some((_, b)) = self.buffer.get(s) {
+                        let recent = self.repaired.get(s).is_some_and(|t| {
+                            now.saturating_duration_since(*t) < self.cfg.repair_holdoff
+                        });
+                        if !recent {
+                            self.repaired.insert(*s, now);
+                            self.stats.repairs += 1;
+                            self.out.push_back(Outgoing {
+                                iface: 0,
+                                to: None,
+                                bytes: b.clone(),
+                            });
+                        }
+                    } else if *s < self.next {
+                        gone = true;
+                    }
+                }
+                if gone {
+                    self.session(now);
+                }
+            }
+            Control::Stable {
+                source,
+                group,
+                stable,
+            } if *source == self.addr && *group == self.group => {
+                self.reporters.heard(0, from, *stable, now);
+                self.gc(now);
+            }
+            _ => {}
+        }
+    }
+
+    fn session(&mut self, _now: Instant) {
+        self.stats.sessions_sent += 1;
+        self.out.push_back(Outgoing {
+            iface: 0,
+            to: None,
+            bytes: Control::Session {
+                ttl: crate::forward::DEFAULT_TTL,
+                source: self.addr,
+                group: self.group,
+                next: self.next,
+                trail: self.trail(),
+            }
+            .to_vec(),
+        });
+    }
+
+    /// Frees what is stable: below every live reporter's `stable`; with no live reporter
+    /// (nobody joined below, or every reporter gone for `reporter_expiry`), what has waited
+    /// longer than `reporter_expiry`.
+    fn gc(&mut self, now: Instant) {
+        let before = self.buffer.len();
+        let retain = self.cfg.retain;
+        match self.reporters.min(now, self.cfg.reporter_expiry) {
+            Some(stable) => {
+                self.stable = self.stable.max(stable);
+                let stable = self.stable;
+                self.buffer
+                    .retain(|&s, (t, _)| s >= stable || now.saturating_duration_since(*t) < retain);
+            }
+            None => {
+                let keep = self.cfg.reporter_expiry.max(retain);
+                self.buffer
+                    .retain(|_, (t, _)| now.saturating_duration_since(*t) <= keep);
+            }
+        }
+        self.stats.freed_stable += (before - self.buffer.len()) as u64;
+        let holdoff = self.cfg.repair_holdoff;
+        self.repaired
+            .retain(|_, t| now.saturating_duration_since(*t) < holdoff);
+    }
+
+    /// Timers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.next_gc.is_some_and(|t| t <= now) {
+            self.gc(now);
+            self.next_gc = (!self.buffer.is_empty()).then(|| now + self.cfg.report_interval);
+        }
+        if self.next_session.is_some_and(|t| t <= now) {
+            self.session(now);
+            // Heartbeats go on while anything is unstable, then once more.
+            self.next_session = (!self.buffer.is_empty()).then(|| now + self.cfg.session_interval);
+        }
+    }
+
+    /// When `handle_timeout` is next due.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [self.next_session, self.next_gc]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// The next datagram to send.
+    pub fn poll_transmit(&mut self) -> Option<Outgoing> {
+        self.out.pop_front()
+    }
+}
+
+/// One stream at a receiver.
+#[derive(Clone, Debug)]
+struct Stream {
+    next: u32,
+    held: BTreeSet<u32>,
+    /// Packets below this were sent (from data and sessions).
+    known: u32,
+    /// Missing packet → when to NACK it next.
+    missing: BTreeMap<u32, Instant>,
+    member: bool,
+    /// Rejoined: the next contact may skip what was sent meanwhile.
+    resync: bool,
+}
+
+/// The receiving side at a host.
+#[derive(Debug)]
+pub struct Receiver {
+    cfg: Config,
+    streams: BTreeMap<(Addr, Addr), Stream>,
+    next_report: Option<Instant>,
+    rng: Rng,
+    out: VecDeque<Outgoing>,
+    events: VecDeque<Event>,
+    stats: Stats,
+}
+
+impl Receiver {
+    /// A receiver; back-offs drawn from `seed`.
+    pub fn new(cfg: Config, seed: u64) -> Self {
+        Receiver {
+            cfg,
+            streams: BTreeMap::new(),
+            next_report: None,
+            rng: Rng(seed),
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The application joined `group`: streams of it are reported again (what was sent
+    /// meanwhile is skipped, not owed).
+    pub fn join(&mut self, group: Addr) {
+        for ((_, g), s) in self.streams.iter_mut() {
+            if *g == group && !s.member {
+                s.member = true;
+                s.resync = true;
+            }
+        }
+    }
+
+    /// The application left `group`: its streams stop NACKing and reporting.
+    pub fn leave(&mut self, group: Addr) {
+        for ((_, g), s) in self.streams.iter_mut() {
+            if *g == group {
+                s.member = false;
+                s.missing.clear();
+            }
+        }
+    }
+
+    /// The lowest packet of (source, group) not held, if the stream is known.
+    pub fn next_of(&self, source: Addr, group: Addr) -> Option<u32> {
+        self.streams.get(&(source, group)).map(|s| s.next)
+    }
+
+    /// Opens the stream (source, group) at `trail` on first contact.
+    fn stream(&mut self, now: Instant, source: Addr, group: Addr, trail: u32) {
+        let std::collections::btree_map::Entry::Vacant(e) = self.streams.entry((source, group))
+        else {
+            return;
+        };
+        e.insert(Stream {
+            next: trail,
+            held: BTreeSet::new(),
+            known: trail,
+            missing: BTreeMap::new(),
+            member: true,
+            resync: false,
+        });
+        self.events.push_back(Event::Start {
+            source,
+            group,
+            next: trail,
+        });
+        if self.next_report.is_none() {
+            self.next_report = Some(now + self.cfg.report_interval);
+        }
+    }
+
+    /// Moves the stream past what the source no longer holds (`trail`), reporting what is
+    /// lost, or skipping it silently after a rejoin.
+    fn apply_trail(&mut self, source: Addr, group: Addr, trail: u32) {
+        let Some(s) = self.streams.get_mut(&(source, group)) else {
+            return;
+        };
+        let resync = std::mem::take(&mut s.resync);
+        if trail <= s.next {
+            return;
+        }
+        let from = s.next;
+        let missing = (from..trail).filter(|x| !s.held.contains(x)).count() as u32;
+        s.next = trail;
+        s.held.retain(|&x| x >= trail);
+        while s.held.remove(&s.next) {
+            s.next += 1;
+        }
+        let n = s.next;
+        s.missing.retain(|&x, _| x >= n);
+        s.known = s.known.max(n);
+        if resync {
+            self.stats.skipped += u64::from(missing);
+            self.events.push_back(Event::Skipped {
+                source,
+                group,
+                to: n,
+            });
+        } else if missing > 0 {
+            self.stats.unrecoverable += u64::from(missing);
+            self.events.push_back(Event::Unrecoverable {
+                source,
+                group,
+                from,
+                to: trail,
+                missing,
+            });
+        }
+    }
+
+    /// Gaps below `known` get NACK deadlines (after a random back-off).
+    fn schedule(&mut self, now: Instant, source: Addr, group: Addr) {
+        let backoff = self.cfg.nack_backoff;
+        let window = self.cfg.window;
+        let Some(s) = self.streams.get_mut(&(source, group)) else {
+            return;
+        };
+        if !s.member {
+            return;
+        }
+        let top = s.known.min(s.next.saturating_add(window));
+        for x in s.next..top {
+            if !s.held.contains(&x) && !s.missing.contains_key(&x) {
+                let d = self.rng.upto(backoff);
+                s.missing.insert(x, now + d);
+            }
+        }
+    }
+
+    /// A reliable data packet arrived: whether to deliver it (its first copy).
+    pub fn handle_data(&mut self, now: Instant, r: &RData) -> bool {
+        let (source, group, seq) = (r.data.source, r.data.group, r.data.seq);
+        self.stream(now, source, group, r.trail.min(seq));
+        self.apply_trail(source, group, r.trail.min(seq));
+        let window = self.cfg.window;
+        let Some(s) = self.streams.get_mut(&(source, group)) else {
+            return false;
+        };
+        if seq < s.next || s.held.contains(&seq) {
+            self.stats.duplicates += 1;
+            return false;
+        }
+        if seq >= s.next.saturating_add(window) {
+            self.stats.beyond_window += 1;
+            s.known = s.known.max(seq.saturating_add(1));
+            self.schedule(now, source, group);
+            return false;
+        }
+        s.held.insert(seq);
+        s.missing.remove(&seq);
+        while s.held.remove(&s.next) {
+            s.next += 1;
+        }
+        s.known = s.known.max(seq.saturating_add(1));
+        self.stats.delivered += 1;
+        self.schedule(now, source, group);
+        true
+    }
+
+    /// A control message arrived.
+    pub fn handle(&mut self, now: Instant, c: &Control) {
+        match *c {
+            Control::Session {
+                source,
+                group,
+                next,
+                trail,
+                ..
+            } => {
+                self.stream(now, source, group, trail);
+                self.apply_trail(source, group, trail);
+                if let Some(s) = self.streams.get_mut(&(source, group)) {
+                    s.known = s.known.max(next);
+                }
+                self.schedule(now, source, group);
+            }
+            Control::Nack {
+                source,
+                group,
+                ref seqs,
+            } => {
+                // Another receiver on the link asked: wait a repeat interval for the repair.
+                let later = now + self.cfg.nack_repeat;
+                if let Some(s) = self.streams.get_mut(&(source, group)) {
+                    for x in seqs {
+                        if let Some(t) = s.missing.get_mut(x) {
+                            if *t < later {
+                                *t = later;
+                                self.stats.nacks_suppressed += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            Control::Stable { .. } => {}
+        }
+    }
+
+    /// Timers: NACKs due, stability reports.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let repeat = self.cfg.nack_repeat;
+        for (&(source, group), s) in self.streams.iter_mut() {
+            let due: Vec<u32> = s
+                .missing
+                .iter()
+                .filter(|(_, t)| **t <= now)
+                .map(|(x, _)| *x)
+                .collect();
+            for chunk in due.chunks(MAX_NACK) {
+                for x in chunk {
+                    s.missing.insert(*x, now + repeat);
+                }
+                self.stats.nacks_sent += 1;
+                self.out.push_back(Outgoing {
+                    iface: 0,
+                    to: None,
+                    bytes: Control::Nack {
+                        source,
+                        group,
+                        seqs: chunk.to_vec(),
+                    }
+                    .to_vec(),
+                });
+            }
+        }
+        if self.next_report.is_some_and(|t| t <= now) {
+            self.next_report = Some(now + self.cfg.report_interval);
+            for (&(source, group), s) in &self.streams {
+                if s.member {
+                    self.stats.reports_sent += 1;
+                    self.out.push_back(Outgoing {
+                        iface: 0,
+                        to: None,
+                        bytes: Control::Stable {
+                            source,
+                            group,
+                            stable: s.next,
+                        }
+                        .to_vec(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// When `handle_timeout` is next due.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.streams
+            .values()
+            .filter_map(|s| s.missing.values().min().copied())
+            .chain(self.next_report)
+            .min()
+    }
+
+    /// The next datagram to send.
+    pub fn poll_transmit(&mut self) -> Option<Outgoing> {
+        self.out.pop_front()
+    }
+
+    /// The next event for the application.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+}
+
+/// A router's repair cache, NACK aggregation and stability aggregation.
+#[derive(Debug)]
+pub struct Repairer {
+    cfg: Config,
+    cache: BTreeMap<(Addr, Addr, u32), Vec<u8>>,
+    order: VecDeque<(Addr, Addr, u32)>,
+    /// (source, group, seq) → when last NACKed upstream.
+    asked: BTreeMap<(Addr, Addr, u32), Instant>,
+    /// (iface, source, group, seq) → when last repaired onto iface.
+    repaired: BTreeMap<(u16, Addr, Addr, u32), Instant>,
+    reporters: BTreeMap<(Addr, Addr), Reporters>,
+    /// Streams flowing through: (source, group) → (the source's latest trail, last heard).
+    streams: BTreeMap<(Addr, Addr), (u32, Instant)>,
+    next_report: Option<Instant>,
+    out: VecDeque<Outgoing>,
+    stats: Stats,
+}
+
+impl Repairer {
+    /// A router's reliable component.
+    pub fn new(cfg: Config) -> Self {
+        Repairer {
+            cfg,
+            cache: BTreeMap::new(),
+            order: VecDeque::new(),
+            asked: BTreeMap::new(),
+            repaired: BTreeMap::new(),
+            reporters: BTreeMap::new(),
+            streams: BTreeMap::new(),
+            next_report: None,
+            out: VecDeque::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    fn stream_seen(&mut self, now: Instant, source: Addr, group: Addr, trail: u32) {
+        let e = self.streams.entry((source, group)).or_insert((trail, now));
+        *e = (e.0.max(trail), now);
+        if self.next_report.is_none() {
+            self.next_report = Some(now + self.cfg.report_interval);
+        }
+    }
+
+    /// Packets cached.
+    pub fn cached(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Reliable data arrived on `iface`: cached when it came from the upstream of its source
+    /// (the reverse-path check of forwarding, so LAN duplicates are not cached).
+    pub fn handle_data(&mut self, now: Instant, iface: u16, bytes: &[u8], mem: &GlobalMemory) {
+        let Ok(r) = RData::parse(bytes) else {
+            return;
+        };
+        let Some(tree) = mem.tree.lookup(r.data.source) else {
+            return;
+        };
+        if tree.upstream_iface != iface {
+            return;
+        }
+        let key = (r.data.source, r.data.group, r.data.seq);
+        self.stream_seen(now, r.data.source, r.data.group, r.trail.min(r.data.seq));
+        self.asked.remove(&key);
+        if self.cache.contains_key(&key) {
+            return;
+        }
+        if self.cache.len() >= self.cfg.cache_capacity {
+            while let Some(old) = self.order.pop_front() {
+                if self.cache.remove(&old).is_some() {
+                    self.stats.evicted += 1;
+                    break;
+                }
+            }
+        }
+        self.cache.insert(key, bytes.to_vec());
+        self.order.push_back(key);
+        self.stats.peak = self.stats.peak.max(self.cache.len() as u64);
+    }
+
+    fn free_below(&mut self, source: Addr, group: Addr, below: u32) {
+        let before = self.cache.len();
+        self.cache
+            .retain(|&(s, g, x), _| !(s == source && g == group && x < below));
+        self.stats.freed_stable += (before - self.cache.len()) as u64;
+        let cache = &self.cache;
+        self.order.retain(|k| cache.contains_key(k));
+    }
+
+    /// A control message from `from` on `iface`.
+    pub fn handle(
+        &mut self,
+        now: Instant,
+        iface: u16,
+        from: Addr,
+        c: &Control,
+        mem: &GlobalMemory,
+    ) {
+        let (source, group) = match c {
+            Control::Nack { source, group, .. }
+            | Control::Stable { source, group, .. }
+            | Control::Session { source, group, .. } => (*source, *group),
+        };
+        let Some(tree) = mem.tree.lookup(source) else {
+            return;
+        };
+        let (up_iface, prefix) = (tree.upstream_iface, tree.source);
+        match c {
+            Control::Nack { seqs, .. } if iface != up_iface => {
+                let mut upstream = Vec::new();
+                for &x in seqs {
+                    let key = (source, group, x);
+                    if let Some(b) = self.cache.get(&key) {
+                        let rk = (iface, source, group, x);
+                        let recent = self.repaired.get(&rk).is_some_and(|t| {
+                            now.saturating_duration_since(*t) < self.cfg.repair_holdoff
+                        });
+                        if !recent {
+                            self.repaired.insert(rk, now);
+                            self.stats.repairs += 1;
+                            self.stats.repairs_from_cache += 1;
+                            self.out.push_back(Outgoing {
+                                iface,
+                                to: None,
+                                bytes: b.clone(),
+                            });
+                        }
+                    } else {
+                        let recent = self.asked.get(&key).is_some_and(|t| {
+                            now.saturating_duration_since(*t) < self.cfg.nack_repeat
+                        });
+                        if !recent {
+                            self.asked.insert(key, now);
+                            upstream.push(x);
+                        }
+                    }
+                }
+                for chunk in upstream.chunks(MAX_NACK) {
+                    self.stats.nacks_sent += 1;
+                    self.stats.nacks_forwarded += 1;
+                    self.out.push_back(Outgoing {
+                        iface: up_iface,
+                        to: None,
+                        bytes: Control::Nack {
+                            source,
+                            group,
+                            seqs: chunk.to_vec(),
+                        }
+                        .to_vec(),
+                    });
+                }
+            }
+            Control::Stable { stable, .. } if iface != up_iface => {
+                self.reporters
+                    .entry((source, group))
+                    .or_default()
+                    .heard(iface, from, *stable, now);
+            }
+            Control::Session {
+                ttl, next, trail, ..
+            } if iface == up_iface && tree.upstream.is_none_or(|u| u == from) => {
+                self.free_below(source, group, *trail);
+                self.stream_seen(now, source, group, *trail);
+                if *ttl > 1 {
+                    let bytes = Control::Session {
+                        ttl: ttl - 1,
+                        source,
+                        group,
+                        next: *next,
+                        trail: *trail,
+                    }
+                    .to_vec();
+                    for i in crate::prune::downstream(mem, prefix, group, now) {
+                        self.stats.sessions_sent += 1;
+                        self.out.push_back(Outgoing {
+                            iface: i,
+                            to: None,
+                            bytes: bytes.clone(),
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Timers: the aggregated stability report upstream, housekeeping.
+    ///
+    /// The report of a stream is the minimum over the child interfaces that want it (members
+    /// or dependents that have not pruned, [`crate::prune::downstream`]) of what their live
+    /// reporters say; a wanting interface no reporter has spoken for yet holds stability at
+    /// the source's trail (nothing more is freed until it reports or prunes), so a slow or
+    /// new subtree is never overtaken by a fast one.
+    pub fn handle_timeout(&mut self, now: Instant, mem: &GlobalMemory) {
+        if self.next_report.is_none_or(|t| t > now) {
+            return;
+        }
+        let expiry = self.cfg.reporter_expiry;
+        self.streams
+            .retain(|_, (_, t)| now.saturating_duration_since(*t) <= expiry);
+        let mut reports = Vec::new();
+        for (&(source, group), &(trail, _)) in &self.streams {
+            let Some(tree) = mem.tree.lookup(source) else {
+                continue;
+            };
+            let (up, prefix) = (tree.upstream_iface, tree.source);
+            let down = crate::prune::downstream(mem, prefix, group, now);
+            let reporters = self.reporters.entry((source, group)).or_default();
+            reporters.min(now, expiry);
+            let mut agg: Option<u32> = None;
+            for i in down.into_iter().filter(|&i| i != up) {
+                let here = reporters
+                    .0
+                    .iter()
+                    .filter(|((j, _), _)| *j == i)
+                    .map(|(_, (st, _))| *st)
+                    .min()
+                    .unwrap_or(trail);
+                agg = Some(agg.map_or(here, |a| a.min(here)));
+            }
+            if let Some(stable) = agg {
+                reports.push((source, group, stable, up));
+            }
+        }
+        self.reporters.retain(|_, r| !r.0.is_empty());
+        for (source, group, stable, up) in reports {
+            self.free_below(source, group, stable);
+            self.stats.reports_sent += 1;
+            self.out.push_back(Outgoing {
+                iface: up,
+                to: None,
+                bytes: Control::Stable {
+                    source,
+                    group,
+                    stable,
+                }
+                .to_vec(),
+            });
+        }
+        let (repeat, holdoff) = (self.cfg.nack_repeat, self.cfg.repair_holdoff);
+        self.asked
+            .retain(|_, t| now.saturating_duration_since(*t) < repeat);
+        self.repaired
+            .retain(|_, t| now.saturating_duration_since(*t) < holdoff);
+        self.next_report = (!self.streams.is_empty()).then(|| now + self.cfg.report_interval);
+    }
+
+    /// When `handle_timeout` is next due.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.next_report
+    }
+
+    /// The next datagram to send.
+    pub fn poll_transmit(&mut self) -> Option<Outgoing> {
+        self.out.pop_front()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Addr = Addr(0x0a00_0001);
+    const G: Addr = Addr(0xef01_0101);
+
+    fn data(seq: u32) -> Vec<u8> {
+        DataHeader {
+            ttl: 32,
+            source: S,
+            group: G,
+            seq,
+        }
+        .to_vec(b"payload")
+        .unwrap_or_default()
+    }
+
+    #[test]
+    fn control_round_trips_and_rejects() {
+        for c in [
+            Control::Nack {
+                source: S,
+                group: G,
+                seqs: vec![1, 5, 9],
+            },
+            Control::Stable {
+                source: S,
+                group: G,
+                stable: 77,
+            },
+            Control::Session {
+                ttl: 9,
+                source: S,
+                group: G,
+                next: 100,
+                trail: 40,
+            },
+        ] {
+            let b = c.to_vec();
+            assert_eq!(Control::parse(&b), Ok(c.clone()));
+            assert!(Control::parse(&b[..b.len() - 1]).is_err());
+            let mut long = b.clone();
+            long.push(0);
+            assert_eq!(Control::parse(&long), Err(RelError::Trailing(1)));
+        }
+        assert_eq!(
+            Control::parse(&[0x32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+            Err(RelError::Count(0))
+        );
+        assert_eq!(Control::parse(&[0x35]), Err(RelError::Type(0x35)));
+        assert!(Control::parse(&[]).is_err());
+    }
+
+    #[test]
+    fn rdata_wraps_and_unwraps() {
+        let d = data(3);
+        let r = RData::wrap(&d, 1);
+        let p = RData::parse(&r).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((p.data.seq, p.trail), (3, 1));
+        assert_eq!(RData::unwrap(&r), d);
+        assert!(RData::parse(&d).is_err());
+    }
+
+    #[test]
+    fn full_send_buffer_refuses_and_stability_frees_it() {
+        let cfg = Config {
+            send_capacity: 4,
+            ..Config::defaults()
+        };
+        let mut s = Sender::new(cfg, S, G);
+        let t0 = Instant::ZERO;
+        for i in 0..4 {
+            assert!(s.send(t0, &data(i)).is_ok());
+        }
+        assert_eq!(s.send(t0, &data(4)), Err(Refused::Full(4)));
+        assert_eq!(s.buffered(), 4);
+        // A receiver below holds 0..3: they are freed, 3 stays.
+        s.handle(
+            t0,
+            Addr(9),
+            &Control::Stable {
+                source: S,
+                group: G,
+                stable: 3,
+            },
+        );
+        assert_eq!(s.buffered(), 1);
+        assert_eq!(s.trail(), 3);
+        assert!(s.send(t0, &data(4)).is_ok());
+        assert!(s.stats().peak <= 4);
+    }
+
+    #[test]
+    fn repair_cache_stays_within_its_capacity() {
+        let cfg = Config {
+            cache_capacity: 3,
+            ..Config::defaults()
+        };
+        let mut r = Repairer::new(cfg);
+        let mut mem = GlobalMemory::new(Addr(0x0aff_0001));
+        let t0 = Instant::ZERO;
+        // No source tree: nothing is cached (the reverse-path check fails).
+        r.handle_data(t0, 0, &RData::wrap(&data(0), 0), &mem);
+        assert_eq!(r.cached(), 0);
+        // S's network is on interface 0.
+        let net = crate::addr::Prefix::of_link(0);
+        assert_eq!(net.addr() & 0xffff_ff00, S.0 & 0xffff_ff00);
+        mem.routes
+            .set(net, 1, crate::memory::Origin::Connected { iface: 0 }, t0);
+        mem.rebuild_tree(2);
+        // Arriving on the wrong interface: not cached.
+        r.handle_data(t0, 1, &RData::wrap(&data(0), 0), &mem);
+        assert_eq!(r.cached(), 0);
+        for i in 0..10 {
+            r.handle_data(t0, 0, &RData::wrap(&data(i), 0), &mem);
+            assert!(r.cached() <= 3);
+        }
+        assert_eq!(r.stats().evicted, 7);
+        assert_eq!(r.stats().peak, 3);
+        // A NACK from the child interface: 9 is repaired from the cache, 0 asked upstream.
+        let nack = Control::Nack {
+            source: S,
+            group: G,
+            seqs: vec![0, 9],
+        };
+        r.handle(t0, 1, Addr(7), &nack, &mem);
+        let outs: Vec<Outgoing> = std::iter::from_fn(|| r.poll_transmit()).collect();
+        assert_eq!(outs.len(), 2);
+        assert_eq!(
+            (
+                outs[0].iface,
+                RData::parse(&outs[0].bytes).map(|x| x.data.seq)
+            ),
+            (1, Ok(9))
+        );
+        assert_eq!(
+            (outs[1].iface, Control::parse(&outs[1].bytes)),
+            (
+                0,
+                Ok(Control::Nack {
+                    source: S,
+                    group: G,
+                    seqs: vec![0]
+                })
+            )
+        );
+        // A second child asks at once: no second upstream NACK, no second repair on link 1.
+        r.handle(t0, 1, Addr(8), &nack, &mem);
+        assert!(r.poll_transmit().is_none());
+    }
+
+    #[test]
+    fn receiver_delivers_once_nacks_gaps_and_reports_unrecoverable() {
+        let mut r = Receiver::new(Config::defaults(), 1);
+        let t0 = Instant::ZERO;
+        let p = |seq: u32, trail: u32| RData {
+            data: DataHeader {
+                ttl: 1,
+                source: S,
+                group: G,
+                seq,
+            },
+            trail,
+        };
+        assert!(r.handle_data(t0, &p(0, 0)));
+        assert!(!r.handle_data(t0, &p(0, 0)), "duplicate");
+        assert!(r.handle_data(t0, &p(3, 0)));
+        let t1 = t0 + Duration::from_millis(60);
+        r.handle_timeout(t1);
+        let nack = r.poll_transmit().map(|o| Control::parse(&o.bytes));
+        assert_eq!(
+            nack,
+            Some(Ok(Control::Nack {
+                source: S,
+                group: G,
+                seqs: vec![1, 2]
+            }))
+        );
+        assert!(r.handle_data(t1, &p(1, 0)));
+        // The source no longer holds 2: reported, the stream moves on.
+        r.handle(
+            t1,
+            &Control::Session {
+                ttl: 1,
+                source: S,
+                group: G,
+                next: 5,
+                trail: 3,
+            },
+        );
+        assert_eq!(r.next_of(S, G), Some(4));
+        let evs: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+        assert!(evs.contains(&Event::Unrecoverable {
+            source: S,
+            group: G,
+            from: 2,
+            to: 3,
+            missing: 1
+        }));
+        assert_eq!(r.stats().unrecoverable, 1);
+    }
+}
