@@ -59,7 +59,11 @@ impl Lines {
                 self.seen[id as usize].push(line);
             }
         }
-        assert!(done(&self.seen), "{what}: not within {limit:?}: {:?}", self.seen);
+        assert!(
+            done(&self.seen),
+            "{what}: not within {limit:?}: {:?}",
+            self.seen
+        );
     }
 }
 
@@ -72,10 +76,14 @@ fn chat_lines(lines: &[String]) -> Vec<String> {
 }
 
 fn last_view(lines: &[String]) -> Option<&str> {
-    lines.iter().rev().find(|l| l.starts_with("view ")).map(|l| {
-        let (_, members) = l.split_once(": ").unwrap_or(("", ""));
-        members
-    })
+    lines
+        .iter()
+        .rev()
+        .find(|l| l.starts_with("view "))
+        .map(|l| {
+            let (_, members) = l.split_once(": ").unwrap_or(("", ""));
+            members
+        })
 }
 
 #[test]
@@ -125,8 +133,14 @@ fn three_chat_processes_agree_on_views_and_order_and_see_a_crash() {
     });
     let orders: Vec<Vec<String>> = lines.seen.iter().map(|l| chat_lines(l)).collect();
     assert_eq!(orders[0].len(), 15, "{orders:?}");
-    assert_eq!(orders[0], orders[1], "members 0 and 1 print different orders");
-    assert_eq!(orders[0], orders[2], "members 0 and 2 print different orders");
+    assert_eq!(
+        orders[0], orders[1],
+        "members 0 and 1 print different orders"
+    );
+    assert_eq!(
+        orders[0], orders[2],
+        "members 0 and 2 print different orders"
+    );
     for id in 0..3 {
         for k in 0..5 {
             let l = format!("{id}: line {k} from {id}");
@@ -137,9 +151,11 @@ fn three_chat_processes_agree_on_views_and_order_and_see_a_crash() {
     // Member 2 crashes: 0 and 1 print a view of the two of them.
     procs.0[2].kill().expect("kill");
     let _ = procs.0[2].wait();
-    lines.until(Duration::from_secs(30), "a view without the crashed member", |s| {
-        s[..2].iter().all(|l| last_view(l) == Some("[0, 1]"))
-    });
+    lines.until(
+        Duration::from_secs(30),
+        "a view without the crashed member",
+        |s| s[..2].iter().all(|l| last_view(l) == Some("[0, 1]")),
+    );
 
     // And go on, in one order.
     for (id, stdin) in stdins.iter_mut().enumerate().take(2) {
@@ -162,7 +178,14 @@ fn bench_group_quick_reports_both_lanes_or_says_why_not() {
     let out = Command::new(env!("CARGO_BIN_EXE_viastack"))
         .args(["bench", "group", "--quick", "--messages", "300", "--json"])
         // A debug build on a loaded machine: loose failure detection, so no false suspicion.
-        .args(["--heartbeat", "100ms", "--suspect", "2s", "--confirm", "200ms"])
+        .args([
+            "--heartbeat",
+            "100ms",
+            "--suspect",
+            "2s",
+            "--confirm",
+            "200ms",
+        ])
         .output()
         .expect("run bench group");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -172,14 +195,25 @@ fn bench_group_quick_reports_both_lanes_or_says_why_not() {
         .as_f64()
         .expect("viastack rate");
     assert!(v > 0.0, "{doc}");
-    assert!(doc["view_change_after_crash_ms"]["viastack"]["p50"].as_f64().is_some_and(|x| x > 0.0));
+    assert!(doc["view_change_after_crash_ms"]["viastack"]["p50"]
+        .as_f64()
+        .is_some_and(|x| x > 0.0));
     assert!(doc["lwg"].is_null(), "the LWG lane is a hook for later");
     if doc["jgroups"].is_null() {
-        let why = doc["jgroups_skipped"].as_str().expect("a reason for the skipped lane");
+        let why = doc["jgroups_skipped"]
+            .as_str()
+            .expect("a reason for the skipped lane");
         eprintln!("the JGroups lane was skipped: {why}");
         assert!(stderr.contains("skipped"), "{stderr}");
     } else {
-        assert!(doc["total_order_vs_jgroups"].as_f64().is_some_and(|r| r > 0.0), "{doc}");
-        assert!(doc["view_change_after_crash_ms"]["jgroups"]["p50"].as_f64().is_some());
+        assert!(
+            doc["total_order_vs_jgroups"]
+                .as_f64()
+                .is_some_and(|r| r > 0.0),
+            "{doc}"
+        );
+        assert!(doc["view_change_after_crash_ms"]["jgroups"]["p50"]
+            .as_f64()
+            .is_some());
     }
 }

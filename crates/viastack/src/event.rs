@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use viastack_kernel::event::{CHANNEL_CLOSE, CHANNEL_INIT};
 use viastack_group::{view_notice, Member, ViewId};
+use viastack_kernel::event::{CHANNEL_CLOSE, CHANNEL_INIT};
 use viastack_kernel::{Body, Event as KernelEvent, NodeId, Tag};
 use viastack_protocols::events::{
     notice_peer, send_failure, ALIVE, PEER_RESTARTED, SEND_ABORTED, SEND_REFUSED, SUSPECT,

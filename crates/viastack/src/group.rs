@@ -166,7 +166,10 @@ impl Group {
     ///
     /// # Errors
     /// [`GroupError::Open`], [`GroupError::NoGroup`].
-    pub fn join(stack_file: impl Into<PathBuf>, deployment: Deployment) -> Result<Self, GroupError> {
+    pub fn join(
+        stack_file: impl Into<PathBuf>,
+        deployment: Deployment,
+    ) -> Result<Self, GroupError> {
         Self::join_with(
             Node::builder()
                 .stack_file(stack_file)
@@ -232,9 +235,9 @@ impl Group {
     pub fn send(&self, payload: impl Into<Vec<u8>>) -> Result<Tag, GroupError> {
         let me = self.node.id();
         let payload = payload.into();
-        Ok(self
-            .channel
-            .send_event(Dest::Broadcast, move |ch, tag| multicast(me, ch, tag, &payload))?)
+        Ok(self.channel.send_event(Dest::Broadcast, move |ch, tag| {
+            multicast(me, ch, tag, &payload)
+        })?)
     }
 
     /// Sends `payload` if the send queue has room.
@@ -246,7 +249,9 @@ impl Group {
         let payload = payload.into();
         Ok(self
             .channel
-            .try_send_event(Dest::Broadcast, move |ch, tag| multicast(me, ch, tag, &payload))?)
+            .try_send_event(Dest::Broadcast, move |ch, tag| {
+                multicast(me, ch, tag, &payload)
+            })?)
     }
 
     /// Sends `payload`, awaiting room in the send queue.

@@ -103,7 +103,9 @@ fn three_members_agree_on_views_and_on_one_order() {
     pump(&mut groups, &mut seen, Duration::from_secs(20), |s| {
         let views: Vec<_> = s.iter().map(|e| last_view(e)).collect();
         views.iter().all(|v| v.is_some_and(|v| v.members == all))
-            && views.windows(2).all(|w| w[0].map(|v| v.id) == w[1].map(|v| v.id))
+            && views
+                .windows(2)
+                .all(|w| w[0].map(|v| v.id) == w[1].map(|v| v.id))
     });
     let view = groups[0].view().expect("a view").clone();
     assert_eq!(view.coordinator(), Some(NodeId(0)));

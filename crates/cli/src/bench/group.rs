@@ -292,7 +292,12 @@ fn jgroups_lane(args: &GroupArgs, classpath: &str) -> anyhow::Result<Lane> {
         .arg(format!("-Dviastack.fd.interval={hb}"))
         .arg(format!("-Dviastack.fd.timeout={sus}"))
         .arg(format!("-Dviastack.fd.confirm={conf}"))
-        .args(["-cp", &classpath, "viastack.bench.GroupPeer", "viastack-sequencer.xml"])
+        .args([
+            "-cp",
+            &classpath,
+            "viastack.bench.GroupPeer",
+            "viastack-sequencer.xml",
+        ])
         .arg(&cluster)
         .arg(MEMBERS.to_string())
         .arg(i.to_string());
@@ -313,7 +318,11 @@ fn summary(samples: &[f64]) -> Value {
 /// Runs `bench group`.
 pub fn run(args: &GroupArgs) -> anyhow::Result<()> {
     let (messages, repeat, crashes) = if args.quick {
-        (args.messages.min(2000), args.repeat.min(2), args.crashes.min(1))
+        (
+            args.messages.min(2000),
+            args.repeat.min(2),
+            args.crashes.min(1),
+        )
     } else {
         (args.messages, args.repeat, args.crashes)
     };

@@ -1039,7 +1039,11 @@ mod tests {
             .unwrap();
         let first = flat.step(payload, open).unwrap();
         assert!(first.cond.is_some());
-        assert!(matches!(first.ops[0].0, FastOp::Assign(_)), "{:?}", first.ops);
+        assert!(
+            matches!(first.ops[0].0, FastOp::Assign(_)),
+            "{:?}",
+            first.ops
+        );
         let drop = flat.alt(first).unwrap();
         assert!(drop.cond.is_none() && drop.ops.is_empty() && drop.target.is_none());
         assert!(flat.alt(drop).is_none());

@@ -493,7 +493,8 @@ fn build_messagestore(name: &str, params: &Params, env: &BuildEnv) -> Result<Lay
         }
         services.push(local);
     }
-    let default_service = service_id.unwrap_or_else(|| services.first().map_or(0, |l| l.service.id()));
+    let default_service =
+        service_id.unwrap_or_else(|| services.first().map_or(0, |l| l.service.id()));
     let known_at = params.get_str("known_at")?;
     let mut known = Vec::new();
     for part in known_at.split(',').map(str::trim).filter(|p| !p.is_empty()) {
