@@ -7,7 +7,8 @@
 //!   `stacks/overlay-app.toml`) as node N. With `--nodes`, node `i` is at
 //!   `127.0.0.1:(P + i)` (loopback, for trying several processes on one machine). Each second
 //!   it prints one JSON status line on stdout — node, logical address, neighbours, leader,
-//!   stable, each service's live instances, messages received — and writes the same object to
+//!   stable, each service's live instances and loaded ServiceIDs, the `deploy` counters of
+//!   services fetched at run time, messages received — and writes the same object to
 //!   `--status-file` (replaced atomically) when given. `--send-every D` multicasts a small
 //!   message every D (on the lane of `--service ID`, else the plain lane), so that services
 //!   have instances to show. It leaves (goodbyes) after `--duration`, or runs until killed.
