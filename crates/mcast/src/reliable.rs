@@ -42,8 +42,24 @@
 //! - `0x31` reliable data header, 8 bytes, the first bytes of a `0x30` data payload: type,
 //!   flags (0), two zero bytes, `trail` (the lowest sequence number the source still holds).
 //! - `0x32` NACK: type, count n (1–64), two zero bytes, source, group, then n sequence numbers.
-//! - `0x33` stability report: type, three zero bytes, source, group, `stable` (every packet
-//!   below it is held by every receiver in the reporter's subtree).
+//! - `0x33` stability report: type, flags (bit 0 M: sent by a joined host), two zero bytes,
+//!   source, group, `stable` (every packet below it is held by every receiver in the
+//!   reporter's subtree).
+//!
+//! # Membership refresh (issue 17, seed 302)
+//! Group membership (IGMPv2) is soft state: a router keeps a host's membership only while the
+//! host answers general queries. Over 1,000 seeds at 10 % loss, a host lost its answers to two
+//! queries, its router expired the membership and pruned the branch, the source's stability
+//! then ignored that host and freed the last message: the host, joined as far as its
+//! application knew, missed it without a notice. A joined receiver reports stability every
+//! `report_interval` anyway, so its reports carry flag M and its router counts them as a
+//! membership refresh ([`Repairer::refresh_membership`]): the membership lapses only when
+//! both the IGMP answers and the reports stop (the host left or is gone). A refresh that finds
+//! the membership already expired re-creates it, which grafts the branch back; stability holds
+//! the source's buffer for the host again, and its NACKs repair what it missed. This was
+//! chosen over a receiver-side silence detector because a finished stream is legitimately
+//! silent (the source's heartbeats stop once everything is stable), so silence alone cannot
+//! tell a cut-off receiver from an idle stream.
 //! - `0x34` session: type, TTL, two zero bytes, source, group, `next` (packets below it were
 //!   sent), `trail`.
 //!
@@ -74,6 +90,8 @@ pub const TYPE_SESSION: u8 = 0x34;
 pub const RDATA_LEN: usize = 8;
 /// Most sequence numbers in one NACK.
 pub const MAX_NACK: usize = 64;
+/// Flag M of a stability report (byte 1, bit 0): sent by a joined host.
+pub const FLAG_MEMBER: u8 = 0x01;
 
 /// Why bytes are not a reliable-multicast message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -127,6 +145,10 @@ pub enum Control {
         group: Addr,
         /// The lowest packet some receiver below still lacks.
         stable: u32,
+        /// Flag M (bit 0 of byte 1): the reporter is a host whose application joined the
+        /// group; its router counts the report as a refresh of the group's membership on the
+        /// link (issue 17, seed 302).
+        member: bool,
     },
     /// The source's heartbeat, relayed down the tree.
     Session {
@@ -192,7 +214,7 @@ impl Control {
             }
             TYPE_STABLE => {
                 exact(16)?;
-                if b[1] != 0 || b[2] != 0 || b[3] != 0 {
+                if b[1] & !FLAG_MEMBER != 0 || b[2] != 0 || b[3] != 0 {
                     return Err(RelError::Reserved);
                 }
                 let (source, group) = sg(b)?;
@@ -200,6 +222,7 @@ impl Control {
                     source,
                     group,
                     stable: w(b, 12),
+                    member: b[1] & FLAG_MEMBER != 0,
                 })
             }
             TYPE_SESSION => {
@@ -241,8 +264,10 @@ impl Control {
                 source,
                 group,
                 stable,
+                member,
             } => {
-                v.extend_from_slice(&[TYPE_STABLE, 0, 0, 0]);
+                let flags = if *member { FLAG_MEMBER } else { 0 };
+                v.extend_from_slice(&[TYPE_STABLE, flags, 0, 0]);
                 v.extend_from_slice(&source.0.to_be_bytes());
                 v.extend_from_slice(&group.0.to_be_bytes());
                 v.extend_from_slice(&stable.to_be_bytes());
@@ -462,6 +487,9 @@ pub struct Stats {
     pub unrecoverable: u64,
     /// Packets skipped after a rejoin (not owed).
     pub skipped: u64,
+    /// Group memberships a router refreshed (or re-created) from a joined host's stability
+    /// report.
+    pub membership_refreshes: u64,
     /// Messages that did not parse.
     pub malformed: u64,
     /// Most packets the send buffer or repair cache ever held.
@@ -652,6 +680,7 @@ impl Sender {
                 source,
                 group,
                 stable,
+                ..
             } if *source == self.addr && *group == self.group => {
                 self.reporters.heard(0, from, *stable, now);
                 self.gc(now);
@@ -747,6 +776,9 @@ struct Stream {
 pub struct Receiver {
     cfg: Config,
     streams: BTreeMap<(Addr, Addr), Stream>,
+    /// Groups the application joined (and has not left): reports of their streams carry the
+    /// member flag.
+    joined: BTreeSet<Addr>,
     next_report: Option<Instant>,
     rng: Rng,
     out: VecDeque<Outgoing>,
@@ -760,6 +792,7 @@ impl Receiver {
         Receiver {
             cfg,
             streams: BTreeMap::new(),
+            joined: BTreeSet::new(),
             next_report: None,
             rng: Rng(seed),
             out: VecDeque::new(),
@@ -776,6 +809,7 @@ impl Receiver {
     /// The application joined `group`: streams of it are reported again (what was sent
     /// meanwhile is skipped, not owed).
     pub fn join(&mut self, group: Addr) {
+        self.joined.insert(group);
         for ((_, g), s) in self.streams.iter_mut() {
             if *g == group && !s.member {
                 s.member = true;
@@ -786,6 +820,7 @@ impl Receiver {
 
     /// The application left `group`: its streams stop NACKing and reporting.
     pub fn leave(&mut self, group: Addr) {
+        self.joined.remove(&group);
         for ((_, g), s) in self.streams.iter_mut() {
             if *g == group {
                 s.member = false;
@@ -989,6 +1024,7 @@ impl Receiver {
                             source,
                             group,
                             stable: s.next,
+                            member: self.joined.contains(&group),
                         }
                         .to_vec(),
                     });
@@ -1063,6 +1099,56 @@ impl Repairer {
         if self.next_report.is_none() {
             self.next_report = Some(now + self.cfg.report_interval);
         }
+    }
+
+    /// A joined host's stability report (flag M) heard on child interface `iface` keeps the
+    /// group's membership there alive for `reporter_expiry` (never shortening what IGMP set),
+    /// or re-creates it — the group table then grafts the branch back. This closes the silent
+    /// miss of issue 17 (seed 302): IGMPv2 membership is soft state refreshed only by answers
+    /// to general queries, so losing a host's answers to two queries let its router expire
+    /// the membership and prune the branch while the application stayed joined; a receiver
+    /// reports every `report_interval`, so the membership now lapses only when its reports
+    /// stop too (the host left, or is gone). Reports of routers (DVMRP neighbours), reports
+    /// without the flag and reports from the source's side are ignored. Returns whether the
+    /// membership was refreshed.
+    pub fn refresh_membership(
+        &mut self,
+        now: Instant,
+        iface: u16,
+        from: Addr,
+        c: &Control,
+        mem: &mut GlobalMemory,
+    ) -> bool {
+        let Control::Stable {
+            source,
+            group,
+            member: true,
+            ..
+        } = *c
+        else {
+            return false;
+        };
+        if mem
+            .tree
+            .lookup(source)
+            .is_some_and(|t| t.upstream_iface == iface)
+            || mem.neighbors.is_adjacent(iface, from)
+        {
+            return false;
+        }
+        let until = now + self.cfg.reporter_expiry;
+        if mem
+            .groups
+            .get(iface, group)
+            .is_some_and(|m| m.expires >= until)
+        {
+            return false;
+        }
+        if !mem.groups.report(iface, group, from, until) && !mem.groups.has_members(iface, group) {
+            return false; // refused (table full)
+        }
+        self.stats.membership_refreshes += 1;
+        true
     }
 
     /// Packets cached.
@@ -1256,6 +1342,7 @@ impl Repairer {
                     source,
                     group,
                     stable,
+                    member: false,
                 }
                 .to_vec(),
             });
@@ -1309,6 +1396,13 @@ mod tests {
                 source: S,
                 group: G,
                 stable: 77,
+                member: true,
+            },
+            Control::Stable {
+                source: S,
+                group: G,
+                stable: 78,
+                member: false,
             },
             Control::Session {
                 ttl: 9,
@@ -1364,6 +1458,7 @@ mod tests {
                 source: S,
                 group: G,
                 stable: 3,
+                member: false,
             },
         );
         assert_eq!(s.buffered(), 1);
@@ -1429,6 +1524,72 @@ mod tests {
         // A second child asks at once: no second upstream NACK, no second repair on link 1.
         r.handle(t0, 1, Addr(8), &nack, &mem);
         assert!(r.poll_transmit().is_none());
+    }
+
+    /// Issue 17, seed 302: the membership of a joined host expired at its router (its IGMP
+    /// answers lost); its next stability report re-creates it (so the branch is grafted back),
+    /// and later ones keep it alive. Without the refresh the group table stays empty.
+    #[test]
+    fn joined_receivers_reports_refresh_membership_at_its_router() {
+        let t0 = Instant::ZERO;
+        // The receiver: joined G, knows S's stream; its reports carry flag M.
+        let mut rx = Receiver::new(Config::defaults(), 7);
+        rx.join(G);
+        let p = RData {
+            data: DataHeader {
+                ttl: 1,
+                source: S,
+                group: G,
+                seq: 0,
+            },
+            trail: 0,
+        };
+        assert!(rx.handle_data(t0, &p));
+        let t1 = t0 + Config::defaults().report_interval;
+        rx.handle_timeout(t1);
+        let report = std::iter::from_fn(|| rx.poll_transmit())
+            .find_map(|o| Control::parse(&o.bytes).ok())
+            .unwrap_or_else(|| panic!("no report"));
+        assert!(matches!(report, Control::Stable { member: true, .. }));
+        // The router: S's network upstream on interface 0, the host on interface 1, no member
+        // left there (expired).
+        let mut mem = GlobalMemory::new(Addr(0x0aff_0001));
+        mem.routes.set(
+            crate::addr::Prefix::of_link(0),
+            1,
+            crate::memory::Origin::Connected { iface: 0 },
+            t0,
+        );
+        mem.rebuild_tree(2);
+        let mut r = Repairer::new(Config::defaults());
+        let host = Addr(0x0a00_0102);
+        assert!(!mem.groups.has_members(1, G));
+        assert!(r.refresh_membership(t1, 1, host, &report, &mut mem));
+        assert!(mem.groups.has_members(1, G));
+        let until = mem.groups.get(1, G).map(|m| m.expires);
+        assert_eq!(until, Some(t1 + Config::defaults().reporter_expiry));
+        // Not from the upstream side, not without the flag, never shortening IGMP's timer.
+        assert!(!r.refresh_membership(t1, 0, host, &report, &mut mem));
+        assert!(!mem.groups.has_members(0, G));
+        let plain = Control::Stable {
+            source: S,
+            group: G,
+            stable: 1,
+            member: false,
+        };
+        assert!(!r.refresh_membership(t1, 1, host, &plain, &mut mem));
+        let far = t1 + Duration::from_secs(100);
+        mem.groups.report(1, G, host, far);
+        assert!(!r.refresh_membership(t1, 1, host, &report, &mut mem));
+        assert_eq!(mem.groups.get(1, G).map(|m| m.expires), Some(far));
+        assert_eq!(r.stats().membership_refreshes, 1);
+        // After the application leaves, its reports stop claiming membership.
+        rx.leave(G);
+        rx.join(Addr(0xef01_0102));
+        rx.handle_timeout(t1 + Config::defaults().report_interval);
+        assert!(std::iter::from_fn(|| rx.poll_transmit())
+            .filter_map(|o| Control::parse(&o.bytes).ok())
+            .all(|c| !matches!(c, Control::Stable { member: true, .. })));
     }
 
     #[test]

@@ -305,6 +305,7 @@ fn reliable_multicast_vectors() {
                     source,
                     group,
                     stable,
+                    member,
                 },
                 "stable",
             ) => {
@@ -313,6 +314,7 @@ fn reliable_multicast_vectors() {
                     (s("source"), s("group"))
                 );
                 assert_eq!(*stable, u("stable"), "{name}");
+                assert_eq!(*member, want["member"].as_bool().unwrap(), "{name}");
             }
             (
                 Control::Session {

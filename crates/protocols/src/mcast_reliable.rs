@@ -29,7 +29,9 @@
 //! `mcast-reliable`: `rel_sent`, `rel_refused`, `rel_delivered`, `rel_duplicates`,
 //! `rel_beyond_window`, `nacks_sent`, `nacks_suppressed`, `nacks_forwarded`, `repairs_sent`,
 //! `repairs_from_cache`, `stability_reports`, `sessions_sent`, `freed_stable`, `cache_evicted`,
-//! `unrecoverable`, `skipped_while_away`, `rel_malformed`, `send_buffer_peak` and `cache_peak`
+//! `unrecoverable`, `skipped_while_away`, `membership_refreshes` (a router counted a joined host's
+//! stability report as its IGMP membership, [`viastack_mcast::reliable::Repairer::refresh_membership`]),
+//! `rel_malformed`, `send_buffer_peak` and `cache_peak`
 //! (the most packets a source's send buffer or a router's repair cache held, summed over the
 //! nodes). `mcast-order`: `order_held`,
 //! `order_stale`, `order_overflow`.
@@ -197,6 +199,7 @@ fn sum(a: &reliable::Stats, b: &reliable::Stats) -> reliable::Stats {
         evicted: a.evicted + b.evicted,
         unrecoverable: a.unrecoverable + b.unrecoverable,
         skipped: a.skipped + b.skipped,
+        membership_refreshes: a.membership_refreshes + b.membership_refreshes,
         malformed: a.malformed + b.malformed,
         peak: a.peak.max(b.peak),
     }
@@ -338,6 +341,11 @@ impl McastReliableSession {
             ("cache_evicted", was.evicted, now.evicted),
             ("unrecoverable", was.unrecoverable, now.unrecoverable),
             ("skipped_while_away", was.skipped, now.skipped),
+            (
+                "membership_refreshes",
+                was.membership_refreshes,
+                now.membership_refreshes,
+            ),
             ("rel_malformed", was.malformed, now.malformed),
         ] {
             if b > a {
@@ -432,7 +440,10 @@ impl McastReliableSession {
                     Ok(c) => {
                         let nack = matches!(c, Control::Nack { .. });
                         if !(nack && self.config.no_repair) {
-                            rep.handle(now, iface, addr_of(s.source), &c, &lock(mem));
+                            let from = addr_of(s.source);
+                            let mut m = lock(mem);
+                            rep.refresh_membership(now, iface, from, &c, &mut m);
+                            rep.handle(now, iface, from, &c, &m);
                         }
                     }
                     Err(_) => ctx.count("rel_malformed"),

@@ -7,12 +7,13 @@
 //! catches a planted bug (repair switched off).
 //!
 //! `MCAST_SEEDS=n` sets the seed count (default 100 in CI). A failure names its seed;
-//! `MCAST_SEED=n … one_seed -- --ignored --nocapture` replays one. Over 1,000 seeds one fails
-//! (seed 302, 10 % loss): host H2's answers to two IGMP general queries were lost, its router
-//! let the membership expire and pruned the branch, so H2 — joined as far as its application
-//! knows — missed the last message without a notice. The gap is in group management (soft
-//! state), not in repair; making a receiver's stability reports refresh its membership would
-//! close it.
+//! `MCAST_SEED=n … one_seed -- --ignored --nocapture` replays one. Over 1,000 seeds one used
+//! to fail silently (seed 302, 10 % loss): host H2's answers to two IGMP general queries were
+//! lost, its router let the membership expire and pruned the branch, so H2 — joined as far as
+//! its application knows — missed the last message without a notice. A joined receiver's
+//! stability reports now carry flag M and refresh its membership at its router
+//! (`Repairer::refresh_membership`, docs/WIRE.md): seed 302 passes with 12 refreshes, and is
+//! replayed by `seed_302_a_joined_host_whose_igmp_answers_were_lost_keeps_its_branch`.
 #![allow(clippy::unwrap_used)]
 
 use viastack_kernel::NodeId;
@@ -246,6 +247,19 @@ fn a_full_send_buffer_refuses_and_reports_and_the_rest_is_delivered() {
     let key = (0u16, NodeId(0), viastack_scenario::recorder::BROADCAST);
     assert_eq!(rec.streams[&key].reported.len() as u64, refused);
     check(&r, &rec, true, 16).unwrap();
+}
+
+/// Issue 17: the seed whose host lost its IGMP answers to two general queries (its router
+/// expired the membership and pruned the branch, the host silently missed the last message).
+/// Its stability reports refresh the membership now; without that this seed fails.
+#[test]
+fn seed_302_a_joined_host_whose_igmp_answers_were_lost_keeps_its_branch() {
+    let f = parse(&variant(302, |s| s));
+    let (r, rec) = run(&f, None);
+    assert_eq!(check(&r, &rec, true, 512), Ok(()));
+    assert!(r.verdict.holds, "{r}");
+    let refreshes = r.counters.get("rel.membership_refreshes").copied();
+    assert!(refreshes.unwrap_or(0) > 0, "{r}");
 }
 
 /// `MCAST_SEED=n cargo test … one_seed -- --ignored --nocapture` replays one seed.
