@@ -1,6 +1,7 @@
 """A bus tool in Python: the same API as the Rust client (crates/bus/src/client.rs)."""
 
 import collections
+import secrets
 import select
 import socket
 import ssl
@@ -142,7 +143,6 @@ class Tool:
         self.lock = threading.Lock()
         self.cache = {}
         self.fetches = 0
-        self.next_var = 0
         self.next_event = 0
         self.location = ""
         if serve:
@@ -287,9 +287,17 @@ class Tool:
         data = T.encode_term(t)
         if len(data) <= self.threshold:
             return t
-        self.next_var += 1
-        self.store[self.next_var] = data
-        return T.ref(self.id, self.next_var, len(data), self.location, T.signature(t))
+        var = self._fresh_var()
+        self.store[var] = data
+        return T.ref(self.id, var, len(data), self.location, T.signature(t))
+
+    def _fresh_var(self):
+        # 62 random bits, never 0 nor in use: the variable number is the value's capability
+        # (the owner serves a GET for any variable it holds), so it must not be guessable.
+        while True:
+            var = secrets.randbits(62)
+            if var and var not in self.store:
+                return var
 
     def resolve(self, t, delivery):
         """`t` with its references fetched (once each), then ACK of `delivery`."""

@@ -535,6 +535,36 @@ impl Tool {
         self.send(&Frame::Note { term })
     }
 
+    /// A new variable number for a value this tool keeps: 62 random bits (never 0, never one
+    /// in use). The number is the value's capability: the owner serves a GET for any variable
+    /// it holds, and only tools the bus delivered the reference to can know it, so it must
+    /// not be guessable (sequential numbers let any tool that reaches the owner's listener
+    /// fetch values it was never granted). 62 bits keep it a positive `long` for the Java
+    /// client and an exact integer everywhere. Should the system's random source fail, the
+    /// counter is used instead, with a warning.
+    fn fresh_var(&mut self) -> u64 {
+        use ring::rand::SecureRandom;
+        let rng = ring::rand::SystemRandom::new();
+        for _ in 0..8 {
+            let mut b = [0u8; 8];
+            if rng.fill(&mut b).is_err() {
+                break;
+            }
+            let var = u64::from_be_bytes(b) >> 2;
+            let taken = self
+                .store
+                .lock()
+                .map(|s| s.contains_key(&var))
+                .unwrap_or(true);
+            if var != 0 && !taken {
+                return var;
+            }
+        }
+        tracing::warn!("no random variable number: falling back to a counter");
+        self.next_var += 1;
+        self.next_var
+    }
+
     /// The term to send for `value`: the value itself when small, else a reference to it,
     /// kept here until the bus's FIN. A passive tool's reference has no location: consumers
     /// GET it through the bus, which relays to this tool's connection.
@@ -543,8 +573,7 @@ impl Tool {
         if bytes.len() <= self.threshold as usize {
             return value.clone();
         }
-        self.next_var += 1;
-        let var = self.next_var;
+        let var = self.fresh_var();
         let size = bytes.len() as u64;
         if let Ok(mut s) = self.store.lock() {
             s.insert(var, Arc::new(bytes));
@@ -840,9 +869,15 @@ fn serve_values(l: Listener, store: Store, config: ToolConfig, stop: Arc<AtomicB
     }
 }
 
+/// Unknown variables one fetching connection may name before the owner closes it.
+const MAX_UNKNOWN_VARS: u32 = 3;
+
 fn serve_one(mut s: Stream, store: &Store, config: &ToolConfig) -> Result<(), ClientError> {
     let mut arena = Arena::new();
     let max = 1024;
+    // Variable numbers are capabilities (see `Tool::fresh_var`): a connection that names
+    // unknown ones is guessing, and is closed after a few.
+    let mut unknown = 0u32;
     while let Some(bytes) = read_frame(&mut s, max)? {
         let Frame::Get {
             delivery,
@@ -855,6 +890,10 @@ fn serve_one(mut s: Stream, store: &Store, config: &ToolConfig) -> Result<(), Cl
         };
         let value = store.lock().ok().and_then(|m| m.get(&var).cloned());
         let Some(value) = value else {
+            unknown += 1;
+            if unknown > MAX_UNKNOWN_VARS {
+                return Ok(());
+            }
             s.write_all(
                 &Frame::Fail {
                     delivery,

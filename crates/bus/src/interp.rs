@@ -533,6 +533,14 @@ impl Bus {
         self.run(now);
     }
 
+    /// Bytes of a frame still incomplete arrived from `tool`: it is alive (a large frame that
+    /// takes longer than the lease to arrive does not cost its sender the lease).
+    pub fn handle_progress(&mut self, now: Instant, tool: ToolId) {
+        if let Some(t) = self.tools.get_mut(&tool) {
+            t.last_heard = now;
+        }
+    }
+
     /// The driver closed `tool`'s connection because it did not read what was queued for it
     /// (counted; the tool is lost like a disconnected one).
     pub fn handle_slow_reader(&mut self, now: Instant, tool: ToolId) {
@@ -1442,8 +1450,11 @@ impl Bus {
                 binds,
             } => {
                 let value = self.arena.import(&value);
-                self.trace_step(now, snd, &format!("snd-msg({value})"), &[]);
-                self.trace_step(now, rcv, &rcv_atom.to_string(), &binds);
+                // Shown only when tracing: a value sent by value may be megabytes.
+                if self.config.trace {
+                    self.trace_step(now, snd, &format!("snd-msg({value})"), &[]);
+                    self.trace_step(now, rcv, &rcv_atom.to_string(), &binds);
+                }
                 self.advance(snd, snd_cont, now);
                 for (name, v) in binds {
                     let v = self.arena.import(&v);
@@ -1579,7 +1590,11 @@ impl Bus {
             types: &types,
         };
         // Advance first: a process that ends here must not hold its bindings.
-        let shown = atom.to_string();
+        let shown = if self.config.trace {
+            atom.to_string()
+        } else {
+            String::new()
+        };
         match &atom.op {
             Op::Tau | Op::NoNote | Op::SndMsg | Op::RecMsg => {}
             Op::Assign => {

@@ -389,11 +389,11 @@ pub fn serve(
             break;
         }
         let now = clock.now();
+        // A due timer (a lease, a delay) is handled after what already arrived is read, so
+        // a PING waiting in a socket while the bus was busy still counts.
+        let due = bus.poll_timeout(now).is_some_and(|at| at <= now);
         let timeout = match bus.poll_timeout(now) {
-            Some(at) if at <= now => {
-                bus.handle_timeout(now);
-                continue;
-            }
+            Some(at) if at <= now => PollTimeout::ZERO,
             // Rounded up to the next millisecond (poll's resolution), so a due timer is due.
             Some(at) => {
                 let ms = at
@@ -522,6 +522,7 @@ pub fn serve(
                         c.buf.reserve_exact(total.saturating_sub(c.buf.len()));
                     }
                     c.buf.extend_from_slice(&chunk[..n]);
+                    bus.handle_progress(now, id);
                 }
                 Ok(None) => {
                     // TLS handshake bytes may be due.
@@ -563,6 +564,9 @@ pub fn serve(
                     }
                 }
             }
+        }
+        if due {
+            bus.handle_timeout(clock.now());
         }
     }
     flush(&mut bus, &mut conns, &endpoint, &mut opts, &clock);

@@ -570,3 +570,18 @@ fn relayed_gets_are_granted_per_delivery_and_limited_per_value() {
         }]
     ));
 }
+
+#[test]
+fn bytes_of_a_large_frame_arriving_keep_the_senders_lease() {
+    let mut b = bus(TWO_VALUES, Config::default()); // lease 10 s
+    let p = connect(&mut b, ms(1), "producer", "");
+    let q = connect(&mut b, ms(1), "producer", "");
+    drain(&mut b);
+    // p is receiving a huge frame slowly; q says nothing.
+    b.handle_progress(ms(9_000), p);
+    b.handle_timeout(ms(15_000));
+    assert_eq!(b.counters().leases_expired, 1, "only the silent tool");
+    let out = drain(&mut b);
+    assert!(out.contains(&Output::Close { tool: q }), "{out:?}");
+    assert!(!out.contains(&Output::Close { tool: p }), "{out:?}");
+}

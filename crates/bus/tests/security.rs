@@ -84,6 +84,58 @@ fn a_wrong_token_is_refused_at_registration_and_counted() {
     assert_eq!(c.refused_hellos, 2);
 }
 
+/// A reference's variable number is its capability: a tool that reaches an owner's listener
+/// cannot fetch a value it was never granted by guessing numbers (they are 62 random bits,
+/// not 1, 2, 3…), and a connection that keeps guessing is closed.
+#[test]
+fn variable_numbers_cannot_be_guessed_at_an_owners_listener() {
+    use viastack_bus::wire::{FailCode, Frame};
+    let (ep, rx) = start(ECHO, Config::default(), ServeOptions::default());
+    let mut t = Tool::connect(&ep, ToolConfig::new("worker")).unwrap();
+    let big = t.arena.blob(vec![7u8; 4 << 20]);
+    let mut vars = Vec::new();
+    for _ in 0..2 {
+        let r = t.put(&big);
+        vars.push(r.as_ref_info().expect("a reference").var);
+    }
+    assert_ne!(vars[0], vars[1]);
+    assert!(
+        vars.iter().all(|&v| v > u64::from(u32::MAX)),
+        "guessable variable numbers: {vars:?}"
+    );
+    // A stranger at the owner's listener, trying the numbers a counter would have given.
+    let mut s = std::net::TcpStream::connect(t.location()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut arena = Arena::new();
+    let mut answers = 0;
+    for var in 1..=10u64 {
+        let get = Frame::Get {
+            delivery: 0,
+            var,
+            offset: 0,
+            window: 1 << 20,
+        };
+        if s.write_all(&get.to_bytes()).is_err() {
+            break;
+        }
+        let frame = match viastack_bus::net::read_frame(&mut s, 1 << 20) {
+            Ok(Some(f)) => f,
+            _ => break, // closed by the owner
+        };
+        match Frame::parse(&mut arena, &frame, 1 << 20).unwrap() {
+            Frame::Fail { code, .. } => assert_eq!(code, FailCode::UnknownVar),
+            other => panic!("a guessed variable {var} was served: {other:?}"),
+        }
+        answers += 1;
+    }
+    assert!(
+        answers <= 3,
+        "the guessing connection was not closed ({answers} answers)"
+    );
+    answer_once(&mut t, |t| t.arena.appl("pong", vec![]));
+    ended(&rx);
+}
+
 /// A deterministic generator for the garbage.
 struct Rng(u64);
 impl Rng {

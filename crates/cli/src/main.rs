@@ -106,6 +106,15 @@ enum Command {
         #[arg(long)]
         show: bool,
     },
+    /// Build a stack file from properties (e.g. `compose reliable ordered multicast`): the
+    /// components are chosen by what the catalog declares they provide, require and exclude,
+    /// ordered by their place; the file is checked and printed, or the combination refused
+    /// with the reason (issue 17 §4).
+    Compose {
+        /// The properties wanted (see `viastack layers`).
+        #[arg(required = true)]
+        properties: Vec<String>,
+    },
     /// List the layer kinds a stack file may use and their parameters.
     Layers {
         /// Print the Markdown parameter reference (as in docs/LAYERS.md).
@@ -278,9 +287,29 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                 json,
             )
         }
+        Command::Compose { properties } => {
+            match viastack_stack::compose::compose(&properties, &catalog) {
+                Ok(c) => {
+                    // Checked as any stack file is before it is printed.
+                    if let Err(d) = viastack_stack::parse("composed.toml", &c.text, &catalog) {
+                        anyhow::bail!("the composed stack does not check: {d}");
+                    }
+                    for r in &c.reasons {
+                        eprintln!("compose: {r}");
+                    }
+                    out!("{}", c.text)?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("compose: refused: {e}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
         Command::Layers { markdown } => {
             if markdown {
                 out!("{}", catalog.params_markdown())?;
+                out!("\n{}", viastack_stack::compose::markdown())?;
             } else {
                 for kind in catalog.kinds() {
                     let params: Vec<&str> = kind.params.iter().map(|p| p.name).collect();
@@ -294,6 +323,24 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                     }
                     for group in kind.one_of {
                         outln!("{:<14} exactly one of: {}", "", group.join(", "))?;
+                    }
+                    if let Some(c) = viastack_stack::compose::composition(kind.name) {
+                        let list = |v: &[&str]| {
+                            if v.is_empty() {
+                                "-".to_string()
+                            } else {
+                                v.join(", ")
+                            }
+                        };
+                        outln!(
+                            "{:<14} compose: {}, slot {}; provides {}; requires {}; excludes {}",
+                            "",
+                            c.orientation,
+                            c.slot,
+                            list(c.provides),
+                            list(c.requires),
+                            list(c.excludes)
+                        )?;
                     }
                 }
             }

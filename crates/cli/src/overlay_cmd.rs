@@ -7,7 +7,8 @@
 //!   `stacks/overlay-app.toml`) as node N. With `--nodes`, node `i` is at
 //!   `127.0.0.1:(P + i)` (loopback, for trying several processes on one machine). Each second
 //!   it prints one JSON status line on stdout — node, logical address, neighbours, leader,
-//!   stable, each service's live instances, messages received — and writes the same object to
+//!   stable, each service's live instances and loaded ServiceIDs, the `deploy` counters of
+//!   services fetched at run time, messages received — and writes the same object to
 //!   `--status-file` (replaced atomically) when given. `--send-every D` multicasts a small
 //!   message every D (on the lane of `--service ID`, else the plain lane), so that services
 //!   have instances to show. It leaves (goodbyes) after `--duration`, or runs until killed.
@@ -146,7 +147,7 @@ pub fn run(cmd: OverlayCommand) -> anyhow::Result<ExitCode> {
                 duration,
                 settle: viastack_kernel::Duration::from_secs(3),
             };
-            join_as(&args, true)
+            join_as(&args, Role::Rendezvous)
         }
         OverlayCommand::Rendezvous {
             listen,
@@ -262,7 +263,7 @@ pub fn status_json(st: &Status, received: u64, sent: u64) -> Value {
         .services
         .iter()
         .map(
-            |s| json!({"channel": s.channel, "service_id": s.service_id, "instances": s.instances}),
+            |s| json!({"channel": s.channel, "service_id": s.service_id, "instances": s.instances, "loaded": s.loaded}),
         )
         .collect();
     json!({
@@ -309,21 +310,62 @@ fn human(v: &Value) -> String {
     )
 }
 
-fn join(args: &JoinArgs) -> anyhow::Result<ExitCode> {
-    join_as(args, false)
+/// The deployment counters of the node's `messagestore` layers (issue 16 §4), summed over
+/// the layers: specs fetched and accepted, refused (hash, signature or load), served to other
+/// nodes, requests sent, and messages dropped because their service never came.
+pub fn deploy_json(m: &viastack::Metrics) -> Value {
+    let mut out = serde_json::Map::new();
+    for what in [
+        "spec_request_sent",
+        "spec_accepted",
+        "spec_refused",
+        "spec_served",
+        "spec_fetch_failed",
+        "unknown_service_dropped",
+    ] {
+        let n: u64 = m
+            .counters
+            .iter()
+            .filter(|(k, _)| k.rsplit_once('.').is_some_and(|(_, c)| c == what))
+            .map(|(_, v)| *v)
+            .sum();
+        out.insert(what.to_string(), json!(n));
+    }
+    Value::Object(out)
 }
 
-/// Runs one node of the stack; `server`: the node must be the stack's rendezvous server.
-fn join_as(args: &JoinArgs, server: bool) -> anyhow::Result<ExitCode> {
+fn join(args: &JoinArgs) -> anyhow::Result<ExitCode> {
+    join_as(args, Role::Member)
+}
+
+/// What the node started by [`join_as`] is.
+pub enum Role {
+    /// An overlay member (`overlay join`).
+    Member,
+    /// The stack's rendezvous server (`overlay rendezvous STACK`).
+    Rendezvous,
+    /// The stack's services server (`services serve DIR --stack STACK`): a member whose
+    /// `messagestore` starts with the specs of a directory; the stack is given as text (the
+    /// stack file with the directory's specs put in).
+    SpecServer(String),
+}
+
+/// Runs one node of the stack as `role`.
+pub fn join_as(args: &JoinArgs, role: Role) -> anyhow::Result<ExitCode> {
     let deployment = deployment(args)?;
+    let builder = match &role {
+        Role::SpecServer(text) => {
+            Node::builder().stack_text(args.file.display().to_string(), text.clone())
+        }
+        _ => Node::builder().stack_file(&args.file),
+    };
     let mut socket = OverlaySocket::join_with(
-        Node::builder()
-            .stack_file(&args.file)
+        builder
             .deployment(deployment)
             .linger(Duration::from_millis(500)),
     )?;
     socket.set_settle(args.settle);
-    if server && socket.status()?.rendezvous_members.is_none() {
+    if matches!(role, Role::Rendezvous) && socket.status()?.rendezvous_members.is_none() {
         bail!(
             "{}: node {} is not the rendezvous server of its `overlay` layer (`rendezvous = N`)",
             args.file.display(),
@@ -343,7 +385,8 @@ fn join_as(args: &JoinArgs, server: bool) -> anyhow::Result<ExitCode> {
         if now >= next_tick {
             next_tick += Duration::from_secs(1);
             let st = socket.status()?;
-            let v = status_json(&st, received, sent);
+            let mut v = status_json(&st, received, sent);
+            v["deploy"] = deploy_json(&socket.node().metrics()?);
             outln!("{v}")?;
             if let Some(path) = &args.status_file {
                 let tmp = path.with_extension("tmp");

@@ -9,6 +9,12 @@
 //! - `serve DIR [--listen ADDR]`: a services server on UDP answering spec requests (by hash or
 //!   by ServiceID) with the bundles of `DIR/*.scxml` (and their `.sig`), in the messagestore
 //!   wire format (`SPEC_REQUEST` / `SPEC_RESPONSE`, docs/WIRE.md).
+//! - `serve DIR --stack STACK --id N (--nodes M | --deployment FILE)`: the same specs served
+//!   to an overlay on real sockets (seed 000 §4.3.2, the services server the nodes ask after
+//!   the source and the neighbours): node N of STACK, whose `messagestore` names it its
+//!   `server`, joins the overlay (`overlay join`'s loop and status lines) with the
+//!   directory's specs as its services; the other nodes (`overlay join STACK`) fetch them
+//!   through the stack's device and checksum like every datagram, verify and run them.
 //! - `fetch HASH --from ADDR [--out FILE] [--trusted-key K]`: asks a server for a spec by hash
 //!   and writes it once its hash (and, with `--trusted-key`, its signature) verified and it
 //!   loads.
@@ -47,13 +53,40 @@ pub enum ServicesCommand {
         #[arg(long)]
         key: PathBuf,
     },
-    /// Serve the specs of a directory (*.scxml, with *.scxml.sig) to nodes asking over UDP.
+    /// Serve the specs of a directory (*.scxml, with *.scxml.sig) to nodes asking over UDP:
+    /// on a bare socket (--listen, for `services fetch`), or as node N of a stack whose
+    /// `messagestore` names N its `server` (--stack, for `overlay join` nodes).
     Serve {
         /// The directory.
         dir: PathBuf,
-        /// Address to listen on (port 0: any; the bound address is printed first).
-        #[arg(long, default_value = "127.0.0.1:7420")]
-        listen: SocketAddr,
+        /// Address to listen on without a stack (port 0: any; the bound address is printed
+        /// first). Default 127.0.0.1:7420.
+        #[arg(long, conflicts_with = "stack")]
+        listen: Option<SocketAddr>,
+        /// A stack whose `messagestore` names this node its `server` (e.g.
+        /// stacks/overlay-services.toml): run that node of the overlay, its messagestore
+        /// starting with the directory's specs, answering the other nodes' spec requests
+        /// through the stack's device and checksum.
+        #[arg(long)]
+        stack: Option<PathBuf>,
+        /// With a stack: this node's id (the layer's `server`).
+        #[arg(long, requires = "stack")]
+        id: Option<u32>,
+        /// With a stack: loopback deployment of N nodes, node i at 127.0.0.1:(base-port + i).
+        #[arg(long, requires = "stack")]
+        nodes: Option<u32>,
+        /// With a stack: first port of the loopback deployment.
+        #[arg(long, default_value_t = 47000)]
+        base_port: u16,
+        /// With a stack: the deployment file.
+        #[arg(long, requires = "stack", conflicts_with = "nodes")]
+        deployment: Option<PathBuf>,
+        /// With a stack: write the status (JSON, as `overlay join`) to this file each second.
+        #[arg(long, requires = "stack")]
+        status_file: Option<PathBuf>,
+        /// With a stack: stop after this long.
+        #[arg(long, value_parser = crate::duration_arg, requires = "stack")]
+        duration: Option<viastack_kernel::Duration>,
     },
     /// Fetch a spec by hash from a services server and verify it.
     Fetch {
@@ -106,7 +139,44 @@ pub fn run(what: ServicesCommand) -> anyhow::Result<ExitCode> {
             let pk = specbundle::public_key(&seed).map_err(|e| anyhow!(e))?;
             outln!("{}", specbundle::hex(&pk))?;
         }
-        ServicesCommand::Serve { dir, listen } => serve(&dir, listen)?,
+        ServicesCommand::Serve {
+            dir,
+            listen,
+            stack: None,
+            ..
+        } => serve(
+            &dir,
+            listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 7420))),
+        )?,
+        ServicesCommand::Serve {
+            dir,
+            stack: Some(file),
+            id,
+            nodes,
+            base_port,
+            deployment,
+            status_file,
+            duration,
+            ..
+        } => {
+            let Some(me) = id else {
+                bail!("which node is the server? give --id (the messagestore's `server`)");
+            };
+            let text = server_stack(&file, &dir, me)?;
+            let args = crate::overlay_cmd::JoinArgs {
+                file,
+                id,
+                deployment,
+                nodes,
+                base_port,
+                status_file,
+                send_every: None,
+                service: None,
+                duration,
+                settle: viastack_kernel::Duration::from_secs(3),
+            };
+            return crate::overlay_cmd::join_as(&args, crate::overlay_cmd::Role::SpecServer(text));
+        }
         ServicesCommand::Fetch {
             hash,
             from,
@@ -166,9 +236,8 @@ fn sig_path(p: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// The bundles of `dir/*.scxml` (each must load), by hash, with their ServiceIDs.
-fn load_dir(dir: &Path) -> anyhow::Result<BTreeMap<Hash, (u32, Bundle)>> {
-    let mut out = BTreeMap::new();
+/// The specs of a directory: `dir/*.scxml`, sorted.
+fn spec_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("{}: cannot read", dir.display()))?
         .filter_map(Result::ok)
@@ -176,7 +245,65 @@ fn load_dir(dir: &Path) -> anyhow::Result<BTreeMap<Hash, (u32, Bundle)>> {
         .filter(|p| p.extension().is_some_and(|x| x == "scxml"))
         .collect();
     files.sort();
-    for f in files {
+    Ok(files)
+}
+
+/// The text of `stack` for its services server, node `id`: every `messagestore` layer must
+/// name `id` its `server`; it gets the specs of `dir` (absolute paths; their `.sig` files
+/// come with them) as its `service` and `known_at = id`, so that this node — and only it
+/// among the nodes started from the stack file as is — starts with them.
+fn server_stack(stack: &Path, dir: &Path, id: u32) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(stack)
+        .with_context(|| format!("{}: cannot read", stack.display()))?;
+    let mut doc: toml::Table = text
+        .parse()
+        .with_context(|| format!("{}: not TOML", stack.display()))?;
+    let mut paths = Vec::new();
+    for f in spec_files(dir)? {
+        let abs = std::fs::canonicalize(&f)
+            .with_context(|| format!("{}: cannot resolve", f.display()))?;
+        let shown = abs
+            .to_str()
+            .filter(|s| !s.contains(','))
+            .ok_or_else(|| anyhow!("{}: a path with a comma or not UTF-8", abs.display()))?
+            .to_string();
+        paths.push(shown);
+    }
+    if paths.is_empty() {
+        bail!("{}: no *.scxml to serve", dir.display());
+    }
+    let mut stores = 0;
+    if let Some(toml::Value::Table(layers)) = doc.get_mut("layers") {
+        for (name, layer) in layers.iter_mut() {
+            let Some(t) = layer.as_table_mut() else {
+                continue;
+            };
+            if t.get("kind").and_then(toml::Value::as_str) != Some("messagestore") {
+                continue;
+            }
+            let server = t.get("server").and_then(toml::Value::as_integer);
+            if server != Some(i64::from(id)) {
+                bail!(
+                    "{}: layer `{name}` does not name node {id} its services server \
+                     (`server = {id}`)",
+                    stack.display()
+                );
+            }
+            t.insert("service".into(), toml::Value::String(paths.join(",")));
+            t.insert("known_at".into(), toml::Value::String(id.to_string()));
+            stores += 1;
+        }
+    }
+    if stores == 0 {
+        bail!("{}: no `messagestore` layer", stack.display());
+    }
+    toml::to_string(&doc).with_context(|| format!("{}: cannot rewrite", stack.display()))
+}
+
+/// The bundles of `dir/*.scxml` (each must load), by hash, with their ServiceIDs.
+fn load_dir(dir: &Path) -> anyhow::Result<BTreeMap<Hash, (u32, Bundle)>> {
+    let mut out = BTreeMap::new();
+    for f in spec_files(dir)? {
         let text = read(&f)?;
         let signature = match std::fs::read_to_string(sig_path(&f)) {
             Ok(l) => Some(Signature::parse(&l).map_err(|e| anyhow!("{}.sig: {e}", f.display()))?),

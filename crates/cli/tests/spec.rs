@@ -204,7 +204,19 @@ fn compile_prints_rust_for_a_flat_service_and_refuses_the_others() {
     assert!(code.contains("pub const SERVICE_ID: u32 = 1;"), "{code}");
     assert!(code.contains("impl Runner for Compiled"), "{code}");
     assert!(code.contains("\"waitack\""), "{code}");
+    // A service with a datamodel, `cond`s and `_event.data` reads (issue 15 §2) compiles too.
     let o = viastack(&["spec", "compile", "specs/leakybucket.scxml"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let code = text(&o.stdout);
+    assert!(code.contains("pub const SERVICE_ID: u32 = 9;"), "{code}");
+    assert!(code.contains("native::assign(&mut inst.vars"), "{code}");
+    // A chart the flat machine refuses (a `<raise>`) is refused, with the reason.
+    let src = include_str!("../../../specs/ordering.scxml").replace(
+        r#"<transition event="idle" target="closed"/>"#,
+        r#"<transition event="idle" target="closed"><raise event="idle"/></transition>"#,
+    );
+    let p = write("compile-refused", "raise.scxml", &src);
+    let o = viastack(&["spec", "compile", p.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         text(&o.stderr)
@@ -212,6 +224,27 @@ fn compile_prints_rust_for_a_flat_service_and_refuses_the_others() {
         "{}",
         text(&o.stderr)
     );
+}
+
+/// `spec check` names the path each shipped service runs on: the flat machine for all nine.
+#[test]
+fn check_says_every_shipped_service_runs_on_the_flat_machine() {
+    for name in [
+        "dupelim",
+        "e2eack",
+        "h2hack",
+        "handshake",
+        "incast",
+        "leakybucket",
+        "ordering",
+        "selection",
+        "sync",
+    ] {
+        let o = viastack(&["spec", "check", &format!("specs/{name}.scxml")]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", text(&o.stderr));
+        let all = format!("{}{}", text(&o.stdout), text(&o.stderr));
+        assert!(all.contains("runs on the flat machine"), "{name}: {all}");
+    }
 }
 
 /// `--datamodel ecmascript` rewrites the placeholders with confEcma.xsl and runs the test on

@@ -1163,6 +1163,12 @@ impl VsyncSession {
         for m in &members {
             if self.store.index(*m).is_some() {
                 self.departed.insert(*m);
+            } else {
+                // A member left out after a flush it never answered (a partition cut it off
+                // mid-flush) is heard again, in a view of its own: it may be merged again.
+                // `unresponsive` is otherwise cleared only by installing a view, which a
+                // coordinator alone in its view never does — it would never merge it (issue 18).
+                self.unresponsive.remove(m);
             }
         }
         self.foreign.insert(

@@ -4,9 +4,7 @@
 //! through one explicitly bound `lwg` session (automatic binding fills the rest), per seed 3–6
 //! nodes, loss 0–20 % with duplication and reordering, up to two partitions that heal, up to
 //! two crashes (most restart), sometimes a leave, and a quiet end longer than the liveness
-//! bound. Every property must hold on every seed (liveness and self-delivery excepted where
-//! the same faults make plain `vsync` groups without `lwg` fail them too: printed, a
-//! heavy-group finding), per light group (view agreement, virtual
+//! bound. Every property must hold on every seed, per light group (view agreement, virtual
 //! synchrony, self-delivery, no creation, no duplication, liveness) and, over a shared
 //! `total-order`, across channels (`cross-channel-order`). Pass counts per property are
 //! printed (`--nocapture`).
@@ -196,7 +194,6 @@ fn many_seeds(layers: &[&str], expect: &str) {
 fn many_seeds_primary(layers: &[&str], expect: &str, primary: &str) {
     let mut tally: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut failures = Vec::new();
-    let mut inherited = Vec::new();
     let first: u64 = std::env::var("GROUP_SEED_FROM")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -215,23 +212,6 @@ fn many_seeds_primary(layers: &[&str], expect: &str, primary: &str) {
                 t.1 += 1;
             }
         }
-        let bad: Vec<&String> = r
-            .properties
-            .iter()
-            .filter(|(_, v)| v.starts_with("violated"))
-            .map(|(k, _)| k)
-            .collect();
-        let liveish = |k: &&String| *k == "liveness" || *k == "self-delivery";
-        if !bad.is_empty() && bad.iter().all(liveish) {
-            let heavy = heavy_violations(seed, layers, primary);
-            if bad.iter().all(|k| heavy.contains(k)) {
-                // The heavy groups alone fail these under the same faults: not lwg's doing.
-                for k in &bad {
-                    inherited.push(format!("{seed}:{k}"));
-                }
-                continue;
-            }
-        }
         if !r.verdict.holds && failures.len() < 3 {
             failures.push(format!("seed {seed}:\n{r}\n{src}"));
         }
@@ -244,32 +224,11 @@ fn many_seeds_primary(layers: &[&str], expect: &str, primary: &str) {
     for (k, (held, bad)) in &tally {
         println!("  {k:<20} {held:>6} / {bad}");
     }
-    println!("  violated on the plain heavy groups too (vsync, not lwg): {inherited:?}");
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-    let inherited_liveness = inherited.iter().filter(|s| s.ends_with("liveness")).count() as u64;
-    assert_eq!(
-        tally.get("liveness").map(|t| t.0 + inherited_liveness),
-        Some(seeds())
-    );
+    assert_eq!(tally.get("liveness").map(|t| t.0), Some(seeds()));
     if expect == "cross-channel-order" {
         assert_eq!(tally.get("cross-channel-order").map(|t| t.0), Some(seeds()));
     }
-}
-
-/// The properties seed `seed`'s faults violate without `lwg`: the three channels each with a
-/// group of their own (`layers` without `lwg`, default binding, `primary` as given).
-fn heavy_violations(seed: u64, layers: &[&str], primary: &str) -> Vec<String> {
-    let heavy: Vec<&str> = layers.iter().copied().filter(|l| *l != "lwg").collect();
-    let src = stack("", &heavy, false, &[]).replace(
-        "kind = \"vsync\"",
-        &format!("kind = \"vsync\"\nprimary = \"{primary}\""),
-    ) + &scenario(seed, "virtual-synchrony");
-    run_file(&src)
-        .properties
-        .into_iter()
-        .filter(|(_, v)| v.starts_with("violated"))
-        .map(|(k, _)| k)
-        .collect()
 }
 
 #[test]
@@ -444,3 +403,73 @@ fn ten_light_groups_cost_less_than_ten_heavy_groups() {
     assert!(figures[0].0 < figures[1].0, "{figures:?}");
     assert!(figures[0].1 < figures[1].1, "{figures:?}");
 }
+
+/// Issue 18 regression (seed 20's faults, fixed here): node 2 restarts at 2.761 s and, 29 ms
+/// later, a partition cuts it off from node 0 in the middle of the flush merging it; node 0's
+/// coordinator leaves the silent new incarnation out (`unresponsive`) and, alone in its view,
+/// installed no view that would have cleared that mark: it never merged node 2 again after the
+/// heal. Plain `vsync` groups, three channels, no `lwg`.
+#[test]
+fn a_member_cut_off_mid_merge_is_merged_after_the_heal() {
+    let heavy: Vec<&str> = LWG.iter().copied().filter(|l| *l != "lwg").collect();
+    let src = stack("", &heavy, false, &[]) + SEED20_FAULTS;
+    let r = run_file(&src);
+    assert_eq!(
+        r.properties.get("liveness").map(String::as_str),
+        Some("held"),
+        "{r}"
+    );
+    assert!(r.verdict.holds, "{r}");
+}
+
+/// The scenario seed 20 of [`scenario`] drew (kept literal: independent of the generator).
+const SEED20_FAULTS: &str = r#"
+[scenario]
+nodes = 3
+seed = 20
+expect = "virtual-synchrony"
+duration = "12820ms"
+[scenario.link]
+latency = "1ms"
+jitter = "1ms"
+loss = 0.1
+duplicate = 0.05
+reorder = 0.1
+reorder_delay = "3ms"
+[[scenario.workload]]
+channel = "a"
+pattern = "multicast"
+messages = 100
+interval = "40ms"
+start = "300ms"
+size = 40
+[[scenario.workload]]
+channel = "b"
+pattern = "multicast"
+messages = 100
+interval = "50ms"
+start = "310ms"
+size = 40
+[[scenario.workload]]
+channel = "c"
+pattern = "multicast"
+messages = 100
+interval = "70ms"
+start = "320ms"
+size = 40
+[[scenario.partition]]
+at = "2790ms"
+heal = "3884ms"
+groups = [[1, 2], [0]]
+[[scenario.partition]]
+at = "1885ms"
+heal = "2547ms"
+groups = [[0, 2], [1]]
+[[scenario.crash]]
+node = 2
+at = "1282ms"
+restart = "2761ms"
+[[scenario.crash]]
+node = 1
+at = "1357ms"
+"#;

@@ -280,6 +280,19 @@ fn every_shipped_service_says_which_path_it_runs_on_and_why_a_fallback() {
     // Without it, the `cond` runs on the flat machine.
     let plain = src.replace(r#"<raise event="x"/>"#, "");
     assert_eq!(load("cond", &plain).path(), ("flat", None));
+    // A `cond` that reads no variable is still evaluated (true and false alike, as the engine).
+    for c in ["true", "false"] {
+        let chart = plain.replace(r#"cond="true""#, &format!(r#"cond="{c}""#));
+        for seed in 0..40 {
+            let inputs = random_trace(4, seed);
+            let opts = Options::default();
+            let a = trace::run(&mut store(load("c", &chart)), &inputs, opts);
+            let mut general = load("c", &chart);
+            general.disable_flat();
+            let b = trace::run(&mut store(general), &inputs, opts);
+            assert_eq!(a, b, "cond={c} seed {seed}");
+        }
+    }
     // `_event` read as a whole: the engine, named.
     let whole = src.replace(
         r#"<raise event="x"/>"#,

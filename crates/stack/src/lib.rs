@@ -18,6 +18,7 @@
 
 pub mod build;
 pub mod catalog;
+pub mod compose;
 pub mod diag;
 pub mod model;
 pub mod parse;

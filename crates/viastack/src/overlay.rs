@@ -140,6 +140,9 @@ pub struct ServiceStatus {
     pub service_id: u32,
     /// Live service instances (one per message in flight).
     pub instances: usize,
+    /// The ServiceIDs whose specs the lane's MessageStore runs now: configured, and fetched
+    /// at run time (issue 16 §4).
+    pub loaded: Vec<u32>,
 }
 
 /// A snapshot of the socket ([`OverlaySocket::status`]).
@@ -485,6 +488,7 @@ impl OverlaySocket {
                             channel: name.clone(),
                             service_id: m.service_id(),
                             instances: m.live(),
+                            loaded: m.services(),
                         });
                     }
                 }

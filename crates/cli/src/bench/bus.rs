@@ -161,6 +161,10 @@ fn transfer(size: usize, by_reference: bool, receivers: usize) -> anyhow::Result
             threshold.to_string(),
             "--max-frame".into(),
             max_frame.to_string(),
+            // A bench is not a lease test: a 100 MB frame through a loaded bus may take
+            // longer than the default 10 s.
+            "--lease".into(),
+            "120s".into(),
         ],
     )?;
     let start: Arc<Mutex<Option<Instant>>> = Arc::default();

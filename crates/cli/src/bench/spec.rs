@@ -17,6 +17,13 @@
 //! `specs/h2hack.scxml` at run time when the working directory has it; issue 15 target ≥ 0.8),
 //! each the ratio of the lanes' medians over alternated rounds with a 95 % interval, plus
 //! `load_ms` (load + compile, median of 5) and the path the run-time service runs on.
+//!
+//! A second service, best-effort ordering (`specs/ordering.scxml`: a `cond` on
+//! `_event.data.SequenceNumber`, an `<assign>` to the datamodel — issue 15 §2's last item), has
+//! no hand-written reference: its run-time lane (the flat machine with its datamodel) is
+//! measured against the same specification compiled to Rust and on the general chart engine
+//! (`ordering.runtime_vs_compiled`, `ordering.runtime_vs_engine`). Per id (a quarter of
+//! `--messages`): sequence numbers 0, 2, 1 (late: dropped), 3, then the idle timer.
 
 #![allow(clippy::disallowed_methods)] // a benchmark reads the clock
 
@@ -29,7 +36,7 @@ use serde_json::json;
 use viastack_kernel::time::Instant;
 
 use super::stats::{median, ratio_of_medians_ci95};
-use viastack_services::h2hack;
+use viastack_services::{h2hack, ordering};
 use viastack_spec::service::h2hack_handwritten::H2hack;
 use viastack_spec::service::trace::Input;
 use viastack_spec::service::{
@@ -37,6 +44,7 @@ use viastack_spec::service::{
 };
 
 const H2HACK: &str = include_str!("../../../../specs/h2hack.scxml");
+const ORDERING: &str = include_str!("../../../../specs/ordering.scxml");
 
 /// Options of `viastack bench spec`.
 #[derive(Args)]
@@ -192,6 +200,117 @@ fn measure<R: Runner>(
     })
 }
 
+/// The ordering load: per id, messages with sequence numbers 0, 2, 1 (late), 3, then the idle
+/// timer (which ends the instance).
+fn ordering_load(ids: u64, concurrent: u64) -> (Vec<Input>, usize) {
+    let payload: Arc<[u8]> = vec![0u8; 64].into();
+    let mut out = Vec::with_capacity(ids as usize * 5);
+    let mut t = 0u64;
+    let mut peak = 0;
+    let mut first = 1;
+    while first <= ids {
+        let batch = first..(first + concurrent).min(ids + 1);
+        for (phase, seq) in [0u64, 2, 1, 3, u64::MAX].into_iter().enumerate() {
+            t += 1;
+            let at = Instant::from_micros(t);
+            for id in batch.clone() {
+                out.push(if seq == u64::MAX {
+                    Input::Timer(
+                        at,
+                        InstanceKey {
+                            service: 4,
+                            message: id,
+                        },
+                        1,
+                    )
+                } else {
+                    Input::Message(
+                        at,
+                        Message {
+                            service_id: 4,
+                            message_id: id,
+                            message_type: 0x80,
+                            delivery_mode: 3,
+                            hop_limit: 255,
+                            source: Addr(9),
+                            previous_hop: Addr(9),
+                            seq,
+                            payload: Some(Arc::clone(&payload)),
+                            ..Message::default()
+                        },
+                    )
+                });
+            }
+            if first == 1 && phase == 3 {
+                peak = out.len();
+            }
+        }
+        first += concurrent;
+    }
+    (out, peak)
+}
+
+/// Ordering's lanes: compiled, run time (flat machine), engine; their medians' ratios.
+fn ordering_figures(args: &SpecArgs) -> anyhow::Result<serde_json::Value> {
+    let (svc, _) = Service::load("specs/ordering.scxml", ORDERING).map_err(|e| anyhow!("{e}"))?;
+    let path = svc.path().0;
+    let (mut general, _) =
+        Service::load("specs/ordering.scxml", ORDERING).map_err(|e| anyhow!("{e}"))?;
+    general.disable_flat();
+    let (svc, general) = (Arc::new(svc), Arc::new(general));
+    let (inputs, peak) = ordering_load((args.messages / 4).max(1), args.concurrent.max(1));
+    let config = StoreConfig {
+        pool: 0,
+        capacity: usize::MAX,
+    };
+    let table = || Store::new(vec![Arc::clone(&svc)], config);
+    let engine = || Store::new(vec![Arc::clone(&general)], config);
+    let compiled = || ordering::Compiled::with_capacity(usize::MAX);
+    let warm = inputs.len().min(50_000);
+    measure(&compiled, &inputs[..warm], peak.min(warm), 1)?;
+    measure(&table, &inputs[..warm], peak.min(warm), 1)?;
+    measure(&engine, &inputs[..warm], peak.min(warm), 1)?;
+    let mut rounds = Vec::new();
+    for _ in 0..args.repeat.max(1) {
+        rounds.push([
+            measure(&compiled, &inputs, peak, 1)?,
+            measure(&table, &inputs, peak, 1)?,
+            measure(&engine, &inputs, peak, 1)?,
+        ]);
+    }
+    let acts: Vec<u64> = (0..3).map(|i| rounds[0][i].actions).collect();
+    if acts[0] != acts[1] || acts[1] != acts[2] {
+        return Err(anyhow!(
+            "ordering: the implementations took different actions: compiled {}, run time {}, engine {}",
+            acts[0],
+            acts[1],
+            acts[2]
+        ));
+    }
+    let eps = |i: usize| -> Vec<f64> { rounds.iter().map(|r| r[i].events_per_s).collect() };
+    let med = |i: usize| median(&eps(i));
+    let pairs = |a: usize, b: usize| -> Vec<(f64, f64)> {
+        rounds
+            .iter()
+            .map(|r| (r[a].events_per_s, r[b].events_per_s))
+            .collect()
+    };
+    Ok(json!({
+        "events": inputs.len(),
+        "actions": acts[0],
+        "runtime_path": path,
+        "compiled_events_per_s": med(0),
+        "runtime_events_per_s": med(1),
+        "engine_events_per_s": med(2),
+        "compiled_bytes_per_instance": rounds[0][0].bytes_per_instance,
+        "runtime_bytes_per_instance": rounds[0][1].bytes_per_instance,
+        "runtime_vs_compiled": med(1) / med(0),
+        "runtime_vs_compiled_ci95": ratio_of_medians_ci95(&pairs(1, 0)),
+        "runtime_vs_engine": med(1) / med(2),
+        "runtime_vs_engine_ci95": ratio_of_medians_ci95(&pairs(1, 2)),
+    }))
+}
+
 /// The three implementations, in the order they are measured.
 const IMPLEMENTATIONS: [&str; 3] = ["compiled", "table", "handwritten"];
 
@@ -290,6 +409,7 @@ pub fn run(args: &SpecArgs) -> anyhow::Result<()> {
         .iter()
         .filter(|i| matches!(i, Input::Message(..)))
         .count() as f64;
+    let ord = ordering_figures(args)?;
     if args.json {
         let fig = |i: usize| {
             let m = med(i);
@@ -318,6 +438,7 @@ pub fn run(args: &SpecArgs) -> anyhow::Result<()> {
             "runtime_spec": origin,
             "runtime_path": path,
             "runtime_fallback": fallback,
+            "ordering": ord,
         });
         outln!("{}", serde_json::to_string_pretty(&v)?)?;
     } else {
@@ -352,6 +473,17 @@ pub fn run(args: &SpecArgs) -> anyhow::Result<()> {
             table_ci[0], table_ci[1]
         )?;
         outln!("load_ms {load_ms:.2} (load + compile; target <= 50)")?;
+        let f = |k: &str| ord[k].as_f64().unwrap_or(0.0);
+        outln!(
+            "ordering ({} events, run time on the {} path): compiled {:.0}, run time {:.0}, engine {:.0} events/s; runtime_vs_compiled {:.3}, runtime_vs_engine {:.3}",
+            ord["events"],
+            ord["runtime_path"].as_str().unwrap_or("?"),
+            f("compiled_events_per_s"),
+            f("runtime_events_per_s"),
+            f("engine_events_per_s"),
+            f("runtime_vs_compiled"),
+            f("runtime_vs_engine")
+        )?;
     }
     Ok(())
 }

@@ -674,13 +674,19 @@ impl Flat {
             return Err("a step runs more than 65,534 actions".into());
         }
         let model = model.into_inner();
+        // A `cond` or `<assign>` needs the model even when the chart has no variables and
+        // reads nothing of `_event` (`cond="false"`).
+        let needed = !model.is_empty()
+            || steps.iter().chain([&start]).any(|s| {
+                s.cond.is_some() || s.ops.iter().any(|(op, _)| matches!(op, FastOp::Assign(_)))
+            });
         Ok(Flat {
             states: n,
             table: table.into(),
             steps: steps.into(),
             start,
             plans: Box::default(),
-            model: (!model.is_empty()).then_some(model),
+            model: needed.then_some(model),
         })
     }
 
@@ -1039,7 +1045,11 @@ mod tests {
             .unwrap();
         let first = flat.step(payload, open).unwrap();
         assert!(first.cond.is_some());
-        assert!(matches!(first.ops[0].0, FastOp::Assign(_)), "{:?}", first.ops);
+        assert!(
+            matches!(first.ops[0].0, FastOp::Assign(_)),
+            "{:?}",
+            first.ops
+        );
         let drop = flat.alt(first).unwrap();
         assert!(drop.cond.is_none() && drop.ops.is_empty() && drop.target.is_none());
         assert!(flat.alt(drop).is_none());

@@ -625,25 +625,22 @@ impl Store {
                 inst
             }
         };
-        let ended = flat_step(
-            svc,
-            machine,
-            inst,
-            hits,
-            comps,
-            fire_flat,
-            Input {
-                now,
-                key,
-                node,
-                current: Some(m),
-                drafts,
-                net,
-                scratch,
-                timer: 0,
-                dm,
-            },
-        );
+        let input = Input {
+            now,
+            key,
+            node,
+            current: Some(m),
+            drafts,
+            net,
+            scratch,
+            timer: 0,
+            dm,
+        };
+        let ended = if machine.model().is_some() {
+            flat_step::<true, N>(svc, machine, inst, hits, comps, fire_flat, input)
+        } else {
+            flat_step::<false, N>(svc, machine, inst, hits, comps, fire_flat, input)
+        };
         if ended {
             if let Some(mut f) = instances.remove(&key.message) {
                 *flat_live -= 1;
@@ -696,25 +693,22 @@ impl Store {
         if hits.is_empty() {
             return Ok(());
         }
-        let ended = flat_step(
-            svc,
-            machine,
-            inst,
-            hits,
-            comps,
-            fire_flat,
-            Input {
-                now,
-                key,
-                node,
-                current: None,
-                drafts,
-                net,
-                scratch,
-                timer: id,
-                dm,
-            },
-        );
+        let input = Input {
+            now,
+            key,
+            node,
+            current: None,
+            drafts,
+            net,
+            scratch,
+            timer: id,
+            dm,
+        };
+        let ended = if machine.model().is_some() {
+            flat_step::<true, N>(svc, machine, inst, hits, comps, fire_flat, input)
+        } else {
+            flat_step::<false, N>(svc, machine, inst, hits, comps, fire_flat, input)
+        };
         if ended {
             if let Some(mut f) = instances.remove(&key.message) {
                 *flat_live -= 1;
@@ -787,8 +781,10 @@ fn select<'m>(machine: &'m Flat, step: &'m Step, state: u16, dm: &mut Dm<'_>) ->
 /// its history, each basic event's step, then every composite event whose constituents
 /// fired and whose expression holds, each given to the state the machine is in when its turn
 /// comes. Whether the instance ended.
+/// `DM`: the chart has a datamodel (`machine.model()` is some); without one, nothing of the
+/// datamodel is looked at (h2hack's path keeps its instruction count).
 #[inline(always)]
-fn flat_step<N: Network>(
+fn flat_step<const DM: bool, N: Network>(
     svc: &Service,
     machine: &Flat,
     inst: &mut FlatInst,
@@ -856,11 +852,11 @@ fn flat_step<N: Network>(
     // Basic events, in declaration order.
     for &e in hits {
         if let Some(step) = machine.step(usize::from(e), *state) {
-            if dm.model.is_some() {
+            if DM {
                 let name = svc.data.basic.get(usize::from(e)).map_or("", |b| &b.name);
                 dm.event(name, input.current, input.timer);
             }
-            let step = if step.cond.is_none() {
+            let step = if !DM || step.cond.is_none() {
                 Some(step)
             } else {
                 select(machine, step, *state, &mut dm)
@@ -916,16 +912,30 @@ fn flat_step<N: Network>(
             .get(usize::from(c))
             .map_or("", |x| x.name.as_str())
     };
-    dm.event(comp_name(c), input.current, input.timer);
-    if let Some(step) = select(machine, step, *state, &mut dm) {
+    if DM {
+        dm.event(comp_name(c), input.current, input.timer);
+    }
+    let step = if !DM || step.cond.is_none() {
+        Some(step)
+    } else {
+        select(machine, step, *state, &mut dm)
+    };
+    if let Some(step) = step {
         if run_flat(step, state, &mut ctx, input.scratch, &mut dm) {
             return true;
         }
     }
     for &c in fire.iter() {
         if let Some(step) = machine.step(basics + usize::from(c), *state) {
-            dm.event(comp_name(c), input.current, input.timer);
-            if let Some(step) = select(machine, step, *state, &mut dm) {
+            if DM {
+                dm.event(comp_name(c), input.current, input.timer);
+            }
+            let step = if !DM || step.cond.is_none() {
+                Some(step)
+            } else {
+                select(machine, step, *state, &mut dm)
+            };
+            if let Some(step) = step {
                 if run_flat(step, state, &mut ctx, input.scratch, &mut dm) {
                     return true;
                 }

@@ -332,10 +332,22 @@ pub const MESSAGESTORE: LayerKind = LayerKind {
         ParamSpec {
             name: "service",
             kind: ParamKind::Paths,
-            default: None,
+            default: Some("\"\""),
             doc: "paths of the services' SCXML specifications, comma-separated (relative to \
                   the stack file), loaded and verified when the stack is built; a `FILE.sig` \
-                  next to one (`viastack services sign`) is its signature",
+                  next to one (`viastack services sign`) is its signature (empty: the node \
+                  starts with no spec and fetches its `service_id`'s)",
+        },
+        ParamSpec {
+            name: "service_id",
+            kind: ParamKind::Int {
+                min: -1,
+                max: u32::MAX as i64,
+            },
+            default: Some("-1"),
+            doc: "ServiceID of the application's messages (-1: the first `service`'s); with no \
+                  `service` the node has no spec at start and fetches it from the nodes that \
+                  have it and the `server` (`viastack services serve DIR --stack`)",
         },
         ParamSpec {
             name: "known_at",
@@ -444,8 +456,12 @@ fn build_messagestore(name: &str, params: &Params, env: &BuildEnv) -> Result<Lay
     use viastack_protocols::messagestore::{Deploy, LocalService};
     use viastack_protocols::specbundle::{self, Signature};
     let paths = params.get_paths("service")?;
-    if paths.is_empty() {
-        return Err(BuildError::param("service", "no service given"));
+    let service_id = u32::try_from(params.get_int("service_id")?).ok();
+    if paths.is_empty() && service_id.is_none() {
+        return Err(BuildError::param(
+            "service",
+            "no service given: name specs in `service`, or a `service_id` to fetch",
+        ));
     }
     let mut services: Vec<LocalService> = Vec::new();
     for path in &paths {
@@ -477,7 +493,8 @@ fn build_messagestore(name: &str, params: &Params, env: &BuildEnv) -> Result<Lay
         }
         services.push(local);
     }
-    let default_service = services.first().map_or(0, |l| l.service.id());
+    let default_service =
+        service_id.unwrap_or_else(|| services.first().map_or(0, |l| l.service.id()));
     let known_at = params.get_str("known_at")?;
     let mut known = Vec::new();
     for part in known_at.split(',').map(str::trim).filter(|p| !p.is_empty()) {

@@ -55,7 +55,7 @@ public final class Tool implements AutoCloseable {
     /** Values this tool sends through the bus: var -> {offset, window left}. */
     private final Map<Long, long[]> relaying = new HashMap<>();
     private volatile boolean closed;
-    private long nextVar;
+    private static final java.security.SecureRandom RANDOM = new java.security.SecureRandom();
     private long nextEvent;
     private int fetches;
 
@@ -272,10 +272,12 @@ public final class Tool implements AutoCloseable {
         if (data.length <= threshold) {
             return t;
         }
+        // 62 random bits, never 0 nor in use: the variable number is the value's capability
+        // (the owner serves a GET for any variable it holds), so it must not be guessable.
         long v;
-        synchronized (this) {
-            v = ++nextVar;
-        }
+        do {
+            v = RANDOM.nextLong() >>> 2;
+        } while (v == 0 || store.containsKey(v));
         store.put(v, data);
         return new Term.Ref(id, v, data.length, location, Terms.signature(t));
     }
