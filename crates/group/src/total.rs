@@ -20,25 +20,54 @@
 //! becomes the sequencer. An `Order` carries its view's id; one from another view (queued by
 //! `vsync` across the change) is dropped (`total.stale_order`).
 //!
+//! # Batched `Order`s that are never lost (issue 18)
+//!
+//! The sequencer does not send one `Order` per message: it collects the (sender, `local`)
+//! assignments of everything `vsync` handed it and sends them in one `Order` (at most
+//! [`MAX_BATCH`] entries) when the kernel's input batch is done (its `Flush`), so a burst of
+//! messages costs one ordering multicast, not one each. One `Order` is in flight at a time:
+//! `vsync` either delivers it back to the sequencer (self-delivery, within the same kernel
+//! run) or refuses it with a `SendRefused` notice naming [`ORDER_TAG`] (its buffer of
+//! unstable messages is full). A refused `Order`'s entries go back to the head of the
+//! sequencer's queue, the notice is swallowed (it concerns no application message), and the
+//! `Order` is sent again at the next activity or after [`RETRY`] (a timer), so total order
+//! resumes as soon as stability frees room instead of stalling until the next view change.
+//! The queue is bounded: each entry is a message held in `pending` (at most `capacity`).
+//! Because one `Order` is in flight at a time, `Order`s keep the sequencer's FIFO order.
+//!
 //! # Wire
 //!
 //! [`crate::wire::TotalPdu`], docs/WIRE.md. Counters: `total.ordered` (entries the sequencer
-//! sent), `total.delivered`, `total.flushed_unordered` (delivered at a view change without an
-//! `Order`), `total.stale_order`, `total.malformed`, `total.held_over` (refused: the pending
-//! buffer is full).
+//! sent, counted when `vsync` accepted their `Order`), `total.order_pdus` (`Order`s sent),
+//! `total.order_refused` (`Order`s `vsync` refused, re-sent later), `total.delivered`,
+//! `total.flushed_unordered` (delivered at a view change without an `Order`),
+//! `total.stale_order`, `total.malformed`, `total.held_over` (refused: the pending buffer is
+//! full).
 
 use std::collections::{BTreeMap, VecDeque};
 
-use viastack_kernel::event::{EventTypeDef, CHANNEL_INIT, SENDABLE};
+use viastack_kernel::event::{EventTypeDef, CHANNEL_INIT, FLUSH, SENDABLE, TIMER};
 use viastack_kernel::{
-    Context, Delivery, Dest, Direction, Event, EventType, Layer, Message, NodeId, Sendable, Session,
+    Context, Delivery, Dest, Direction, Duration, Event, EventType, Layer, Message, NodeId,
+    Sendable, Session, Tag,
 };
+use viastack_protocols::events::{self, SendFailure, SEND_REFUSED};
 
 use crate::vsync::{view_notice, VIEW};
 use crate::wire::{TotalPdu, ViewId};
 
 /// An `Order` this layer generates (a `Sendable` subtype).
 pub static ORDER: EventTypeDef = EventTypeDef::new("TotalOrder", Some(&SENDABLE));
+
+/// Most (sender, `local`) entries one `Order` carries (the wire's list bound).
+pub const MAX_BATCH: usize = crate::wire::MAX_MEMBERS;
+
+/// The tag of the sequencer's `Order`s, so that `vsync`'s `SendRefused` about one is known
+/// (applications must not use it for their own messages).
+pub const ORDER_TAG: Tag = Tag(u64::MAX);
+
+/// How long after a refused `Order` the sequencer tries again if nothing else happened.
+pub const RETRY: Duration = Duration::from_millis(5);
 
 /// The `total-order` layer.
 #[derive(Debug, Clone)]
@@ -64,7 +93,12 @@ impl Layer for TotalOrder {
         &self.name
     }
     fn accepts(&self) -> Vec<EventType> {
-        vec![SENDABLE.id(), VIEW.id(), CHANNEL_INIT.id()]
+        vec![
+            SENDABLE.id(),
+            VIEW.id(),
+            CHANNEL_INIT.id(),
+            SEND_REFUSED.id(),
+        ]
     }
     /// A group below that announces views (`vsync`).
     fn requires(&self) -> Vec<EventType> {
@@ -85,6 +119,9 @@ impl Layer for TotalOrder {
             local: 0,
             pending: BTreeMap::new(),
             order: VecDeque::new(),
+            unsent: VecDeque::new(),
+            inflight: None,
+            retry_armed: false,
         })
     }
 }
@@ -101,6 +138,12 @@ pub struct TotalSession {
     pending: BTreeMap<(NodeId, u64), Event>,
     /// Ordered, not yet delivered.
     order: VecDeque<(NodeId, u64)>,
+    /// Sequencer: entries not yet handed to `vsync` in an `Order` (refused ones at the head).
+    unsent: VecDeque<(NodeId, u64)>,
+    /// Sequencer: the `Order` handed to `vsync` and not yet back (delivered) nor refused.
+    inflight: Option<Vec<(NodeId, u64)>>,
+    /// Sequencer: a retry timer is pending.
+    retry_armed: bool,
 }
 
 impl TotalSession {
@@ -112,6 +155,63 @@ impl TotalSession {
             self.order.pop_front();
             ctx.count("delivered");
             ctx.go(ev);
+        }
+    }
+
+    /// Sends the next `Order` if none is in flight (at the end of an input batch).
+    fn send_order(&mut self, ctx: &mut Context<'_>) {
+        if !self.sequencer || self.inflight.is_some() || self.unsent.is_empty() {
+            return;
+        }
+        let Some(view) = self.view else {
+            return;
+        };
+        let n = self.unsent.len().min(MAX_BATCH);
+        let entries: Vec<(NodeId, u64)> = self.unsent.drain(..n).collect();
+        let pdu = TotalPdu::Order {
+            view,
+            entries: entries.clone(),
+        };
+        self.inflight = Some(entries);
+        let m = Message::with_headroom(96, &pdu.emit());
+        ctx.count("order_pdus");
+        ctx.go(Event::sendable(
+            ORDER.id(),
+            Direction::Down,
+            ctx.channel(),
+            Sendable::new(self.node, Dest::Broadcast, m).with_tag(ORDER_TAG),
+        ));
+    }
+
+    /// `vsync` refused something: if it was our `Order`, keep its entries for a retry.
+    fn on_refused(&mut self, event: Event, ctx: &mut Context<'_>) {
+        let Some(f) = event.custom::<SendFailure>() else {
+            ctx.go(event);
+            return;
+        };
+        let ours = f.tags.contains(&ORDER_TAG);
+        if !ours {
+            ctx.go(event);
+            return;
+        }
+        let (peer, rest): (NodeId, Vec<Tag>) = (
+            f.peer,
+            f.tags.iter().copied().filter(|&t| t != ORDER_TAG).collect(),
+        );
+        {
+            ctx.count("order_refused");
+            if let Some(entries) = self.inflight.take() {
+                for e in entries.into_iter().rev() {
+                    self.unsent.push_front(e);
+                }
+            }
+            if !self.retry_armed {
+                self.retry_armed = true;
+                ctx.set_timer(RETRY, 0);
+            }
+        }
+        if !rest.is_empty() {
+            ctx.go(events::failure(&SEND_REFUSED, event.channel(), peer, rest));
         }
     }
 
@@ -133,6 +233,9 @@ impl TotalSession {
             ctx.count("flushed_unordered");
             ctx.go(ev);
         }
+        // Entries of the old view not yet ordered were just delivered unordered.
+        self.unsent.clear();
+        self.inflight = None;
         self.view = Some(id);
         self.sequencer = first == Some(self.node);
         ctx.go(event);
@@ -163,27 +266,27 @@ impl TotalSession {
                     return;
                 }
                 self.pending.insert(key, event);
-                if self.sequencer {
-                    if let Some(view) = self.view {
-                        let pdu = TotalPdu::Order {
-                            view,
-                            entries: vec![key],
-                        };
-                        let m = Message::with_headroom(96, &pdu.emit());
-                        ctx.count("ordered");
-                        ctx.go(Event::sendable(
-                            ORDER.id(),
-                            Direction::Down,
-                            ctx.channel(),
-                            Sendable::new(self.node, Dest::Broadcast, m),
-                        ));
+                if self.sequencer && self.view.is_some() {
+                    self.unsent.push_back(key);
+                    if self.unsent.len() >= MAX_BATCH {
+                        self.send_order(ctx);
                     }
+                    ctx.request_flush();
                 }
             }
             TotalPdu::Order { view, entries } => {
                 if Some(view) != self.view {
                     ctx.count("stale_order");
                     return;
+                }
+                if source == self.node && self.sequencer {
+                    // Our own `Order`, accepted by `vsync`: the next one may go.
+                    if self.inflight.take().is_some() {
+                        ctx.count_n("ordered", entries.len() as u64);
+                    }
+                    if !self.unsent.is_empty() {
+                        ctx.request_flush();
+                    }
                 }
                 if self.order.len() + entries.len() > self.capacity * 2 {
                     ctx.count("held_over");
@@ -201,6 +304,19 @@ impl Session for TotalSession {
         let ty = event.ty();
         if ty == VIEW.id() {
             self.on_view(event, ctx);
+            return;
+        }
+        if ty == FLUSH.id() {
+            self.send_order(ctx);
+            return;
+        }
+        if ty == TIMER.id() {
+            self.retry_armed = false;
+            self.send_order(ctx);
+            return;
+        }
+        if ty == SEND_REFUSED.id() {
+            self.on_refused(event, ctx);
             return;
         }
         match (event.dir(), event.sendable_mut()) {
