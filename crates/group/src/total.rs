@@ -42,7 +42,7 @@
 //! `total.order_refused` (`Order`s `vsync` refused, re-sent later), `total.delivered`,
 //! `total.flushed_unordered` (delivered at a view change without an `Order`),
 //! `total.stale_order`, `total.malformed`, `total.held_over` (refused: the pending buffer is
-//! full).
+//! full; the application is told by an [`ORDER_OVERFLOW`] notice naming the peer).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -58,6 +58,13 @@ use crate::wire::{TotalPdu, ViewId};
 
 /// An `Order` this layer generates (a `Sendable` subtype).
 pub static ORDER: EventTypeDef = EventTypeDef::new("TotalOrder", Some(&SENDABLE));
+/// Up to the application: a message of the peer it names (or an `Order` it sent) was refused
+/// because the pending or order buffer was full, so this member can no longer deliver the
+/// group's total order in this view — never a silent drop (also counted `total.held_over`).
+pub static ORDER_OVERFLOW: EventTypeDef = EventTypeDef::new(
+    "OrderOverflow",
+    Some(&viastack_kernel::event::CHANNEL_EVENT),
+);
 
 /// Most (sender, `local`) entries one `Order` carries (the wire's list bound).
 pub const MAX_BATCH: usize = crate::wire::MAX_MEMBERS;
@@ -105,7 +112,7 @@ impl Layer for TotalOrder {
         vec![VIEW.id()]
     }
     fn provides(&self) -> Vec<EventType> {
-        vec![ORDER.id()]
+        vec![ORDER.id(), ORDER_OVERFLOW.id()]
     }
     fn delivery(&self, below: Delivery) -> Delivery {
         below
@@ -263,6 +270,7 @@ impl TotalSession {
                 let key = (source, local);
                 if self.pending.len() >= self.capacity {
                     ctx.count("held_over");
+                    ctx.go(events::notice(&ORDER_OVERFLOW, event.channel(), source));
                     return;
                 }
                 self.pending.insert(key, event);
@@ -290,6 +298,7 @@ impl TotalSession {
                 }
                 if self.order.len() + entries.len() > self.capacity * 2 {
                     ctx.count("held_over");
+                    ctx.go(events::notice(&ORDER_OVERFLOW, event.channel(), source));
                     return;
                 }
                 self.order.extend(entries);
