@@ -143,13 +143,14 @@ mod tests {
                     continue;
                 }
                 let value = match (spec.name, spec.default_value()) {
-                    (_, Ok(v)) => v,
-                    ("rate", Err(_)) => ParamValue::Float(0.5),
-                    ("service", Err(_)) => ParamValue::Paths(vec![concat!(
+                    // `service` may be left empty (with a `service_id` to fetch): give a spec.
+                    ("service", _) => ParamValue::Paths(vec![concat!(
                         env!("CARGO_MANIFEST_DIR"),
                         "/../../specs/h2hack.scxml"
                     )
                     .into()]),
+                    (_, Ok(v)) => v,
+                    ("rate", Err(_)) => ParamValue::Float(0.5),
                     ("key", Err(_)) => ParamValue::Secret(crate::Secret::new("ab".repeat(32))),
                     (other, Err(e)) => panic!("{}: no sample for `{other}`: {e}", kind.name),
                 };
