@@ -213,6 +213,9 @@ pub struct Config {
     pub rendezvous: Option<NodeId>,
     /// How often a node queries or registers with the rendezvous server.
     pub rendezvous_every: viastack_kernel::Duration,
+    /// The rendezvous server's own limits (member timeout, members remembered), used on the
+    /// server's node.
+    pub rendezvous_server: ServerConfig,
 }
 
 /// The DT point of node `node` in a run seeded with `seed`: a SplitMix64 draw per axis in
@@ -394,7 +397,7 @@ impl OverlaySession {
         let first_id = first_id | (now.as_nanos() & (u64::MAX >> 2));
         if let Some(rdv) = self.config.rendezvous {
             if rdv == self.node {
-                self.server = Some(Server::new(ServerConfig::default()));
+                self.server = Some(Server::new(self.config.rendezvous_server));
                 return;
             }
             self.client = Some(Client::new(
@@ -541,8 +544,17 @@ impl OverlaySession {
             return;
         };
         if let Some(s) = &mut self.server {
+            let before = s.stats();
             s.handle_message(now, msg);
+            let after = s.stats();
             ctx.count("rendezvous_handled");
+            // The server's limits at work: members forgotten for silence or for room.
+            if after.expired > before.expired {
+                ctx.count_n("rendezvous_expired", after.expired - before.expired);
+            }
+            if after.evicted > before.evicted {
+                ctx.count_n("rendezvous_evicted", after.evicted - before.evicted);
+            }
             return;
         }
         let Some(c) = &mut self.client else {

@@ -120,3 +120,33 @@ fn without_the_server_nodes_with_no_buddies_stay_alone() {
     let r = run_src(&src, 3);
     assert!(!r.verdict.holds, "{r}");
 }
+
+/// The server's limits are stack-file parameters: with room for only three members, the
+/// registrations of eight nodes evict (counted), yet every node still finds a place (the server
+/// answers from whom it remembers); and a member timeout not above `rendezvous_every` is refused.
+#[test]
+fn the_servers_limits_come_from_the_stack_file() {
+    let src = scenario("dt", 9, false, 40).replace(
+        "rendezvous = 0\n",
+        "rendezvous = 0\nrendezvous_members = 3\nrendezvous_timeout = \"4s\"\n",
+    );
+    let r = run_src(&src, 5);
+    assert!(r.verdict.holds, "{r}");
+    assert!(
+        counter(&r, "net.rendezvous_evicted") > 0,
+        "no eviction at 3 members: {r}"
+    );
+    let roomy = run_src(&scenario("dt", 9, false, 40), 5);
+    assert_eq!(counter(&roomy, "net.rendezvous_evicted"), 0, "{roomy}");
+
+    let src = scenario("dt", 4, false, 10).replace(
+        "rendezvous = 0\n",
+        "rendezvous = 0\nrendezvous_timeout = \"1s\"\n",
+    );
+    let catalog = viastack_stack::standard_catalog();
+    let err = viastack_stack::parse("test.toml", &src, &catalog)
+        .err()
+        .expect("a member timeout equal to rendezvous_every must be refused")
+        .to_string();
+    assert!(err.contains("rendezvous_timeout"), "{err}");
+}

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use viastack_kernel::{Duration, LayerRef, NodeId};
+use viastack_overlay::rendezvous::ServerConfig;
 use viastack_overlay::wire::app::DeliveryMode;
 use viastack_overlay::{dt, forward, hypercube};
 use viastack_protocols::overlay::{Config, Overlay, TopologyKind};
@@ -68,8 +69,25 @@ pub const OVERLAY: LayerKind = LayerKind {
             "rendezvous_every",
             "\"1s\"",
             "how often a node queries (unplaced) or registers (placed) with the rendezvous \
-             server; the server forgets a member not heard from for 10 s",
+             server",
         ),
+        duration(
+            "rendezvous_timeout",
+            "\"10s\"",
+            "the rendezvous server forgets a member not heard from this long (counted \
+             `expired`); must exceed `rendezvous_every`, or members are forgotten between \
+             two registrations",
+        ),
+        ParamSpec {
+            name: "rendezvous_members",
+            kind: ParamKind::Int {
+                min: 1,
+                max: 1 << 20,
+            },
+            default: Some("4096"),
+            doc: "members the rendezvous server remembers, its memory bound: a registration \
+                  beyond it forgets the member heard from longest ago (counted `evicted`)",
+        },
         ParamSpec {
             name: "broadcast",
             kind: ParamKind::Choice(&["multicast", "flood"]),
@@ -289,11 +307,22 @@ fn build_overlay(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef
         span: u32::try_from(int("span")?).unwrap_or(1),
         rendezvous,
         rendezvous_every: d("rendezvous_every")?,
+        rendezvous_server: ServerConfig {
+            member_timeout: d("rendezvous_timeout")?,
+            max_members: usize::try_from(int("rendezvous_members")?).unwrap_or(1),
+        },
     };
     if config.rendezvous_every < Duration::from_millis(1) {
         return Err(BuildError::param(
             "rendezvous_every",
             "must be at least 1ms",
+        ));
+    }
+    if config.rendezvous_server.member_timeout <= config.rendezvous_every {
+        return Err(BuildError::param(
+            "rendezvous_timeout",
+            "must exceed `rendezvous_every`, or the server forgets members between two \
+             registrations",
         ));
     }
     let seed = u64::try_from(int("points_seed")?).unwrap_or(env.seed);
