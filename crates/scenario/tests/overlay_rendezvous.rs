@@ -145,8 +145,7 @@ fn the_servers_limits_come_from_the_stack_file() {
     );
     let catalog = viastack_stack::standard_catalog();
     let err = viastack_stack::parse("test.toml", &src, &catalog)
-        .err()
-        .expect("a member timeout equal to rendezvous_every must be refused")
+        .expect_err("a member timeout equal to rendezvous_every must be refused")
         .to_string();
     assert!(err.contains("rendezvous_timeout"), "{err}");
 }
