@@ -266,13 +266,11 @@ pub fn node(file_path: &Path, deployment_path: &Path, catalog: &Catalog) -> anyh
         .map_err(|diags| anyhow::anyhow!("{diags}"))?;
     let mut net =
         viastack_net::MultiNode::new(id, scenario.nodes, built, &scenario.workloads, bound, clock)?;
-    // Group joins and leaves still ahead (a restarted host rejoins nothing by itself).
+    // Group joins and leaves still ahead; a restarted host first joins again the groups it was
+    // a member of.
     let now = clock.now();
-    for g in scenario.groups.iter().filter(|g| g.node == d.node) {
-        let at = Instant::ZERO + g.at;
-        if at >= now {
-            net.group_at(at, g.join, g.group);
-        }
+    for (at, join, group) in viastack_scenario::group_schedule(&scenario.groups, d.node, now) {
+        net.group_at(at, join, group);
     }
     let end = Instant::ZERO + Duration::from_nanos(d.duration_ns);
     let mut samples = Vec::new();
