@@ -280,7 +280,10 @@ pub fn node(file_path: &Path, deployment_path: &Path, catalog: &Catalog) -> anyh
             break;
         }
         net.run_until(at)?;
-        let at_ns = clock.now().saturating_duration_since(Instant::ZERO).as_nanos() as u64;
+        let at_ns = clock
+            .now()
+            .saturating_duration_since(Instant::ZERO)
+            .as_nanos() as u64;
         for spec in &d.interface {
             let dev = spec
                 .device

@@ -621,7 +621,10 @@ fn bench_testbed_lane_reports_basic_multicast_against_link_capacity() {
         let bps = r["received_bits_per_s"].as_f64().unwrap();
         // Above the rate: tbf not applied. Near zero: the tree or the counters broke. (The
         // floor is low: eight helpers share two cores while this runs.)
-        assert!(bps <= 1.05 * link, "{h}: {bps} bit/s over a {link} bit/s link: {tb}");
+        assert!(
+            bps <= 1.05 * link,
+            "{h}: {bps} bit/s over a {link} bit/s link: {tb}"
+        );
         assert!(bps >= 0.2 * link, "{h}: only {bps} bit/s of {link}: {tb}");
         assert!(r["delivered_fraction"].as_f64().unwrap() > 0.1, "{h}: {tb}");
     }

@@ -26,7 +26,8 @@ fn file() -> StackFile {
     .unwrap_or_else(|d| panic!("{d}"));
     let sc = f.scenario.as_mut().unwrap();
     sc.link_failures.clear();
-    sc.groups.retain(|g| g.node == 11 && g.join && g.at == Duration::from_secs(5));
+    sc.groups
+        .retain(|g| g.node == 11 && g.join && g.at == Duration::from_secs(5));
     assert_eq!(sc.groups.len(), 1);
     assert_eq!(sc.groups[0].group, G1);
     sc.crashes = vec![CrashSpec {
@@ -68,10 +69,23 @@ fn a_restarted_host_reports_its_groups_again_and_delivery_resumes() {
     // A sends every 100 ms until 60 s: about 200 messages from 40 s to 60 s, over five links
     // with 1 % loss each.
     let late = delivered(&r60) - delivered(&r40);
-    assert!(late >= 170, "H1 got {late} of ~200 messages from 40 s to 60 s");
-    assert_eq!(members(&r60, "R4"), ["239.1.1.1"], "R4 still lists G1 for H1");
+    assert!(
+        late >= 170,
+        "H1 got {late} of ~200 messages from 40 s to 60 s"
+    );
+    assert_eq!(
+        members(&r60, "R4"),
+        ["239.1.1.1"],
+        "R4 still lists G1 for H1"
+    );
     // The restarted incarnation sent its own reports (joined on boot, then answered queries).
-    assert!(r60.counters.get("groups.reports_sent").copied().unwrap_or(0) >= 1);
+    assert!(
+        r60.counters
+            .get("groups.reports_sent")
+            .copied()
+            .unwrap_or(0)
+            >= 1
+    );
 }
 
 fn g(node: u32, join: bool, at: u64) -> GroupEventSpec {
@@ -87,7 +101,12 @@ fn g(node: u32, join: bool, at: u64) -> GroupEventSpec {
 #[test]
 fn group_schedule_replays_the_memberships_held_at_a_restart() {
     let t = |s: u64| Instant::ZERO + Duration::from_secs(s);
-    let groups = [g(1, true, 5), g(1, false, 15), g(1, true, 45), g(2, true, 5)];
+    let groups = [
+        g(1, true, 5),
+        g(1, false, 15),
+        g(1, true, 45),
+        g(2, true, 5),
+    ];
     // First boot: the file as written.
     assert_eq!(
         group_schedule(&groups, 1, Instant::ZERO),

@@ -104,10 +104,16 @@ pub fn variant(
     let mut w = toml::Table::new();
     w.insert("channel".into(), "if0".into());
     w.insert("pattern".into(), "multicast".into());
-    w.insert("senders".into(), vec![toml::Value::from(index("A")?)].into());
+    w.insert(
+        "senders".into(),
+        vec![toml::Value::from(index("A")?)].into(),
+    );
     w.insert("messages".into(), (messages as i64).into());
     w.insert("size".into(), (SIZE as i64).into());
-    w.insert("interval".into(), format!("{}us", interval_ns / 1000).into());
+    w.insert(
+        "interval".into(),
+        format!("{}us", interval_ns / 1000).into(),
+    );
     w.insert("start".into(), format!("{START_MS}ms").into());
     let sc = doc
         .get_mut("scenario")

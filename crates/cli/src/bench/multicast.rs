@@ -28,7 +28,9 @@
 //!   loopback in the same run: `reliable_multicast_vs_jgroups` (messages/s received per
 //!   receiver, target ≥ 2).
 //! - **Testbed** (`--testbed`, root): how close basic multicast comes to the links' capacity
-//!   on the netns testbed; without root the lane says so and is skipped.
+//!   on the netns testbed (`mcast_testbed.rs`: every link tbf-limited, A offering stepped
+//!   rates, each receiver's link-layer bits/s from its interface counters); without root the
+//!   lane says so and is skipped.
 
 #![allow(clippy::disallowed_methods)] // benchmarks read the clock
 
