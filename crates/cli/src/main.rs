@@ -109,7 +109,7 @@ enum Command {
     /// Build a stack file from properties (e.g. `compose reliable ordered multicast`): the
     /// components are chosen by what the catalog declares they provide, require and exclude,
     /// ordered by their place; the file is checked and printed, or the combination refused
-    /// with the reason (issue 17 §4).
+    /// with the reason (seed 004: properties-in, protocol-out).
     Compose {
         /// The properties wanted (see `viastack layers`).
         #[arg(required = true)]

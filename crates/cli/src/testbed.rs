@@ -97,6 +97,11 @@ pub struct UpArgs {
     /// The binary each namespace runs as `viastack node` (default: this one).
     #[arg(long, hide = true)]
     pub node_exe: Option<PathBuf>,
+    /// Times from time zero (e.g. "3500ms,6s") at which every node reads its interfaces' byte
+    /// and packet counters (`/sys/class/net/ethK/statistics`); listed per node under
+    /// `testbed.per_node` in `--json` (`bench multicast --testbed` measures link use with it).
+    #[arg(long, value_delimiter = ',', value_parser = crate::duration_arg)]
+    pub sample_counters: Vec<Duration>,
 }
 
 /// Runs the command.
@@ -150,6 +155,9 @@ pub struct TestbedDeployment {
     pub duration_ns: u64,
     /// Its interfaces, by port.
     pub interface: Vec<InterfaceSpec>,
+    /// When to read its interfaces' counters, in nanoseconds from time zero (ascending).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sample_ns: Vec<u64>,
 }
 
 /// Whether a deployment file's text is a testbed deployment (it lists `[[interface]]`s).
@@ -168,6 +176,37 @@ pub struct NodeResult {
     pub udp: (u64, u64, u64),
     /// Its global memory (routing tables), if it routes.
     pub memory: Option<NodeMemory>,
+    /// Its interfaces' counters read at the deployment's `sample_ns` times.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<IfaceSample>,
+}
+
+/// One interface's kernel counters at one instant (`/sys/class/net/DEV/statistics`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IfaceSample {
+    /// When, in nanoseconds from time zero (the clock's reading, not the planned time).
+    pub at_ns: u64,
+    /// The interface (port) number.
+    pub port: u16,
+    /// Bytes received and sent (link layer: what `tc tbf` meters).
+    pub rx_bytes: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+}
+
+/// Reads device `dev`'s counters in this process's network namespace (`ip netns exec` mounts
+/// the namespace's own sysfs); a counter it cannot read is 0.
+fn read_iface(dev: &str) -> [u64; 4] {
+    ["rx_bytes", "tx_bytes", "rx_packets", "tx_packets"].map(|c| {
+        std::fs::read_to_string(format!("/sys/class/net/{dev}/statistics/{c}"))
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0)
+    })
 }
 
 /// The node side: `viastack node FILE --deployment D` with a testbed deployment.
@@ -227,15 +266,41 @@ pub fn node(file_path: &Path, deployment_path: &Path, catalog: &Catalog) -> anyh
         .map_err(|diags| anyhow::anyhow!("{diags}"))?;
     let mut net =
         viastack_net::MultiNode::new(id, scenario.nodes, built, &scenario.workloads, bound, clock)?;
-    // Group joins and leaves still ahead (a restarted host rejoins nothing by itself).
+    // Group joins and leaves still ahead; a restarted host first joins again the groups it was
+    // a member of.
     let now = clock.now();
-    for g in scenario.groups.iter().filter(|g| g.node == d.node) {
-        let at = Instant::ZERO + g.at;
-        if at >= now {
-            net.group_at(at, g.join, g.group);
+    for (at, join, group) in viastack_scenario::group_schedule(&scenario.groups, d.node, now) {
+        net.group_at(at, join, group);
+    }
+    let end = Instant::ZERO + Duration::from_nanos(d.duration_ns);
+    let mut samples = Vec::new();
+    for &t in &d.sample_ns {
+        let at = Instant::ZERO + Duration::from_nanos(t);
+        if at > end {
+            break;
+        }
+        net.run_until(at)?;
+        let at_ns = clock
+            .now()
+            .saturating_duration_since(Instant::ZERO)
+            .as_nanos() as u64;
+        for spec in &d.interface {
+            let dev = spec
+                .device
+                .clone()
+                .unwrap_or_else(|| format!("eth{}", spec.port));
+            let [rx_bytes, tx_bytes, rx_packets, tx_packets] = read_iface(&dev);
+            samples.push(IfaceSample {
+                at_ns,
+                port: spec.port,
+                rx_bytes,
+                tx_bytes,
+                rx_packets,
+                tx_packets,
+            });
         }
     }
-    net.run_until(Instant::ZERO + Duration::from_nanos(d.duration_ns))?;
+    net.run_until(end)?;
     let o = net.finish();
     let result = NodeResult {
         recorder: o.recorder.snapshot(),
@@ -246,6 +311,7 @@ pub fn node(file_path: &Path, deployment_path: &Path, catalog: &Catalog) -> anyh
             o.transport.received,
         ),
         memory: o.memory,
+        samples,
     };
     writeln!(out, "RESULT {}", serde_json::to_string(&result)?)?;
     out.flush()?;
@@ -427,6 +493,19 @@ fn plan(file: &StackFile, topo: &TopologyDecl) -> anyhow::Result<Vec<PlannedLink
     Ok(links)
 }
 
+/// One node's own figures in the `--json` report (`testbed.per_node`): the report proper sums
+/// the nodes.
+#[derive(Debug, Clone, Serialize)]
+pub struct PerNode {
+    /// Its kernel's and driver's counters.
+    counters: BTreeMap<String, u64>,
+    /// Datagrams sent, refused, received.
+    udp: (u64, u64, u64),
+    /// Its interfaces' counters at the `--sample-counters` times.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    samples: Vec<IfaceSample>,
+}
+
 /// What the testbed did about the links' conditions (for the report).
 #[derive(Debug, Clone, Serialize, Default)]
 struct Applied {
@@ -589,7 +668,7 @@ fn up(args: &UpArgs, catalog: &Catalog) -> anyhow::Result<ExitCode> {
         keep: args.keep,
     };
     match up_inner(args, &file, &topo, &links, &mut tb, &flag, seed, duration) {
-        Ok((report, applied)) => {
+        Ok((report, applied, per_node)) => {
             tb.kill_children();
             drop(tb);
             let mut not_applied = applied.not_applied.clone();
@@ -603,6 +682,7 @@ fn up(args: &UpArgs, catalog: &Catalog) -> anyhow::Result<ExitCode> {
                             "netem": applied.netem,
                             "links": applied.links,
                             "not_applied": not_applied,
+                            "per_node": per_node,
                         }),
                     );
                 }
@@ -644,7 +724,7 @@ fn up_inner(
     flag: &AtomicBool,
     seed: u64,
     duration: Duration,
-) -> anyhow::Result<(report::Report, Applied)> {
+) -> anyhow::Result<(report::Report, Applied, BTreeMap<String, PerNode>)> {
     let scenario = file.scenario.as_ref().context("no [scenario]")?;
     let n = topo.nodes.len() as u32;
     // Namespaces.
@@ -800,6 +880,15 @@ fn up_inner(
             seed,
             duration_ns: duration.as_nanos() as u64,
             interface,
+            sample_ns: {
+                let mut v: Vec<u64> = args
+                    .sample_counters
+                    .iter()
+                    .map(|d| d.as_nanos() as u64)
+                    .collect();
+                v.sort_unstable();
+                v
+            },
         };
         let path = tb.dir.join(format!("{i}-{}.toml", sanitize(&name)));
         let text = format!(
@@ -1099,7 +1188,20 @@ fn up_inner(
         dropped_no_route: 0,
     };
     let mut memory = BTreeMap::new();
+    let mut per_node = BTreeMap::new();
     for (i, r) in results {
+        let name = topo
+            .nodes
+            .get(i as usize)
+            .map_or_else(|| format!("n{i}"), |d| d.name.clone());
+        per_node.insert(
+            name,
+            PerNode {
+                counters: r.counters.clone(),
+                udp: r.udp,
+                samples: r.samples.clone(),
+            },
+        );
         recorder.merge(Recorder::from_snapshot(r.recorder));
         for (k, v) in r.counters {
             let e = counters.entry(k).or_insert(0u64);
@@ -1136,7 +1238,7 @@ fn up_inner(
     };
     let mut report = report::build(&info, observed);
     report.memory = memory;
-    Ok((report, applied))
+    Ok((report, applied, per_node))
 }
 
 fn sanitize(name: &str) -> String {

@@ -589,3 +589,45 @@ fn testbed_links_lose_and_limit_for_real() {
         "{narrow}"
     );
 }
+
+/// `bench multicast --testbed` (quick: one run, A offering 1.5 × the links' rate): every
+/// receiver of the 15-node network gets basic multicast at a sizeable share of its link's
+/// configured rate and never above it (tbf holds), read from its interface's counters inside
+/// the send window.
+#[test]
+fn bench_testbed_lane_reports_basic_multicast_against_link_capacity() {
+    if !can_run() {
+        return;
+    }
+    let out = common::viastack(&[
+        "bench",
+        "multicast",
+        "--testbed",
+        "--only",
+        "testbed",
+        "--quick",
+        "--json",
+    ]);
+    let stderr = common::text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tb = &doc["testbed"];
+    assert!(tb["skipped"].is_null(), "{tb}");
+    let link = tb["link_bits_per_s"].as_f64().unwrap();
+    let row = &tb["rates"][0];
+    assert_eq!(row["offered_fraction"].as_f64(), Some(1.5), "{tb}");
+    for h in ["H1", "H2", "H3", "H4"] {
+        let r = &row["receivers"][h];
+        let bps = r["received_bits_per_s"].as_f64().unwrap();
+        // Above the rate: tbf not applied. Near zero: the tree or the counters broke. (The
+        // floor is low: eight helpers share two cores while this runs.)
+        assert!(
+            bps <= 1.05 * link,
+            "{h}: {bps} bit/s over a {link} bit/s link: {tb}"
+        );
+        assert!(bps >= 0.2 * link, "{h}: only {bps} bit/s of {link}: {tb}");
+        assert!(r["delivered_fraction"].as_f64().unwrap() > 0.1, "{h}: {tb}");
+    }
+    let v = tb["basic_multicast_vs_link_capacity"].as_f64().unwrap();
+    assert!(v > 0.2 && v <= 1.05, "{tb}");
+}

@@ -5,7 +5,8 @@
 //! routing components ([`dvmrp`]: neighbour discovery, route exchange and spanning tree of
 //! draft-ietf-idmr-dvmrp-v3, with its wire format [`wire`]; [`prune`]: pruning and grafting),
 //! group management ([`igmp`]: IGMPv2, RFC 2236), the data path ([`forward`]: multicast
-//! forwarding) and a router's and a host's deployment of them ([`node`]).
+//! forwarding, [`serial`]: RFC 1982 sequence comparison and the wrap-safe in-order buffer) and
+//! a router's and a host's deployment of them ([`node`]).
 //!
 //! Nothing here opens a socket or reads a clock (DESIGN.md §4.1). The kernel layer `dvmrp`
 //! (crates/protocols) wraps [`dvmrp::Dvmrp`] and [`prune::Pruner`] for stack files, the layers
@@ -23,6 +24,7 @@ pub mod memory;
 pub mod node;
 pub mod prune;
 pub mod reliable;
+pub mod serial;
 pub mod tree;
 pub mod wire;
 

@@ -46,6 +46,7 @@ use viastack_kernel::{
 };
 use viastack_mcast::forward::DataHeader;
 use viastack_mcast::reliable::{self, Control, RData, Receiver, Refused, Repairer, Sender};
+use viastack_mcast::serial::{InOrder, Offer};
 use viastack_mcast::Addr;
 
 use crate::events::{failure, SEND_REFUSED};
@@ -585,46 +586,24 @@ impl Layer for McastOrderLayer {
     }
 }
 
-/// One stream's position and the packets held above it.
-#[derive(Debug, Default)]
-struct OrderStream {
-    next: u32,
-    held: BTreeMap<u32, Event>,
-}
-
-/// Session of [`McastOrderLayer`].
+/// Session of [`McastOrderLayer`]: one wrap-safe in-order buffer per (source, group) stream
+/// ([`viastack_mcast::serial::InOrder`], RFC 1982 comparisons).
 #[derive(Debug)]
 pub struct McastOrderSession {
     router: bool,
     capacity: usize,
-    streams: BTreeMap<(Addr, Addr), OrderStream>,
+    streams: BTreeMap<(Addr, Addr), InOrder<Event>>,
 }
 
 impl McastOrderSession {
-    fn release(st: &mut OrderStream, ctx: &mut Context<'_>) {
-        // Everything held below the position (skipped past) goes up first, in order.
-        let below: Vec<u32> = st.held.range(..st.next).map(|(k, _)| *k).collect();
-        for k in below {
-            if let Some(e) = st.held.remove(&k) {
-                ctx.go(e);
-            }
-        }
-        while let Some(e) = st.held.remove(&st.next) {
-            st.next = st.next.wrapping_add(1);
-            ctx.go(e);
-        }
-    }
-
     fn move_to(&mut self, source: Addr, group: Addr, to: u32, ctx: &mut Context<'_>) {
         let st = self
             .streams
             .entry((source, group))
-            .or_insert_with(|| OrderStream {
-                next: to,
-                held: BTreeMap::new(),
-            });
-        st.next = st.next.max(to);
-        Self::release(st, ctx);
+            .or_insert_with(|| InOrder::new(to));
+        for e in st.move_to(to) {
+            ctx.go(e);
+        }
     }
 }
 
@@ -644,10 +623,7 @@ impl Session for McastOrderSession {
                 }) => {
                     self.streams
                         .entry((source, group))
-                        .or_insert_with(|| OrderStream {
-                            next,
-                            held: BTreeMap::new(),
-                        });
+                        .or_insert_with(|| InOrder::new(next));
                 }
                 Some(StreamNote::Skip { source, group, to })
                 | Some(StreamNote::Unrecoverable {
@@ -670,28 +646,21 @@ impl Session for McastOrderSession {
         let st = self
             .streams
             .entry((h.source, h.group))
-            .or_insert_with(|| OrderStream {
-                next: h.seq,
-                held: BTreeMap::new(),
-            });
-        if h.seq < st.next {
-            ctx.count("order_stale");
-            return;
+            .or_insert_with(|| InOrder::new(h.seq));
+        match st.offer(h.seq, event, self.capacity) {
+            Offer::Stale => ctx.count("order_stale"),
+            Offer::Deliver(events) => {
+                for e in events {
+                    ctx.go(e);
+                }
+            }
+            Offer::Held => ctx.count("order_held"),
+            Offer::Overflow(event) => {
+                // Bounded: rather than grow or lose it, hand it up out of order (counted).
+                ctx.count("order_overflow");
+                ctx.go(event);
+            }
         }
-        if h.seq == st.next {
-            st.next = st.next.wrapping_add(1);
-            ctx.go(event);
-            Self::release(st, ctx);
-            return;
-        }
-        if st.held.len() >= self.capacity {
-            // Bounded: rather than grow or lose it, hand it up out of order (counted).
-            ctx.count("order_overflow");
-            ctx.go(event);
-            return;
-        }
-        ctx.count("order_held");
-        st.held.insert(h.seq, event);
     }
 }
 

@@ -95,6 +95,41 @@ fn reliable_workloads(
         .collect()
 }
 
+/// The `[[scenario.group]]` commands a node booting at `now` plays (seed 004's group
+/// management, RFC 2236 §3 "when a host joins a multicast group, it should immediately
+/// transmit an unsolicited Membership Report"): at its first boot (`now` = 0) the file's
+/// commands as written; after a restart, first a join at `now` for every group it was a member
+/// of when it went down (its application joins again on boot, so its IGMP reports the
+/// membership again and delivery resumes without waiting for a query), then the commands still
+/// ahead. In time order.
+pub fn group_schedule(
+    groups: &[viastack_stack::model::GroupEventSpec],
+    node: u32,
+    now: Instant,
+) -> Vec<(Instant, bool, u32)> {
+    let mine = || groups.iter().filter(move |g| g.node == node);
+    // Membership before `now`: the last command per group, in file order for equal times.
+    let mut member: std::collections::BTreeMap<u32, (Duration, bool)> =
+        std::collections::BTreeMap::new();
+    for g in mine().filter(|g| Instant::ZERO + g.at < now) {
+        if member.get(&g.group).is_none_or(|(at, _)| *at <= g.at) {
+            member.insert(g.group, (g.at, g.join));
+        }
+    }
+    let mut out: Vec<(Instant, bool, u32)> = member
+        .into_iter()
+        .filter(|(_, (_, joined))| *joined)
+        .map(|(group, _)| (now, true, group))
+        .collect();
+    out.extend(
+        mine()
+            .filter(|g| Instant::ZERO + g.at >= now)
+            .map(|g| (Instant::ZERO + g.at, g.join, g.group)),
+    );
+    out.sort_by_key(|e| e.0);
+    out
+}
+
 /// Nodes down when a run of `duration` ends: their last crash came with no restart, or with
 /// one after the end.
 pub fn down_at_end(
@@ -271,12 +306,10 @@ pub fn run_observed(
                     if let Some(l) = leaves.iter().filter(|l| l.node == id.0).map(|l| l.at).min() {
                         node.leave_at((Instant::ZERO + l).max(now));
                     }
-                    // Group commands still ahead (a restarted host rejoins nothing by itself).
-                    for g in groups.iter().filter(|g| g.node == id.0) {
-                        let at = Instant::ZERO + g.at;
-                        if at >= now {
-                            node.group_at(at, g.join, g.group);
-                        }
+                    // Group commands still ahead; a restarted host first joins again the
+                    // groups it was a member of.
+                    for (at, join, group) in group_schedule(&groups, id.0, now) {
+                        node.group_at(at, join, group);
                     }
                     node
                 }

@@ -1,5 +1,5 @@
-//! Properties in, protocol out (issue 17 §4, seed 004 "property-oriented and control-oriented
-//! components"): what each layer kind provides, requires and excludes, and where it sits —
+//! Properties in, protocol out (seed 004, "Advantages of Composite Protocols": "Properties-in
+//! Protocol-out"; its property-oriented and control-oriented components): what each layer kind provides, requires and excludes, and where it sits —
 //! declared once here, beside the catalog, shown by `viastack layers` and docs/LAYERS.md — and
 //! [`compose`], which builds a stack file from a set of wanted properties.
 //!
@@ -406,7 +406,7 @@ const INTERFACES: u16 = 4;
 fn stack_text(asked: &[String], chosen: &[&'static Composition]) -> String {
     let mut out = format!(
         "# Composed by `viastack compose {}` from the layer catalog's declared properties\n\
-         # (issue 17 §4). Components, bottom first:\n",
+         # (seed 004, properties-in protocol-out). Components, bottom first:\n",
         asked.join(" ")
     );
     for c in chosen {
@@ -482,7 +482,8 @@ pub fn markdown() -> String {
         "## Composition (`viastack compose`)\n\n\
          What each composable layer kind provides, requires and excludes, and its place \
          (slot, bottom = 0): property-oriented components are ordered by slot; \
-         control-oriented ones share their slot in any order (issue 17 §4).\n\n\
+         control-oriented ones share their slot in any order (seed 004, properties-in \
+         protocol-out).\n\n\
          | kind | orientation | slot | provides | requires | excludes |\n\
          |---|---|---|---|---|---|\n",
     );

@@ -13,6 +13,7 @@ mod cpu;
 mod group;
 mod kernel;
 mod machine;
+mod mcast_testbed;
 mod multicast;
 mod overlay;
 mod plot;

@@ -28,7 +28,9 @@
 //!   loopback in the same run: `reliable_multicast_vs_jgroups` (messages/s received per
 //!   receiver, target ≥ 2).
 //! - **Testbed** (`--testbed`, root): how close basic multicast comes to the links' capacity
-//!   on the netns testbed; without root the lane says so and is skipped.
+//!   on the netns testbed (`mcast_testbed.rs`: every link tbf-limited, A offering stepped
+//!   rates, each receiver's link-layer bits/s from its interface counters); without root the
+//!   lane says so and is skipped.
 
 #![allow(clippy::disallowed_methods)] // benchmarks read the clock
 
@@ -799,19 +801,8 @@ fn lane_peer(args: &Cfg, catalog: &Catalog) -> anyhow::Result<Value> {
     Ok(Value::Object(doc))
 }
 
-fn lane_testbed() -> Value {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
-        })
-        .is_some_and(|u| u == "0");
-    if !root {
-        return json!({"skipped": "the netns testbed needs root (run `sudo viastack bench multicast --testbed`)"});
-    }
-    json!({"skipped": "the testbed capacity lane is not implemented yet"})
+fn lane_testbed(quick: bool, repeat: u32) -> Value {
+    super::mcast_testbed::lane(quick, repeat)
 }
 
 /// The resolved options.
@@ -912,7 +903,7 @@ pub fn run(args: &MulticastArgs) -> anyhow::Result<()> {
         }
     }
     if args.testbed && wants("testbed") {
-        doc.insert("testbed".into(), lane_testbed());
+        doc.insert("testbed".into(), lane_testbed(args.quick, cfg.repeat));
     } else {
         doc.insert(
             "testbed".into(),
