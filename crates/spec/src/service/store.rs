@@ -611,11 +611,16 @@ impl Store {
     /// Frees flat instance `message` of service `si` (its history recycled).
     #[inline(never)]
     fn flat_end(&mut self, si: usize, message: u64) {
-        if let Some(mut f) = self.flat.get_mut(si).and_then(|x| x.remove(&message)) {
+        if let Some(f) = self.flat.get_mut(si).and_then(|x| x.remove(&message)) {
             self.flat_live -= 1;
-            f.hist.reset();
+            let FlatInst { mut hist, vars, .. } = f;
+            if vars.is_empty() {
+                // Nothing to free (a chart without a datamodel).
+                std::mem::forget(vars);
+            }
+            hist.reset();
             if let Some(r) = self.recycled.get_mut(si) {
-                r.push(f.hist);
+                r.push(hist);
             }
         }
     }
@@ -1321,19 +1326,17 @@ impl Store {
     }
 }
 
-impl Runner for Store {
-    fn handle_message<N: Network>(
+impl Store {
+    /// A message for service `si`, which runs on the general engine (out of line: the flat
+    /// machine's inputs keep a small function).
+    #[inline(never)]
+    fn engine_message<N: Network>(
         &mut self,
         now: Instant,
+        si: usize,
         m: &Message,
         net: &mut N,
     ) -> Result<(), RunnerError> {
-        let Some(si) = self.service_index(m.service_id) else {
-            return Err(RunnerError::UnknownService(m.service_id));
-        };
-        if self.services[si].flat.is_some() {
-            return self.flat_message(now, si, m, net);
-        }
         self.hits.clear();
         self.services[si]
             .matcher
@@ -1355,18 +1358,15 @@ impl Runner for Store {
         self.step(now, i, Some(m), 0, net)
     }
 
-    fn handle_timer<N: Network>(
+    /// A timer of an instance on the general engine (out of line).
+    #[inline(never)]
+    fn engine_timer<N: Network>(
         &mut self,
         now: Instant,
         key: InstanceKey,
         id: u32,
         net: &mut N,
     ) -> Result<(), RunnerError> {
-        if let Some(si) = self.service_index(key.service) {
-            if self.services[si].flat.is_some() {
-                return self.flat_timer(now, si, key, id, net);
-            }
-        }
         let Some(&i) = self.map.get(&key) else {
             return Ok(());
         };
@@ -1381,6 +1381,38 @@ impl Runner for Store {
             return Ok(());
         }
         self.step(now, i, None, id, net)
+    }
+}
+
+impl Runner for Store {
+    fn handle_message<N: Network>(
+        &mut self,
+        now: Instant,
+        m: &Message,
+        net: &mut N,
+    ) -> Result<(), RunnerError> {
+        let Some(si) = self.service_index(m.service_id) else {
+            return Err(RunnerError::UnknownService(m.service_id));
+        };
+        if self.services[si].flat.is_some() {
+            return self.flat_message(now, si, m, net);
+        }
+        self.engine_message(now, si, m, net)
+    }
+
+    fn handle_timer<N: Network>(
+        &mut self,
+        now: Instant,
+        key: InstanceKey,
+        id: u32,
+        net: &mut N,
+    ) -> Result<(), RunnerError> {
+        if let Some(si) = self.service_index(key.service) {
+            if self.services[si].flat.is_some() {
+                return self.flat_timer(now, si, key, id, net);
+            }
+        }
+        self.engine_timer(now, key, id, net)
     }
 
     fn set_node(&mut self, node: NodeInfo) {
