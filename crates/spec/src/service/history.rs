@@ -90,11 +90,16 @@ impl History {
 
     /// Empties the history, keeping its allocations (a recycled instance); payloads and extra
     /// attributes are let go.
+    #[inline]
     pub fn reset(&mut self) {
         for (has, m) in self.last.iter_mut() {
-            *has = false;
-            m.payload = None;
-            m.extra.clear();
+            // A slot never filled holds nothing to let go.
+            if std::mem::take(has) {
+                m.payload = None;
+                if !m.extra.is_empty() {
+                    m.extra.clear();
+                }
+            }
         }
         self.logic.reset();
     }

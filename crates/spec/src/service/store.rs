@@ -24,7 +24,6 @@
 //! A store that holds [`StoreConfig::capacity`] instances refuses new ones
 //! ([`RunnerError::Full`]).
 
-use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use viastack_kernel::time::Instant;
@@ -38,7 +37,7 @@ use crate::chart::{
 use super::action::Prim;
 use super::action::Primitive;
 use super::action::{self, Action, Ctx, Draft, Network};
-use super::flat::{Base, Ev, FastOp, Flat, Model, Scratch, SendOp, Src, Step, NO_SLOT};
+use super::flat::{Base, Ev, EventPlan, FastOp, Flat, Model, Scratch, SendOp, Src, Step, NO_SLOT};
 use super::history::History;
 use super::load::Service;
 use super::message::{Addr, InstanceKey, Message, NodeInfo, PAYLOAD_TYPE};
@@ -532,6 +531,7 @@ impl Store {
     /// A message for service `si`, which runs on the flat machine: matches it (a message type
     /// whose events have no filter beyond the type is one table read), finds or creates the
     /// instance in the service's map and steps it.
+    #[inline(always)]
     fn flat_message<N: Network>(
         &mut self,
         now: Instant,
@@ -539,13 +539,109 @@ impl Store {
         m: &Message,
         net: &mut N,
     ) -> Result<(), RunnerError> {
+        let Some(svc) = self.services.get(si) else {
+            return Ok(());
+        };
+        let svc = &**svc;
+        let Some(machine) = &svc.flat else {
+            return Ok(());
+        };
+        let hits: &[u16] = match svc.matcher.message_plain(m.message_type) {
+            Some(h) => h,
+            None => {
+                self.hits.clear();
+                svc.matcher.message(m, &self.node, &mut self.hits);
+                &self.hits
+            }
+        };
+        if hits.is_empty() {
+            return Ok(());
+        }
+        let Some(instances) = self.flat.get_mut(si) else {
+            return Ok(());
+        };
+        let inst = match instances.get_mut(&m.message_id) {
+            Some(inst) => inst,
+            // The first message of an id: out of line, so the usual input's function stays
+            // small.
+            None => {
+                let svc = Arc::clone(&self.services[si]);
+                let hits = std::mem::take(&mut self.hits);
+                let hits2: &[u16] = match svc.matcher.message_plain(m.message_type) {
+                    Some(h) => h,
+                    None => &hits,
+                };
+                let r = self.flat_create(now, si, &svc, m, hits2, net);
+                self.hits = hits;
+                return r;
+            }
+        };
+        let key = m.key();
+        let FlatInst { state, hist, vars } = inst;
+        let single = flat_record(svc, machine, hist, hits, now, Some(m), 0);
+        let mut ctx = Ctx {
+            now,
+            key,
+            node: &mut self.node,
+            history: hist,
+            current: Some(m),
+            drafts: &mut self.drafts,
+            net,
+            terminated: false,
+            each: 0,
+        };
+        let input = Input {
+            timer: 0,
+            scratch: &mut self.scratch,
+            dm: &mut self.dm,
+            comps: &mut self.comps,
+            fire: &mut self.fire_flat,
+        };
+        let ended = if machine.model().is_some() {
+            flat_step_dm(svc, machine, state, vars, single, hits, &mut ctx, input)
+        } else {
+            flat_step::<false, N>(svc, machine, state, vars, single, hits, &mut ctx, input)
+        };
+        if ended {
+            self.flat_end(si, key.message);
+        }
+        Ok(())
+    }
+
+    /// Frees flat instance `message` of service `si` (its history recycled).
+    #[inline(never)]
+    fn flat_end(&mut self, si: usize, message: u64) {
+        if let Some(f) = self.flat.get_mut(si).and_then(|x| x.remove(&message)) {
+            self.flat_live -= 1;
+            let FlatInst { mut hist, vars, .. } = f;
+            if vars.is_empty() {
+                // Nothing to free (a chart without a datamodel).
+                std::mem::forget(vars);
+            }
+            hist.reset();
+            if let Some(r) = self.recycled.get_mut(si) {
+                r.push(hist);
+            }
+        }
+    }
+
+    /// The first message of an id for flat service `si`: the instance is created (in place in
+    /// the service's map), enters its initial state, then steps with the message's `hits`.
+    #[inline(never)]
+    fn flat_create<N: Network>(
+        &mut self,
+        now: Instant,
+        si: usize,
+        svc: &Service,
+        m: &Message,
+        hits: &[u16],
+        net: &mut N,
+    ) -> Result<(), RunnerError> {
         let key = m.key();
         let Store {
-            services,
             node,
             flat,
             recycled,
-            hits,
             comps,
             fire_flat,
             scratch,
@@ -556,102 +652,89 @@ impl Store {
             dm,
             ..
         } = self;
-        let svc = &*services[si];
         let Some(machine) = &svc.flat else {
             return Ok(());
         };
-        let hits: &[u16] = match svc.matcher.message_plain(m.message_type) {
-            Some(h) => h,
-            None => {
-                hits.clear();
-                svc.matcher.message(m, node, hits);
-                hits
-            }
-        };
-        if hits.is_empty() {
-            return Ok(());
-        }
         let instances = &mut flat[si];
-        let inst = match instances.entry(key.message) {
-            Entry::Occupied(o) => o.into_mut(),
-            Entry::Vacant(v) => {
-                if map.len() + *flat_live >= config.capacity {
-                    return Err(RunnerError::Full(map.len() + *flat_live));
-                }
-                *flat_live += 1;
-                // Built in place in the map, then entered.
-                let hist = match recycled[si].pop() {
-                    Some(h) => h,
-                    None => History::new(&svc.layout, svc.logic.new_state()),
-                };
-                let vars = match machine.model() {
-                    Some(model) => model.new_vars(dm),
-                    None => Box::default(),
-                };
-                let inst = v.insert(FlatInst {
-                    state: 0,
-                    hist,
-                    vars,
-                });
-                let mut ctx = Ctx {
-                    now,
-                    key,
-                    node,
-                    history: &inst.hist,
-                    current: Some(m),
-                    drafts,
-                    net,
-                    terminated: false,
-                    each: 0,
-                };
-                let step = machine.start();
-                let mut state = 0;
-                dm.reset();
-                let mut d = Dm {
-                    model: machine.model(),
-                    vars: &mut inst.vars,
-                    scratch: dm,
-                    ev: None,
-                };
-                if run_flat(step, &mut state, &mut ctx, scratch, &mut d) {
-                    if let Some(mut f) = instances.remove(&key.message) {
-                        f.hist.reset();
-                        recycled[si].push(f.hist);
-                    }
-                    *flat_live -= 1;
-                    return Ok(());
-                }
-                inst.state = state;
-                inst
-            }
+        if map.len() + *flat_live >= config.capacity {
+            return Err(RunnerError::Full(map.len() + *flat_live));
+        }
+        *flat_live += 1;
+        let hist = match recycled[si].pop() {
+            Some(h) => h,
+            None => History::new(&svc.layout, svc.logic.new_state()),
         };
-        let input = Input {
+        let vars = match machine.model() {
+            Some(model) => model.new_vars(dm),
+            None => Box::default(),
+        };
+        let inst = instances.entry(key.message).or_insert(FlatInst {
+            state: 0,
+            hist,
+            vars,
+        });
+        let mut ctx = Ctx {
             now,
             key,
             node,
+            history: &inst.hist,
             current: Some(m),
             drafts,
             net,
-            scratch,
-            timer: 0,
-            dm,
+            terminated: false,
+            each: 0,
         };
-        let ended = if machine.model().is_some() {
-            flat_step::<true, N>(svc, machine, inst, hits, comps, fire_flat, input)
-        } else {
-            flat_step::<false, N>(svc, machine, inst, hits, comps, fire_flat, input)
+        let step = machine.start();
+        let mut state = 0;
+        dm.reset();
+        let mut d = Dm {
+            model: machine.model(),
+            vars: &mut inst.vars,
+            scratch: dm,
+            ev: None,
         };
-        if ended {
+        if run_flat::<true, N>(step, &mut state, &mut ctx, scratch, Some(&mut d)) {
             if let Some(mut f) = instances.remove(&key.message) {
-                *flat_live -= 1;
                 f.hist.reset();
                 recycled[si].push(f.hist);
             }
+            *flat_live -= 1;
+            return Ok(());
+        }
+        inst.state = state;
+        let FlatInst { state, hist, vars } = inst;
+        let single = flat_record(svc, machine, hist, hits, now, Some(m), 0);
+        let mut ctx = Ctx {
+            now,
+            key,
+            node: node,
+            history: hist,
+            current: Some(m),
+            drafts: drafts,
+            net,
+            terminated: false,
+            each: 0,
+        };
+        let input = Input {
+            timer: 0,
+            scratch: scratch,
+            dm: dm,
+            comps: comps,
+            fire: fire_flat,
+        };
+        let ended = if machine.model().is_some() {
+            flat_step_dm(svc, machine, state, vars, single, hits, &mut ctx, input)
+        } else {
+            flat_step::<false, N>(svc, machine, state, vars, single, hits, &mut ctx, input)
+        };
+        if ended {
+            self.flat_end(si, key.message);
         }
         Ok(())
     }
 
     /// Timer `id` of `key`, whose service `si` runs on the flat machine.
+    #[inline(always)]
     fn flat_timer<N: Network>(
         &mut self,
         now: Instant,
@@ -660,80 +743,118 @@ impl Store {
         id: u32,
         net: &mut N,
     ) -> Result<(), RunnerError> {
-        let Store {
-            services,
-            node,
-            flat,
-            recycled,
-            hits,
-            comps,
-            fire_flat,
-            scratch,
-            drafts,
-            flat_live,
-            dm,
-            ..
-        } = self;
-        let svc = &*services[si];
+        let Some(svc) = self.services.get(si) else {
+            return Ok(());
+        };
+        let svc = &**svc;
         let Some(machine) = &svc.flat else {
             return Ok(());
         };
-        let instances = &mut flat[si];
-        let Some(inst) = instances.get_mut(&key.message) else {
+        let Some(inst) = self.flat.get_mut(si).and_then(|x| x.get_mut(&key.message)) else {
             return Ok(());
         };
         let hits: &[u16] = match svc.matcher.timer_plain(id) {
             Some(h) => h,
             None => {
-                hits.clear();
-                svc.matcher.timer(id, hits);
-                hits
+                self.hits.clear();
+                svc.matcher.timer(id, &mut self.hits);
+                &self.hits
             }
         };
         if hits.is_empty() {
             return Ok(());
         }
-        let input = Input {
+        let FlatInst { state, hist, vars } = inst;
+        let single = flat_record(svc, machine, hist, hits, now, None, id);
+        let mut ctx = Ctx {
             now,
             key,
-            node,
+            node: &mut self.node,
+            history: hist,
             current: None,
-            drafts,
+            drafts: &mut self.drafts,
             net,
-            scratch,
+            terminated: false,
+            each: 0,
+        };
+        let input = Input {
             timer: id,
-            dm,
+            scratch: &mut self.scratch,
+            dm: &mut self.dm,
+            comps: &mut self.comps,
+            fire: &mut self.fire_flat,
         };
         let ended = if machine.model().is_some() {
-            flat_step::<true, N>(svc, machine, inst, hits, comps, fire_flat, input)
+            flat_step_dm(svc, machine, state, vars, single, hits, &mut ctx, input)
         } else {
-            flat_step::<false, N>(svc, machine, inst, hits, comps, fire_flat, input)
+            flat_step::<false, N>(svc, machine, state, vars, single, hits, &mut ctx, input)
         };
         if ended {
-            if let Some(mut f) = instances.remove(&key.message) {
-                *flat_live -= 1;
-                f.hist.reset();
-                recycled[si].push(f.hist);
-            }
+            self.flat_end(si, key.message);
         }
         Ok(())
     }
 }
 
-/// What one input to a flat-machine instance runs with (a [`Ctx`] without the history,
-/// which is the instance's).
-struct Input<'a, N: Network> {
-    now: Instant,
-    key: InstanceKey,
-    node: &'a mut NodeInfo,
-    current: Option<&'a Message>,
-    drafts: &'a mut [Draft],
-    net: &'a mut N,
-    scratch: &'a mut Message,
+/// What one input to a flat-machine instance runs with besides its [`Ctx`].
+struct Input<'a> {
     /// The timer id of a timer expiry (0 for a message).
     timer: u32,
+    /// The message a send builds.
+    scratch: &'a mut Message,
     /// The store's `_event` scratch.
     dm: &'a mut Scratch,
+    /// Composite candidates (several hits).
+    comps: &'a mut Vec<u16>,
+    /// Composites that hold after the first.
+    fire: &'a mut Vec<u16>,
+}
+
+/// Records an input's hits in the instance's history (its message kept, the indexes
+/// updated); the load-time plan of its event when it triggers one basic event.
+#[inline(always)]
+fn flat_record<'m>(
+    svc: &Service,
+    machine: &'m Flat,
+    hist: &mut History,
+    hits: &[u16],
+    now: Instant,
+    current: Option<&Message>,
+    timer: u32,
+) -> Option<&'m EventPlan> {
+    // One basic event: its load-time plan (history slot, index, composites that some state
+    // takes), no per-event lookups.
+    let single = match hits {
+        [e] => machine.event_plan(*e).map(|p| (*e, p)),
+        _ => None,
+    };
+    match single {
+        Some((e, plan)) => {
+            if let Some(m) = current {
+                if plan.slot != NO_SLOT {
+                    hist.keep(plan.slot, m);
+                }
+            }
+            match (plan.keyed, current) {
+                (Some((id, a)), Some(m)) => {
+                    svc.logic.record_keyed(&mut hist.logic, id, m.get(a), now)
+                }
+                _ if plan.logic => svc.logic.record(&mut hist.logic, e, now, current, timer),
+                _ => {}
+            }
+        }
+        None => {
+            for &e in hits {
+                if let Some(m) = current {
+                    hist.record(&svc.layout, e, m);
+                }
+                if svc.logic.listens(e) {
+                    svc.logic.record(&mut hist.logic, e, now, current, timer);
+                }
+            }
+        }
+    }
+    single.map(|(_, p)| p)
 }
 
 /// A flat step's datamodel: the instance's variables and the current event.
@@ -784,92 +905,52 @@ fn select<'m>(machine: &'m Flat, step: &'m Step, state: u16, dm: &mut Dm<'_>) ->
 /// `DM`: the chart has a datamodel (`machine.model()` is some); without one, nothing of the
 /// datamodel is looked at (h2hack's path keeps its instruction count).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn flat_step<const DM: bool, N: Network>(
     svc: &Service,
     machine: &Flat,
-    inst: &mut FlatInst,
+    state: &mut u16,
+    vars: &mut [Option<Value>],
+    single: Option<&EventPlan>,
     hits: &[u16],
-    comps: &mut Vec<u16>,
-    fire: &mut Vec<u16>,
-    input: Input<'_, N>,
+    ctx: &mut Ctx<'_, N>,
+    input: Input<'_>,
 ) -> bool {
-    let now = input.now;
-    // One basic event: its load-time plan (history slot, index, composites that some state
-    // takes), no per-event lookups.
-    let single = match hits {
-        [e] => machine.event_plan(*e).map(|p| (*e, p)),
-        _ => None,
+    let now = ctx.now;
+    // Without a datamodel nothing of it is built or passed.
+    let mut dm = if DM {
+        Some(Dm {
+            model: machine.model(),
+            vars,
+            scratch: input.dm,
+            ev: None,
+        })
+    } else {
+        None
     };
-    match single {
-        Some((e, plan)) => {
-            if let Some(m) = input.current {
-                if plan.slot != NO_SLOT {
-                    inst.hist.keep(plan.slot, m);
-                }
-            }
-            match (plan.keyed, input.current) {
-                (Some((id, a)), Some(m)) => {
-                    svc.logic
-                        .record_keyed(&mut inst.hist.logic, id, m.get(a), now)
-                }
-                _ if plan.logic => {
-                    svc.logic
-                        .record(&mut inst.hist.logic, e, now, input.current, input.timer)
-                }
-                _ => {}
-            }
-        }
-        None => {
-            for &e in hits {
-                if let Some(m) = input.current {
-                    inst.hist.record(&svc.layout, e, m);
-                }
-                if svc.logic.listens(e) {
-                    svc.logic
-                        .record(&mut inst.hist.logic, e, now, input.current, input.timer);
-                }
-            }
-        }
-    }
-    let FlatInst { state, hist, vars } = inst;
-    let mut dm = Dm {
-        model: machine.model(),
-        vars,
-        scratch: input.dm,
-        ev: None,
-    };
-    let mut ctx = Ctx {
-        now,
-        key: input.key,
-        node: input.node,
-        history: hist,
-        current: input.current,
-        drafts: input.drafts,
-        net: input.net,
-        terminated: false,
-        each: 0,
-    };
+    let ctx = &mut *ctx;
     // Basic events, in declaration order.
     for &e in hits {
         if let Some(step) = machine.step(usize::from(e), *state) {
-            if DM {
-                let name = svc.data.basic.get(usize::from(e)).map_or("", |b| &b.name);
-                dm.event(name, input.current, input.timer);
-            }
-            let step = if !DM || step.cond.is_none() {
-                Some(step)
-            } else {
-                select(machine, step, *state, &mut dm)
+            let step = match dm.as_mut() {
+                Some(dm) if DM => {
+                    let name = svc.data.basic.get(usize::from(e)).map_or("", |b| &b.name);
+                    dm.event(name, ctx.current, input.timer);
+                    select(machine, step, *state, dm)
+                }
+                _ => Some(step),
             };
             if let Some(step) = step {
-                if run_flat(step, state, &mut ctx, input.scratch, &mut dm) {
+                if run_flat::<DM, N>(step, state, ctx, input.scratch, dm.as_mut()) {
                     return true;
                 }
             }
         }
     }
+    let comps = input.comps;
+    let fire = input.fire;
     let candidates: &[u16] = match single {
-        Some((_, plan)) => &plan.comps,
+        Some(plan) => &plan.comps,
         None => {
             comps.clear();
             for &e in hits {
@@ -912,31 +993,29 @@ fn flat_step<const DM: bool, N: Network>(
             .get(usize::from(c))
             .map_or("", |x| x.name.as_str())
     };
-    if DM {
-        dm.event(comp_name(c), input.current, input.timer);
-    }
-    let step = if !DM || step.cond.is_none() {
-        Some(step)
-    } else {
-        select(machine, step, *state, &mut dm)
+    let step = match dm.as_mut() {
+        Some(dm) if DM => {
+            dm.event(comp_name(c), ctx.current, input.timer);
+            select(machine, step, *state, dm)
+        }
+        _ => Some(step),
     };
     if let Some(step) = step {
-        if run_flat(step, state, &mut ctx, input.scratch, &mut dm) {
+        if run_flat::<DM, N>(step, state, ctx, input.scratch, dm.as_mut()) {
             return true;
         }
     }
     for &c in fire.iter() {
         if let Some(step) = machine.step(basics + usize::from(c), *state) {
-            if DM {
-                dm.event(comp_name(c), input.current, input.timer);
-            }
-            let step = if !DM || step.cond.is_none() {
-                Some(step)
-            } else {
-                select(machine, step, *state, &mut dm)
+            let step = match dm.as_mut() {
+                Some(dm) if DM => {
+                    dm.event(comp_name(c), ctx.current, input.timer);
+                    select(machine, step, *state, dm)
+                }
+                _ => Some(step),
             };
             if let Some(step) = step {
-                if run_flat(step, state, &mut ctx, input.scratch, &mut dm) {
+                if run_flat::<DM, N>(step, state, ctx, input.scratch, dm.as_mut()) {
                     return true;
                 }
             }
@@ -945,20 +1024,38 @@ fn flat_step<const DM: bool, N: Network>(
     false
 }
 
+/// [`flat_step`] of a chart with a datamodel, out of line (h2hack's inputs, without one, keep
+/// a small function).
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn flat_step_dm<N: Network>(
+    svc: &Service,
+    machine: &Flat,
+    state: &mut u16,
+    vars: &mut [Option<Value>],
+    single: Option<&EventPlan>,
+    hits: &[u16],
+    ctx: &mut Ctx<'_, N>,
+    input: Input<'_>,
+) -> bool {
+    flat_step::<true, N>(svc, machine, state, vars, single, hits, ctx, input)
+}
+
 /// Runs one flat step's ops (a failing op ends its block, as in the engine) and moves to its
 /// target; whether the instance ended (a final state or `terminate`).
+/// `DM`: `dm` is some (the chart has a datamodel).
 #[inline]
-fn run_flat<N: Network>(
+fn run_flat<const DM: bool, N: Network>(
     step: &Step,
     state: &mut u16,
     ctx: &mut Ctx<'_, N>,
     scratch: &mut Message,
-    dm: &mut Dm<'_>,
+    mut dm: Option<&mut Dm<'_>>,
 ) -> bool {
     let ops = &*step.ops;
     let mut i = 0;
     while let Some((op, end)) = ops.get(i) {
-        i = if run_op(op, ctx, scratch, dm, *state) {
+        i = if run_op::<DM, N>(op, ctx, scratch, dm.as_deref_mut(), *state) {
             i + 1
         } else {
             usize::from(*end)
@@ -976,11 +1073,11 @@ fn run_flat<N: Network>(
 /// Runs one resolved op; false when it fails (a value that cannot be read now: nothing is
 /// performed and the rest of its block is skipped).
 #[inline(always)]
-fn run_op<N: Network>(
+fn run_op<const DM: bool, N: Network>(
     op: &FastOp,
     ctx: &mut Ctx<'_, N>,
     scratch: &mut Message,
-    dm: &mut Dm<'_>,
+    dm: Option<&mut Dm<'_>>,
     state: u16,
 ) -> bool {
     match op {
@@ -1004,8 +1101,13 @@ fn run_op<N: Network>(
         }
         FastOp::Send(op) => return send(op, ctx, scratch),
         FastOp::Each { selector, send: op } => return send_each(selector, op, ctx, scratch),
-        FastOp::Action(a) => return interpreted(a, ctx, dm),
-        FastOp::Assign(x) => return assign(x, dm, state),
+        FastOp::Action(a) => return interpreted(a, ctx, if DM { dm.as_deref() } else { None }),
+        FastOp::Assign(x) => {
+            return match dm {
+                Some(dm) if DM => assign(x, dm, state),
+                _ => false,
+            }
+        }
     }
     true
 }
@@ -1026,9 +1128,9 @@ fn assign(
 /// An action the flat machine did not resolve, run by the interpreter; whether it succeeded.
 /// Out of line (its error is a `String` to drop), so the usual ops' loop keeps a small frame.
 #[inline(never)]
-fn interpreted<N: Network>(a: &Action, ctx: &mut Ctx<'_, N>, dm: &Dm<'_>) -> bool {
-    match dm.model {
-        Some(m) => action::run(a, ctx, &m.source(dm.vars)).is_ok(),
+fn interpreted<N: Network>(a: &Action, ctx: &mut Ctx<'_, N>, dm: Option<&Dm<'_>>) -> bool {
+    match dm.and_then(|d| Some((d.model?, &*d.vars))) {
+        Some((m, vars)) => action::run(a, ctx, &m.source(vars)).is_ok(),
         None => action::run(a, ctx, &()).is_ok(),
     }
 }
@@ -1224,19 +1326,17 @@ impl Store {
     }
 }
 
-impl Runner for Store {
-    fn handle_message<N: Network>(
+impl Store {
+    /// A message for service `si`, which runs on the general engine (out of line: the flat
+    /// machine's inputs keep a small function).
+    #[inline(never)]
+    fn engine_message<N: Network>(
         &mut self,
         now: Instant,
+        si: usize,
         m: &Message,
         net: &mut N,
     ) -> Result<(), RunnerError> {
-        let Some(si) = self.service_index(m.service_id) else {
-            return Err(RunnerError::UnknownService(m.service_id));
-        };
-        if self.services[si].flat.is_some() {
-            return self.flat_message(now, si, m, net);
-        }
         self.hits.clear();
         self.services[si]
             .matcher
@@ -1258,18 +1358,15 @@ impl Runner for Store {
         self.step(now, i, Some(m), 0, net)
     }
 
-    fn handle_timer<N: Network>(
+    /// A timer of an instance on the general engine (out of line).
+    #[inline(never)]
+    fn engine_timer<N: Network>(
         &mut self,
         now: Instant,
         key: InstanceKey,
         id: u32,
         net: &mut N,
     ) -> Result<(), RunnerError> {
-        if let Some(si) = self.service_index(key.service) {
-            if self.services[si].flat.is_some() {
-                return self.flat_timer(now, si, key, id, net);
-            }
-        }
         let Some(&i) = self.map.get(&key) else {
             return Ok(());
         };
@@ -1284,6 +1381,38 @@ impl Runner for Store {
             return Ok(());
         }
         self.step(now, i, None, id, net)
+    }
+}
+
+impl Runner for Store {
+    fn handle_message<N: Network>(
+        &mut self,
+        now: Instant,
+        m: &Message,
+        net: &mut N,
+    ) -> Result<(), RunnerError> {
+        let Some(si) = self.service_index(m.service_id) else {
+            return Err(RunnerError::UnknownService(m.service_id));
+        };
+        if self.services[si].flat.is_some() {
+            return self.flat_message(now, si, m, net);
+        }
+        self.engine_message(now, si, m, net)
+    }
+
+    fn handle_timer<N: Network>(
+        &mut self,
+        now: Instant,
+        key: InstanceKey,
+        id: u32,
+        net: &mut N,
+    ) -> Result<(), RunnerError> {
+        if let Some(si) = self.service_index(key.service) {
+            if self.services[si].flat.is_some() {
+                return self.flat_timer(now, si, key, id, net);
+            }
+        }
+        self.engine_timer(now, key, id, net)
     }
 
     fn set_node(&mut self, node: NodeInfo) {
