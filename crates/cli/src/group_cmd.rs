@@ -80,6 +80,9 @@ pub fn stack_text(
 kind = "device"
 [layers.sum]
 kind = "checksum"
+[layers.pack]
+kind = "bundle"
+max_bytes = 60000
 [layers.hb]
 kind = "heartbeat"
 interval = "{}"
@@ -92,7 +95,7 @@ capacity = 65536
 kind = "total-order"
 capacity = 16384
 [qos.group]
-layers = ["dev", "sum", "hb", "vs", "to"]
+layers = ["dev", "sum", "pack", "hb", "vs", "to"]
 [channels.g]
 qos = "group"
 "#,
