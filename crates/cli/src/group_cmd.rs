@@ -67,7 +67,9 @@ pub struct ChatArgs {
 }
 
 /// The built-in group stack: `stacks/group.toml`'s layers (device, checksum, heartbeat,
-/// vsync, total-order) with the given failure-detector times and no scenario.
+/// vsync, total-order) with the given failure-detector times and no scenario, plus a `bundle`
+/// layer above the checksum: what one kernel batch sends to a member (data copies, `Order`s,
+/// statuses) leaves as one datagram (issue 18: twice the messages/s of one datagram each).
 pub fn stack_text(
     heartbeat: viastack_kernel::Duration,
     suspect: viastack_kernel::Duration,
