@@ -155,13 +155,17 @@ pub struct TotalSession {
 
 impl TotalSession {
     fn deliver_ordered(&mut self, ctx: &mut Context<'_>) {
+        let mut delivered = 0;
         while let Some(key) = self.order.front() {
             let Some(ev) = self.pending.remove(key) else {
                 break;
             };
             self.order.pop_front();
-            ctx.count("delivered");
+            delivered += 1;
             ctx.go(ev);
+        }
+        if delivered > 0 {
+            ctx.count_n("delivered", delivered);
         }
     }
 

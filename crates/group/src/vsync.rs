@@ -575,12 +575,15 @@ impl VsyncSession {
             origin: self.me,
             seq,
         };
-        for m in self.store.members.clone() {
+        let mut sent = 0;
+        for k in 0..self.store.members.len() {
+            let m = self.store.members[k];
             if m != self.me {
                 self.send(m.node, &pdu, Some(&message), ctx);
-                ctx.count("sent");
+                sent += 1;
             }
         }
+        ctx.count_n("sent", sent);
         self.deliver_ready(ctx);
     }
 
@@ -593,6 +596,7 @@ impl VsyncSession {
             Phase::Flushing { .. } => return,
             Phase::Installing { upto, .. } => Some(upto.clone()),
         };
+        let mut delivered = 0;
         for i in 0..self.store.logs.len() {
             let origin = self.store.members[i].node;
             loop {
@@ -606,7 +610,7 @@ impl VsyncSession {
                 };
                 let m = m.clone();
                 log.delivered = next;
-                ctx.count("delivered");
+                delivered += 1;
                 let s = Sendable::new(origin, Dest::Node(self.node), m);
                 ctx.go(Event::sendable(
                     SENDABLE.id(),
@@ -615,6 +619,9 @@ impl VsyncSession {
                     s,
                 ));
             }
+        }
+        if delivered > 0 {
+            ctx.count_n("delivered", delivered);
         }
     }
 

@@ -73,6 +73,10 @@ pub struct GroupArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// A stack file for the viastack lane instead of the built-in one (`viastack group
+    /// peer --stack`): e.g. a variant without bundling, for a before/after comparison.
+    #[arg(long)]
+    stack: Option<std::path::PathBuf>,
 }
 
 /// Members of the group in both lanes.
@@ -262,6 +266,7 @@ fn viastack_lane(args: &GroupArgs) -> anyhow::Result<Lane> {
     let base = free_udp_ports(MEMBERS as u16)?;
     let (hb, sus, conf) = (ms(args.heartbeat), ms(args.suspect), ms(args.confirm));
     let name = format!("bench-{}", std::process::id());
+    let stack = args.stack.clone();
     let spawn: Spawn = Box::new(move |i| {
         let mut c = Command::new(&exe);
         c.args(["group", "peer", &name, "--members"])
@@ -270,6 +275,9 @@ fn viastack_lane(args: &GroupArgs) -> anyhow::Result<Lane> {
             .args(["--heartbeat", &format!("{hb}ms")])
             .args(["--suspect", &format!("{sus}ms")])
             .args(["--confirm", &format!("{conf}ms")]);
+        if let Some(path) = &stack {
+            c.arg("--stack").arg(path);
+        }
         c
     });
     Lane::start("viastack", spawn, Duration::from_secs(30))
@@ -402,6 +410,7 @@ pub fn run(args: &GroupArgs) -> anyhow::Result<()> {
         "messages_per_member_per_round": messages,
         "rounds": repeat,
         "quick": args.quick,
+        "stack": args.stack.as_ref().map(|p| p.display().to_string()),
         "viastack": lane(&v_rates),
         "jgroups": if j_rates.is_empty() { Value::Null } else { lane(&j_rates) },
         "jgroups_skipped": skipped,
