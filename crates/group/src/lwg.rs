@@ -52,7 +52,8 @@
 //! [`crate::wire::LwgPdu`], docs/WIRE.md. Counters: `lwg.announced`, `lwg.installed` (light
 //! views), `lwg.delivered`, `lwg.held` (waited for installation), `lwg.foreign` (a group this
 //! member is not in), `lwg.stale_joined`, `lwg.malformed`, `lwg.held_over` (beyond the
-//! `capacity` bound, dropped), `lwg.joined_late` (a channel opened after this view's `Joined`).
+//! `capacity` bound, dropped), `lwg.joined_late` (a channel opened after this view's `Joined`),
+//! `lwg.announce_datagrams` (datagrams of the `Joined` announcements: one per other member).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -264,6 +265,11 @@ impl LwgSession {
             groups: self.groups.keys().copied().collect(),
         };
         ctx.count("announced");
+        // One datagram per other member (bench group's LWG figure).
+        ctx.count_n(
+            "announce_datagrams",
+            heavy.members.len().saturating_sub(1) as u64,
+        );
         let m = Message::with_headroom(96, &pdu.emit());
         ctx.go(Event::sendable(
             LWG_JOINED.id(),
