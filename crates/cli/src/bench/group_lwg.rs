@@ -1,7 +1,8 @@
 //! `viastack bench group`'s light-weight-group figure (issue 18 "Figures", seed 001 §2.1,
 //! Rodrigues et al.'s light-weight groups): the cost of 10 user groups as 10 light-weight
 //! groups over one heavy `vsync` group (one `lwg` session bound into the 10 channels) against
-//! 10 separate heavy groups (default binding: one `vsync` and failure detector per channel).
+//! 10 separate heavy groups (plain `vsync` channels, default binding: one `vsync` and failure
+//! detector per channel, no `lwg`).
 //!
 //! **Simulator-based** (the discrete-event simulator, 5 nodes, 1 ms links, no faults but the
 //! ones below), so the datagram and control counts are exact and deterministic:
@@ -38,10 +39,16 @@ const END_MS: u64 = 4000;
 /// The stack file: 10 groups over one heavy group (`shared`) or 10 heavy groups, `messages`
 /// per node and group.
 fn stack(shared: bool, messages: u64) -> String {
-    let bind = if shared {
-        "bind = { lwg = \"the-lwg\" }\n"
+    // Light: one `lwg` session bound into every channel (automatic binding shares the rest);
+    // heavy: plain `vsync` groups, one per channel (default binding), no `lwg` layer.
+    let (bind, layers, session) = if shared {
+        (
+            "bind = { lwg = \"the-lwg\" }\n",
+            r#"["dev", "sum", "hb", "vs", "lwg"]"#,
+            "[sessions.the-lwg]\nlayer = \"lwg\"\n",
+        )
     } else {
-        ""
+        ("", r#"["dev", "sum", "hb", "vs"]"#, "")
     };
     let mut src = format!(
         r#"
@@ -58,10 +65,8 @@ kind = "vsync"
 [layers.lwg]
 kind = "lwg"
 [qos.light]
-layers = ["dev", "sum", "hb", "vs", "lwg"]
-[sessions.the-lwg]
-layer = "lwg"
-[scenario]
+layers = {layers}
+{session}[scenario]
 nodes = {NODES}
 seed = 3
 duration = "{END_MS}ms"
