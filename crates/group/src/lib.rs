@@ -31,5 +31,5 @@ pub use causal::CausalOrder;
 pub use lwg::Lwg;
 pub use state::StateTransfer;
 pub use total::TotalOrder;
-pub use vsync::{view_notice, Primary, ViewNotice, Vsync, VIEW};
+pub use vsync::{view_notice, Primary, ViewNotice, Vsync, REJOIN, VIEW};
 pub use wire::{CausalPdu, LwgPdu, Member, Pdu, StatePdu, TotalPdu, ViewId, WireError};

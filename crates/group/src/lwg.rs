@@ -29,7 +29,9 @@
 //! light views; members that split during `V` may install different memberships, which are
 //! different light views (a light view is its heavy view and its members).
 //! A heavy view that carries no messages (not primary under `primary = "majority"`) gets its
-//! light views at once, with all its members: there is nothing to agree on in it.
+//! light views at once, with all its members: there is nothing to agree on in it (and a
+//! channel opened during such a view gets its light view when it opens: a restarted member
+//! alone in a minority installs one on every channel, issue 18's majority seed 756).
 //! Messages of `V` that arrive before the light views are installed wait, in arrival order,
 //! and are delivered at installation; a light group's messages are delivered only at members
 //! of its light view. So each light group has views of its own (agreement, virtual synchrony,
@@ -45,14 +47,25 @@
 //! while a heavy view is current joins its light group at the next heavy view (counted
 //! `lwg.joined_late`). Not done yet: Rodrigues et al.'s switch, moving an open light group from
 //! one heavy group to another without closing it; scenarios do not script opening and closing
-//! channels at run time either.
+//! channels at run time either. The intended design: one `lwg` session bound over several
+//! heavy groups (per-heavy-group state, a heavy group known by the session just below `lwg` in
+//! the channel); a `Switch { group, to }` multicast on the old heavy group; each light member
+//! that delivers it stops sending the group there (its messages wait) and multicasts a
+//! `Flushed { group }` after its last one (FIFO per sender); with every light member's
+//! `Flushed` in — or at the old heavy group's next view, where virtual synchrony makes the
+//! survivors agree on the `Switch` and the messages before it — the light view ends and a new
+//! one (the old members in the new heavy view, its id marked as a switch view) begins on the
+//! new heavy group; messages of the group that arrive there first wait, and are dropped if the
+//! new heavy group changes view before the switch completes (their sender's light view was
+//! another one).
 //!
 //! # Wire and counters
 //!
 //! [`crate::wire::LwgPdu`], docs/WIRE.md. Counters: `lwg.announced`, `lwg.installed` (light
 //! views), `lwg.delivered`, `lwg.held` (waited for installation), `lwg.foreign` (a group this
 //! member is not in), `lwg.stale_joined`, `lwg.malformed`, `lwg.held_over` (beyond the
-//! `capacity` bound, dropped), `lwg.joined_late` (a channel opened after this view's `Joined`).
+//! `capacity` bound, dropped), `lwg.joined_late` (a channel opened after this view's `Joined`),
+//! `lwg.announce_datagrams` (datagrams of the `Joined` announcements: one per other member).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -203,35 +216,41 @@ impl LwgSession {
         let Some(heavy) = &self.heavy else {
             return;
         };
-        for (&g, &ch) in &self.groups {
-            // The members that announced `g`, and this one, which has `g` open (its own
-            // announcement is missing only when the view ended before it came back, e.g. a
-            // view that may not carry messages under `primary = "majority"`).
-            let members: Vec<Member> = heavy
-                .members
-                .iter()
-                .filter(|m| {
-                    m.node == self.node
-                        || self.joined.get(&m.node).is_some_and(|gs| gs.contains(&g))
-                })
-                .copied()
-                .collect();
-            self.light.insert(g, members.clone());
-            ctx.count("installed");
-            ctx.go(Event::new(
-                VIEW.id(),
-                Direction::Up,
-                ch,
-                Body::Custom(Box::new(ViewNotice {
-                    id: light_view_id(heavy.id, &members),
-                    members,
-                    primary: heavy.primary,
-                })),
-            ));
+        let heavy = heavy.clone();
+        let groups: Vec<(u32, ChannelId)> = self.groups.iter().map(|(&g, &c)| (g, c)).collect();
+        for (g, ch) in groups {
+            self.install_group(&heavy, g, ch, ctx);
         }
         while let Some((g, ev)) = self.held.pop_front() {
             self.deliver(g, ev, ctx);
         }
+    }
+
+    /// Installs light group `g`'s view of `heavy`: the members that announced `g`, and this
+    /// one, which has `g` open (its own announcement is missing only when the view ended
+    /// before it came back, e.g. a view that may not carry messages under
+    /// `primary = "majority"`).
+    fn install_group(&mut self, heavy: &ViewNotice, g: u32, ch: ChannelId, ctx: &mut Context<'_>) {
+        let members: Vec<Member> = heavy
+            .members
+            .iter()
+            .filter(|m| {
+                m.node == self.node || self.joined.get(&m.node).is_some_and(|gs| gs.contains(&g))
+            })
+            .copied()
+            .collect();
+        self.light.insert(g, members.clone());
+        ctx.count("installed");
+        ctx.go(Event::new(
+            VIEW.id(),
+            Direction::Up,
+            ch,
+            Body::Custom(Box::new(ViewNotice {
+                id: light_view_id(heavy.id, &members),
+                members,
+                primary: heavy.primary,
+            })),
+        ));
     }
 
     fn deliver(&mut self, g: u32, mut ev: Event, ctx: &mut Context<'_>) {
@@ -264,6 +283,11 @@ impl LwgSession {
             groups: self.groups.keys().copied().collect(),
         };
         ctx.count("announced");
+        // One datagram per other member (bench group's LWG figure).
+        ctx.count_n(
+            "announce_datagrams",
+            heavy.members.len().saturating_sub(1) as u64,
+        );
         let m = Message::with_headroom(96, &pdu.emit());
         ctx.go(Event::sendable(
             LWG_JOINED.id(),
@@ -372,7 +396,17 @@ impl Session for LwgSession {
             if let Some(name) = ctx.channel_name(ch) {
                 let g = group_id(name);
                 self.groups.insert(g, ch);
-                if self.announced {
+                let minority = self.heavy.clone().filter(|h| !h.primary && self.installed);
+                if let Some(h) = minority {
+                    // A channel opened in a view that carries no messages (a restarted member
+                    // alone under `primary = "majority"`): its light view at once, with the
+                    // heavy view's members, as the others' were — nothing to agree on, and
+                    // its announcement would wait for a primary view.
+                    for m in &h.members {
+                        self.joined.entry(m.node).or_default().push(g);
+                    }
+                    self.install_group(&h, g, ch, ctx);
+                } else if self.announced {
                     ctx.count("joined_late");
                 } else if self.heavy.is_some() {
                     self.schedule_announce(ctx);

@@ -35,6 +35,18 @@
 //! The queue is bounded: each entry is a message held in `pending` (at most `capacity`).
 //! Because one `Order` is in flight at a time, `Order`s keep the sequencer's FIFO order.
 //!
+//! # A slow member is excluded (issue 18)
+//!
+//! `pending` (messages waiting for their `Order`) and `order` (entries waiting for their
+//! message) are bounded by `capacity` (and twice that). A member whose `Order`s lag far behind
+//! the messages (a slow link from the sequencer, a slow member) fills them; what does not fit
+//! is dropped, so that member can no longer deliver the view's total order. It does not stay
+//! and diverge: it tells the application (an [`ORDER_OVERFLOW`] notice naming the peer),
+//! delivers nothing more of the view, and asks `vsync` to exclude it ([`REJOIN`]: it leaves
+//! the view and starts again alone as a new member, which the group merges back). The others
+//! go on without waiting for it. Its own messages are never dropped (`vsync` bounds them), so
+//! it delivers them, and what it held, at the view it installs alone — bound to no one.
+//!
 //! # Wire
 //!
 //! [`crate::wire::TotalPdu`], docs/WIRE.md. Counters: `total.ordered` (entries the sequencer
@@ -42,18 +54,20 @@
 //! `total.order_refused` (`Order`s `vsync` refused, re-sent later), `total.delivered`,
 //! `total.flushed_unordered` (delivered at a view change without an `Order`),
 //! `total.stale_order`, `total.malformed`, `total.held_over` (refused: the pending buffer is
-//! full; the application is told by an [`ORDER_OVERFLOW`] notice naming the peer).
+//! full; the application is told by an [`ORDER_OVERFLOW`] notice naming the peer),
+//! `total.excluded` (this member excluded itself after an overflow), `total.view_skipped` (a
+//! view installed before the exclusion reached `vsync`, left at once: not shown above).
 
 use std::collections::{BTreeMap, VecDeque};
 
 use viastack_kernel::event::{EventTypeDef, CHANNEL_INIT, FLUSH, SENDABLE, TIMER};
 use viastack_kernel::{
-    Context, Delivery, Dest, Direction, Duration, Event, EventType, Layer, Message, NodeId,
-    Sendable, Session, Tag,
+    Body, ChannelId, Context, Delivery, Dest, Direction, Duration, Event, EventType, Layer,
+    Message, NodeId, Sendable, Session, Tag,
 };
 use viastack_protocols::events::{self, SendFailure, SEND_REFUSED};
 
-use crate::vsync::{view_notice, VIEW};
+use crate::vsync::{view_notice, REJOIN, VIEW};
 use crate::wire::{TotalPdu, ViewId};
 
 /// An `Order` this layer generates (a `Sendable` subtype).
@@ -112,7 +126,7 @@ impl Layer for TotalOrder {
         vec![VIEW.id()]
     }
     fn provides(&self) -> Vec<EventType> {
-        vec![ORDER.id(), ORDER_OVERFLOW.id()]
+        vec![ORDER.id(), ORDER_OVERFLOW.id(), REJOIN.id()]
     }
     fn delivery(&self, below: Delivery) -> Delivery {
         below
@@ -129,6 +143,7 @@ impl Layer for TotalOrder {
             unsent: VecDeque::new(),
             inflight: None,
             retry_armed: false,
+            excluded: false,
         })
     }
 }
@@ -151,11 +166,17 @@ pub struct TotalSession {
     inflight: Option<Vec<(NodeId, u64)>>,
     /// Sequencer: a retry timer is pending.
     retry_armed: bool,
+    /// A buffer overflowed in this view: this member excluded itself (asked `vsync` to
+    /// [`REJOIN`]) and delivers nothing more of the view until the next `View`.
+    excluded: bool,
 }
 
 impl TotalSession {
     fn deliver_ordered(&mut self, ctx: &mut Context<'_>) {
         let mut delivered = 0;
+        if self.excluded {
+            return;
+        }
         while let Some(key) = self.order.front() {
             let Some(ev) = self.pending.remove(key) else {
                 break;
@@ -226,12 +247,43 @@ impl TotalSession {
         }
     }
 
+    /// A message or `Order` of `source` was refused because a buffer is full: this member can
+    /// no longer deliver the view's total order. The first time in a view it tells the
+    /// application ([`ORDER_OVERFLOW`] naming `source`) and excludes itself as a slow member:
+    /// it delivers nothing more of the view and asks `vsync` to leave it and join again as a
+    /// new member ([`REJOIN`]), so it never goes on to a next view with members that delivered
+    /// more (virtual synchrony), and the group goes on without waiting for it.
+    fn overflow(&mut self, source: NodeId, channel: ChannelId, ctx: &mut Context<'_>) {
+        if self.excluded {
+            return;
+        }
+        self.excluded = true;
+        ctx.count("excluded");
+        ctx.go(events::notice(&ORDER_OVERFLOW, channel, source));
+        ctx.go(Event::new(
+            REJOIN.id(),
+            Direction::Down,
+            channel,
+            Body::Empty,
+        ));
+    }
+
     fn on_view(&mut self, event: Event, ctx: &mut Context<'_>) {
         let Some(v) = view_notice(&event) else {
             ctx.go(event);
             return;
         };
         let (id, first) = (v.id, v.members.first().map(|m| m.node));
+        if self.excluded && v.members.len() > 1 {
+            // A view `vsync` installed before it got this member's `Rejoin` (already on its
+            // way down): this member leaves it at once, having delivered less than the
+            // others of the old view, so it must not be seen to go on with them.
+            ctx.count("view_skipped");
+            return;
+        }
+        // A member that excluded itself goes to this view alone: what it still holds of the
+        // old view (its own messages among them) is delivered below, bound to no one else.
+        self.excluded = false;
         // The old view's ordered messages, then the unordered ones in (sender, local) order.
         while let Some(key) = self.order.pop_front() {
             if let Some(ev) = self.pending.remove(&key) {
@@ -272,9 +324,11 @@ impl TotalSession {
         match pdu {
             TotalPdu::Data { local } => {
                 let key = (source, local);
-                if self.pending.len() >= self.capacity {
+                // This member's own messages are always kept (`vsync` bounds them: its
+                // per-sender capacity), so they are delivered to it even after an overflow.
+                if source != self.node && (self.excluded || self.pending.len() >= self.capacity) {
                     ctx.count("held_over");
-                    ctx.go(events::notice(&ORDER_OVERFLOW, event.channel(), source));
+                    self.overflow(source, event.channel(), ctx);
                     return;
                 }
                 self.pending.insert(key, event);
@@ -300,9 +354,9 @@ impl TotalSession {
                         ctx.request_flush();
                     }
                 }
-                if self.order.len() + entries.len() > self.capacity * 2 {
+                if self.excluded || self.order.len() + entries.len() > self.capacity * 2 {
                     ctx.count("held_over");
-                    ctx.go(events::notice(&ORDER_OVERFLOW, event.channel(), source));
+                    self.overflow(source, event.channel(), ctx);
                     return;
                 }
                 self.order.extend(entries);

@@ -56,7 +56,9 @@
 //! application's message with a `SendRefused` notice (counted `vsync.refused`) and names the
 //! laggard in a [`SLOW_MEMBER`] notice (once per member and view), and receivers
 //! drop messages more than `capacity` ahead of what they delivered. Memory never grows with
-//! the traffic.
+//! the traffic. A layer above that cannot keep up (`total-order`'s buffers overflowed) sends
+//! [`REJOIN`] down: this member leaves the view (a `Leave`: the others exclude it and go on)
+//! and starts again alone as a new member (a new epoch), merged back like a joiner.
 //!
 //! # Primary partition
 //!
@@ -70,7 +72,8 @@
 //! `vsync.delivered`, `vsync.retransmitted`, `vsync.naks`, `vsync.duplicate`, `vsync.beyond_window`,
 //! `vsync.other_view`, `vsync.not_member`, `vsync.malformed`, `vsync.views`, `vsync.flushes`,
 //! `vsync.flush_abandoned`, `vsync.refused`, `vsync.queued`, `vsync.stable_dropped`,
-//! `vsync.superseded`.
+//! `vsync.superseded`, `vsync.view_control` (datagrams of the flush: `Flush`, `FlushOk`,
+//! `FlushNo`, `NewView`).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -101,6 +104,12 @@ pub static UNBLOCK: EventTypeDef = EventTypeDef::new("Unblock", Some(&CHANNEL_EV
 /// member refuses to send more (a [`PeerNotice`](viastack_protocols::events::PeerNotice)
 /// naming the laggard; once per member and view).
 pub static SLOW_MEMBER: EventTypeDef = EventTypeDef::new("SlowMember", Some(&CHANNEL_EVENT));
+
+/// Down from a layer above: this member can no longer keep the current view's guarantees (its
+/// `total-order` buffers overflowed: a slow member), so it leaves the view (a `Leave` to the
+/// others, who exclude it) and starts again alone as a new member (a new epoch), which the
+/// group merges back like any joiner (counted `vsync.rejoined`). No body.
+pub static REJOIN: EventTypeDef = EventTypeDef::new("Rejoin", Some(&CHANNEL_EVENT));
 
 /// The body of a [`VIEW`] notice.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,6 +203,7 @@ impl Layer for Vsync {
             CHANNEL_CLOSE.id(),
             SUSPECT.id(),
             ALIVE.id(),
+            REJOIN.id(),
         ]
     }
     /// A network below, and a failure detector (`heartbeat`).
@@ -418,13 +428,20 @@ impl VsyncSession {
         }
     }
 
-    fn start(&mut self, ctx: &mut Context<'_>) {
+    /// A fresh random epoch (never 0, never the current one).
+    fn new_epoch(&self, ctx: &mut Context<'_>) -> u32 {
         let now = ctx.now();
         let mut epoch = 0;
-        while epoch == 0 {
+        while epoch == 0 || epoch == self.me.epoch {
             let x = ctx.rng().next_u64() ^ now.as_nanos().wrapping_mul(0x9e37_79b9_7f4a_7c15);
             epoch = (x ^ (x >> 32)) as u32;
         }
+        epoch
+    }
+
+    fn start(&mut self, ctx: &mut Context<'_>) {
+        let now = ctx.now();
+        let epoch = self.new_epoch(ctx);
         self.me = Member {
             node: self.node,
             epoch,
@@ -458,6 +475,13 @@ impl VsyncSession {
     }
 
     fn send(&self, to: NodeId, pdu: &Pdu, payload: Option<&Message>, ctx: &mut Context<'_>) {
+        if matches!(
+            pdu,
+            Pdu::Flush { .. } | Pdu::FlushOk { .. } | Pdu::FlushNo { .. } | Pdu::NewView { .. }
+        ) {
+            // The view-change protocol's own datagrams (bench group's LWG figure).
+            ctx.count("view_control");
+        }
         let header = pdu.emit();
         let mut m = match payload {
             Some(p) => p.clone(),
@@ -1321,6 +1345,49 @@ impl VsyncSession {
         self.handle_pdu(sender, pdu, Some(m), ctx);
     }
 
+    /// [`REJOIN`]: leaves the view (the others exclude this member on its `Leave`) and starts
+    /// again alone as a new member, in a view whose counter is above every one accepted; the
+    /// group merges it back (beacons). What the old view still held is not delivered here:
+    /// the layer above asked because it cannot deliver it consistently.
+    fn rejoin(&mut self, ctx: &mut Context<'_>) {
+        if self.closed || self.ticker.is_none() {
+            return;
+        }
+        ctx.count("rejoined");
+        let pdu = Pdu::Leave {
+            view: self.store.view,
+            from: self.me,
+        };
+        for m in self.store.members.clone() {
+            if m != self.me {
+                self.send(m.node, &pdu, None, ctx);
+            }
+        }
+        let now = ctx.now();
+        let epoch = self.new_epoch(ctx);
+        self.me = Member {
+            node: self.node,
+            epoch,
+        };
+        let counter = self.accepted.max(self.store.view.counter) + 1;
+        self.accepted = counter;
+        let view = ViewId {
+            counter,
+            coord: self.me,
+        };
+        self.store = Store::new(view, vec![self.me], now);
+        self.prev = None;
+        self.phase = Phase::Normal;
+        self.proposal = None;
+        self.announce = None;
+        self.slow.clear();
+        self.unresponsive.clear();
+        self.next_beacon = now;
+        self.notify_view(ctx);
+        self.announce_view(ctx);
+        self.drain_queue(ctx);
+    }
+
     fn close(&mut self, ctx: &mut Context<'_>) {
         if self.closed {
             return;
@@ -1377,6 +1444,10 @@ impl Session for VsyncSession {
                 self.close(ctx);
             }
             ctx.go(event);
+            return;
+        }
+        if ty == REJOIN.id() {
+            self.rejoin(ctx);
             return;
         }
         if ty == SUSPECT.id() || ty == ALIVE.id() {

@@ -221,6 +221,7 @@ impl Application {
                     at: now,
                     id: (v.id.counter, v.id.coord.node.0, v.id.coord.epoch),
                     members: v.members.iter().map(|m| (m.node.0, m.epoch)).collect(),
+                    primary: v.primary,
                 },
             );
             rec.notice(ev.ty().name());

@@ -11,7 +11,9 @@
 //!   delivered the same set of messages in V;
 //! - **self-delivery**: every message an incarnation sent is delivered to it, unless it was
 //!   refused (`SendFailed` named it) or the incarnation ended (crash, leave, end of run while
-//!   it was not live);
+//!   it was not live), or it ended the run in a non-primary view (`primary = "majority"`)
+//!   and nobody delivered the message, sent since its last primary view (it waits in the
+//!   sender's queue for a primary view);
 //! - **no-creation**: every delivered message was sent;
 //! - **no-duplication**: no incarnation delivers a message twice;
 //! - **total-order** (when asked): incarnations that install V then W delivered V's messages
@@ -68,6 +70,8 @@ pub enum Entry {
         id: ViewKey,
         /// Its members.
         members: Vec<(u32, u32)>,
+        /// Whether it may carry messages (`vsync`'s `primary`; always, unless `"majority"`).
+        primary: bool,
     },
     /// The application sent a message.
     Sent(MsgId),
@@ -364,6 +368,15 @@ pub fn check(history: &History, facts: &Facts) -> BTreeMap<&'static str, Outcome
             }
         }
     }
+    // Messages some incarnation delivered (a message nobody delivered never left its sender).
+    let mut anywhere: BTreeSet<MsgId> = BTreeSet::new();
+    for &(_, _, inc) in &incs {
+        for e in &inc.entries {
+            if let Entry::Delivered(m) = e {
+                anywhere.insert(*m);
+            }
+        }
+    }
     let mut creation = Outcome::Held;
     let mut dup = Outcome::Held;
     let mut selfd = Outcome::Held;
@@ -394,10 +407,41 @@ pub fn check(history: &History, facts: &Facts) -> BTreeMap<&'static str, Outcome
         }
         let last_incarnation = history.nodes.get(&n).is_some_and(|v| v.len() == k + 1);
         let alive = last_incarnation && facts.live.contains(&n);
+        // Ending the run in a view that may not carry messages (`primary = "majority"`, a
+        // minority), its messages sent since its last primary view that nobody delivered
+        // still wait in its queue for a primary view: not a loss.
+        let waiting: BTreeSet<MsgId> = {
+            let last_primary = inc
+                .entries
+                .iter()
+                .rposition(|e| matches!(e, Entry::View { primary: true, .. }));
+            let last_view_minority = inc
+                .entries
+                .iter()
+                .rev()
+                .find_map(|e| match e {
+                    Entry::View { primary, .. } => Some(!primary),
+                    _ => None,
+                })
+                .unwrap_or(false);
+            if last_view_minority {
+                inc.entries[last_primary.map_or(0, |i| i + 1)..]
+                    .iter()
+                    .filter_map(|e| match e {
+                        Entry::Sent(m) if !anywhere.contains(m) => Some(*m),
+                        _ => None,
+                    })
+                    .collect()
+            } else {
+                BTreeSet::new()
+            }
+        };
         if alive && selfd == Outcome::Held {
             let missing: Vec<&MsgId> = mine
                 .iter()
-                .filter(|m| !seen.contains(m) && !facts.reported.contains(m))
+                .filter(|m| {
+                    !seen.contains(m) && !facts.reported.contains(m) && !waiting.contains(m)
+                })
                 .collect();
             if !missing.is_empty() {
                 selfd = Outcome::Violated(format!(
@@ -430,9 +474,9 @@ pub fn check(history: &History, facts: &Facts) -> BTreeMap<&'static str, Outcome
         for n in &facts.live {
             let last = history.nodes.get(n).and_then(|v| v.last()).and_then(|inc| {
                 inc.entries.iter().rev().find_map(|e| match e {
-                    Entry::View { at, id, members } => {
-                        Some((*at, *id, members.iter().map(|m| m.0).collect::<Vec<u32>>()))
-                    }
+                    Entry::View {
+                        at, id, members, ..
+                    } => Some((*at, *id, members.iter().map(|m| m.0).collect::<Vec<u32>>())),
                     _ => None,
                 })
             });
@@ -687,6 +731,7 @@ mod tests {
             at: Instant::from_millis(at),
             id: (c, members[0], 1),
             members: members.iter().map(|&m| (m, 1)).collect(),
+            primary: true,
         }
     }
 
@@ -719,6 +764,41 @@ mod tests {
             h.push(NodeId(n), view(20, 2, &[0, 1]));
         }
         h
+    }
+
+    /// Issue 18 (the majority-lwg seeds 19, 57, 59): a member that ends the run in a
+    /// minority view (`primary = "majority"`) with a message nobody delivered — it waits in
+    /// its queue for a primary view — has not lost it; in a primary last view it has, and a
+    /// message someone else delivered must reach the sender too.
+    #[test]
+    fn a_message_waiting_in_a_minority_is_no_self_delivery_miss() {
+        let minority = |at, c| {
+            let mut v = view(at, c, &[0]);
+            if let Entry::View { primary, .. } = &mut v {
+                *primary = false;
+            }
+            v
+        };
+        let mut h = good();
+        h.push(NodeId(0), Entry::Sent(msg(0, 1)));
+        h.push(NodeId(0), minority(30, 3));
+        let r = check(&h, &facts(false));
+        assert_eq!(r["self-delivery"], Outcome::Held, "{r:?}");
+        // The same message delivered by node 1: it left node 0, which must deliver it.
+        let mut h2 = h.clone();
+        h2.push(NodeId(1), Entry::Delivered(msg(0, 1)));
+        assert!(matches!(
+            check(&h2, &facts(false))["self-delivery"],
+            Outcome::Violated(_)
+        ));
+        // Ending in a primary view instead: a self-delivery miss.
+        let mut h3 = good();
+        h3.push(NodeId(0), Entry::Sent(msg(0, 1)));
+        h3.push(NodeId(0), view(30, 3, &[0]));
+        assert!(matches!(
+            check(&h3, &facts(false))["self-delivery"],
+            Outcome::Violated(_)
+        ));
     }
 
     #[test]
@@ -783,6 +863,7 @@ mod tests {
             at: Instant::from_millis(1),
             id: (1, 0, 1),
             members: vec![(0, 1), (1, 1), (2, 1)],
+            primary: true,
         };
         assert!(matches!(
             check(&h, &facts(false))["view-agreement"],
@@ -903,6 +984,7 @@ mod tests {
             at: Instant::from_millis(1),
             id: (1, 0, 1),
             members: vec![(1, 1)],
+            primary: true,
         };
         let r = check_channels(&c, &h, &facts(false), false);
         match &r["view-agreement"] {

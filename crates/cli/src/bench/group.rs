@@ -19,8 +19,8 @@
 //!   silence, confirmed after `--confirm` (JGroups: FD_ALL3 interval/timeout and
 //!   VERIFY_SUSPECT2 timeout; FD_SOCK2 left out, as viastack's lane has no TCP connection
 //!   whose closing would tell).
-//! - **Light-weight groups** (10 LWGs over one heavy group against 10 heavy groups): a hook
-//!   (`"lwg": null`) for the LWG layer.
+//! - **Light-weight groups** (10 LWGs over one heavy group against 10 heavy groups), in the
+//!   simulator: `"lwg"` in the report, see [`super::group_lwg`].
 //!
 //! Without `java` or `mvn` the JGroups lane is skipped and the report says why.
 
@@ -77,6 +77,9 @@ pub struct GroupArgs {
     /// peer --stack`): e.g. a variant without bundling, for a before/after comparison.
     #[arg(long)]
     stack: Option<std::path::PathBuf>,
+    /// Only the light-weight-group figure (simulated; no processes, no JGroups).
+    #[arg(long)]
+    lwg_only: bool,
 }
 
 /// Members of the group in both lanes.
@@ -325,6 +328,17 @@ fn summary(samples: &[f64]) -> Value {
 
 /// Runs `bench group`.
 pub fn run(args: &GroupArgs) -> anyhow::Result<()> {
+    if args.lwg_only {
+        let load_before = Machine::current().json();
+        let lwg = super::group_lwg::figure(args.quick)?;
+        let doc = json!({
+            "lwg": lwg,
+            "machine_before": load_before,
+            "machine_after": Machine::current().json(),
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
     let (messages, repeat, crashes) = if args.quick {
         (
             args.messages.min(2000),
@@ -404,6 +418,7 @@ pub fn run(args: &GroupArgs) -> anyhow::Result<()> {
             "rounds": rates,
         })
     };
+    let lwg = super::group_lwg::figure(args.quick)?;
     let doc = json!({
         "members": MEMBERS,
         "size": args.size,
@@ -425,9 +440,9 @@ pub fn run(args: &GroupArgs) -> anyhow::Result<()> {
             "viastack": summary(&v_crash),
             "jgroups": if j_crash.is_empty() { Value::Null } else { summary(&j_crash) },
         },
-        // Issue 18's third figure (10 light-weight groups over one heavy group against 10
-        // heavy groups) waits for the LWG layer.
-        "lwg": Value::Null,
+        // Issue 18's third figure: 10 light-weight groups over one heavy group against 10
+        // heavy groups, in the simulator (bench/group_lwg.rs).
+        "lwg": lwg,
         "machine_before": load_before,
         "machine_after": Machine::current().json(),
     });
@@ -464,6 +479,18 @@ pub fn run(args: &GroupArgs) -> anyhow::Result<()> {
             ),
             None => String::new(),
         }
+    );
+    println!(
+        "10 light-weight groups over 1 heavy group vs 10 heavy groups (simulated): {:.0} vs \
+         {:.0} msg/s of simulation, control datagrams per view change {} vs {}",
+        doc["lwg"]["light_10_over_1_heavy"]["msgs_delivered_per_wall_s"]
+            .as_f64()
+            .unwrap_or(f64::NAN),
+        doc["lwg"]["heavy_10"]["msgs_delivered_per_wall_s"]
+            .as_f64()
+            .unwrap_or(f64::NAN),
+        doc["lwg"]["light_10_over_1_heavy"]["control_datagrams_per_view_change"],
+        doc["lwg"]["heavy_10"]["control_datagrams_per_view_change"],
     );
     Ok(())
 }

@@ -11,6 +11,7 @@ mod bus;
 mod charts;
 mod cpu;
 mod group;
+mod group_lwg;
 mod kernel;
 mod machine;
 mod mcast_testbed;
