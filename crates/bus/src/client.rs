@@ -184,7 +184,8 @@ pub struct Tool {
     id: u64,
     threshold: u32,
     writer: Arc<Mutex<Stream>>,
-    reader: Stream,
+    /// Buffered: a small frame's length and body come in one read (one syscall, not two).
+    reader: io::BufReader<Stream>,
     location: String,
     store: Store,
     next_var: u64,
@@ -249,7 +250,7 @@ impl Tool {
             Some(tls) => tls.connect(bus)?,
             None => Endpoint::parse(bus).connect()?,
         };
-        let mut reader = stream.try_clone()?;
+        let mut reader = io::BufReader::with_capacity(64 * 1024, stream.try_clone()?);
         let writer = Arc::new(Mutex::new(stream));
         write_frame(
             &writer,
