@@ -153,7 +153,7 @@ fn serve_over_tls_moves_a_value_over_tls_from_the_owners_listener() {
         &script,
         std::fs::read_to_string(root().join("examples/bus/pipeline.tb"))
             .unwrap()
-            .replace("make(50000000)", "make(2000000)"),
+            .replace("make(50000000)", "make(3000000)"),
     )
     .unwrap();
     let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
@@ -186,7 +186,7 @@ fn serve_over_tls_moves_a_value_over_tls_from_the_owners_listener() {
         loop {
             match t.next_request().unwrap() {
                 Request::Eval { request, .. } => {
-                    let blob = t.arena.blob(vec![9u8; 2_000_000]);
+                    let blob = t.arena.blob(vec![9u8; 3_000_000]);
                     let v = t.arena.appl("data", vec![blob]);
                     let r = t.put(&v);
                     t.value(request, r).unwrap();
@@ -212,7 +212,7 @@ fn serve_over_tls_moves_a_value_over_tls_from_the_owners_listener() {
                     let (_, args) = v.as_appl().unwrap();
                     let (_, inner) = args[0].as_appl().unwrap();
                     let b = inner[0].as_blob().unwrap();
-                    assert!(b.len() == 2_000_000 && b.iter().all(|x| *x == 9));
+                    assert!(b.len() == 3_000_000 && b.iter().all(|x| *x == 9));
                     let ok = t.arena.appl("ok", vec![]);
                     t.value(request, ok).unwrap();
                 }
