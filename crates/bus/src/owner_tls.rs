@@ -216,7 +216,8 @@ pub fn connect_pinned(addr: &str, pin: [u8; 32]) -> Result<OwnerStream, PinError
             provider,
         }))
         .with_no_client_auth();
-    let name = ServerName::try_from("viastack-bus-owner").map_err(|e| PinError::Io(io::Error::other(e)))?;
+    let name = ServerName::try_from("viastack-bus-owner")
+        .map_err(|e| PinError::Io(io::Error::other(e)))?;
     let mut conn = rustls::ClientConnection::new(Arc::new(config), name)
         .map_err(|e| PinError::Io(io::Error::other(e)))?;
     let mut tcp = TcpStream::connect(addr).map_err(PinError::Io)?;

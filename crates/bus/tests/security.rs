@@ -379,7 +379,11 @@ fn on_a_tls_bus_values_travel_over_tls_and_a_wrong_owner_certificate_is_refused(
     let ep2 = ep.clone();
     let producer = thread::spawn(move || {
         let mut t = Tool::connect(&ep2, pc).unwrap();
-        assert!(t.location().starts_with("tls:127.0.0.1:"), "{}", t.location());
+        assert!(
+            t.location().starts_with("tls:127.0.0.1:"),
+            "{}",
+            t.location()
+        );
         answer_once(&mut t, |t| {
             let blob = t.arena.blob(vec![5u8; SIZE]);
             let v = t.arena.appl("data", vec![blob]);
