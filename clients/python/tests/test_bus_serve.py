@@ -15,6 +15,7 @@ ROOT = os.path.join(HERE, "..", "..", "..")
 sys.path.insert(0, os.path.join(HERE, ".."))
 
 from viastack_bus import Tool, appl, blob, string  # noqa: E402
+from viastack_bus.client import OwnerUnverified, _parse_tls_location  # noqa: E402
 
 SCRIPT = """
 process Main is let P : producer, C : consumer, V : term, R : term in
@@ -137,6 +138,7 @@ class BusServe(unittest.TestCase):
                             t.value(f["request"], appl("ok"))
                         elif kind == "TERMINATE":
                             log.append(("fetches", t.fetches))
+                            log.append(("how", t.memfd_fetches, t.tls_fetches))
                             return
 
                 threads = [threading.Thread(target=producer), threading.Thread(target=consumer)]
@@ -183,6 +185,80 @@ class BusServe(unittest.TestCase):
         log = self._run(cert, lambda d: tls(d, serve=False), lambda d: tls(d),
                         check_wrong_token=wrong)
         self.assertIn(("ref", "ref", ""), log)
+
+    @unittest.skipIf(shutil.which("openssl") is None, "no openssl to make a certificate")
+    def test_on_a_tls_bus_an_active_owner_serves_tls_pinned_in_its_location(self):
+        log = self._run(self._tls_bus, lambda d: self._tls(d), lambda d: self._tls(d))
+        refs = [e for e in log if e[0] == "ref"]
+        self.assertTrue(refs and refs[0][2].startswith("tls:127.0.0.1:"), refs)
+        self.assertTrue(_parse_tls_location(refs[0][2]), refs)
+        self.assertIn(("how", 0, 1), log)
+
+    @unittest.skipIf(shutil.which("openssl") is None, "no openssl to make a certificate")
+    def test_a_wrong_owner_certificate_or_a_plain_owner_is_refused_on_a_tls_bus(self):
+        seen = {}
+
+        def consumer_kw(d):
+            return self._tls(d)
+
+        def check(addr, d):
+            pass
+
+        original = Tool._fetch
+
+        def tampering(tool, r, delivery):
+            # Before the real fetch: the same reference with another pin, and with the
+            # owner's plain address; both must be refused and counted.
+            if tool.tls_bus and "wrong" not in seen:
+                addr, pin = _parse_tls_location(r[4])
+                other = bytes([pin[0] ^ 1]) + pin[1:]
+                for loc in ("tls:%s;sha256=%s" % (addr, other.hex()), addr):
+                    bad = (r[0], r[1], r[2], r[3], loc, r[5])
+                    try:
+                        original(tool, bad, delivery)
+                        seen.setdefault("accepted", []).append(loc)
+                    except OwnerUnverified as e:
+                        seen.setdefault("wrong", []).append(str(e))
+                seen["count"] = tool.unverified_owners
+            return original(tool, r, delivery)
+
+        Tool._fetch = tampering
+        try:
+            log = self._run(self._tls_bus, lambda d: self._tls(d), consumer_kw, check)
+        finally:
+            Tool._fetch = original
+        self.assertNotIn("accepted", seen, seen)
+        self.assertEqual(len(seen["wrong"]), 2, seen)
+        self.assertIn("does not match", seen["wrong"][0])
+        self.assertIn("plain TCP", seen["wrong"][1])
+        self.assertEqual(seen["count"], 2)
+        self.assertIn(("how", 0, 1), log)
+
+    def test_same_host_values_come_as_a_sealed_memfd(self):
+        if not hasattr(os, "memfd_create"):
+            self.skipTest("no memfd on this system")
+        log = self._run(lambda d: [], lambda d: {"serve": "unix:" + os.path.join(d, "p.sock")},
+                        lambda d: {"serve": False})
+        self.assertIn(("how", 1, 0), log)
+        # An owner that declines (memfd=False) answers FAIL 2: the consumer streams instead.
+        log = self._run(lambda d: [], lambda d: {"serve": "unix:" + os.path.join(d, "p.sock"),
+                                                 "memfd": False},
+                        lambda d: {"serve": False})
+        self.assertIn(("how", 0, 0), log)
+
+    @staticmethod
+    def _tls_bus(d):
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
+                        "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                        "-keyout", os.path.join(d, "key.pem"),
+                        "-out", os.path.join(d, "cert.pem")],
+                       check=True, capture_output=True)
+        return ["--tls-cert", os.path.join(d, "cert.pem"), "--tls-key", os.path.join(d, "key.pem")]
+
+    @staticmethod
+    def _tls(d, **kw):
+        return dict(tls_ca=os.path.join(d, "cert.pem"), **kw)
 
 
 if __name__ == "__main__":

@@ -12,4 +12,4 @@ from .term import (  # noqa: F401
     string, to_text, var,
 )
 from .wire import FrameError, decode_frame, encode_frame  # noqa: F401
-from .client import Tool, TransferFailed  # noqa: F401
+from .client import OwnerUnverified, Tool, TransferFailed  # noqa: F401

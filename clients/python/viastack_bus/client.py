@@ -1,7 +1,14 @@
 """A bus tool in Python: the same API as the Rust client (crates/bus/src/client.rs)."""
 
 import collections
+import fcntl
+import hashlib
+import mmap
+import os
 import secrets
+import shutil
+import subprocess
+import tempfile
 import select
 import socket
 import ssl
@@ -14,6 +21,93 @@ from .wire import DEFAULT_MAX_FRAME, VERSION, FrameError, decode_frame, encode_f
 
 class TransferFailed(RuntimeError):
     """A reference could not be fetched (owner lost, unknown variable, refused)."""
+
+
+class OwnerUnverified(TransferFailed):
+    """The owner's listener is not the one the bus vouched for: its certificate does not match
+    the reference's pinned fingerprint (`tls:ADDR;sha256=FP`), or it serves plain TCP while
+    this tool is on a TLS bus (docs/BUS.md "TLS on the owners' listeners")."""
+
+
+TLS_PREFIX, TLS_PIN = "tls:", ";sha256="
+
+
+def _parse_tls_location(location):
+    """(address, 32-byte fingerprint) of a `tls:ADDR;sha256=HEX` location, or None."""
+    if not location.startswith(TLS_PREFIX) or TLS_PIN not in location:
+        return None
+    addr, fp = location[len(TLS_PREFIX):].rsplit(TLS_PIN, 1)
+    try:
+        pin = bytes.fromhex(fp)
+    except ValueError:
+        return None
+    return (addr, pin) if len(pin) == 32 else None
+
+
+def _pinned_connect(location):
+    """TLS to an owner, accepting only the certificate the location pins (its SHA-256); the
+    handshake's signature is checked with that certificate by OpenSSL whatever the verify
+    mode, so a peer without its key cannot present it."""
+    parsed = _parse_tls_location(location)
+    if parsed is None:
+        raise OwnerUnverified(f"{location}: malformed TLS location")
+    addr, pin = parsed
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    raw = _connect(addr)
+    try:
+        s = ctx.wrap_socket(raw, server_hostname="viastack-bus-owner")
+    except ssl.SSLError as e:
+        raw.close()
+        raise OwnerUnverified(f"{location}: handshake failed: {e}") from e
+    der = s.getpeercert(binary_form=True)
+    if der is None or hashlib.sha256(der).digest() != pin:
+        s.close()
+        raise OwnerUnverified(f"{location}: the owner's certificate does not match its pin")
+    return s
+
+
+def _self_signed(directory):
+    """A throwaway certificate and key (PEM files in `directory`) made with the openssl
+    command, or None when it is not installed (the standard library cannot make one)."""
+    if shutil.which("openssl") is None:
+        return None
+    cert, key = os.path.join(directory, "owner.pem"), os.path.join(directory, "owner.key")
+    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:P-256", "-nodes", "-days", "30",
+                        "-subj", "/CN=viastack-bus-owner", "-keyout", key, "-out", cert],
+                       capture_output=True)
+    return (cert, key) if r.returncode == 0 else None
+
+
+def _memfd_sealed(data):
+    """A sealed memfd holding `data` (no one can write, grow or shrink it afterwards)."""
+    fd = os.memfd_create("viastack-bus-value", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW
+                    | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+        return fd
+    except OSError:
+        os.close(fd)
+        raise
+
+
+def _memfd_read(fd, size):
+    """The first `size` bytes of a received memfd (then closed)."""
+    try:
+        if os.fstat(fd).st_size < size:
+            raise TransferFailed("memfd shorter than the reference's size")
+        if size == 0:
+            return b""
+        with mmap.mmap(fd, size, prot=mmap.PROT_READ) as m:
+            return bytes(m)
+    finally:
+        os.close(fd)
 
 
 def _connect(location):
@@ -132,10 +226,16 @@ class Tool:
     """connect, next_request, value, event, note, put, resolve, release, close."""
 
     def __init__(self, bus, name, token="", serve=True, window=4 << 20, chunk=256 * 1024,
-                 max_frame=DEFAULT_MAX_FRAME, tls_ca=None, tls_name="localhost"):
+                 max_frame=DEFAULT_MAX_FRAME, tls_ca=None, tls_name="localhost", memfd=True,
+                 owner_cert=None, plain_owners=False):
         """`serve=False`: a passive tool (no listener); its large values still go by
-        reference, fetched through the bus. `tls_ca`: a PEM file of the roots to trust for a
-        TLS bus (`bus serve --tls-cert/--tls-key`), checked against `tls_name`."""
+        reference, fetched through the bus; `serve="unix:/path"` (or "host:port") names the
+        listener. `tls_ca`: a PEM file of the roots to trust for a TLS bus (`bus serve
+        --tls-cert/--tls-key`), checked against `tls_name`; on a TLS bus a TCP listener
+        serves TLS too, with `owner_cert` (cert, key) PEM files or a throwaway certificate
+        (the openssl command), pinned in its location; `plain_owners=True` still fetches from
+        plain-TCP owners then. `memfd`: same-host values in a sealed memfd over Unix
+        sockets (asking as a consumer, answering as an owner)."""
         self.max_frame = max_frame
         self.window = window
         self.chunk = chunk
@@ -143,13 +243,40 @@ class Tool:
         self.lock = threading.Lock()
         self.cache = {}
         self.fetches = 0
+        self.memfd_fetches = 0
+        self.tls_fetches = 0
+        self.unverified_owners = 0
+        self.memfd = memfd and hasattr(os, "memfd_create") and hasattr(socket, "send_fds")
+        self.tls_bus = bool(tls_ca)
+        self.plain_owners = plain_owners
         self.next_event = 0
         self.location = ""
+        self._owner_ctx = None
         if serve:
-            self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            self._listener.bind(("127.0.0.1", 0))
+            where = "127.0.0.1:0" if serve is True else serve
+            if where.startswith("unix:"):
+                path = where[5:]
+                if os.path.exists(path):
+                    os.unlink(path)
+                self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self._listener.bind(path)
+                self.location = where
+            else:
+                host, port = where.rsplit(":", 1)
+                self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                self._listener.bind((host, int(port)))
+                self.location = "%s:%d" % (host, self._listener.getsockname()[1])
+                if owner_cert is None and tls_ca:
+                    self._cert_dir = tempfile.TemporaryDirectory()
+                    owner_cert = _self_signed(self._cert_dir.name)
+                if owner_cert is not None:
+                    self._owner_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+                    self._owner_ctx.load_cert_chain(*owner_cert)
+                    with open(owner_cert[0]) as f:
+                        der = ssl.PEM_cert_to_DER_cert(f.read())
+                    self.location = "%s%s%s%s" % (TLS_PREFIX, self.location, TLS_PIN,
+                                                  hashlib.sha256(der).hexdigest())
             self._listener.listen()
-            self.location = "127.0.0.1:%d" % self._listener.getsockname()[1]
             threading.Thread(target=self._serve_values, daemon=True).start()
         self.pending = collections.deque()
         self.relaying = {}
@@ -332,34 +459,97 @@ class Tool:
         _, owner, var_id, size, location, _sig = r
         if not location:
             return self._fetch_relayed(r, delivery)
-        s = _connect(location)
         try:
-            s.sendall(encode_frame("GET", delivery=delivery, var=var_id, offset=0,
-                                   window=self.window))
-            out = bytearray()
-            since = 0
-            while len(out) < size:
-                data = read_frame(s, self.chunk + 64 + self.max_frame)
-                if data is None:
-                    raise TransferFailed("owner closed the transfer")
-                kind, f = decode_frame(data, 1 << 62, terms_as_text=False)
-                if kind == "FAIL":
-                    raise TransferFailed(f"code {f['code']}: {f['detail']}")
-                if kind != "PUT" or f["offset"] != len(out) or f["total"] != size:
-                    raise TransferFailed(f"unexpected {kind}")
-                out += f["data"]
-                since += len(f["data"])
-                if since >= self.window // 2 and len(out) < size:
-                    s.sendall(encode_frame("CREDIT", var=var_id, bytes=since))
-                    since = 0
-            try:
-                # Best effort, as in the Rust client: the owner may have closed already.
-                s.sendall(encode_frame("END", reason="done"))
-            except OSError:
-                pass
-            return bytes(out)
+            if location.startswith(TLS_PREFIX):
+                s = _pinned_connect(location)
+                tls = True
+            elif self.tls_bus and not self.plain_owners and not location.startswith("unix:"):
+                raise OwnerUnverified(
+                    f"{location}: the owner serves plain TCP while this tool is on a TLS bus")
+            else:
+                s = _connect(location)
+                tls = False
+        except OwnerUnverified:
+            self.unverified_owners += 1
+            raise
+        try:
+            if self.memfd and location.startswith("unix:"):
+                data = self._fetch_memfd(s, delivery, var_id, size)
+                if data is not None:
+                    self.memfd_fetches += 1
+                    return data
+            data = self._stream_on(s, delivery, var_id, size)
+            self.tls_fetches += tls
+            return data
         finally:
             s.close()
+
+    def _fetch_memfd(self, s, delivery, var_id, size):
+        """GET with window 0 asks a same-host owner for a sealed memfd (crates/bus/src/memfd.rs):
+        its answer is a PUT without data and the descriptor, or FAIL 2 (then None: stream on
+        the same connection)."""
+        s.sendall(encode_frame("GET", delivery=delivery, var=var_id, offset=0, window=0))
+        head, fds, _flags, _addr = socket.recv_fds(s, 4, 1)
+        try:
+            if not head:
+                raise TransferFailed("owner closed the transfer")
+            if len(head) < 4:
+                rest = _read_exact(s, 4 - len(head))
+                if rest is None:
+                    raise TransferFailed("owner closed the transfer")
+                head += rest
+            n = struct.unpack(">I", head)[0]
+            if n == 0 or n > 64 * 1024:
+                raise TransferFailed("memfd answer too long")
+            body = _read_exact(s, n)
+            if body is None:
+                raise TransferFailed("owner closed the transfer")
+            kind, f = decode_frame(head + body, 64 * 1024, terms_as_text=False)
+            if (kind == "PUT" and f["var"] == var_id and f["offset"] == 0
+                    and f["total"] == size and not f["data"]):
+                if not fds:
+                    raise TransferFailed("memfd PUT without a descriptor")
+                fd = fds.pop(0)
+                data = _memfd_read(fd, size)
+                try:
+                    s.sendall(encode_frame("END", reason="done"))
+                except OSError:
+                    pass
+                return data
+            if kind == "FAIL" and f["code"] == 2:
+                return None
+            if kind == "FAIL":
+                raise TransferFailed(f"code {f['code']}: {f['detail']}")
+            raise TransferFailed(f"unexpected {kind} for a memfd GET")
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _stream_on(self, s, delivery, var_id, size):
+        s.sendall(encode_frame("GET", delivery=delivery, var=var_id, offset=0,
+                               window=self.window))
+        out = bytearray()
+        since = 0
+        while len(out) < size:
+            data = read_frame(s, self.chunk + 64 + self.max_frame)
+            if data is None:
+                raise TransferFailed("owner closed the transfer")
+            kind, f = decode_frame(data, 1 << 62, terms_as_text=False)
+            if kind == "FAIL":
+                raise TransferFailed(f"code {f['code']}: {f['detail']}")
+            if kind != "PUT" or f["offset"] != len(out) or f["total"] != size:
+                raise TransferFailed(f"unexpected {kind}")
+            out += f["data"]
+            since += len(f["data"])
+            if since >= self.window // 2 and len(out) < size:
+                s.sendall(encode_frame("CREDIT", var=var_id, bytes=since))
+                since = 0
+        try:
+            # Best effort, as in the Rust client: the owner may have closed already.
+            s.sendall(encode_frame("END", reason="done"))
+        except OSError:
+            pass
+        return bytes(out)
 
     def _serve_values(self):
         while True:
@@ -370,7 +560,10 @@ class Tool:
             threading.Thread(target=self._serve_one, args=(conn,), daemon=True).start()
 
     def _serve_one(self, conn):
+        unix = conn.family == socket.AF_UNIX
         try:
+            if self._owner_ctx is not None and not unix:
+                conn = self._owner_ctx.wrap_socket(conn, server_side=True)
             while True:
                 data = read_frame(conn, 1024)
                 if data is None:
@@ -382,6 +575,10 @@ class Tool:
                 if value is None:
                     conn.sendall(encode_frame("FAIL", delivery=f["delivery"], code=3,
                                               detail="no variable %d" % f["var"]))
+                    continue
+                if f["window"] == 0:
+                    # A memfd asked for (same host, Unix socket): PUT without data, fd attached.
+                    self._answer_memfd(conn, unix, f, value)
                     continue
                 pos, allowed, total = min(f["offset"], len(value)), f["window"], len(value)
                 while pos < total:
@@ -399,7 +596,24 @@ class Tool:
                                               data=value[pos:pos + n]))
                     pos += n
                     allowed -= n
-        except (OSError, FrameError):
+        except (OSError, FrameError, ssl.SSLError):
             return
         finally:
             conn.close()
+
+    def _answer_memfd(self, conn, unix, f, value):
+        head = encode_frame("PUT", var=f["var"], offset=0, total=len(value), data=b"")
+        fd = None
+        try:
+            if not (unix and self.memfd):
+                raise OSError("memfd not offered")
+            fd = _memfd_sealed(value)
+            n = socket.send_fds(conn, [head], [fd])
+            if n < len(head):
+                conn.sendall(head[n:])
+        except OSError as e:
+            conn.sendall(encode_frame("FAIL", delivery=f["delivery"], code=2,
+                                      detail="no memfd: %s" % e))
+        finally:
+            if fd is not None:
+                os.close(fd)

@@ -52,6 +52,16 @@ pub enum ClientError {
     /// The other side broke the protocol.
     #[error("protocol: {0}")]
     Protocol(String),
+    /// The owner's listener is not the one the bus vouched for: another certificate than the
+    /// reference's pinned fingerprint, or plain TCP while this tool is on a TLS bus
+    /// ([`crate::owner_tls`]). Nothing was fetched.
+    #[error("owner at {location} not verified: {detail}")]
+    OwnerUnverified {
+        /// The reference's location.
+        location: String,
+        /// Why.
+        detail: String,
+    },
 }
 
 /// How a tool connects.
@@ -75,6 +85,12 @@ pub struct ToolConfig {
     /// Same-host transfers in a sealed memfd over Unix sockets (asking as a consumer,
     /// answering as an owner; [`crate::memfd`]); streaming otherwise.
     pub memfd: bool,
+    /// The certificate a TCP listener serves values with ([`crate::owner_tls`]). When `tls`
+    /// is set and this is `None`, a fresh self-signed one is made at connect time.
+    pub owner_identity: Option<Arc<crate::owner_tls::OwnerIdentity>>,
+    /// On a TLS bus, still fetch from owners that serve plain TCP (a client without owner
+    /// TLS). Off by default: such a fetch fails with [`ClientError::OwnerUnverified`].
+    pub plain_owners: bool,
 }
 
 impl ToolConfig {
@@ -89,6 +105,8 @@ impl ToolConfig {
             max_frame: DEFAULT_MAX_FRAME,
             tls: None,
             memfd: true,
+            owner_identity: None,
+            plain_owners: false,
         }
     }
 }
@@ -155,6 +173,10 @@ pub struct ToolStats {
     pub cache_hits: u64,
     /// Of the fetches, those handed over as a memfd (same host, Unix socket).
     pub memfd_fetches: u64,
+    /// Of the fetches, those over TLS to an owner whose certificate matched its pin.
+    pub tls_fetches: u64,
+    /// Fetches refused because the owner was not verified ([`ClientError::OwnerUnverified`]).
+    pub unverified_owners: u64,
 }
 
 /// A tool connected to a bus.
@@ -162,7 +184,8 @@ pub struct Tool {
     id: u64,
     threshold: u32,
     writer: Arc<Mutex<Stream>>,
-    reader: Stream,
+    /// Buffered: a small frame's length and body come in one read (one syscall, not two).
+    reader: io::BufReader<Stream>,
     location: String,
     store: Store,
     next_var: u64,
@@ -202,9 +225,24 @@ impl Tool {
             None => String::new(),
             Some(ep) => {
                 let l = Listener::bind(&Endpoint::parse(ep))?;
-                let loc = l.endpoint().to_string();
+                let mut loc = l.endpoint().to_string();
+                // On a TLS bus, a TCP listener serves TLS with a pinned certificate.
+                let identity = match (&l, &config.tls, &config.owner_identity) {
+                    (Listener::Tcp(_), _, Some(id)) => Some(id.clone()),
+                    (Listener::Tcp(_), Some(_), None) => {
+                        Some(Arc::new(crate::owner_tls::OwnerIdentity::generate()?))
+                    }
+                    _ => None,
+                };
+                let server = match &identity {
+                    Some(id) => {
+                        loc = id.location(&loc);
+                        Some(id.server_config()?)
+                    }
+                    None => None,
+                };
                 let (store, config, stop) = (store.clone(), config.clone(), stop.clone());
-                thread::spawn(move || serve_values(l, store, config, stop));
+                thread::spawn(move || serve_values(l, server, store, config, stop));
                 loc
             }
         };
@@ -212,7 +250,7 @@ impl Tool {
             Some(tls) => tls.connect(bus)?,
             None => Endpoint::parse(bus).connect()?,
         };
-        let mut reader = stream.try_clone()?;
+        let mut reader = io::BufReader::with_capacity(64 * 1024, stream.try_clone()?);
         let writer = Arc::new(Mutex::new(stream));
         write_frame(
             &writer,
@@ -614,9 +652,7 @@ impl Tool {
                 let bytes = if r.location.is_empty() {
                     self.fetch_relayed(&r, delivery)?
                 } else {
-                    let (bytes, by_memfd) = fetch(&r, delivery, &self.config)?;
-                    self.stats.memfd_fetches += u64::from(by_memfd);
-                    bytes
+                    self.fetch_direct(&r, delivery)?
                 };
                 self.stats.fetches += 1;
                 self.stats.fetched_bytes += bytes.len() as u64;
@@ -629,6 +665,30 @@ impl Tool {
             self.send(&Frame::Ack { delivery })?;
         }
         Ok(out)
+    }
+
+    /// Fetches one reference's bytes straight from its owner (memfd, TLS or plain stream, as
+    /// its location and this tool's configuration allow), counting how it went. [`Tool::resolve`]
+    /// uses it; it is public for tools that handle references themselves.
+    ///
+    /// # Errors
+    /// The transfer's failure; [`ClientError::OwnerUnverified`] when the owner's certificate
+    /// does not match the reference's pin (or it serves plain TCP while this tool is on TLS).
+    pub fn fetch_direct(&mut self, r: &RefInfo, delivery: u64) -> Result<Vec<u8>, ClientError> {
+        match fetch(r, delivery, &self.config) {
+            Ok((bytes, how)) => {
+                self.stats.memfd_fetches += u64::from(how == How::Memfd);
+                self.stats.tls_fetches += u64::from(how == How::Tls);
+                Ok(bytes)
+            }
+            Err(e) => {
+                if matches!(e, ClientError::OwnerUnverified { .. }) {
+                    self.stats.unverified_owners += 1;
+                    tracing::warn!("{e}");
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Forgets the fetched values `term` refers to (its references may be fetched again only
@@ -758,13 +818,21 @@ fn fetch_memfd(
     }
 }
 
+/// How a value was fetched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum How {
+    Memfd,
+    Tls,
+    Stream,
+}
+
 /// Fetches a reference's bytes from its owner — as a memfd from a same-host owner on a Unix
-/// socket when both allow it, else streamed: GET with a window, PUT chunks, CREDIT as the
-/// window drains. The owner may not send more than the reference's size. The flag says
-/// whether the memfd path was taken.
-fn fetch(r: &RefInfo, delivery: u64, config: &ToolConfig) -> Result<(Vec<u8>, bool), ClientError> {
-    let total = usize::try_from(r.size).map_err(|_| ClientError::Protocol("size".into()))?;
+/// socket when both allow it, over TLS pinned to the owner's certificate for a `tls:`
+/// location, else streamed: GET with a window, PUT chunks, CREDIT as the window drains. The
+/// owner may not send more than the reference's size.
+fn fetch(r: &RefInfo, delivery: u64, config: &ToolConfig) -> Result<(Vec<u8>, How), ClientError> {
     if config.memfd && r.location.starts_with("unix:") {
+        let total = usize::try_from(r.size).map_err(|_| ClientError::Protocol("size".into()))?;
         let mut s = Endpoint::parse(&r.location).connect()?;
         if let Some(bytes) = fetch_memfd(&mut s, r, delivery, total)? {
             let _ = s.write_all(
@@ -773,27 +841,44 @@ fn fetch(r: &RefInfo, delivery: u64, config: &ToolConfig) -> Result<(Vec<u8>, bo
                 }
                 .to_bytes(),
             );
-            return Ok((bytes, true));
+            return Ok((bytes, How::Memfd));
         }
-        return Ok((stream_on(s, r, delivery, config)?, false));
+        return Ok((stream_on(s, r, delivery, config)?, How::Stream));
     }
-    Ok((fetch_streamed(r, delivery, config)?, false))
-}
-
-fn fetch_streamed(r: &RefInfo, delivery: u64, config: &ToolConfig) -> Result<Vec<u8>, ClientError> {
+    if r.location.starts_with(crate::owner_tls::PREFIX) {
+        let unverified = |detail: String| ClientError::OwnerUnverified {
+            location: r.location.to_string(),
+            detail,
+        };
+        let Some((addr, pin)) = crate::owner_tls::parse_location(&r.location) else {
+            return Err(unverified("malformed TLS location".into()));
+        };
+        let s = match crate::owner_tls::connect_pinned(addr, pin) {
+            Ok(s) => s,
+            Err(crate::owner_tls::PinError::Unverified(why)) => return Err(unverified(why)),
+            Err(crate::owner_tls::PinError::Io(e)) => return Err(e.into()),
+        };
+        return Ok((stream_on(s, r, delivery, config)?, How::Tls));
+    }
     if r.location.is_empty() {
         return Err(ClientError::Transfer {
             code: FailCode::Refused,
             detail: "owner is passive (no location)".into(),
         });
     }
+    if config.tls.is_some() && !config.plain_owners && !r.location.starts_with("unix:") {
+        return Err(ClientError::OwnerUnverified {
+            location: r.location.to_string(),
+            detail: "the owner serves plain TCP while this tool is on a TLS bus".into(),
+        });
+    }
     let s = Endpoint::parse(&r.location).connect()?;
-    stream_on(s, r, delivery, config)
+    Ok((stream_on(s, r, delivery, config)?, How::Stream))
 }
 
 /// The streamed fetch on a connection to the owner.
 fn stream_on(
-    mut s: Stream,
+    mut s: impl io::Read + Write,
     r: &RefInfo,
     delivery: u64,
     config: &ToolConfig,
@@ -856,15 +941,37 @@ fn stream_on(
     Ok(out)
 }
 
-/// The owner's side: answers GETs with PUT chunks within the consumer's window.
-fn serve_values(l: Listener, store: Store, config: ToolConfig, stop: Arc<AtomicBool>) {
+/// The owner's side: answers GETs with PUT chunks within the consumer's window — over TLS
+/// when `tls` is set (a TCP listener on a TLS bus, [`crate::owner_tls`]).
+fn serve_values(
+    l: Listener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    store: Store,
+    config: ToolConfig,
+    stop: Arc<AtomicBool>,
+) {
     while let Ok(s) = l.accept() {
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let (store, config) = (store.clone(), config.clone());
+        let (store, config, tls) = (store.clone(), config.clone(), tls.clone());
         thread::spawn(move || {
-            let _ = serve_one(s, &store, &config);
+            let _ = match (tls, s) {
+                (Some(cfg), Stream::Tcp(tcp)) => rustls::ServerConnection::new(cfg)
+                    .map_err(|e| ClientError::Io(io::Error::other(e)))
+                    .and_then(|conn| {
+                        let mut s = rustls::StreamOwned::new(conn, tcp);
+                        let r = serve_one(&mut s, None, &store, &config);
+                        s.conn.send_close_notify();
+                        let _ = s.flush();
+                        r
+                    }),
+                (_, Stream::Unix(u)) => {
+                    let mut w = &u;
+                    serve_one(&mut w, Some(&u), &store, &config)
+                }
+                (None, mut s) => serve_one(&mut s, None, &store, &config),
+            };
         });
     }
 }
@@ -872,13 +979,18 @@ fn serve_values(l: Listener, store: Store, config: ToolConfig, stop: Arc<AtomicB
 /// Unknown variables one fetching connection may name before the owner closes it.
 const MAX_UNKNOWN_VARS: u32 = 3;
 
-fn serve_one(mut s: Stream, store: &Store, config: &ToolConfig) -> Result<(), ClientError> {
+fn serve_one(
+    s: &mut (impl io::Read + Write),
+    unix: Option<&std::os::unix::net::UnixStream>,
+    store: &Store,
+    config: &ToolConfig,
+) -> Result<(), ClientError> {
     let mut arena = Arena::new();
     let max = 1024;
     // Variable numbers are capabilities (see `Tool::fresh_var`): a connection that names
     // unknown ones is guessing, and is closed after a few.
     let mut unknown = 0u32;
-    while let Some(bytes) = read_frame(&mut s, max)? {
+    while let Some(bytes) = read_frame(s, max)? {
         let Frame::Get {
             delivery,
             var,
@@ -907,8 +1019,8 @@ fn serve_one(mut s: Stream, store: &Store, config: &ToolConfig) -> Result<(), Cl
         let total = value.len();
         if window == 0 {
             // A memfd asked for (same host, Unix socket): PUT without data, memfd attached.
-            let sent = match (&s, config.memfd) {
-                (Stream::Unix(u), true) => crate::memfd::sealed(&value).and_then(|fd| {
+            let sent = match (unix, config.memfd) {
+                (Some(u), true) => crate::memfd::sealed(&value).and_then(|fd| {
                     let head = Frame::Put {
                         var,
                         offset: 0,
@@ -937,7 +1049,7 @@ fn serve_one(mut s: Stream, store: &Store, config: &ToolConfig) -> Result<(), Cl
         let mut buf = Vec::with_capacity(config.chunk + 40);
         while pos < total {
             if allowed == 0 {
-                match read_frame(&mut s, max)? {
+                match read_frame(s, max)? {
                     Some(b) => match Frame::parse(&mut arena, &b, max)? {
                         Frame::Credit { bytes, .. } => allowed += bytes as usize,
                         _ => return Ok(()),

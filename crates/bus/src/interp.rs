@@ -264,6 +264,9 @@ pub struct Bus {
     launched: BTreeSet<u64>,
     counters: Counters,
     pending_run: bool,
+    /// Set when computing first atoms met a biased choice: only then do the offered atoms
+    /// differ from the unbiased ones (so a script without `+>` computes them once per step).
+    saw_biased: std::cell::Cell<bool>,
     /// Bytes of the frames held in tool queues (values, events), all tools.
     queued_bytes: usize,
     /// Size of the frame being handled (0 when handed over decoded).
@@ -395,6 +398,7 @@ impl Bus {
             queued_bytes: 0,
             frame_bytes: 0,
             pending_run: false,
+            saw_biased: std::cell::Cell::new(false),
         };
         let starts = bus.script.toolbus.clone();
         for (name, args, _) in starts {
@@ -1155,6 +1159,7 @@ impl Bus {
                 self.firsts(pid, b, now, tmp, raw, out);
             }
             Proc::Biased(a, b) => {
+                self.saw_biased.set(true);
                 let mut left = Vec::new();
                 self.firsts(pid, a, now, tmp, raw, &mut left);
                 let any = match raw {
@@ -1351,6 +1356,7 @@ impl Bus {
             .map(|(pid, _)| *pid)
             .collect();
         let mut raw: BTreeMap<u64, Cands> = BTreeMap::new();
+        self.saw_biased.set(false);
         for &pid in &pids {
             let mut c = Vec::new();
             if let Some(p) = self.procs.get(&pid) {
@@ -1358,14 +1364,20 @@ impl Bus {
             }
             raw.insert(pid, c);
         }
-        let mut offered: BTreeMap<u64, Cands> = BTreeMap::new();
-        for &pid in &pids {
-            let mut c = Vec::new();
-            if let Some(p) = self.procs.get(&pid) {
-                self.firsts(pid, &p.body, now, &mut tmp, Some(&raw), &mut c);
+        // Without a biased choice the second pass would compute the same atoms again.
+        let offered = if self.saw_biased.get() {
+            let mut offered: BTreeMap<u64, Cands> = BTreeMap::new();
+            for &pid in &pids {
+                let mut c = Vec::new();
+                if let Some(p) = self.procs.get(&pid) {
+                    self.firsts(pid, &p.body, now, &mut tmp, Some(&raw), &mut c);
+                }
+                offered.insert(pid, c);
             }
-            offered.insert(pid, c);
-        }
+            offered
+        } else {
+            raw
+        };
         let mut steps: Vec<Step> = Vec::new();
         let mut launches: Vec<(u64, String)> = Vec::new();
         for (&pid, cands) in &offered {

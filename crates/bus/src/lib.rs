@@ -5,12 +5,14 @@
 //! - [`saf`]: the streamable binary term format that keeps the sharing;
 //! - [`wire`]: the bus's frames (handshake, REG/PUT/GET/ACK/FIN/END, evaluate/value, do,
 //!   event/ack-event, notes), a checked decoder with typed errors;
+//! - [`owner_tls`]: TLS on the owners' listeners, the consumer pinning the owner's certificate;
 #![deny(unsafe_code)]
 
 pub mod client;
 pub mod interp;
 pub mod memfd;
 pub mod net;
+pub mod owner_tls;
 pub mod refs;
 pub mod saf;
 pub mod script;

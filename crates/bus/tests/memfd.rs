@@ -123,3 +123,150 @@ fn a_consumer_that_does_not_ask_streams() {
     let s = run("consumer-off", true, false);
     assert_eq!((s.fetches, s.memfd_fetches), (1, 0));
 }
+
+/// Java cannot pass descriptors without native code (docs/BUS.md): a Java consumer of a
+/// memfd-capable Rust owner on a Unix socket streams the value instead (a GET with a window,
+/// never window 0), and its own values go on streamed to a memfd-asking Rust consumer (the
+/// Java owner declines with FAIL 2, or serves TCP). The Java tool is the three-language
+/// example's transformer, compiled here with javac; skipped, saying so, without a JDK.
+#[test]
+fn a_java_consumer_of_a_memfd_capable_rust_owner_gets_the_value_streamed() {
+    use std::process::{Command, Stdio};
+    let have = |tool: &str| {
+        Command::new(tool)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !have("javac") || !have("java") {
+        eprintln!("skipped: the Java fallback test needs a JDK (scripts/setup.sh installs it)");
+        return;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = std::env::temp_dir().join(format!("viastack-memfd-java-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let classes = dir.join("classes");
+    let javac = Command::new("javac")
+        .arg("-d")
+        .arg(&classes)
+        .args(
+            std::fs::read_dir(root.join("clients/java/src/main/java/org/viastack/bus"))
+                .unwrap()
+                .map(|e| e.unwrap().path()),
+        )
+        .arg(root.join("examples/bus/Transformer.java"))
+        .status()
+        .unwrap();
+    assert!(javac.success(), "javac failed");
+
+    const SCRIPT3: &str = r#"
+process Main is
+  let P : producer, J : transformer, C : consumer, V : term, W : term, R : term in
+    rec-connect(P?) . rec-connect(J?) . rec-connect(C?) .
+    snd-eval(P, make) . rec-value(P, V?) .
+    snd-eval(J, transform(V)) . rec-value(J, W?) .
+    V := none .
+    snd-eval(C, consume(W)) . rec-value(C, R?) .
+    W := none .
+    snd-terminate(C, done) . snd-terminate(J, done) . snd-terminate(P, done)
+  endlet
+tool producer is { }
+tool transformer is { }
+tool consumer is { }
+toolbus(Main)
+"#;
+    let mut arena = Arena::new();
+    let script = Script::parse("java-fallback.tb", SCRIPT3, &mut arena).unwrap();
+    let config = Config {
+        threshold: 64 << 10,
+        ..Config::default()
+    };
+    let bus = Bus::new(script, arena, config, Instant::ZERO);
+    let listener = Listener::bind(&Endpoint::parse(&format!(
+        "unix:{}",
+        dir.join("bus").display()
+    )))
+    .unwrap();
+    let ep = listener.endpoint().to_string();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(serve(listener, bus, ServeOptions::default()).unwrap());
+    });
+    let bytes: Vec<u8> = (0..SIZE).map(|i| (i % 239) as u8).collect();
+    let (ep1, owner_at, value) = (
+        ep.clone(),
+        format!("unix:{}", dir.join("owner").display()),
+        bytes.clone(),
+    );
+    let producer = thread::spawn(move || {
+        let mut cfg = ToolConfig::new("producer");
+        cfg.serve = Some(owner_at);
+        cfg.memfd = true;
+        let mut t = Tool::connect(&ep1, cfg).unwrap();
+        loop {
+            match t.next_request().unwrap() {
+                Request::Eval { request, .. } => {
+                    let digest = t.arena.str("unchecked");
+                    let blob = t.arena.blob(value.clone());
+                    let v = t.arena.appl("data", vec![digest, blob]);
+                    let r = t.put(&v);
+                    assert!(r.as_ref_info().unwrap().location.starts_with("unix:"));
+                    t.value(request, r).unwrap();
+                }
+                Request::Terminate { .. } => break,
+                _ => {}
+            }
+        }
+    });
+    let java = Command::new("java")
+        .arg("-cp")
+        .arg(&classes)
+        .arg("Transformer")
+        .env("VIASTACK_BUS", &ep)
+        .env("VIASTACK_TOOL", "transformer")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut cfg = ToolConfig::new("consumer");
+    cfg.serve = None;
+    cfg.memfd = true;
+    let mut c = Tool::connect(&ep, cfg).unwrap();
+    loop {
+        match c.next_request().unwrap() {
+            Request::Eval {
+                request,
+                delivery,
+                term,
+            } => {
+                let v = c.resolve(&term, delivery).unwrap();
+                let (_, args) = v.as_appl().unwrap();
+                let (fun, parts) = args[0].as_appl().unwrap();
+                assert_eq!(fun, "transformed");
+                let out = parts[3].as_blob().unwrap();
+                assert_eq!(out.len(), SIZE);
+                assert!(out.iter().zip(&bytes).all(|(o, i)| *o == !*i));
+                let ok = c.arena.appl("ok", vec![]);
+                c.value(request, ok).unwrap();
+            }
+            Request::Terminate { .. } => break,
+            other => panic!("consumer: {other:?}"),
+        }
+    }
+    producer.join().unwrap();
+    let out = java.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "{log}");
+    // The Java tool fetched the memfd-capable owner's value once, by reference, from its Unix
+    // socket (streamed: it never asks for a memfd).
+    assert!(
+        log.contains(&format!("got {SIZE} bytes by reference"))
+            && log.contains("at unix:")
+            && log.contains("(fetches 1)"),
+        "{log}"
+    );
+    // The Rust consumer fetched the Java tool's value (not over memfd: Java cannot pass one).
+    assert_eq!((c.stats.fetches, c.stats.memfd_fetches), (1, 0));
+}

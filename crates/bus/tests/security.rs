@@ -314,3 +314,142 @@ fn tls_carries_a_run_and_refuses_an_untrusted_or_plain_tool() {
     assert_eq!(c.refused_hellos, 0, "{c:?}");
     assert!(c.frames_in >= 2, "{c:?}");
 }
+
+const PIPE: &str = r#"
+process Main is
+  let P : producer, C : consumer, V : term, R : term in
+    rec-connect(P?) . rec-connect(C?) .
+    snd-eval(P, make) . rec-value(P, V?) .
+    snd-eval(C, consume(V)) . rec-value(C, R?) .
+    V := none .
+    snd-terminate(C, done) . snd-terminate(P, done)
+  endlet
+tool producer is { }
+tool consumer is { }
+toolbus(Main)
+"#;
+
+/// A listener that completes TLS with its own certificate and answers nothing: an impostor
+/// standing where a reference's owner should be.
+fn impostor() -> String {
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+    let (cert, key) = self_signed(&["viastack-bus-owner"]);
+    let cfg = viastack_bus::net::tls_server_config_der(
+        vec![cert],
+        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key)),
+    )
+    .unwrap();
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let cfg = cfg.clone();
+            thread::spawn(move || {
+                let conn = rustls::ServerConnection::new(cfg).unwrap();
+                let mut s = rustls::StreamOwned::new(conn, s);
+                let mut b = [0u8; 64];
+                let _ = std::io::Read::read(&mut s, &mut b);
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn on_a_tls_bus_values_travel_over_tls_and_a_wrong_owner_certificate_is_refused() {
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+    use viastack_bus::net::{tls_server_config_der, TlsClient};
+    use viastack_bus::owner_tls::parse_location;
+    use viastack_bus::RefInfo;
+    const SIZE: usize = 3_000_000;
+    let (cert, key) = self_signed(&["localhost"]);
+    let server = tls_server_config_der(
+        vec![cert.clone()],
+        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key)),
+    )
+    .unwrap();
+    let opts = ServeOptions {
+        tls: Some(server),
+        ..ServeOptions::default()
+    };
+    let (ep, rx) = start(PIPE, Config::default(), opts);
+    let tls = TlsClient::from_der(vec![cert], "localhost").unwrap();
+    let mut pc = ToolConfig::new("producer");
+    pc.tls = Some(tls.clone());
+    let ep2 = ep.clone();
+    let producer = thread::spawn(move || {
+        let mut t = Tool::connect(&ep2, pc).unwrap();
+        assert!(
+            t.location().starts_with("tls:127.0.0.1:"),
+            "{}",
+            t.location()
+        );
+        answer_once(&mut t, |t| {
+            let blob = t.arena.blob(vec![5u8; SIZE]);
+            let v = t.arena.appl("data", vec![blob]);
+            let r = t.put(&v);
+            assert!(r.as_ref_info().is_some());
+            r
+        });
+    });
+    let mut cc = ToolConfig::new("consumer");
+    cc.tls = Some(tls);
+    let mut c = Tool::connect(&ep, cc).unwrap();
+    loop {
+        match c.next_request().unwrap() {
+            Request::Eval {
+                request,
+                delivery,
+                term,
+            } => {
+                let r = term.refs()[0].clone();
+                let (addr, pin) = parse_location(&r.location).unwrap();
+                let with_location = |location: String| RefInfo {
+                    location: location.as_str().into(),
+                    ..r.clone()
+                };
+                // The owner's address with another pin: its certificate does not match.
+                let mut other = pin;
+                other[0] ^= 1;
+                let hex: String = other.iter().map(|b| format!("{b:02x}")).collect();
+                let wrong_pin = with_location(format!("tls:{addr};sha256={hex}"));
+                match c.fetch_direct(&wrong_pin, delivery) {
+                    Err(ClientError::OwnerUnverified { .. }) => {}
+                    other => panic!("a wrong pin was not refused: {other:?}"),
+                }
+                // An impostor at another address presenting its own certificate under the
+                // owner's pin.
+                let hex: String = pin.iter().map(|b| format!("{b:02x}")).collect();
+                let fake = with_location(format!("tls:{};sha256={hex}", impostor()));
+                match c.fetch_direct(&fake, delivery) {
+                    Err(ClientError::OwnerUnverified { detail, .. }) => {
+                        assert!(detail.contains("certificate"), "{detail}")
+                    }
+                    other => panic!("an impostor's certificate was accepted: {other:?}"),
+                }
+                // A plain-TCP location while on a TLS bus.
+                let plain = with_location(addr.to_string());
+                match c.fetch_direct(&plain, delivery) {
+                    Err(ClientError::OwnerUnverified { .. }) => {}
+                    other => panic!("a plain-TCP owner was accepted on a TLS bus: {other:?}"),
+                }
+                assert_eq!(c.stats.unverified_owners, 3);
+                assert_eq!(c.stats.fetches, 0);
+                // The reference as the bus granted it: fetched over TLS from the real owner.
+                let v = c.resolve(&term, delivery).unwrap();
+                let (_, args) = v.as_appl().unwrap();
+                let (_, inner) = args[0].as_appl().unwrap();
+                let b = inner[0].as_blob().unwrap();
+                assert!(b.len() == SIZE && b.iter().all(|x| *x == 5));
+                let ok = c.arena.appl("ok", vec![]);
+                c.value(request, ok).unwrap();
+            }
+            Request::Terminate { .. } => break,
+            other => panic!("consumer: {other:?}"),
+        }
+    }
+    assert_eq!((c.stats.fetches, c.stats.tls_fetches), (1, 1));
+    producer.join().unwrap();
+    let counters = ended(&rx);
+    assert_eq!(counters.refused_hellos, 0, "{counters:?}");
+}

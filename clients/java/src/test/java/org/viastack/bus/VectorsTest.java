@@ -85,6 +85,75 @@ class VectorsTest {
         }
     }
 
+    /** The text of every term vector parses to the term whose stream is the vector's bytes. */
+    @Test
+    void termTextsParseToTheVectorsTerms() throws Exception {
+        List<Map<String, Object>> vectors = load("terms.json");
+        for (Map<String, Object> v : vectors) {
+            String text = (String) v.get("text");
+            Term t = TermParser.parse(text);
+            assertEquals(TermCodec.decode(hex(v.get("hex"))), t, (String) v.get("name"));
+            assertArrayEquals(hex(v.get("hex")), TermCodec.encode(t), (String) v.get("name"));
+            assertEquals(text, t.toText(), (String) v.get("name"));
+            // White space and comments between tokens do not change the term.
+            assertEquals(t, TermParser.parse("  % a comment\n " + text + "\n\t"), (String) v.get("name"));
+        }
+    }
+
+    @Test
+    void termTextErrorsNameTheLineAndColumn() {
+        String[][] bad = {
+            {"f(1,", "1:5", "expected a term, found the end"},
+            {"f(1 2)", "1:5", "expected ',' or ')'"},
+            {"\"abc", "1:5", "unterminated string"},
+            {"\"a\\q\"", "1:5", "unknown escape"},
+            {"#\"0\"", "1:5", "invalid hex in blob"},
+            {"t{}", "1:4", "empty annotation"},
+            {"f(\n  @foo(1))", "2:7", "expected 'ref' after '@'"},
+            {"@ref(-1,1,1,\"\",x)", "1:8", "expected a non-negative integer"},
+            {"99999999999999999999", "1:21", "invalid integer"},
+            {"f(x) g", "1:6", "expected the end of the term"},
+            {"$", "1:1", "unexpected '$'"},
+        };
+        for (String[] b : bad) {
+            TermParser.ParseException e = assertThrows(TermParser.ParseException.class,
+                    () -> TermParser.parse(b[0]), b[0]);
+            assertEquals(b[1], e.line() + ":" + e.col(), b[0] + ": " + e.getMessage());
+            assertTrue(e.getMessage().contains(b[2]), b[0] + ": " + e.getMessage());
+        }
+        String deep = "[".repeat(600) + "]".repeat(600);
+        TermParser.ParseException e = assertThrows(TermParser.ParseException.class, () -> TermParser.parse(deep));
+        assertTrue(e.getMessage().contains("nesting deeper"), e.getMessage());
+    }
+
+    /** Damaged texts fail with a ParseException, never another exception. */
+    @Test
+    void damagedTextNeverEscapesAsAnUntypedException() throws Exception {
+        Random rng = new Random(3);
+        String alphabet = "()[]<>{},?@#\"\\%-.e0123456789abXYref \n";
+        for (Map<String, Object> v : load("terms.json")) {
+            String text = (String) v.get("text");
+            for (int cut = 0; cut < text.length(); cut++) {
+                try {
+                    TermParser.parse(text.substring(0, cut));
+                } catch (TermParser.ParseException expected) {
+                    // typed
+                }
+            }
+            for (int round = 0; round < 300; round++) {
+                StringBuilder b = new StringBuilder(text);
+                for (int k = 0; k <= rng.nextInt(3); k++) {
+                    b.setCharAt(rng.nextInt(b.length()), alphabet.charAt(rng.nextInt(alphabet.length())));
+                }
+                try {
+                    TermParser.parse(b.toString());
+                } catch (TermParser.ParseException expected) {
+                    // typed
+                }
+            }
+        }
+    }
+
     @Test
     void sharedSubtermsAreWrittenOnceAndComeBackEqual() throws Exception {
         Term g = Term.appl("g", Term.blob(new byte[1000]));
