@@ -86,6 +86,8 @@ pub const TYPE_NACK: u8 = 0x32;
 pub const TYPE_STABLE: u8 = 0x33;
 /// Type byte of a session message.
 pub const TYPE_SESSION: u8 = 0x34;
+/// Where the data header's sequence number sits in a data packet.
+const SEQ_AT: usize = 12;
 /// Length of the reliable data header.
 pub const RDATA_LEN: usize = 8;
 /// Most sequence numbers in one NACK.
@@ -380,6 +382,10 @@ pub struct Config {
     /// Packets a receiver holds above its lowest missing one (farther ones are dropped and
     /// NACKed later).
     pub window: u32,
+    /// A receiver also reports stability as soon as its stream moved this many packets past
+    /// its last report (0: only every `report_interval`), so a fast stream frees the source's
+    /// buffer long before the period ends; one report covers every packet below it.
+    pub report_progress: u32,
 }
 
 impl Config {
@@ -396,6 +402,7 @@ impl Config {
             send_capacity: 1024,
             cache_capacity: 1024,
             window: 1024,
+            report_progress: 64,
         }
     }
 
@@ -602,14 +609,15 @@ impl Sender {
         self.buffer.keys().next().copied().unwrap_or(self.next)
     }
 
-    /// The data layer's packet `data` (`0x30`, its sequence number the source's) leaves at
-    /// `now`: returns it with the reliable header, kept for repair.
+    /// The data layer's packet `data` (`0x30`) leaves at `now`: returns it with the reliable
+    /// header and the source's next stream position as its sequence number (a refused send
+    /// takes no number), kept for repair.
     ///
     /// # Errors
     /// [`Refused::Full`] when the buffer holds `send_capacity` packets (nothing is kept or
     /// sent), [`Refused::Malformed`] for bytes that are not data.
     pub fn send(&mut self, now: Instant, data: &[u8]) -> Result<Vec<u8>, Refused> {
-        let h = DataHeader::parse(data).map_err(|_| Refused::Malformed)?;
+        DataHeader::parse(data).map_err(|_| Refused::Malformed)?;
         self.gc(now);
         if self.buffer.len() >= self.cfg.send_capacity {
             // Stable packets kept only for `retain` make room first.
@@ -624,16 +632,15 @@ impl Sender {
             self.stats.refused += 1;
             return Err(Refused::Full(self.buffer.len()));
         }
-        self.next = self.next.max(h.seq.wrapping_add(1));
-        let trail = self
-            .buffer
-            .keys()
-            .next()
-            .copied()
-            .unwrap_or(h.seq)
-            .min(h.seq);
-        let bytes = RData::wrap(data, trail);
-        self.buffer.insert(h.seq, (now, bytes.clone()));
+        // The stream position is the source's count of accepted packets: the data layer's
+        // number is overwritten, so a refused send leaves no hole that receivers would wait
+        // for (and NACK) forever.
+        let seq = self.next;
+        self.next = seq.wrapping_add(1);
+        let trail = self.buffer.keys().next().copied().unwrap_or(seq).min(seq);
+        let mut bytes = RData::wrap(data, trail);
+        bytes[SEQ_AT..SEQ_AT + 4].copy_from_slice(&seq.to_be_bytes());
+        self.buffer.insert(seq, (now, bytes.clone()));
         self.stats.peak = self.stats.peak.max(self.buffer.len() as u64);
         self.stats.sent += 1;
         if self.next_session.is_none() {
@@ -711,17 +718,30 @@ impl Sender {
     fn gc(&mut self, now: Instant) {
         let before = self.buffer.len();
         let retain = self.cfg.retain;
+        // Packets are kept in sending order and their times never decrease with their
+        // numbers, so what is freed is always a prefix of the buffer: pop it (cost per packet
+        // freed, not per packet held).
         match self.reporters.min(now, self.cfg.reporter_expiry) {
             Some(stable) => {
                 self.stable = self.stable.max(stable);
                 let stable = self.stable;
-                self.buffer
-                    .retain(|&s, (t, _)| s >= stable || now.saturating_duration_since(*t) < retain);
+                while let Some(e) = self.buffer.first_entry() {
+                    if *e.key() < stable && now.saturating_duration_since(e.get().0) >= retain {
+                        e.remove();
+                    } else {
+                        break;
+                    }
+                }
             }
             None => {
                 let keep = self.cfg.reporter_expiry.max(retain);
-                self.buffer
-                    .retain(|_, (t, _)| now.saturating_duration_since(*t) <= keep);
+                while let Some(e) = self.buffer.first_entry() {
+                    if now.saturating_duration_since(e.get().0) > keep {
+                        e.remove();
+                    } else {
+                        break;
+                    }
+                }
             }
         }
         self.stats.freed_stable += (before - self.buffer.len()) as u64;
@@ -769,6 +789,8 @@ struct Stream {
     member: bool,
     /// Rejoined: the next contact may skip what was sent meanwhile.
     resync: bool,
+    /// The `stable` of the last report.
+    reported: u32,
 }
 
 /// The receiving side at a host.
@@ -847,6 +869,7 @@ impl Receiver {
             missing: BTreeMap::new(),
             member: true,
             resync: false,
+            reported: trail,
         });
         self.events.push_back(Event::Start {
             source,
@@ -942,8 +965,29 @@ impl Receiver {
         }
         s.known = s.known.max(seq.saturating_add(1));
         self.stats.delivered += 1;
+        let progress = self.cfg.report_progress;
+        if progress > 0 && s.member && s.next.wrapping_sub(s.reported) >= progress {
+            s.reported = s.next;
+            let stable = s.next;
+            self.report(source, group, stable);
+        }
         self.schedule(now, source, group);
         true
+    }
+
+    fn report(&mut self, source: Addr, group: Addr, stable: u32) {
+        self.stats.reports_sent += 1;
+        self.out.push_back(Outgoing {
+            iface: 0,
+            to: None,
+            bytes: Control::Stable {
+                source,
+                group,
+                stable,
+                member: self.joined.contains(&group),
+            }
+            .to_vec(),
+        });
     }
 
     /// A control message arrived.
@@ -1014,21 +1058,15 @@ impl Receiver {
         }
         if self.next_report.is_some_and(|t| t <= now) {
             self.next_report = Some(now + self.cfg.report_interval);
-            for (&(source, group), s) in &self.streams {
+            let mut due = Vec::new();
+            for (&(source, group), s) in self.streams.iter_mut() {
                 if s.member {
-                    self.stats.reports_sent += 1;
-                    self.out.push_back(Outgoing {
-                        iface: 0,
-                        to: None,
-                        bytes: Control::Stable {
-                            source,
-                            group,
-                            stable: s.next,
-                            member: self.joined.contains(&group),
-                        }
-                        .to_vec(),
-                    });
+                    s.reported = s.next;
+                    due.push((source, group, s.next));
                 }
+            }
+            for (source, group, stable) in due {
+                self.report(source, group, stable);
             }
         }
     }
