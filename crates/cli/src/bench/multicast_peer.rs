@@ -5,9 +5,12 @@
 //!
 //! The network is one LAN segment (`A`, `H1`–`H4`: seed 004's hosts, no routers between them,
 //! as JGroups' members share one loopback) running `mcast-reliable`'s host stack
-//! (`interface` + `checksum` + `igmp` + `mcast-reliable` + `mcast-order` + `mcast-forward`),
-//! every node a thread with one UDP socket; a broadcast on the segment is one datagram per
-//! other node (loopback has no broadcast address). The sender injects messages as long as the
+//! (`interface` + `checksum` + `bundle` + `igmp` + `mcast-reliable` + `mcast-order` +
+//! `mcast-forward`), every node a thread with one UDP socket; a broadcast on the segment is one
+//! datagram per other node (loopback has no broadcast address). The sender hands its messages
+//! over in kernel batches of 64 (`Kernel::begin_batch`), so the `bundle` component packs what
+//! a batch queued into datagrams of up to `max_bytes` (loopback's MTU is 64 KiB: the path
+//! allows it), the way JGroups' bundler packs its messages into one TCP write. The sender injects messages as long as the
 //! service takes them; a `SendRefused` (the source's send buffer is full of unstable packets)
 //! makes it wait for the next datagram from a receiver (a stability report frees room) and
 //! send the refused message again. The window runs from the first send to the last delivery
@@ -31,11 +34,13 @@ use viastack_stack::{BuildEnv, Catalog, StackFile};
 
 /// The receivers (node ids 1..=4 of the LAN).
 pub const RECEIVERS: usize = 4;
+/// Messages the sender hands over in one kernel batch.
+const BURST: usize = 64;
 /// Marks a lane payload: "VSPL", then the sequence number.
 const MAGIC: [u8; 4] = *b"VSPL";
 
 /// The LAN stack of the lane: `A` and four hosts on one segment.
-pub fn lan_text(group: &str) -> String {
+pub fn lan_text(group: &str, max_bytes: usize, window: usize) -> String {
     format!(
         r#"# bench multicast peer lane: one sender and four receivers on one LAN (generated)
 [layers.dev]
@@ -43,19 +48,24 @@ kind = "interface"
 port = 0
 [layers.sum]
 kind = "checksum"
+[layers.pack]
+kind = "bundle"
+max_bytes = {max_bytes}
 [layers.groups]
 kind = "igmp"
 time_scale = 0.1
 [layers.rel]
 kind = "mcast-reliable"
+send_capacity = {window}
+window = {window}
 [layers.order]
 kind = "mcast-order"
-capacity = 1024
+capacity = {window}
 [layers.data]
 kind = "mcast-forward"
 group = "{group}"
 [qos.if0]
-layers = ["dev", "sum", "groups", "rel", "order", "data"]
+layers = ["dev", "sum", "pack", "groups", "rel", "order", "data"]
 [sessions.membership]
 layer = "groups"
 [sessions.reliability]
@@ -107,6 +117,8 @@ pub struct Round {
     pub refused: u64,
     /// Datagrams sent by all nodes.
     pub datagrams: u64,
+    /// CPU seconds the process used during the round (every node thread), if known.
+    pub cpu_secs: Option<f64>,
 }
 
 /// Shared between the node threads of one round.
@@ -263,18 +275,19 @@ fn sender(
         node.kernel.handle_timeout(now);
         node.drain(|_| {});
         if !blocked {
-            // A burst, then a look at the socket.
-            for _ in 0..64 {
+            // A burst (one kernel batch: `bundle` packs what it queued per destination),
+            // then a look at the socket.
+            node.kernel.begin_batch();
+            for _ in 0..BURST {
                 if next >= messages {
                     break;
                 }
                 let now = shared.now();
                 if !started {
                     started = true;
-                    shared.first_send.store(
-                        (now - Instant::ZERO).as_nanos() as u64,
-                        Ordering::Release,
-                    );
+                    shared
+                        .first_send
+                        .store((now - Instant::ZERO).as_nanos() as u64, Ordering::Release);
                 }
                 let ev = Event::sendable(
                     SENDABLE.id(),
@@ -296,6 +309,8 @@ fn sender(
                 }
                 next += 1;
             }
+            node.kernel.end_batch(shared.now());
+            node.drain(|_| {});
         }
         let wait = if blocked || next >= messages {
             node.wait(shared, WallDuration::from_millis(5))
@@ -426,6 +441,7 @@ pub fn round(
     // Every node joins the group (the receivers' applications; the sender's stack learns the
     // group from its data), then the sender starts once the joins had time to go out.
     let barrier = Barrier::new(built.len() + 1);
+    let cpu_before = super::super::cpu::process_cpu(None);
     let outcome = std::thread::scope(|scope| -> anyhow::Result<u64> {
         let mut handles = Vec::new();
         let mut sender_handle = None;
@@ -494,6 +510,10 @@ pub fn round(
         }
         Ok(refused)
     })?;
+    let cpu_secs = match (cpu_before, super::super::cpu::process_cpu(None)) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a).as_secs_f64()),
+        _ => None,
+    };
     let delivered: Vec<u64> = shared
         .delivered
         .iter()
@@ -520,5 +540,6 @@ pub fn round(
         delivered,
         refused: outcome,
         datagrams: shared.datagrams.load(Ordering::Relaxed),
+        cpu_secs,
     })
 }
