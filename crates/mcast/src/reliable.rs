@@ -1506,6 +1506,85 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_send_takes_no_sequence_number() {
+        let cfg = Config {
+            send_capacity: 2,
+            ..Config::defaults()
+        };
+        let mut s = Sender::new(cfg, S, G);
+        let t0 = Instant::ZERO;
+        // The data layer numbers every send 0, 1, 2, 3 — the third is refused.
+        let a = s.send(t0, &data(0)).unwrap_or_default();
+        let b = s.send(t0, &data(1)).unwrap_or_default();
+        assert_eq!(s.send(t0, &data(2)), Err(Refused::Full(2)));
+        let stable = Control::Stable {
+            source: S,
+            group: G,
+            stable: 2,
+            member: false,
+        };
+        s.handle(t0, Addr(9), &stable);
+        let c = s.send(t0, &data(3)).unwrap_or_default();
+        let packets = [a, b, c];
+        let seqs: Vec<u32> = packets
+            .iter()
+            .map(|p| RData::parse(p).map_or(u32::MAX, |r| r.data.seq))
+            .collect();
+        assert_eq!(seqs, [0, 1, 2], "no hole where the refused send was");
+        // A receiver gets a gapless stream: nothing to NACK.
+        let mut r = Receiver::new(Config::defaults(), 1);
+        for p in &packets {
+            if let Ok(rd) = RData::parse(p) {
+                assert!(r.handle_data(t0, &rd));
+            }
+        }
+        assert_eq!(r.next_of(S, G), Some(3));
+        assert_eq!(r.poll_timeout(), Some(t0 + cfg.report_interval));
+    }
+
+    #[test]
+    fn a_receiver_reports_every_report_progress_packets() {
+        let cfg = Config {
+            report_progress: 4,
+            ..Config::defaults()
+        };
+        let mut r = Receiver::new(cfg, 1);
+        r.join(G);
+        let t0 = Instant::ZERO;
+        let mut reports = Vec::new();
+        for seq in 0..10u32 {
+            let p = RData::wrap(&data(seq), 0);
+            if let Ok(rd) = RData::parse(&p) {
+                assert!(r.handle_data(t0, &rd));
+            }
+            while let Some(o) = r.poll_transmit() {
+                if let Ok(Control::Stable { stable, member, .. }) = Control::parse(&o.bytes) {
+                    assert!(member);
+                    reports.push((seq, stable));
+                }
+            }
+        }
+        // One report per 4 packets, each covering every packet below it, long before the
+        // periodic report (1 s).
+        assert_eq!(reports, [(3, 4), (7, 8)]);
+        assert_eq!(r.stats().reports_sent, 2);
+        // Off: only the period.
+        let mut quiet = Receiver::new(
+            Config {
+                report_progress: 0,
+                ..Config::defaults()
+            },
+            1,
+        );
+        for seq in 0..10u32 {
+            if let Ok(rd) = RData::parse(&RData::wrap(&data(seq), 0)) {
+                quiet.handle_data(t0, &rd);
+            }
+        }
+        assert!(quiet.poll_transmit().is_none());
+    }
+
+    #[test]
     fn repair_cache_stays_within_its_capacity() {
         let cfg = Config {
             cache_capacity: 3,
