@@ -4,8 +4,9 @@
 //! §1, DESIGN.md §4.7).
 //!
 //! Three roles, one per kind of node, all driven by events and the current time:
-//! - [`Sender`] (the source host): numbers nothing itself — the data header's per-source
-//!   sequence number (`0x30`) is the stream position — but keeps every packet it sent in a
+//! - [`Sender`] (the source host): writes the stream position into the data header's
+//!   per-source sequence number (`0x30`) — 0, 1, 2, … over the packets it accepted, so a
+//!   refused send leaves no hole — and keeps every packet it sent in a
 //!   **bounded send buffer** (`send_capacity` packets). A full buffer **refuses** the send
 //!   ([`Refused`]; the layer turns it into a `SendRefused` notice naming the message) and
 //!   never grows. Packets leave the buffer when they are **stable**: every receiver below has
@@ -23,7 +24,9 @@
 //!   dropped), detects gaps from later packets and from the source's session messages (the
 //!   tail of a burst), and NACKs them after a **random back-off**, **suppressed** when another
 //!   receiver on the link NACKed the same packets; repeats until repaired. It reports the
-//!   lowest packet it lacks (stability) periodically. A packet the source no longer holds (the
+//!   lowest packet it lacks (stability) periodically and every `report_progress` packets its
+//!   stream advances (one report covers all below it: a fast stream frees the source's buffer
+//!   without waiting for the period — the peer lane of `bench multicast`). A packet the source no longer holds (the
 //!   session's or the data's `trail` passed it) is **reported** ([`Event::Unrecoverable`]),
 //!   never a silent gap.
 //!

@@ -25,8 +25,10 @@
 //! - **Peer:** JGroups with its shipped `tcp.xml` (NAKACK2 reliable multicast over loopback
 //!   TCP) in one JVM (`bench/jgroups`, `McastPeer`: a sender and as many receiving channels as
 //!   viastack has receivers), 1000-byte messages, beside viastack's reliable multicast on
-//!   loopback in the same run: `reliable_multicast_vs_jgroups` (messages/s received per
-//!   receiver, target ≥ 2).
+//!   loopback in the same run, the same shape (one sender, four receivers on one LAN segment,
+//!   no routers; the sender as fast as the service accepts, waiting for room on `SendRefused`;
+//!   first send to last delivery at every receiver; exactly once asserted — `multicast_peer.rs`):
+//!   `reliable_multicast_vs_jgroups` (messages/s received per receiver, target ≥ 2).
 //! - **Testbed** (`--testbed`, root): how close basic multicast comes to the links' capacity
 //!   on the netns testbed; without root the lane says so and is skipped.
 
