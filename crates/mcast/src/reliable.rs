@@ -4,8 +4,9 @@
 //! §1, DESIGN.md §4.7).
 //!
 //! Three roles, one per kind of node, all driven by events and the current time:
-//! - [`Sender`] (the source host): numbers nothing itself — the data header's per-source
-//!   sequence number (`0x30`) is the stream position — but keeps every packet it sent in a
+//! - [`Sender`] (the source host): writes the stream position into the data header's
+//!   per-source sequence number (`0x30`) — 0, 1, 2, … over the packets it accepted, so a
+//!   refused send leaves no hole — and keeps every packet it sent in a
 //!   **bounded send buffer** (`send_capacity` packets). A full buffer **refuses** the send
 //!   ([`Refused`]; the layer turns it into a `SendRefused` notice naming the message) and
 //!   never grows. Packets leave the buffer when they are **stable**: every receiver below has
@@ -23,7 +24,9 @@
 //!   dropped), detects gaps from later packets and from the source's session messages (the
 //!   tail of a burst), and NACKs them after a **random back-off**, **suppressed** when another
 //!   receiver on the link NACKed the same packets; repeats until repaired. It reports the
-//!   lowest packet it lacks (stability) periodically. A packet the source no longer holds (the
+//!   lowest packet it lacks (stability) periodically and every `report_progress` packets its
+//!   stream advances (one report covers all below it: a fast stream frees the source's buffer
+//!   without waiting for the period — the peer lane of `bench multicast`). A packet the source no longer holds (the
 //!   session's or the data's `trail` passed it) is **reported** ([`Event::Unrecoverable`]),
 //!   never a silent gap.
 //!
@@ -86,6 +89,8 @@ pub const TYPE_NACK: u8 = 0x32;
 pub const TYPE_STABLE: u8 = 0x33;
 /// Type byte of a session message.
 pub const TYPE_SESSION: u8 = 0x34;
+/// Where the data header's sequence number sits in a data packet.
+const SEQ_AT: usize = 12;
 /// Length of the reliable data header.
 pub const RDATA_LEN: usize = 8;
 /// Most sequence numbers in one NACK.
@@ -380,6 +385,10 @@ pub struct Config {
     /// Packets a receiver holds above its lowest missing one (farther ones are dropped and
     /// NACKed later).
     pub window: u32,
+    /// A receiver also reports stability as soon as its stream moved this many packets past
+    /// its last report (0: only every `report_interval`), so a fast stream frees the source's
+    /// buffer long before the period ends; one report covers every packet below it.
+    pub report_progress: u32,
 }
 
 impl Config {
@@ -396,6 +405,7 @@ impl Config {
             send_capacity: 1024,
             cache_capacity: 1024,
             window: 1024,
+            report_progress: 64,
         }
     }
 
@@ -602,14 +612,15 @@ impl Sender {
         self.buffer.keys().next().copied().unwrap_or(self.next)
     }
 
-    /// The data layer's packet `data` (`0x30`, its sequence number the source's) leaves at
-    /// `now`: returns it with the reliable header, kept for repair.
+    /// The data layer's packet `data` (`0x30`) leaves at `now`: returns it with the reliable
+    /// header and the source's next stream position as its sequence number (a refused send
+    /// takes no number), kept for repair.
     ///
     /// # Errors
     /// [`Refused::Full`] when the buffer holds `send_capacity` packets (nothing is kept or
     /// sent), [`Refused::Malformed`] for bytes that are not data.
     pub fn send(&mut self, now: Instant, data: &[u8]) -> Result<Vec<u8>, Refused> {
-        let h = DataHeader::parse(data).map_err(|_| Refused::Malformed)?;
+        DataHeader::parse(data).map_err(|_| Refused::Malformed)?;
         self.gc(now);
         if self.buffer.len() >= self.cfg.send_capacity {
             // Stable packets kept only for `retain` make room first.
@@ -624,16 +635,15 @@ impl Sender {
             self.stats.refused += 1;
             return Err(Refused::Full(self.buffer.len()));
         }
-        self.next = self.next.max(h.seq.wrapping_add(1));
-        let trail = self
-            .buffer
-            .keys()
-            .next()
-            .copied()
-            .unwrap_or(h.seq)
-            .min(h.seq);
-        let bytes = RData::wrap(data, trail);
-        self.buffer.insert(h.seq, (now, bytes.clone()));
+        // The stream position is the source's count of accepted packets: the data layer's
+        // number is overwritten, so a refused send leaves no hole that receivers would wait
+        // for (and NACK) forever.
+        let seq = self.next;
+        self.next = seq.wrapping_add(1);
+        let trail = self.buffer.keys().next().copied().unwrap_or(seq).min(seq);
+        let mut bytes = RData::wrap(data, trail);
+        bytes[SEQ_AT..SEQ_AT + 4].copy_from_slice(&seq.to_be_bytes());
+        self.buffer.insert(seq, (now, bytes.clone()));
         self.stats.peak = self.stats.peak.max(self.buffer.len() as u64);
         self.stats.sent += 1;
         if self.next_session.is_none() {
@@ -711,17 +721,30 @@ impl Sender {
     fn gc(&mut self, now: Instant) {
         let before = self.buffer.len();
         let retain = self.cfg.retain;
+        // Packets are kept in sending order and their times never decrease with their
+        // numbers, so what is freed is always a prefix of the buffer: pop it (cost per packet
+        // freed, not per packet held).
         match self.reporters.min(now, self.cfg.reporter_expiry) {
             Some(stable) => {
                 self.stable = self.stable.max(stable);
                 let stable = self.stable;
-                self.buffer
-                    .retain(|&s, (t, _)| s >= stable || now.saturating_duration_since(*t) < retain);
+                while let Some(e) = self.buffer.first_entry() {
+                    if *e.key() < stable && now.saturating_duration_since(e.get().0) >= retain {
+                        e.remove();
+                    } else {
+                        break;
+                    }
+                }
             }
             None => {
                 let keep = self.cfg.reporter_expiry.max(retain);
-                self.buffer
-                    .retain(|_, (t, _)| now.saturating_duration_since(*t) <= keep);
+                while let Some(e) = self.buffer.first_entry() {
+                    if now.saturating_duration_since(e.get().0) > keep {
+                        e.remove();
+                    } else {
+                        break;
+                    }
+                }
             }
         }
         self.stats.freed_stable += (before - self.buffer.len()) as u64;
@@ -769,6 +792,8 @@ struct Stream {
     member: bool,
     /// Rejoined: the next contact may skip what was sent meanwhile.
     resync: bool,
+    /// The `stable` of the last report.
+    reported: u32,
 }
 
 /// The receiving side at a host.
@@ -847,6 +872,7 @@ impl Receiver {
             missing: BTreeMap::new(),
             member: true,
             resync: false,
+            reported: trail,
         });
         self.events.push_back(Event::Start {
             source,
@@ -942,8 +968,29 @@ impl Receiver {
         }
         s.known = s.known.max(seq.saturating_add(1));
         self.stats.delivered += 1;
+        let progress = self.cfg.report_progress;
+        if progress > 0 && s.member && s.next.wrapping_sub(s.reported) >= progress {
+            s.reported = s.next;
+            let stable = s.next;
+            self.report(source, group, stable);
+        }
         self.schedule(now, source, group);
         true
+    }
+
+    fn report(&mut self, source: Addr, group: Addr, stable: u32) {
+        self.stats.reports_sent += 1;
+        self.out.push_back(Outgoing {
+            iface: 0,
+            to: None,
+            bytes: Control::Stable {
+                source,
+                group,
+                stable,
+                member: self.joined.contains(&group),
+            }
+            .to_vec(),
+        });
     }
 
     /// A control message arrived.
@@ -1014,21 +1061,15 @@ impl Receiver {
         }
         if self.next_report.is_some_and(|t| t <= now) {
             self.next_report = Some(now + self.cfg.report_interval);
-            for (&(source, group), s) in &self.streams {
+            let mut due = Vec::new();
+            for (&(source, group), s) in self.streams.iter_mut() {
                 if s.member {
-                    self.stats.reports_sent += 1;
-                    self.out.push_back(Outgoing {
-                        iface: 0,
-                        to: None,
-                        bytes: Control::Stable {
-                            source,
-                            group,
-                            stable: s.next,
-                            member: self.joined.contains(&group),
-                        }
-                        .to_vec(),
-                    });
+                    s.reported = s.next;
+                    due.push((source, group, s.next));
                 }
+            }
+            for (source, group, stable) in due {
+                self.report(source, group, stable);
             }
         }
     }
@@ -1465,6 +1506,85 @@ mod tests {
         assert_eq!(s.trail(), 3);
         assert!(s.send(t0, &data(4)).is_ok());
         assert!(s.stats().peak <= 4);
+    }
+
+    #[test]
+    fn a_refused_send_takes_no_sequence_number() {
+        let cfg = Config {
+            send_capacity: 2,
+            ..Config::defaults()
+        };
+        let mut s = Sender::new(cfg, S, G);
+        let t0 = Instant::ZERO;
+        // The data layer numbers every send 0, 1, 2, 3 — the third is refused.
+        let a = s.send(t0, &data(0)).unwrap_or_default();
+        let b = s.send(t0, &data(1)).unwrap_or_default();
+        assert_eq!(s.send(t0, &data(2)), Err(Refused::Full(2)));
+        let stable = Control::Stable {
+            source: S,
+            group: G,
+            stable: 2,
+            member: false,
+        };
+        s.handle(t0, Addr(9), &stable);
+        let c = s.send(t0, &data(3)).unwrap_or_default();
+        let packets = [a, b, c];
+        let seqs: Vec<u32> = packets
+            .iter()
+            .map(|p| RData::parse(p).map_or(u32::MAX, |r| r.data.seq))
+            .collect();
+        assert_eq!(seqs, [0, 1, 2], "no hole where the refused send was");
+        // A receiver gets a gapless stream: nothing to NACK.
+        let mut r = Receiver::new(Config::defaults(), 1);
+        for p in &packets {
+            if let Ok(rd) = RData::parse(p) {
+                assert!(r.handle_data(t0, &rd));
+            }
+        }
+        assert_eq!(r.next_of(S, G), Some(3));
+        assert_eq!(r.poll_timeout(), Some(t0 + cfg.report_interval));
+    }
+
+    #[test]
+    fn a_receiver_reports_every_report_progress_packets() {
+        let cfg = Config {
+            report_progress: 4,
+            ..Config::defaults()
+        };
+        let mut r = Receiver::new(cfg, 1);
+        r.join(G);
+        let t0 = Instant::ZERO;
+        let mut reports = Vec::new();
+        for seq in 0..10u32 {
+            let p = RData::wrap(&data(seq), 0);
+            if let Ok(rd) = RData::parse(&p) {
+                assert!(r.handle_data(t0, &rd));
+            }
+            while let Some(o) = r.poll_transmit() {
+                if let Ok(Control::Stable { stable, member, .. }) = Control::parse(&o.bytes) {
+                    assert!(member);
+                    reports.push((seq, stable));
+                }
+            }
+        }
+        // One report per 4 packets, each covering every packet below it, long before the
+        // periodic report (1 s).
+        assert_eq!(reports, [(3, 4), (7, 8)]);
+        assert_eq!(r.stats().reports_sent, 2);
+        // Off: only the period.
+        let mut quiet = Receiver::new(
+            Config {
+                report_progress: 0,
+                ..Config::defaults()
+            },
+            1,
+        );
+        for seq in 0..10u32 {
+            if let Ok(rd) = RData::parse(&RData::wrap(&data(seq), 0)) {
+                quiet.handle_data(t0, &rd);
+            }
+        }
+        assert!(quiet.poll_transmit().is_none());
     }
 
     #[test]

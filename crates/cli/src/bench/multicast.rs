@@ -25,8 +25,10 @@
 //! - **Peer:** JGroups with its shipped `tcp.xml` (NAKACK2 reliable multicast over loopback
 //!   TCP) in one JVM (`bench/jgroups`, `McastPeer`: a sender and as many receiving channels as
 //!   viastack has receivers), 1000-byte messages, beside viastack's reliable multicast on
-//!   loopback in the same run: `reliable_multicast_vs_jgroups` (messages/s received per
-//!   receiver, target ≥ 2).
+//!   loopback in the same run, the same shape (one sender, four receivers on one LAN segment,
+//!   no routers; the sender as fast as the service accepts, waiting for room on `SendRefused`;
+//!   first send to last delivery at every receiver; exactly once asserted — `multicast_peer.rs`):
+//!   `reliable_multicast_vs_jgroups` (messages/s received per receiver, target ≥ 2).
 //! - **Testbed** (`--testbed`, root): how close basic multicast comes to the links' capacity
 //!   on the netns testbed (`mcast_testbed.rs`: every link tbf-limited, A offering stepped
 //!   rates, each receiver's link-layer bits/s from its interface counters); without root the
@@ -48,6 +50,9 @@ use viastack_scenario::RunOptions;
 use viastack_stack::{Catalog, StackFile};
 
 use super::plot::{Chart, Scale, Series};
+
+#[path = "multicast_peer.rs"]
+mod peer;
 use super::stats::{median, percentile, ratio_of_medians_ci95};
 
 /// Options of `viastack bench multicast`.
@@ -80,6 +85,9 @@ pub struct MulticastArgs {
     /// Only these lanes, comma-separated: stack, throughput, reliable, join, peer, testbed.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Peer lane: measure viastack's side only (no JVM), e.g. to profile it.
+    #[arg(long)]
+    no_jgroups: bool,
     /// Also measure on the netns testbed (needs root).
     #[arg(long)]
     testbed: bool,
@@ -676,58 +684,21 @@ impl Drop for Jvm {
 }
 
 const PEER_SIZE: usize = 1000;
-/// The offered rate of viastack's peer lane: one message every 5 µs (200,000/s), above what
-/// either side receives, so the figure is what the receivers take.
-const PEER_INTERVAL_US: u64 = 5;
-
-/// viastack's reliable multicast on loopback: messages/s received per receiver, or why not.
-fn viastack_reliable_round(
-    file: &StackFile,
-    catalog: &Catalog,
-    messages: u64,
-) -> anyhow::Result<f64> {
-    let r = viastack_net::run_threads(file, catalog, &RunOptions::default())?;
-    let sc = file.scenario.as_ref().context("no scenario")?;
-    let receivers = sc
-        .groups
-        .iter()
-        .filter(|g| g.join)
-        .map(|g| g.node)
-        .collect::<std::collections::BTreeSet<_>>()
-        .len()
-        .max(1);
-    let w = sc.workloads.first().context("no workload")?;
-    let window =
-        w.interval.as_secs_f64() * messages.saturating_sub(1) as f64 + r.latency.max_us / 1e6;
-    let per_receiver = counter(&r, ".data_delivered") as f64 / receivers as f64;
-    Ok(per_receiver / window.max(1e-9))
-}
+/// The peer lane's `bundle` size: what fits loopback's 64 KiB datagrams with room to spare.
+const PEER_BUNDLE_BYTES: usize = 32_000;
+/// The peer lane's send buffer, receive window and order buffer (packets): 4 MB of 1000-byte
+/// messages, so a receiver descheduled for a few milliseconds does not stall the sender.
+const PEER_WINDOW: usize = 4096;
 
 fn lane_peer(args: &Cfg, catalog: &Catalog) -> anyhow::Result<Value> {
-    let path = reliable_file();
-    let viastack = if path.is_file() {
-        let mut f = load(&path, catalog)?;
-        set_loss(&mut f, 0.0);
-        if let Some(sc) = f.scenario.as_mut() {
-            sc.crashes.clear();
-            sc.link_failures.clear();
-            for g in &mut sc.groups {
-                g.at = dur_us(1_000_000);
-            }
-            let start = dur_us(CONVERGED_MS * 1000);
-            for w in &mut sc.workloads {
-                w.messages = args.peer_messages;
-                w.size = PEER_SIZE as u64;
-                w.interval = dur_us(PEER_INTERVAL_US);
-                w.start = start;
-            }
-            sc.duration = start + dur_us(args.peer_messages * PEER_INTERVAL_US + 2_000_000);
-        }
-        Some(f)
-    } else {
-        None
-    };
+    let viastack = Some(parse_text(
+        "bench-multicast-peer-lan.toml",
+        &peer::lan_text(GROUP, PEER_BUNDLE_BYTES, PEER_WINDOW),
+        catalog,
+    )?);
+    let mut detail = Vec::new();
     let jgroups = match crate::bench::unicast::jgroups_classpath() {
+        Ok(_) if args.no_jgroups => None,
         Ok(cp) => Some(Jvm::start(&cp, RECEIVERS.len())?),
         Err(why) => {
             eprintln!("bench multicast: JGroups lane skipped: {why}");
@@ -751,7 +722,17 @@ fn lane_peer(args: &Cfg, catalog: &Catalog) -> anyhow::Result<Value> {
                     a = Some(args.peer_messages as f64 / secs);
                 }
             } else if let Some(f) = &viastack {
-                b = Some(viastack_reliable_round(f, catalog, args.peer_messages)?);
+                let r = peer::round(f, catalog, args.peer_messages, PEER_SIZE, group_addr())?;
+                b = Some(r.per_receiver);
+                detail.push(json!({
+                    "msgs_per_s_per_receiver": r.per_receiver,
+                    "secs": r.secs,
+                    "delivered_exactly_once": r.delivered,
+                    "send_refused_and_retried": r.refused,
+                    "datagrams": r.datagrams,
+                    "cpu_secs": r.cpu_secs,
+                    "cpu_us_per_message": r.cpu_secs.map(|c| c * 1e6 / args.peer_messages as f64),
+                }));
             }
         }
         if let Some(a) = a {
@@ -763,7 +744,9 @@ fn lane_peer(args: &Cfg, catalog: &Catalog) -> anyhow::Result<Value> {
     }
     drop(jvm);
     let mut doc = Map::new();
-    doc.insert("what".into(), json!("messages/s received per receiver, 1000-byte messages, 4 receivers, loopback: JGroups tcp.xml (TCP, NAKACK2) in one JVM vs viastack's reliable multicast with every node a thread"));
+    doc.insert("what".into(), json!("messages/s received per receiver, 1000-byte messages, one sender and 4 receivers, loopback, window from the first send to the last delivery at every receiver, sender as fast as the service accepts: JGroups tcp.xml (TCP, NAKACK2) in one JVM vs viastack's reliable multicast with every node a thread and one UDP socket"));
+    doc.insert("viastack_network".into(), json!("one LAN segment: A, H1-H4 (seed 004's hosts, no routers), host stack interface+checksum+bundle(32000 bytes)+igmp+mcast-reliable+mcast-order+mcast-forward, the sender handing over 64 messages per kernel batch; a broadcast is one datagram per other node"));
+    doc.insert("viastack_rounds".into(), json!(detail));
     doc.insert("messages".into(), json!(args.peer_messages));
     if jg.is_empty() {
         doc.insert(
@@ -776,12 +759,7 @@ fn lane_peer(args: &Cfg, catalog: &Catalog) -> anyhow::Result<Value> {
             json!({"msgs_per_s_per_receiver": median(&jg), "range": range(&jg)}),
         );
     }
-    if viastack.is_none() {
-        doc.insert(
-            "viastack_reliable".into(),
-            json!({"skipped": format!("{} does not exist yet", path.display())}),
-        );
-    } else {
+    {
         doc.insert(
             "viastack_reliable".into(),
             json!({"msgs_per_s_per_receiver": median(&vs), "range": range(&vs)}),
@@ -815,6 +793,7 @@ struct Cfg {
     error_rates: Vec<f64>,
     seeds: u64,
     peer_messages: u64,
+    no_jgroups: bool,
 }
 
 impl Cfg {
@@ -837,6 +816,7 @@ impl Cfg {
                 },
                 seeds: 2,
                 peer_messages: 2000,
+                no_jgroups: a.no_jgroups,
             };
         }
         Cfg {
@@ -856,6 +836,7 @@ impl Cfg {
             },
             seeds: a.seeds.max(1),
             peer_messages: a.peer_messages.max(1),
+            no_jgroups: a.no_jgroups,
         }
     }
 }

@@ -198,7 +198,8 @@ pub const MCAST_RELIABLE: LayerKind = LayerKind {
           itself (once per repeat interval) only for what it lacks; bounded buffers — the \
           source's send buffer refuses a send when full (a `SendRefused` notice naming the \
           message), the cache evicts its oldest; stability-based garbage collection — \
-          receivers report the lowest packet they lack every 1 s, routers aggregate the \
+          receivers report the lowest packet they lack every 1 s and as soon as they moved \
+          `report_progress` packets on, routers aggregate the \
           minimum upstream, the source frees what every receiver holds; a receiver that can \
           no longer be repaired gets a `McastUnrecoverable` notice. The source's session \
           heartbeat (500 ms while data is unstable) reveals lost tails. Timers are OpenPGM's \
@@ -257,6 +258,16 @@ pub const MCAST_RELIABLE: LayerKind = LayerKind {
             doc: "packets a receiver holds above its lowest missing one",
         },
         ParamSpec {
+            name: "report_progress",
+            kind: ParamKind::Int {
+                min: 0,
+                max: 1_000_000,
+            },
+            default: Some("64"),
+            doc: "a receiver also reports stability as soon as its stream moved this many \
+                  packets past its last report (0: only periodically)",
+        },
+        ParamSpec {
             name: "no_repair",
             kind: ParamKind::Bool,
             default: Some("false"),
@@ -278,6 +289,7 @@ fn build_reliable(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRe
         send_capacity: cap("send_capacity")?,
         cache_capacity: cap("cache_capacity")?,
         window,
+        report_progress: u32::try_from(cap("report_progress")?).unwrap_or(u32::MAX),
         ..viastack_mcast::reliable::Config::defaults()
     }
     .scaled(params.get_float("time_scale")?);
