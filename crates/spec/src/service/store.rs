@@ -707,19 +707,19 @@ impl Store {
         let mut ctx = Ctx {
             now,
             key,
-            node: node,
+            node,
             history: hist,
             current: Some(m),
-            drafts: drafts,
+            drafts,
             net,
             terminated: false,
             each: 0,
         };
         let input = Input {
             timer: 0,
-            scratch: scratch,
-            dm: dm,
-            comps: comps,
+            scratch,
+            dm,
+            comps,
             fire: fire_flat,
         };
         let ended = if machine.model().is_some() {
