@@ -270,7 +270,7 @@ struct Outgoing {
 }
 
 /// Own messages in flight at most (below the layer's `capacity` of unstable messages).
-const WINDOW: u64 = 2048;
+const WINDOW: u64 = 512;
 
 impl Outgoing {
     /// Sends what the window allows; whether anything is left to send.
