@@ -602,13 +602,9 @@ pub struct MessageStoreSession {
     next_message: u64,
     /// The root of each instance's tree (for its timers).
     roots: BTreeMap<InstanceKey, NodeId>,
-    /// Armed instance timers by (instance, TimerIdentifier): their deadline and sequence
-    /// number (the order they were set).
-    timers: BTreeMap<(InstanceKey, u32), (viastack_kernel::Instant, u64)>,
-    /// The same timers by deadline, then sequence number (ties fire in the order they were
-    /// set). One kernel timer stands for all of them ([`INSTANCE_TIMERS_TOKEN`]), armed at
-    /// the earliest.
-    due: BTreeMap<(viastack_kernel::Instant, u64), (InstanceKey, u32)>,
+    /// Armed instance timers ([`Timers`]). One kernel timer stands for all of them
+    /// ([`INSTANCE_TIMERS_TOKEN`]), armed at the earliest.
+    timers: Timers,
     /// The kernel timer armed for `due`: its deadline and id.
     armed: Option<(viastack_kernel::Instant, TimerId)>,
     next_timer: u64,
@@ -641,6 +637,127 @@ pub struct MessageStoreSession {
 
 /// At most this many roots' hypercube labels are remembered.
 pub const ROOT_LABELS_MAX: usize = 1024;
+
+/// The armed instance timers: per instance its few timers (TimerIdentifier, deadline,
+/// sequence number), and a heap of deadlines in firing order (deadline, then the order they
+/// were set). Setting and cancelling cost a hash lookup and a heap push (h2hack sets four
+/// timers per payload; two ordered maps cost ~1,000 instructions a set). A cancelled or
+/// replaced timer leaves its heap entry behind, recognised as stale by its sequence number
+/// when it comes up; the heap is rebuilt from the live timers once stale entries outnumber
+/// them, so it holds at most about twice the live timers.
+#[derive(Debug, Default)]
+struct Timers {
+    by_instance: std::collections::HashMap<
+        (u32, u64),
+        Vec<(u32, viastack_kernel::Instant, u64)>,
+        foldhash::fast::RandomState,
+    >,
+    heap: std::collections::BinaryHeap<
+        std::cmp::Reverse<(viastack_kernel::Instant, u64, u32, u64, u32)>,
+    >,
+    live: usize,
+    next_seq: u64,
+}
+
+impl Timers {
+    fn key(k: InstanceKey) -> (u32, u64) {
+        (k.service, k.message)
+    }
+
+    /// Armed timers.
+    fn len(&self) -> usize {
+        self.live
+    }
+
+    /// Arms timer `id` of instance `key` at `at` (replacing one armed with that id).
+    fn set(&mut self, key: InstanceKey, id: u32, at: viastack_kernel::Instant) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let list = self.by_instance.entry(Self::key(key)).or_default();
+        match list.iter_mut().find(|t| t.0 == id) {
+            Some(t) => *t = (id, at, seq),
+            None => {
+                list.push((id, at, seq));
+                self.live += 1;
+            }
+        }
+        self.heap
+            .push(std::cmp::Reverse((at, seq, key.service, key.message, id)));
+        self.compact();
+    }
+
+    /// Disarms timer `id` of instance `key`.
+    fn cancel(&mut self, key: InstanceKey, id: u32) {
+        let k = Self::key(key);
+        if let Some(list) = self.by_instance.get_mut(&k) {
+            if let Some(i) = list.iter().position(|t| t.0 == id) {
+                list.swap_remove(i);
+                self.live -= 1;
+                if list.is_empty() {
+                    self.by_instance.remove(&k);
+                    self.compact();
+                }
+            }
+        }
+    }
+
+    /// Disarms every timer of instance `key`.
+    fn forget(&mut self, key: InstanceKey) {
+        if let Some(list) = self.by_instance.remove(&Self::key(key)) {
+            self.live -= list.len();
+            self.compact();
+        }
+    }
+
+    /// Whether a heap entry is a timer still armed.
+    fn is_live(&self, e: &(viastack_kernel::Instant, u64, u32, u64, u32)) -> bool {
+        let &(_, seq, service, message, id) = e;
+        self.by_instance
+            .get(&(service, message))
+            .is_some_and(|l| l.iter().any(|t| t.0 == id && t.2 == seq))
+    }
+
+    /// Drops stale entries from the top of the heap.
+    fn skip_stale(&mut self) {
+        while let Some(std::cmp::Reverse(top)) = self.heap.peek() {
+            if self.is_live(top) {
+                return;
+            }
+            self.heap.pop();
+        }
+    }
+
+    /// The deadline of the first timer due.
+    fn next_due(&mut self) -> Option<viastack_kernel::Instant> {
+        self.skip_stale();
+        self.heap.peek().map(|std::cmp::Reverse(e)| e.0)
+    }
+
+    /// Disarms and returns the first timer due (whatever its deadline).
+    fn pop_due(&mut self) -> Option<(InstanceKey, u32)> {
+        self.skip_stale();
+        let std::cmp::Reverse((_, _, service, message, id)) = self.heap.pop()?;
+        let key = InstanceKey { service, message };
+        self.cancel(key, id);
+        Some((key, id))
+    }
+
+    /// Rebuilds the heap from the live timers when stale entries outnumber them, and gives
+    /// back the room of tables that emptied (a burst of instances ended): each rebuild or
+    /// shrink follows a halving, so their cost is constant per timer.
+    fn compact(&mut self) {
+        if self.heap.len() > 2 * self.live + 64 {
+            let mut v = std::mem::take(&mut self.heap).into_vec();
+            v.retain(|std::cmp::Reverse(e)| self.is_live(e));
+            v.shrink_to(2 * v.len());
+            self.heap = v.into();
+        }
+        let n = self.by_instance.len();
+        if self.by_instance.capacity() > 64 && 4 * n < self.by_instance.capacity() {
+            self.by_instance.shrink_to(2 * n);
+        }
+    }
+}
 
 /// A payload an instance multicast down its tree, and the nodes it reached.
 #[derive(Debug, Clone)]
@@ -706,8 +823,7 @@ impl MessageStoreSession {
             next_token: 0,
             next_message: 0,
             roots: BTreeMap::new(),
-            timers: BTreeMap::new(),
-            due: BTreeMap::new(),
+            timers: Timers::default(),
             armed: None,
             next_timer: 0,
             reports: BTreeMap::new(),
@@ -935,16 +1051,7 @@ impl MessageStoreSession {
     fn forget(&mut self, key: InstanceKey) {
         self.held.remove(&key);
         self.roots.remove(&key);
-        let armed: Vec<(InstanceKey, u32)> = self
-            .timers
-            .range((key, 0)..=(key, u32::MAX))
-            .map(|(&k, _)| k)
-            .collect();
-        for k in armed {
-            if let Some(at) = self.timers.remove(&k) {
-                self.due.remove(&at);
-            }
-        }
+        self.timers.forget(key);
     }
 
     /// After a step of instance `key` (rooted at `root`): if it entered the failure state,
@@ -1346,36 +1453,22 @@ impl MessageStoreSession {
                 }
             }
             Out::SetTimer(key, id, after) => {
-                if let Some(old) = self.timers.remove(&(key, id)) {
-                    self.due.remove(&old);
-                }
-                while self.due.len() >= 8 * self.capacity {
-                    // The bound: the earliest due is cancelled.
-                    let Some((_, k)) = self.due.pop_first() else {
-                        break;
-                    };
-                    self.timers.remove(&k);
+                // The bound: beyond `8 × capacity` armed timers the earliest due is cancelled.
+                self.timers.cancel(key, id);
+                while self.timers.len() >= 8 * self.capacity && self.timers.pop_due().is_some() {
                     ctx.count("timers_evicted");
                 }
-                let seq = self.next_timer;
-                self.next_timer = self.next_timer.wrapping_add(1);
-                let at = (ctx.now() + after, seq);
-                self.timers.insert((key, id), at);
-                self.due.insert(at, (key, id));
+                self.timers.set(key, id, ctx.now() + after);
                 self.arm(ctx);
             }
-            Out::Cancel(key, id) => {
-                if let Some(at) = self.timers.remove(&(key, id)) {
-                    self.due.remove(&at);
-                }
-            }
+            Out::Cancel(key, id) => self.timers.cancel(key, id),
         }
     }
 
     /// Keeps one kernel timer armed at the earliest instance timer (one armed earlier stays:
     /// it fires, finds nothing due, and arms the next).
     fn arm(&mut self, ctx: &mut Context<'_>) {
-        let Some((&(at, _), _)) = self.due.first_key_value() else {
+        let Some(at) = self.timers.next_due() else {
             return;
         };
         match self.armed {
@@ -1403,13 +1496,11 @@ impl MessageStoreSession {
             .queue
             .saturating_sub(self.control_pending.len())
             .clamp(1, TIMERS_AT_ONCE);
-        while let Some(entry) = self.due.first_entry() {
-            if entry.key().0 > now || room == 0 {
+        while room > 0 && self.timers.next_due().is_some_and(|at| at <= now) {
+            let Some((key, id)) = self.timers.pop_due() else {
                 break;
-            }
+            };
             room -= 1;
-            let (key, id) = entry.remove();
-            self.timers.remove(&(key, id));
             let root = self.roots.get(&key).copied().unwrap_or(self.node);
             self.enqueue(ctx, root, Input::Timer(key, id));
         }
