@@ -48,8 +48,9 @@
 //!   for 3 (unicast), the neighbours but the previous hop for 2 (flood); `setTimer` /
 //!   `cancelTimer` are one-shot timers the layer keeps in its own deadline queue, with one kernel
 //!   timer armed at the earliest (a kernel timer per instance timer cost a kernel table entry
-//!   and a cancel each: h2hack sets four per payload); `terminate` and `updateNodeInfo` need
-//!   nothing.
+//!   and a cancel each: h2hack sets four per payload; the queue is a hash table of each
+//!   instance's timers and a deadline heap with lazy deletion, [`Timers`]); `terminate` and
+//!   `updateNodeInfo` need nothing.
 //! - With `failure_state` set (h2hack: `reset`), when the instance of a message this node sent
 //!   enters that state after a step, a [`PEER_UNREACHABLE`] notice with the message's tag goes
 //!   up (addressee `NodeId(u32::MAX)` for a broadcast): the sender learns the service gave up.
@@ -647,17 +648,17 @@ pub const ROOT_LABELS_MAX: usize = 1024;
 /// them, so it holds at most about twice the live timers.
 #[derive(Debug, Default)]
 struct Timers {
-    by_instance: std::collections::HashMap<
-        (u32, u64),
-        Vec<(u32, viastack_kernel::Instant, u64)>,
-        foldhash::fast::RandomState,
-    >,
-    heap: std::collections::BinaryHeap<
-        std::cmp::Reverse<(viastack_kernel::Instant, u64, u32, u64, u32)>,
-    >,
+    by_instance:
+        std::collections::HashMap<(u32, u64), Vec<ArmedTimer>, foldhash::fast::RandomState>,
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<DueEntry>>,
     live: usize,
     next_seq: u64,
 }
+
+/// An armed timer of an instance: its TimerIdentifier, deadline and sequence number.
+type ArmedTimer = (u32, viastack_kernel::Instant, u64);
+/// A heap entry: deadline, sequence number, ServiceID, MessageID, TimerIdentifier.
+type DueEntry = (viastack_kernel::Instant, u64, u32, u64, u32);
 
 impl Timers {
     fn key(k: InstanceKey) -> (u32, u64) {
@@ -710,7 +711,7 @@ impl Timers {
     }
 
     /// Whether a heap entry is a timer still armed.
-    fn is_live(&self, e: &(viastack_kernel::Instant, u64, u32, u64, u32)) -> bool {
+    fn is_live(&self, e: &DueEntry) -> bool {
         let &(_, seq, service, message, id) = e;
         self.by_instance
             .get(&(service, message))
