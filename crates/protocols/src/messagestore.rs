@@ -617,7 +617,12 @@ pub struct MessageStoreSession {
     /// Instances whose failure was reported (or is being): one report run per instance.
     reported: std::collections::BTreeSet<InstanceKey>,
     /// Deliveries to the application (root, MessageID, SequenceNumber) and when they happened.
-    delivered: std::collections::HashMap<(u64, u64, u64), viastack_kernel::Instant>,
+    /// (Under a seeded fast hash: SipHash was a visible share of each delivery.)
+    delivered: std::collections::HashMap<
+        (u64, u64, u64),
+        viastack_kernel::Instant,
+        foldhash::fast::RandomState,
+    >,
     /// The same keys in delivery order, for forgetting the oldest.
     delivered_order: VecDeque<((u64, u64, u64), viastack_kernel::Instant)>,
     /// Payloads multicast by live instances and where they went, for repair.
@@ -766,7 +771,8 @@ struct Held {
     root: NodeId,
     message: SMsg,
     /// Nodes it went to, with the repair sends still due to each (0: sent by the service).
-    sent_to: BTreeMap<NodeId, u8>,
+    /// (A short list: a node has a few children; a map cost an allocation per payload.)
+    sent_to: Vec<(NodeId, u8)>,
 }
 
 /// A failure report in flight to a message's root.
@@ -830,7 +836,7 @@ impl MessageStoreSession {
             reports: BTreeMap::new(),
             report_tokens: BTreeMap::new(),
             reported: std::collections::BTreeSet::new(),
-            delivered: std::collections::HashMap::new(),
+            delivered: std::collections::HashMap::default(),
             delivered_order: VecDeque::new(),
             my_label: None,
             root_labels: BTreeMap::new(),
@@ -1147,7 +1153,14 @@ impl MessageStoreSession {
             if c == me {
                 continue;
             }
-            let due = h.sent_to.entry(c).or_insert(REPAIR_SENDS);
+            let i = match h.sent_to.iter().position(|&(n, _)| n == c) {
+                Some(i) => i,
+                None => {
+                    h.sent_to.push((c, REPAIR_SENDS));
+                    h.sent_to.len() - 1
+                }
+            };
+            let due = &mut h.sent_to[i].1;
             if *due == 0 {
                 continue;
             }
@@ -1189,13 +1202,16 @@ impl MessageStoreSession {
                 Held {
                     root,
                     message: m.clone(),
-                    sent_to: BTreeMap::new(),
+                    sent_to: Vec::new(),
                 },
             );
         }
         if let Some(h) = self.held.get_mut(&key) {
             for &t in targets {
-                h.sent_to.insert(t, 0);
+                match h.sent_to.iter_mut().find(|(n, _)| *n == t) {
+                    Some(e) => e.1 = 0,
+                    None => h.sent_to.push((t, 0)),
+                }
             }
         }
     }
