@@ -260,7 +260,9 @@ pub enum Change<A> {
 pub struct Forwarder<A> {
     config: Config,
     next_id: u64,
-    seen: HashSet<(A, u64)>,
+    /// Remembered `(source, id)` pairs, under a seeded fast hash (an address and a counter:
+    /// SipHash cost more than the rest of remembering a message).
+    seen: HashSet<(A, u64), foldhash::fast::RandomState>,
     order: VecDeque<(A, u64)>,
     transmits: VecDeque<(A, Vec<u8>)>,
     deliveries: VecDeque<Delivery<A>>,
@@ -275,7 +277,7 @@ impl<A: LogicalAddr> Forwarder<A> {
         Forwarder {
             config,
             next_id: first_id,
-            seen: HashSet::new(),
+            seen: HashSet::default(),
             order: VecDeque::new(),
             transmits: VecDeque::new(),
             deliveries: VecDeque::new(),

@@ -48,8 +48,9 @@
 //!   for 3 (unicast), the neighbours but the previous hop for 2 (flood); `setTimer` /
 //!   `cancelTimer` are one-shot timers the layer keeps in its own deadline queue, with one kernel
 //!   timer armed at the earliest (a kernel timer per instance timer cost a kernel table entry
-//!   and a cancel each: h2hack sets four per payload); `terminate` and `updateNodeInfo` need
-//!   nothing.
+//!   and a cancel each: h2hack sets four per payload; the queue is a hash table of each
+//!   instance's timers and a deadline heap with lazy deletion, [`Timers`]); `terminate` and
+//!   `updateNodeInfo` need nothing.
 //! - With `failure_state` set (h2hack: `reset`), when the instance of a message this node sent
 //!   enters that state after a step, a [`PEER_UNREACHABLE`] notice with the message's tag goes
 //!   up (addressee `NodeId(u32::MAX)` for a broadcast): the sender learns the service gave up.
@@ -602,13 +603,9 @@ pub struct MessageStoreSession {
     next_message: u64,
     /// The root of each instance's tree (for its timers).
     roots: BTreeMap<InstanceKey, NodeId>,
-    /// Armed instance timers by (instance, TimerIdentifier): their deadline and sequence
-    /// number (the order they were set).
-    timers: BTreeMap<(InstanceKey, u32), (viastack_kernel::Instant, u64)>,
-    /// The same timers by deadline, then sequence number (ties fire in the order they were
-    /// set). One kernel timer stands for all of them ([`INSTANCE_TIMERS_TOKEN`]), armed at
-    /// the earliest.
-    due: BTreeMap<(viastack_kernel::Instant, u64), (InstanceKey, u32)>,
+    /// Armed instance timers ([`Timers`]). One kernel timer stands for all of them
+    /// ([`INSTANCE_TIMERS_TOKEN`]), armed at the earliest.
+    timers: Timers,
     /// The kernel timer armed for `due`: its deadline and id.
     armed: Option<(viastack_kernel::Instant, TimerId)>,
     next_timer: u64,
@@ -620,7 +617,12 @@ pub struct MessageStoreSession {
     /// Instances whose failure was reported (or is being): one report run per instance.
     reported: std::collections::BTreeSet<InstanceKey>,
     /// Deliveries to the application (root, MessageID, SequenceNumber) and when they happened.
-    delivered: std::collections::HashMap<(u64, u64, u64), viastack_kernel::Instant>,
+    /// (Under a seeded fast hash: SipHash was a visible share of each delivery.)
+    delivered: std::collections::HashMap<
+        (u64, u64, u64),
+        viastack_kernel::Instant,
+        foldhash::fast::RandomState,
+    >,
     /// The same keys in delivery order, for forgetting the oldest.
     delivered_order: VecDeque<((u64, u64, u64), viastack_kernel::Instant)>,
     /// Payloads multicast by live instances and where they went, for repair.
@@ -642,13 +644,135 @@ pub struct MessageStoreSession {
 /// At most this many roots' hypercube labels are remembered.
 pub const ROOT_LABELS_MAX: usize = 1024;
 
+/// The armed instance timers: per instance its few timers (TimerIdentifier, deadline,
+/// sequence number), and a heap of deadlines in firing order (deadline, then the order they
+/// were set). Setting and cancelling cost a hash lookup and a heap push (h2hack sets four
+/// timers per payload; two ordered maps cost ~1,000 instructions a set). A cancelled or
+/// replaced timer leaves its heap entry behind, recognised as stale by its sequence number
+/// when it comes up; the heap is rebuilt from the live timers once stale entries outnumber
+/// them, so it holds at most about twice the live timers.
+#[derive(Debug, Default)]
+struct Timers {
+    by_instance:
+        std::collections::HashMap<(u32, u64), Vec<ArmedTimer>, foldhash::fast::RandomState>,
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<DueEntry>>,
+    live: usize,
+    next_seq: u64,
+}
+
+/// An armed timer of an instance: its TimerIdentifier, deadline and sequence number.
+type ArmedTimer = (u32, viastack_kernel::Instant, u64);
+/// A heap entry: deadline, sequence number, ServiceID, MessageID, TimerIdentifier.
+type DueEntry = (viastack_kernel::Instant, u64, u32, u64, u32);
+
+impl Timers {
+    fn key(k: InstanceKey) -> (u32, u64) {
+        (k.service, k.message)
+    }
+
+    /// Armed timers.
+    fn len(&self) -> usize {
+        self.live
+    }
+
+    /// Arms timer `id` of instance `key` at `at` (replacing one armed with that id).
+    fn set(&mut self, key: InstanceKey, id: u32, at: viastack_kernel::Instant) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let list = self.by_instance.entry(Self::key(key)).or_default();
+        match list.iter_mut().find(|t| t.0 == id) {
+            Some(t) => *t = (id, at, seq),
+            None => {
+                list.push((id, at, seq));
+                self.live += 1;
+            }
+        }
+        self.heap
+            .push(std::cmp::Reverse((at, seq, key.service, key.message, id)));
+        self.compact();
+    }
+
+    /// Disarms timer `id` of instance `key`.
+    fn cancel(&mut self, key: InstanceKey, id: u32) {
+        let k = Self::key(key);
+        if let Some(list) = self.by_instance.get_mut(&k) {
+            if let Some(i) = list.iter().position(|t| t.0 == id) {
+                list.swap_remove(i);
+                self.live -= 1;
+                if list.is_empty() {
+                    self.by_instance.remove(&k);
+                    self.compact();
+                }
+            }
+        }
+    }
+
+    /// Disarms every timer of instance `key`.
+    fn forget(&mut self, key: InstanceKey) {
+        if let Some(list) = self.by_instance.remove(&Self::key(key)) {
+            self.live -= list.len();
+            self.compact();
+        }
+    }
+
+    /// Whether a heap entry is a timer still armed.
+    fn is_live(&self, e: &DueEntry) -> bool {
+        let &(_, seq, service, message, id) = e;
+        self.by_instance
+            .get(&(service, message))
+            .is_some_and(|l| l.iter().any(|t| t.0 == id && t.2 == seq))
+    }
+
+    /// Drops stale entries from the top of the heap.
+    fn skip_stale(&mut self) {
+        while let Some(std::cmp::Reverse(top)) = self.heap.peek() {
+            if self.is_live(top) {
+                return;
+            }
+            self.heap.pop();
+        }
+    }
+
+    /// The deadline of the first timer due.
+    fn next_due(&mut self) -> Option<viastack_kernel::Instant> {
+        self.skip_stale();
+        self.heap.peek().map(|std::cmp::Reverse(e)| e.0)
+    }
+
+    /// Disarms and returns the first timer due (whatever its deadline).
+    fn pop_due(&mut self) -> Option<(InstanceKey, u32)> {
+        self.skip_stale();
+        let std::cmp::Reverse((_, _, service, message, id)) = self.heap.pop()?;
+        let key = InstanceKey { service, message };
+        self.cancel(key, id);
+        Some((key, id))
+    }
+
+    /// Rebuilds the heap from the live timers when stale entries outnumber them, and gives
+    /// back the room of tables that emptied (a burst of instances ended): each rebuild or
+    /// shrink follows a halving, so their cost is constant per timer.
+    fn compact(&mut self) {
+        if self.heap.len() > 2 * self.live + 64 {
+            let mut v = std::mem::take(&mut self.heap).into_vec();
+            v.retain(|std::cmp::Reverse(e)| self.is_live(e));
+            v.shrink_to(2 * v.len());
+            self.heap = v.into();
+        }
+        let n = self.by_instance.len();
+        if self.by_instance.capacity() > 64 && 4 * n < self.by_instance.capacity() {
+            self.by_instance.shrink_to(2 * n);
+        }
+    }
+}
+
 /// A payload an instance multicast down its tree, and the nodes it reached.
 #[derive(Debug, Clone)]
 struct Held {
     root: NodeId,
     message: SMsg,
     /// Nodes it went to, with the repair sends still due to each (0: sent by the service).
-    sent_to: BTreeMap<NodeId, u8>,
+    /// (A short list: a node has a few children; a map cost an allocation per payload.)
+    sent_to: Vec<(NodeId, u8)>,
 }
 
 /// A failure report in flight to a message's root.
@@ -706,14 +830,13 @@ impl MessageStoreSession {
             next_token: 0,
             next_message: 0,
             roots: BTreeMap::new(),
-            timers: BTreeMap::new(),
-            due: BTreeMap::new(),
+            timers: Timers::default(),
             armed: None,
             next_timer: 0,
             reports: BTreeMap::new(),
             report_tokens: BTreeMap::new(),
             reported: std::collections::BTreeSet::new(),
-            delivered: std::collections::HashMap::new(),
+            delivered: std::collections::HashMap::default(),
             delivered_order: VecDeque::new(),
             my_label: None,
             root_labels: BTreeMap::new(),
@@ -935,16 +1058,7 @@ impl MessageStoreSession {
     fn forget(&mut self, key: InstanceKey) {
         self.held.remove(&key);
         self.roots.remove(&key);
-        let armed: Vec<(InstanceKey, u32)> = self
-            .timers
-            .range((key, 0)..=(key, u32::MAX))
-            .map(|(&k, _)| k)
-            .collect();
-        for k in armed {
-            if let Some(at) = self.timers.remove(&k) {
-                self.due.remove(&at);
-            }
-        }
+        self.timers.forget(key);
     }
 
     /// After a step of instance `key` (rooted at `root`): if it entered the failure state,
@@ -1039,7 +1153,14 @@ impl MessageStoreSession {
             if c == me {
                 continue;
             }
-            let due = h.sent_to.entry(c).or_insert(REPAIR_SENDS);
+            let i = match h.sent_to.iter().position(|&(n, _)| n == c) {
+                Some(i) => i,
+                None => {
+                    h.sent_to.push((c, REPAIR_SENDS));
+                    h.sent_to.len() - 1
+                }
+            };
+            let due = &mut h.sent_to[i].1;
             if *due == 0 {
                 continue;
             }
@@ -1081,13 +1202,16 @@ impl MessageStoreSession {
                 Held {
                     root,
                     message: m.clone(),
-                    sent_to: BTreeMap::new(),
+                    sent_to: Vec::new(),
                 },
             );
         }
         if let Some(h) = self.held.get_mut(&key) {
             for &t in targets {
-                h.sent_to.insert(t, 0);
+                match h.sent_to.iter_mut().find(|(n, _)| *n == t) {
+                    Some(e) => e.1 = 0,
+                    None => h.sent_to.push((t, 0)),
+                }
             }
         }
     }
@@ -1346,36 +1470,22 @@ impl MessageStoreSession {
                 }
             }
             Out::SetTimer(key, id, after) => {
-                if let Some(old) = self.timers.remove(&(key, id)) {
-                    self.due.remove(&old);
-                }
-                while self.due.len() >= 8 * self.capacity {
-                    // The bound: the earliest due is cancelled.
-                    let Some((_, k)) = self.due.pop_first() else {
-                        break;
-                    };
-                    self.timers.remove(&k);
+                // The bound: beyond `8 × capacity` armed timers the earliest due is cancelled.
+                self.timers.cancel(key, id);
+                while self.timers.len() >= 8 * self.capacity && self.timers.pop_due().is_some() {
                     ctx.count("timers_evicted");
                 }
-                let seq = self.next_timer;
-                self.next_timer = self.next_timer.wrapping_add(1);
-                let at = (ctx.now() + after, seq);
-                self.timers.insert((key, id), at);
-                self.due.insert(at, (key, id));
+                self.timers.set(key, id, ctx.now() + after);
                 self.arm(ctx);
             }
-            Out::Cancel(key, id) => {
-                if let Some(at) = self.timers.remove(&(key, id)) {
-                    self.due.remove(&at);
-                }
-            }
+            Out::Cancel(key, id) => self.timers.cancel(key, id),
         }
     }
 
     /// Keeps one kernel timer armed at the earliest instance timer (one armed earlier stays:
     /// it fires, finds nothing due, and arms the next).
     fn arm(&mut self, ctx: &mut Context<'_>) {
-        let Some((&(at, _), _)) = self.due.first_key_value() else {
+        let Some(at) = self.timers.next_due() else {
             return;
         };
         match self.armed {
@@ -1403,13 +1513,11 @@ impl MessageStoreSession {
             .queue
             .saturating_sub(self.control_pending.len())
             .clamp(1, TIMERS_AT_ONCE);
-        while let Some(entry) = self.due.first_entry() {
-            if entry.key().0 > now || room == 0 {
+        while room > 0 && self.timers.next_due().is_some_and(|at| at <= now) {
+            let Some((key, id)) = self.timers.pop_due() else {
                 break;
-            }
+            };
             room -= 1;
-            let (key, id) = entry.remove();
-            self.timers.remove(&(key, id));
             let root = self.roots.get(&key).copied().unwrap_or(self.node);
             self.enqueue(ctx, root, Input::Timer(key, id));
         }

@@ -34,7 +34,9 @@
 //!   neighbours in the tree rooted at that node, and its own label (the `messagestore` layer
 //!   reads its services' node information this way). On the hypercube the tree is the bit
 //!   rule's ([`viastack_overlay::tree::hc_parent`]) rooted at the root's label; with no label
-//!   known for the root only the neighbours are given.
+//!   known for the root only the neighbours are given. Answers are remembered per root until
+//!   the topology engine next may change (a control datagram, a timer): a stream of messages
+//!   on one tree costs one tree computation, not one per message.
 //! - An [`OVERLAY_SEND`] from above (an [`OverlaySend`]: delivery mode, target, payload) is
 //!   sent as it says: multicast, flood, or unicast to a node or to a logical address (the
 //!   overlay socket API of `viastack::overlay` sends this way, whatever `broadcast` says).
@@ -332,7 +334,14 @@ pub struct OverlaySession {
     server: Option<Server<NodeId>>,
     /// This node's rendezvous client ([`Config::rendezvous`] names another node).
     client: Option<Client<NodeId>>,
+    /// Answers to tree queries while the topology engine is unchanged, by root and the root's
+    /// hypercube label as resolved for the query (at most [`TREE_CACHE_MAX`]; see
+    /// [`OverlaySession::tree_cached`]).
+    trees: std::collections::HashMap<(NodeId, Option<HcLabel>), TreeInfo>,
 }
+
+/// Tree answers kept at most (roots of the messages in flight; all are dropped when full).
+pub const TREE_CACHE_MAX: usize = 256;
 
 impl OverlaySession {
     fn new(node: NodeId, seed: u64, config: Config) -> Self {
@@ -356,6 +365,7 @@ impl OverlaySession {
             dir_order: std::collections::VecDeque::new(),
             server: None,
             client: None,
+            trees: std::collections::HashMap::new(),
         }
     }
 
@@ -390,6 +400,7 @@ impl OverlaySession {
     }
 
     fn start(&mut self, ctx: &mut Context<'_>) {
+        self.topology_may_change();
         let now = ctx.now();
         self.channel = Some(ctx.channel());
         // Fresh message ids per incarnation: a restarted node must not look like a duplicate.
@@ -697,6 +708,7 @@ impl OverlaySession {
             return;
         }
         self.timer = None;
+        self.topology_may_change();
         let now = ctx.now();
         match &mut self.engine {
             Engine::Dt(n) => n.handle_timeout(now),
@@ -708,7 +720,11 @@ impl OverlaySession {
 
     fn on_datagram(&mut self, ctx: &mut Context<'_>, from: NodeId, bytes: &[u8]) {
         let now = ctx.now();
-        match wire::classify(bytes) {
+        let kind = wire::classify(bytes);
+        if !matches!(kind, Ok(Kind::Application)) {
+            self.topology_may_change();
+        }
+        match kind {
             Ok(Kind::Application) => match (&self.engine, &mut self.fwd) {
                 (Engine::Dt(n), Fwd::Dt(f)) => f.handle_message(&DtTopology(n), bytes),
                 (Engine::Hypercube(n), Fwd::Hc(f)) => f.handle_message(&HcTopology(n), bytes),
@@ -892,7 +908,44 @@ impl OverlaySession {
         info
     }
 
+    /// [`Self::tree`], remembered until the topology engine next changes: the messagestore
+    /// asks for every input (a payload and each child's acknowledgement), and a tree is a
+    /// compass-routing test per neighbour. The answers are dropped whenever the engine may
+    /// have changed (a control datagram, a rendezvous answer, a timer, the start, the leave:
+    /// [`Self::topology_may_change`]); an application datagram or a send leaves the engine as
+    /// it is, so a remembered answer is the one [`Self::tree`] would give.
+    fn tree_cached(&mut self, q: TreeQuery) -> TreeInfo {
+        let label = match &self.engine {
+            Engine::Hypercube(n) if q.root == self.node => n.label(),
+            Engine::Hypercube(_) => q.root_label.or_else(|| self.label_of(q.root)),
+            _ => None,
+        };
+        let key = (q.root, label);
+        if let Some(info) = self.trees.get(&key) {
+            let mut info = info.clone();
+            info.token = q.token;
+            return info;
+        }
+        let info = self.tree(TreeQuery {
+            root_label: label,
+            ..q
+        });
+        if self.trees.len() >= TREE_CACHE_MAX {
+            self.trees.clear();
+        }
+        self.trees.insert(key, info.clone());
+        info
+    }
+
+    /// The topology engine may change: remembered tree answers are dropped.
+    fn topology_may_change(&mut self) {
+        if !self.trees.is_empty() {
+            self.trees.clear();
+        }
+    }
+
     fn leave(&mut self, ctx: &mut Context<'_>) {
+        self.topology_may_change();
         let now = ctx.now();
         match &mut self.engine {
             Engine::Dt(n) => n.leave(now),
@@ -940,7 +993,7 @@ impl Session for OverlaySession {
                 if let (Some(l), TopologyKind::Hypercube) = (q.root_label, self.config.topology) {
                     self.learn(q.root, l);
                 }
-                let info = self.tree(q);
+                let info = self.tree_cached(q);
                 ctx.go(Event::new(
                     TREE.id(),
                     Direction::Up,
