@@ -1044,7 +1044,7 @@ fn flat_step_dm<N: Network>(
 /// Runs one flat step's ops (a failing op ends its block, as in the engine) and moves to its
 /// target; whether the instance ended (a final state or `terminate`).
 /// `DM`: `dm` is some (the chart has a datamodel).
-#[inline]
+#[inline(always)]
 fn run_flat<const DM: bool, N: Network>(
     step: &Step,
     state: &mut u16,
