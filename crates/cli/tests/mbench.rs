@@ -58,3 +58,35 @@ fn bench_multicast_quick_reports_every_lane_and_draws_pngs() {
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{name}");
     }
 }
+
+/// The peer lane's viastack side (no JVM): one sender, four receivers on one LAN, the sender
+/// driven by back-pressure; every receiver gets every message exactly once (the lane fails
+/// otherwise) and the figure is a rate.
+#[test]
+fn bench_multicast_peer_lane_delivers_every_message_exactly_once() {
+    let o = viastack(&[
+        "bench",
+        "multicast",
+        "--quick",
+        "--only",
+        "peer",
+        "--no-jgroups",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let p = &v["peer"];
+    let rounds = p["viastack_rounds"].as_array().unwrap();
+    assert!(!rounds.is_empty(), "{p}");
+    for r in rounds {
+        assert_eq!(
+            r["delivered_exactly_once"],
+            serde_json::json!([2000, 2000, 2000, 2000]),
+            "{r}"
+        );
+        assert!(r["msgs_per_s_per_receiver"].as_f64().unwrap() > 0.0, "{r}");
+        // Bundling: far fewer datagrams than 4 per message.
+        assert!(r["datagrams"].as_u64().unwrap() < 4 * 2000, "{r}");
+    }
+    assert!(p["jgroups_nakack2"]["skipped"].is_string(), "{p}");
+}

@@ -621,7 +621,10 @@ impl Sender {
     /// sent), [`Refused::Malformed`] for bytes that are not data.
     pub fn send(&mut self, now: Instant, data: &[u8]) -> Result<Vec<u8>, Refused> {
         DataHeader::parse(data).map_err(|_| Refused::Malformed)?;
-        self.gc(now);
+        if self.buffer.len() >= self.cfg.send_capacity {
+            // Stability reports and the timer free the buffer; a full one looks again.
+            self.gc(now);
+        }
         if self.buffer.len() >= self.cfg.send_capacity {
             // Stable packets kept only for `retain` make room first.
             if let Some((&oldest, _)) = self.buffer.first_key_value() {
@@ -961,10 +964,19 @@ impl Receiver {
             self.schedule(now, source, group);
             return false;
         }
-        s.held.insert(seq);
-        s.missing.remove(&seq);
-        while s.held.remove(&s.next) {
+        if seq == s.next {
+            // In order (the common case): no trip through the held set.
             s.next += 1;
+            if !s.held.is_empty() {
+                while s.held.remove(&s.next) {
+                    s.next += 1;
+                }
+            }
+        } else {
+            s.held.insert(seq);
+        }
+        if !s.missing.is_empty() {
+            s.missing.remove(&seq);
         }
         s.known = s.known.max(seq.saturating_add(1));
         self.stats.delivered += 1;

@@ -751,7 +751,7 @@ fn lane_peer(args: &Cfg, catalog: &Catalog) -> anyhow::Result<Value> {
     if jg.is_empty() {
         doc.insert(
             "jgroups_nakack2".into(),
-            json!({"skipped": "java/mvn missing"}),
+            json!({"skipped": if args.no_jgroups { "--no-jgroups" } else { "java/mvn missing" }}),
         );
     } else {
         doc.insert(
