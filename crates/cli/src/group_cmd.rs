@@ -92,7 +92,6 @@ timeout = "{}"
 [layers.vs]
 kind = "vsync"
 confirm = "{}"
-capacity = 65536
 [layers.to]
 kind = "total-order"
 capacity = 16384
