@@ -75,7 +75,10 @@
 //! `vsync.other_view`, `vsync.not_member`, `vsync.malformed`, `vsync.views`, `vsync.flushes`,
 //! `vsync.flush_abandoned`, `vsync.refused`, `vsync.queued`, `vsync.stable_dropped`,
 //! `vsync.superseded`, `vsync.view_control` (datagrams of the flush: `Flush`, `FlushOk`,
-//! `FlushNo`, `NewView`).
+//! `FlushNo`, `NewView`), `vsync.local_stall` (a tick more than two periods late: this member
+//! was not running; the others' silence meanwhile and its own flush deadlines are moved on by
+//! the stall, [`viastack_protocols::stall`], so a member that wakes up does not leave everyone
+//! out as silent).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -88,6 +91,7 @@ use viastack_kernel::{
     Layer, Message, NodeId, Sendable, Session, Tag, TimerId,
 };
 use viastack_protocols::events::{self, ALIVE, SEND_REFUSED, SUSPECT};
+use viastack_protocols::stall::{discount, TickGap};
 
 use crate::wire::{Cut, Member, Pdu, ViewId};
 
@@ -363,6 +367,8 @@ pub struct VsyncSession {
     /// quarter of `capacity` it gossips at once rather than at the next tick, so a fast
     /// sender's buffer becomes stable before it fills.
     since_status: usize,
+    /// Late ticks: this member's own stalls, not held against the others.
+    gap: TickGap,
 }
 
 impl VsyncSession {
@@ -396,6 +402,7 @@ impl VsyncSession {
             announce: None,
             next_beacon: Instant::ZERO,
             since_status: 0,
+            gap: TickGap::new(config.tick),
         }
     }
 
@@ -1224,8 +1231,35 @@ impl VsyncSession {
         );
     }
 
+    /// A tick that came late means this member was not running (stopped, starved of CPU): the
+    /// others' silence meanwhile is not theirs, and its own flush deadlines did not run
+    /// ([`viastack_protocols::stall`]). Counted `local_stall`.
+    fn forgive_own_stall(&mut self, now: Instant, ctx: &mut Context<'_>) {
+        let stalled = self.gap.tick(now);
+        if stalled.is_zero() {
+            return;
+        }
+        ctx.count("local_stall");
+        for h in &mut self.store.heard {
+            *h = discount(*h, stalled, now);
+        }
+        if let Phase::Flushing { since, .. } | Phase::Installing { since, .. } = &mut self.phase {
+            *since = discount(*since, stalled, now);
+        }
+        if let Some(p) = &mut self.proposal {
+            p.started = discount(p.started, stalled, now);
+        }
+        if let Some(a) = &mut self.announce {
+            a.until = a.until.saturating_add(stalled);
+        }
+        for f in self.foreign.values_mut() {
+            f.heard = discount(f.heard, stalled, now);
+        }
+    }
+
     fn on_tick(&mut self, ctx: &mut Context<'_>) {
         let now = ctx.now();
+        self.forgive_own_stall(now, ctx);
         match &self.phase {
             Phase::Flushing { since, .. } | Phase::Installing { since, .. }
                 if now.saturating_duration_since(*since) >= self.config.flush_timeout * 2 =>

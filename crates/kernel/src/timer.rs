@@ -3,7 +3,11 @@
 //! One-shot and periodic timers, cancellable, each carrying the setter's session, channel and an
 //! opaque `token`. Deadlines live in an ordered map keyed by (deadline, id), so the next
 //! deadline is exact (no stale entries after cancellation) and ties fire in the order the timers
-//! were set. Periodic timers are re-armed at `deadline + period` (no drift).
+//! were set. Periodic timers are re-armed at `deadline + period` (no drift). A periodic timer
+//! that fell more than one period behind (the process was stopped or starved: only a real-time
+//! driver can be late) fires once and skips the periods it missed, keeping its phase: a burst of
+//! catch-up ticks after a long stall would cost the CPU the node needs to be heard again, and
+//! tells a session nothing one late tick does not (`viastack_protocols::stall` reads the gap).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -56,7 +60,15 @@ impl Timers {
         let entry = self.by_deadline.remove(&(deadline, id))?;
         match entry.period {
             Some(p) if !p.is_zero() => {
-                let next = deadline + p;
+                let mut next = deadline + p;
+                if next <= now {
+                    // Missed periods are skipped: the next deadline after `now`, in phase.
+                    let behind = now.saturating_duration_since(deadline).as_nanos();
+                    let periods = behind / p.as_nanos() + 1;
+                    let skip =
+                        u64::try_from(periods.saturating_mul(p.as_nanos())).unwrap_or(u64::MAX);
+                    next = deadline.saturating_add(Duration::from_nanos(skip));
+                }
                 self.by_deadline.insert((next, id), entry);
                 self.deadline_of.insert(id, next);
             }
@@ -82,5 +94,49 @@ impl Timers {
 
     pub fn len(&self) -> usize {
         self.by_deadline.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Instant {
+        Instant::ZERO + Duration::from_millis(n)
+    }
+
+    fn periodic(timers: &mut Timers, first: Instant, period: u64) -> TimerId {
+        timers.set(
+            first,
+            TimerEntry {
+                session: SessionId(0),
+                channel: ChannelId(0),
+                token: 1,
+                period: Some(Duration::from_millis(period)),
+            },
+        )
+    }
+
+    #[test]
+    fn a_periodic_timer_on_time_is_rearmed_one_period_later() {
+        let mut t = Timers::default();
+        periodic(&mut t, ms(10), 10);
+        assert!(t.pop_due(ms(10)).is_some());
+        assert_eq!(t.next_deadline(), Some(ms(20)));
+        assert!(t.pop_due(ms(19)).is_none());
+    }
+
+    /// Stopped from 10 ms to 55 ms: one tick at 55 ms, then the next at 60 ms (in phase), not
+    /// four catch-up ticks at once.
+    #[test]
+    fn a_periodic_timer_that_fell_behind_fires_once_and_skips_the_missed_periods() {
+        let mut t = Timers::default();
+        periodic(&mut t, ms(10), 10);
+        assert!(t.pop_due(ms(55)).is_some());
+        assert!(t.pop_due(ms(55)).is_none(), "no catch-up burst");
+        assert_eq!(t.next_deadline(), Some(ms(60)));
+        // Exactly one period late: the next deadline is one period on.
+        assert!(t.pop_due(ms(70)).is_some());
+        assert_eq!(t.next_deadline(), Some(ms(80)));
     }
 }

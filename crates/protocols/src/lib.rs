@@ -48,5 +48,6 @@ pub mod overlay;
 pub mod peers;
 pub mod reliable;
 pub mod specbundle;
+pub mod stall;
 pub mod sync;
 pub mod ttl;

@@ -410,3 +410,33 @@ fn custom_timing_is_honoured() {
     assert!(!notices(&out).is_empty());
     assert!(notices(&out).iter().all(|(t, ..)| *t == ms(40)), "{out:?}");
 }
+
+/// A node that was itself stopped (its ticks came late) does not suspect peers it could not
+/// listen to; a peer that stays silent after it resumes is still suspected, one timeout later.
+#[test]
+fn a_node_that_was_stalled_does_not_suspect_its_peers_for_its_own_silence() {
+    let mut n = node(Config::default());
+    let mut all = vec![];
+    for k in 0..=2u64 {
+        all.extend(n.advance(ms(100 * k)));
+        all.extend(n.heartbeat(1, 11, k));
+        all.extend(n.heartbeat(2, 22, k));
+    }
+    // Stopped from 200 ms to 2.2 s: the next tick fires only then, 2 s late.
+    n.now = ms(2200);
+    n.kernel.handle_timeout(ms(2200));
+    n.drain(&mut all);
+    assert!(notices(&all).is_empty(), "{all:?}");
+    assert_eq!(n.kernel.counters().get("fd.local_stall"), Some(&1));
+    // Peer 1 is heard again after the stall; peer 2 stays silent and is suspected once its
+    // silence outside the stall reaches the timeout (200 ms before, 100 ms after the late
+    // tick's first interval, so by 2.6 s).
+    for k in 3..=10u64 {
+        all.extend(n.advance(ms(2200 + 50 * k)));
+        all.extend(n.heartbeat(1, 11, k));
+    }
+    let got: Vec<(&str, NodeId)> = notices(&all).iter().map(|(_, a, _, p)| (*a, *p)).collect();
+    assert_eq!(got, vec![("Suspect", NodeId(2)); 3], "{all:?}");
+    let at = notices(&all)[0].0;
+    assert!(at > ms(2200) && at <= ms(2700), "suspected at {at}");
+}

@@ -9,8 +9,13 @@
 //!   delivery of the round (3 N messages). The round's figure is 3 N / the slowest member's
 //!   time: messages per second delivered at every member. Every member also reports a
 //!   fingerprint of its delivery order; they must agree (total order), else the bench fails.
-//!   The lanes alternate round by round after a warm-up round each (JIT); the report gives
-//!   medians and the ratio `total_order_vs_jgroups` with a 95 % paired-bootstrap interval.
+//!   The lanes alternate round by round (which goes first alternates too) after a warm-up round
+//!   each (JIT); the report gives medians and the ratio `total_order_vs_jgroups` with a 95 %
+//!   paired-bootstrap interval. During a lane's round the other lane's processes are stopped
+//!   ([`super::pause`]; `--no-pause` leaves them running): on two cores three idle JVMs took
+//!   half the machine from viastack's rounds. The report gives the CPU the idle lane used during
+//!   each round and the views installed outside a crash (a paused lane's failure detector
+//!   must not have excluded anyone).
 //! - **View change after a crash**: the last member is killed (SIGKILL); the time from the
 //!   kill to the moment both survivors report a view of two (detection by the failure
 //!   detector, confirmation, flush and installation), p50 and max over the crashes; then the
@@ -37,6 +42,7 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use super::machine::Machine;
+use super::pause::{LaneCpu, Paused};
 use super::stats::{median, percentile, ratio_of_medians_ci95};
 use super::unicast::jgroups;
 
@@ -70,6 +76,10 @@ pub struct GroupArgs {
     /// Leave the JGroups lane out.
     #[arg(long)]
     no_jgroups: bool,
+    /// Leave the idle lane's processes running during the other lane's rounds (by default
+    /// they are stopped with SIGSTOP for the round: idle JVMs take CPU from the measured lane).
+    #[arg(long)]
+    no_pause: bool,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -90,6 +100,8 @@ struct Member {
     child: Child,
     stdin: ChildStdin,
     lines: mpsc::Receiver<(Instant, String)>,
+    /// `view` lines skipped while waiting for something else: views installed outside a crash.
+    stray_views: u32,
 }
 
 impl Member {
@@ -116,6 +128,7 @@ impl Member {
             child,
             stdin,
             lines,
+            stray_views: 0,
         })
     }
 
@@ -138,8 +151,10 @@ impl Member {
             if words.first().map(String::as_str) == Some("error") {
                 bail!("a member: {line}");
             }
-            if words.first().map(String::as_str) == Some(word) {
-                return Ok((at, words));
+            match words.first().map(String::as_str) {
+                Some(w) if w == word => return Ok((at, words)),
+                Some("view") => self.stray_views += 1,
+                _ => {}
             }
         }
     }
@@ -167,6 +182,16 @@ struct Lane {
 }
 
 impl Lane {
+    /// The member processes' ids.
+    fn pids(&self) -> Vec<u32> {
+        self.members.iter().map(|m| m.child.id()).collect()
+    }
+
+    /// Views the members installed outside a crash (a disturbance of the measured rounds).
+    fn stray_views(&self) -> u32 {
+        self.members.iter().map(|m| m.stray_views).sum()
+    }
+
     fn start(name: &'static str, spawn: Spawn, form: Duration) -> anyhow::Result<Lane> {
         let mut members = Vec::new();
         for i in 0..MEMBERS {
@@ -196,7 +221,9 @@ impl Lane {
         let mut slowest: f64 = 0.0;
         let mut hashes = Vec::new();
         for m in &mut self.members {
-            let (_, w) = m.expect("done", Duration::from_secs(300))?;
+            let (_, w) = m
+                .expect("done", Duration::from_secs(300))
+                .with_context(|| format!("{}: round {r}", self.name))?;
             if w.len() != 4 || w[1] != r.to_string() {
                 bail!("{}: unexpected answer {w:?}", self.name);
             }
@@ -317,6 +344,23 @@ fn jgroups_lane(args: &GroupArgs, classpath: &str) -> anyhow::Result<Lane> {
     Lane::start("jgroups", spawn, Duration::from_secs(120))
 }
 
+/// One measured round of `lane` with the other lane's processes `other` stopped for its length
+/// when `pause`: the rate and the CPU seconds `other` used meanwhile.
+fn measured_round(
+    lane: &mut Lane,
+    other: Vec<u32>,
+    pause: bool,
+    messages: u64,
+    size: usize,
+) -> anyhow::Result<(f64, f64)> {
+    let idle = LaneCpu::start(other.clone());
+    let paused = pause.then(|| Paused::stop(other));
+    let rate = lane.round(messages, size)?;
+    let used = idle.used();
+    drop(paused);
+    Ok((rate, used))
+}
+
 fn summary(samples: &[f64]) -> Value {
     let mut s = samples.to_vec();
     json!({
@@ -369,10 +413,26 @@ pub fn run(args: &GroupArgs) -> anyhow::Result<()> {
         j.round(messages, args.size)?;
     }
     let (mut v_rates, mut j_rates) = (Vec::new(), Vec::new());
-    for _ in 0..repeat {
-        v_rates.push(vs.round(messages, args.size)?);
-        if let Some(j) = jg.as_mut() {
-            j_rates.push(j.round(messages, args.size)?);
+    // CPU seconds the idle lane used during each of the other lane's rounds.
+    let (mut v_idle_cpu, mut j_idle_cpu) = (Vec::new(), Vec::new());
+    let pause = !args.no_pause;
+    for k in 0..repeat {
+        // The lanes alternate which goes first.
+        for lane in if k % 2 == 0 { [0, 1] } else { [1, 0] } {
+            match (lane, jg.as_mut()) {
+                (0, _) => {
+                    let other = jg.as_ref().map(Lane::pids).unwrap_or_default();
+                    let (rate, idle) = measured_round(&mut vs, other, pause, messages, args.size)?;
+                    v_rates.push(rate);
+                    j_idle_cpu.push(idle);
+                }
+                (_, Some(j)) => {
+                    let (rate, idle) = measured_round(j, vs.pids(), pause, messages, args.size)?;
+                    j_rates.push(rate);
+                    v_idle_cpu.push(idle);
+                }
+                _ => {}
+            }
         }
         if !args.json {
             eprintln!(
@@ -385,6 +445,10 @@ pub fn run(args: &GroupArgs) -> anyhow::Result<()> {
             );
         }
     }
+    let stray_views = (
+        vs.stray_views(),
+        jg.as_ref().map(Lane::stray_views).unwrap_or(0),
+    );
     let (mut v_crash, mut j_crash) = (Vec::new(), Vec::new());
     for _ in 0..crashes {
         v_crash.push(vs.crash()?);
@@ -431,6 +495,16 @@ pub fn run(args: &GroupArgs) -> anyhow::Result<()> {
         "jgroups_skipped": skipped,
         "total_order_vs_jgroups": ratio,
         "total_order_vs_jgroups_ci95": ci,
+        "idle_lane": {
+            "paused": pause && !j_rates.is_empty(),
+            "what": "CPU seconds the other lane's processes used during a lane's round (0 when paused with SIGSTOP)",
+            "jgroups_cpu_s_during_viastack_rounds": j_idle_cpu,
+            "viastack_cpu_s_during_jgroups_rounds": v_idle_cpu,
+        },
+        "views_installed_during_rounds": {
+            "viastack": stray_views.0,
+            "jgroups": stray_views.1,
+        },
         "failure_detector": {
             "heartbeat_ms": ms(args.heartbeat),
             "suspect_ms": ms(args.suspect),

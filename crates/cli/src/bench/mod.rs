@@ -17,6 +17,7 @@ mod machine;
 mod mcast_testbed;
 mod multicast;
 mod overlay;
+mod pause;
 mod plot;
 mod sp;
 mod spec;

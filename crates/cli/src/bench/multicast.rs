@@ -53,6 +53,7 @@ use super::plot::{Chart, Scale, Series};
 
 #[path = "multicast_peer.rs"]
 mod peer;
+use super::pause::Paused;
 use super::stats::{median, percentile, ratio_of_medians_ci95};
 
 /// Options of `viastack bench multicast`.
@@ -88,6 +89,10 @@ pub struct MulticastArgs {
     /// Peer lane: measure viastack's side only (no JVM), e.g. to profile it.
     #[arg(long)]
     no_jgroups: bool,
+    /// Peer lane: leave the JVM running during viastack's rounds (by default it is stopped with
+    /// SIGSTOP for the round: an idle JVM takes CPU from the measured lane).
+    #[arg(long)]
+    no_pause: bool,
     /// Also measure on the netns testbed (needs root).
     #[arg(long)]
     testbed: bool,
@@ -722,6 +727,12 @@ fn lane_peer(args: &Cfg, catalog: &Catalog) -> anyhow::Result<Value> {
                     a = Some(args.peer_messages as f64 / secs);
                 }
             } else if let Some(f) = &viastack {
+                // The JVM is stopped during viastack's round (`bench::pause`): an idle JVM's
+                // JIT, GC and JGroups timers take CPU from the round on two cores.
+                let _paused = jvm
+                    .as_ref()
+                    .filter(|_| !args.no_pause)
+                    .map(|j| Paused::stop([j.child.id()]));
                 let r = peer::round(f, catalog, args.peer_messages, PEER_SIZE, group_addr())?;
                 b = Some(r.per_receiver);
                 detail.push(json!({
@@ -748,6 +759,10 @@ fn lane_peer(args: &Cfg, catalog: &Catalog) -> anyhow::Result<Value> {
     doc.insert("viastack_network".into(), json!("one LAN segment: A, H1-H4 (seed 004's hosts, no routers), host stack interface+checksum+bundle(32000 bytes)+igmp+mcast-reliable+mcast-order+mcast-forward, the sender handing over 64 messages per kernel batch; a broadcast is one datagram per other node"));
     doc.insert("viastack_rounds".into(), json!(detail));
     doc.insert("messages".into(), json!(args.peer_messages));
+    doc.insert(
+        "jvm_paused_during_viastack_rounds".into(),
+        json!(!args.no_pause && !jg.is_empty()),
+    );
     if jg.is_empty() {
         doc.insert(
             "jgroups_nakack2".into(),
@@ -794,6 +809,7 @@ struct Cfg {
     seeds: u64,
     peer_messages: u64,
     no_jgroups: bool,
+    no_pause: bool,
 }
 
 impl Cfg {
@@ -817,6 +833,7 @@ impl Cfg {
                 seeds: 2,
                 peer_messages: 2000,
                 no_jgroups: a.no_jgroups,
+                no_pause: a.no_pause,
             };
         }
         Cfg {
@@ -837,6 +854,7 @@ impl Cfg {
             seeds: a.seeds.max(1),
             peer_messages: a.peer_messages.max(1),
             no_jgroups: a.no_jgroups,
+            no_pause: a.no_pause,
         }
     }
 }

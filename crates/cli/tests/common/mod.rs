@@ -2,6 +2,8 @@
 //! binary there, and scratch files. (Each test binary uses a subset.)
 #![allow(clippy::unwrap_used, dead_code)]
 
+pub mod chat;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -14,7 +14,9 @@ pub const HEARTBEAT: LayerKind = LayerKind {
     name: "heartbeat",
     doc: "Heartbeat failure detector, meant to be one session shared by several channels \
           (seed 001 §2.1 Figure 1, the diamond): heartbeats every `interval` to every other \
-          node down the first bound channel; a peer silent for `timeout` is suspected. \
+          node down the first bound channel; a peer silent for `timeout` is suspected; a node \
+          whose own tick comes late (it was stopped or starved of CPU) does not count that \
+          stall as its peers' silence. \
           `Suspect` and `Alive` notices go up EVERY bound channel, in the same order on each. \
           Prefixes every data packet with a 1-byte kind (docs/WIRE.md).",
     params: &[
