@@ -75,6 +75,7 @@ points_seed = 1
 kind = "messagestore"
 service = "SPEC"
 failure_state = "reset"
+batch_window = "1ms"
 [qos.q]
 layers = ["dev", "sum", "net", "store"]
 [channels.data]
