@@ -356,9 +356,7 @@ impl<A: LogicalAddr> Forwarder<A> {
                 }
             },
         };
-        for n in next {
-            self.transmits.push_back((n, bytes.clone()));
-        }
+        self.push_transmits(next, bytes);
         Ok(id)
     }
 
@@ -463,10 +461,21 @@ impl<A: LogicalAddr> Forwarder<A> {
         packet.set_hop_limit(hops - 1);
         packet.set_prev_hop(me.to_wire());
         let out = packet.into_inner();
+        self.stats.forwarded += next.len() as u64;
+        self.push_transmits(next, out);
+    }
+
+    /// Queues `bytes` for each of `next`, in order: copies for all but the last, which takes
+    /// the buffer itself (a unicast hop, the common case, copies nothing).
+    fn push_transmits(&mut self, next: Vec<A>, bytes: Vec<u8>) {
+        let mut next = next.into_iter();
+        let Some(last) = next.next_back() else {
+            return;
+        };
         for n in next {
-            self.stats.forwarded += 1;
-            self.transmits.push_back((n, out.clone()));
+            self.transmits.push_back((n, bytes.clone()));
         }
+        self.transmits.push_back((last, bytes));
     }
 
     fn deliver(&mut self, src: A, id: u64, mode: DeliveryMode, payload: &[u8]) {

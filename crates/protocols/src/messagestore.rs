@@ -124,6 +124,14 @@
 //! received batch is checked whole ([`decode_batch`]; damaged: counted `malformed`, nothing
 //! of it handed on) and its messages are handled one by one, as if each came alone.
 //!
+//! With [`Config::batch_window`] above zero (parameter `batch_window`), what waits at the
+//! end of a batch of input stays until the window, opened by the first such batch, closes (a
+//! kernel timer): a parent then gets one datagram of acknowledgements for the payloads of
+//! several batches (a delayed ACK). Nothing else changes: a payload still leaves at once,
+//! after what waits for its next hop; a full batch still leaves at once; the service's
+//! timers (h2hack's Timeout_ACK: 1 s) are unaffected, so a window far below them changes no
+//! outcome, only when an acknowledgement arrives.
+//!
 //! # Counters
 //!
 //! Under the layer's name: `malformed`, `unknown_service` (a message for a service not here:
@@ -210,6 +218,8 @@ const FETCH_FIRST: usize = 8;
 const REPAIR_TOKEN: u64 = u64::MAX;
 /// Token of the one kernel timer armed for the instance timers (at the earliest of them).
 const INSTANCE_TIMERS_TOKEN: u64 = u64::MAX - 1;
+/// Token of the kernel timer that ends the outbox's batch window ([`Config::batch_window`]).
+const OUTBOX_TOKEN: u64 = u64::MAX - 2;
 /// Instance timers handed to their instances per expiry of that kernel timer at most.
 const TIMERS_AT_ONCE: usize = 64;
 
@@ -309,6 +319,12 @@ pub struct Config {
     /// the neighbours) before the service sees it — the seed's default MessageStore, for
     /// services that do not forward themselves (ordering).
     pub store_forwards: bool,
+    /// How long a small message (an acknowledgement, any control message) may wait in the
+    /// outbox for others to the same next hop beyond the end of the kernel batch that made
+    /// it (see "Batches"): zero sends at each kernel [`FLUSH`]; a short window (h2hack: far
+    /// below its 1 s Timeout_ACK) lets a parent get one datagram of acknowledgements for
+    /// several payloads instead of one per batch of input.
+    pub batch_window: viastack_kernel::Duration,
 }
 
 /// The `messagestore` layer for one node.
@@ -585,6 +601,10 @@ pub struct MessageStoreSession {
     flood: bool,
     stream: bool,
     store_forwards: bool,
+    /// [`Config::batch_window`].
+    batch_window: viastack_kernel::Duration,
+    /// The outbox's window timer is armed.
+    outbox_armed: bool,
     failure_state: Option<String>,
     /// Messages this node sent, by MessageID: their tag and addressee (broadcast: `u32::MAX`),
     /// until the failure is reported or the instance is gone.
@@ -813,6 +833,8 @@ impl MessageStoreSession {
             flood: config.flood,
             stream: config.stream,
             store_forwards: config.store_forwards,
+            batch_window: config.batch_window,
+            outbox_armed: false,
             failure_state: config.failure_state.clone(),
             own: BTreeMap::new(),
             store: Store::new(
@@ -1529,6 +1551,11 @@ impl MessageStoreSession {
             self.instance_timers_due(ctx);
             return;
         }
+        if token == OUTBOX_TOKEN {
+            self.outbox_armed = false;
+            self.flush_outbox(ctx);
+            return;
+        }
         if token == REPAIR_TOKEN {
             self.repair_armed = false;
             self.repair_pass(ctx);
@@ -1971,7 +1998,14 @@ impl Session for MessageStoreSession {
             return;
         }
         if ty == FLUSH.id() {
-            self.flush_outbox(ctx);
+            if self.batch_window.is_zero() {
+                self.flush_outbox(ctx);
+            } else if !self.outbox_armed && !self.outbox.is_empty() {
+                // The window opens with the first batch of input that left something waiting.
+                self.outbox_armed = true;
+                let at = ctx.now() + self.batch_window;
+                ctx.set_timer_at(at, OUTBOX_TOKEN);
+            }
             return;
         }
         if ty == CHANNEL_INIT.id() {

@@ -19,6 +19,10 @@ use viastack_protocols::messagestore::{
 use viastack_spec::service::Message as SMsg;
 
 fn store() -> LayerRef {
+    store_with(viastack_kernel::Duration::ZERO)
+}
+
+fn store_with(batch_window: viastack_kernel::Duration) -> LayerRef {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../specs/h2hack.scxml"
@@ -38,6 +42,7 @@ fn store() -> LayerRef {
             failure_state: None,
             stream: false,
             store_forwards: false,
+            batch_window,
         },
     ))
 }
@@ -100,6 +105,49 @@ fn the_acknowledgements_of_one_input_batch_leave_as_one_datagram() {
     assert_eq!(counter(&n, "store.batches"), 1);
     assert_eq!(counter(&n, "store.batched"), 10);
     assert_eq!(counter(&n, "store.sent"), 10);
+}
+
+#[test]
+fn with_a_batch_window_the_acknowledgements_of_several_input_batches_share_a_datagram() {
+    let window = viastack_kernel::Duration::from_millis(1);
+    let mut n = node(
+        5,
+        1,
+        vec![Arc::new(FixedTree::below(3, &[])), store_with(window)],
+        1,
+    );
+    let t0 = n.now;
+    // Three batches of input, 100 µs apart: nothing leaves before the window closes.
+    for id in 0..3u64 {
+        let at = t0 + viastack_kernel::Duration::from_micros(100 * id);
+        n.kernel.begin_batch();
+        let m = framed(&n, &payload(id, 1024));
+        n.kernel.handle_datagram(at, n.device, NodeId(3), m);
+        n.kernel.end_batch(at);
+        let (up, down) = drain(&mut n);
+        assert_eq!(up.len(), 1, "payload {id} delivered at once");
+        assert!(down.is_empty(), "acknowledgement {id} waits for the window");
+    }
+    assert_eq!(
+        n.kernel.poll_timeout(),
+        Some(t0 + window),
+        "the window closes 1 ms after the first batch"
+    );
+    n.kernel.handle_timeout(t0 + window);
+    let (_, down) = drain(&mut n);
+    assert_eq!(down.len(), 1, "one datagram for the three acknowledgements");
+    let ids: Vec<u64> = messages(&down[0].1).iter().map(|m| m.message_id).collect();
+    assert_eq!(ids, [0, 1, 2]);
+    assert_eq!(counter(&n, "store.batches"), 1);
+    // The next acknowledgement opens a new window.
+    let later = t0 + viastack_kernel::Duration::from_millis(5);
+    let m = framed(&n, &payload(9, 100));
+    n.kernel.handle_datagram(later, n.device, NodeId(3), m);
+    assert!(drain(&mut n).1.is_empty());
+    n.kernel.handle_timeout(later + window);
+    let (_, down) = drain(&mut n);
+    assert_eq!(down.len(), 1);
+    assert_eq!(messages(&down[0].1)[0].message_id, 9);
 }
 
 #[test]

@@ -44,6 +44,7 @@ fn store_with(capacity: usize) -> LayerRef {
             failure_state: None,
             stream: false,
             store_forwards: false,
+            batch_window: viastack_kernel::Duration::ZERO,
         },
     ))
 }

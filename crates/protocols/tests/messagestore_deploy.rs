@@ -93,6 +93,7 @@ fn store(queue: usize, trusted: Vec<[u8; 32]>, server: Option<NodeId>) -> LayerR
             failure_state: None,
             stream: false,
             store_forwards: false,
+            batch_window: viastack_kernel::Duration::ZERO,
         },
     ))
 }

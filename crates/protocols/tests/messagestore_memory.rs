@@ -136,6 +136,7 @@ fn a_live_instance_holds_its_payload_and_little_else_and_an_ended_one_a_few_byte
             failure_state: None,
             stream: false,
             store_forwards: false,
+            batch_window: viastack_kernel::Duration::ZERO,
         },
     ));
     let mut n = node(5, 1, vec![Arc::new(FixedTree::below(3, &[7, 8])), store], 1);

@@ -41,6 +41,7 @@ fn store() -> LayerRef {
             failure_state: Some("reset".into()),
             stream: false,
             store_forwards: false,
+            batch_window: viastack_kernel::Duration::ZERO,
         },
     ))
 }

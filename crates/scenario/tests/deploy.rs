@@ -135,6 +135,7 @@ fn build_evil(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, B
         failure_state: None,
         stream: false,
         store_forwards: false,
+        batch_window: viastack_kernel::Duration::ZERO,
     };
     Ok(Arc::new(MessageStore::new(name, env.node, config)))
 }

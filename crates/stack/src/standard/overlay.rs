@@ -415,6 +415,14 @@ pub const MESSAGESTORE: LayerKind = LayerKind {
             "\"500ms\"",
             "interval between requests for a missing spec",
         ),
+        duration(
+            "batch_window",
+            "\"0ms\"",
+            "how long a small message (an acknowledgement, a control message) may wait for \
+             others to the same next hop to share its datagram beyond the end of the kernel \
+             batch that made it (a delayed ACK; 0: sent at the end of each batch). Keep it far \
+             below the service's timers (h2hack's Timeout_ACK: 1 s)",
+        ),
         ParamSpec {
             name: "fetch_queue",
             kind: ParamKind::Int {
@@ -566,6 +574,7 @@ fn build_messagestore(name: &str, params: &Params, env: &BuildEnv) -> Result<Lay
         failure_state: Some(params.get_str("failure_state")?).filter(|s| !s.is_empty()),
         stream: params.get_bool("stream")?,
         store_forwards: params.get_str("forward")? == "store",
+        batch_window: params.get_duration("batch_window")?,
     };
     Ok(Arc::new(
         viastack_protocols::messagestore::MessageStore::new(name, env.node, config),

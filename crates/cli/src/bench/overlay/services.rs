@@ -3,7 +3,8 @@
 //!
 //! Two overlays of `nodes` nodes run side by side on loopback UDP, every node a thread of this
 //! process behind a [`viastack::overlay::OverlaySocket`]: `base` (device / checksum / overlay,
-//! a DT) and `h2hack` (the same with a `messagestore` running `specs/h2hack.scxml`). Once both
+//! a DT) and `h2hack` (the same with a `messagestore` running `specs/h2hack.scxml`, its
+//! acknowledgements batched over a 1 ms `batch_window`: a delayed ACK). Once both
 //! have formed (every node's neighbours symmetric, one leader, unchanged over 2 s), rounds
 //! alternate between them (the first lane alternates too). In a round one node (rotating)
 //! multicasts `messages` messages of `size` bytes as fast as its socket takes them; the round
@@ -75,6 +76,7 @@ points_seed = 1
 kind = "messagestore"
 service = "SPEC"
 failure_state = "reset"
+batch_window = "1ms"
 [qos.q]
 layers = ["dev", "sum", "net", "store"]
 [channels.data]
