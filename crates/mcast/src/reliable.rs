@@ -16,8 +16,10 @@
 //!   NACK from a child interface from that cache (**repair from the nearest upstream
 //!   holder**), and NACKs upstream itself — once per repeat interval however many children ask
 //!   — only for what it lacks. It **aggregates stability** reports of its children (the
-//!   minimum over the reporters heard on its child interfaces) and sends one report upstream;
-//!   it drops cached packets below that minimum. It relays the source's session messages down
+//!   minimum over the reporters heard on its child interfaces) and sends one report upstream
+//!   every `report_interval` and as soon as that minimum moved `report_progress` packets past
+//!   its last report (as receivers do: a source behind routers frees its buffer without
+//!   waiting for their timers); it drops cached packets below that minimum. It relays the source's session messages down
 //!   the tree (reverse-path checked, TTL − 1).
 //! - [`Receiver`] (a member host): per (source, group) stream, the lowest sequence number not
 //!   yet held and the set held above it; delivers each packet **exactly once** (duplicates
@@ -40,6 +42,13 @@
 //! a timeout, so memory is bounded and nothing a receiver still needs is thrown away while the
 //! receiver is alive; (4) a receiver that cannot be repaired learns it (the trail), so loss is
 //! reported, not silent. Late joiners start at the source's trail (the unstable window).
+//!
+//! # Sequence numbers
+//! Every comparison of sequence numbers — the source's buffer and stability, a receiver's
+//! position, held set, window and trail, NACKs, the routers' caches and aggregation — is a
+//! serial one ([`crate::serial`], RFC 1982), so a stream runs on past `u32::MAX`; a stream
+//! starts at [`Config::first_seq`] (tests start it just before the wrap). The source's buffer
+//! is the consecutive run `trail..next`, found by distance from `trail`.
 //!
 //! # Wire (`docs/WIRE.md`, "Reliable multicast")
 //! - `0x31` reliable data header, 8 bytes, the first bytes of a `0x30` data payload: type,
@@ -685,10 +694,7 @@ impl Sender {
             } if *source == self.addr && *group == self.group => {
                 let mut gone = false;
                 for s in seqs {
-                    if let Some((_, b)) = self
-                        .buffer
-                        .get(s.wrapping_sub(self.base) as usize)
-                    {
+                    if let Some((_, b)) = self.buffer.get(s.wrapping_sub(self.base) as usize) {
                         let recent = self.repaired.get(s).is_some_and(|t| {
                             now.saturating_duration_since(*t) < self.cfg.repair_holdoff
                         });
@@ -1900,7 +1906,11 @@ mod tests {
         };
         let mut asked = asked.clone();
         asked.sort_unstable();
-        assert_eq!(asked, [0, u32::MAX - 1, u32::MAX], "the gap across the wrap");
+        assert_eq!(
+            asked,
+            [0, u32::MAX - 1, u32::MAX],
+            "the gap across the wrap"
+        );
         // The source repairs from its buffer across the wrap.
         s.handle(t1, Addr(9), &nack);
         let repairs: Vec<RData> = std::iter::from_fn(|| s.poll_transmit())
@@ -1941,7 +1951,14 @@ mod tests {
             .filter_map(|o| Control::parse(&o.bytes).ok())
             .collect();
         assert!(
-            matches!(out[..], [Control::Session { next: 5, trail: 2, .. }]),
+            matches!(
+                out[..],
+                [Control::Session {
+                    next: 5,
+                    trail: 2,
+                    ..
+                }]
+            ),
             "{out:?}"
         );
         // The receiver's trail moves across the wrap too: a session with trail 7 (packets 5
