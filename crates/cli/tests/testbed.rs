@@ -631,3 +631,85 @@ fn bench_testbed_lane_reports_basic_multicast_against_link_capacity() {
     let v = tb["basic_multicast_vs_link_capacity"].as_f64().unwrap();
     assert!(v > 0.2 && v <= 1.05, "{tb}");
 }
+
+/// `stacks/mcast-net15.toml` for the rejoin test: timers halved (as [`variant`]), no link
+/// failure, no router crash; only H1 (node 11) joins G1, at 2.5 s; H1's process is killed at
+/// 8 s and started again at 9 s; the run ends at 16 s. A multicasts to G1 every 100 ms from
+/// 6 s.
+fn rejoin_variant() -> PathBuf {
+    let src = std::fs::read_to_string(common::root().join("stacks/mcast-net15.toml")).unwrap();
+    let mut doc: toml::Table = toml::from_str(&src).unwrap();
+    for (_, layer) in doc["layers"].as_table_mut().unwrap().iter_mut() {
+        if let Some(ts) = layer.get_mut("time_scale") {
+            *ts = toml::Value::Float(ts.as_float().unwrap() / 2.0);
+        }
+    }
+    let scenario = doc["scenario"].as_table_mut().unwrap();
+    scenario.insert("duration".into(), "16s".into());
+    scenario.remove("link_failure");
+    let crash: toml::Table = toml::from_str("node = 11\nat = \"8s\"\nrestart = \"9s\"").unwrap();
+    scenario.insert("crash".into(), toml::Value::Array(vec![crash.into()]));
+    let join: toml::Table =
+        toml::from_str("node = 11\naction = \"join\"\ngroup = \"239.1.1.1\"\nat = \"2500ms\"")
+            .unwrap();
+    scenario.insert("group".into(), toml::Value::Array(vec![join.into()]));
+    common::write(
+        "testbed",
+        "rejoin",
+        "net15-rejoin.toml",
+        &toml::to_string(&doc).unwrap(),
+    )
+}
+
+/// Seed 004's group management across a host restart on real namespaces (the testbed twin of
+/// `crates/scenario/tests/mcast_rejoin.rs`): H1's `viastack node` process is killed and
+/// started again; the new process joins again the group the host was a member of
+/// (`viastack_scenario::group_schedule`), its IGMP report reaches R4, and A's data reaches
+/// H1 again — the restarted incarnation (whose counters start at its restart) delivers most
+/// of what A sent after it, and R4 still lists G1 at the end.
+#[test]
+fn a_host_killed_and_restarted_on_the_testbed_gets_the_group_again() {
+    if !can_run() {
+        return;
+    }
+    let file = rejoin_variant();
+    let child = Command::new(env!("CARGO_BIN_EXE_viastack"))
+        .args(["testbed", "up", file.to_str().unwrap(), "--json"])
+        .current_dir(common::root())
+        .env_remove("VIASTACK_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stderr = common::text(&out.stderr);
+    assert!(out.status.success(), "testbed up failed: {stderr}");
+    assert!(
+        leftovers(pid).is_empty(),
+        "left behind: {:?}",
+        leftovers(pid)
+    );
+    assert!(
+        stderr.contains("node 11 crashed (process killed)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("node 11 restarts"), "{stderr}");
+    let tb: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The restarted H1 (its counters start at 9 s): A sent ~70 messages from 9 s to 16 s
+    // over five links with 1 % loss each; the rejoin (report, R4's membership) costs well
+    // under a second.
+    let h1 = &tb["testbed"]["per_node"]["H1"]["counters"];
+    let got = h1["data.data_delivered"].as_u64().unwrap_or(0);
+    assert!(
+        got >= 45,
+        "the restarted H1 delivered {got} of ~70 messages: {h1}"
+    );
+    let groups: Vec<&str> = tb["memory"]["R4"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["group"].as_str())
+        .collect();
+    assert_eq!(groups, ["239.1.1.1"], "R4 lists G1 for the restarted H1");
+}

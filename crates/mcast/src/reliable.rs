@@ -16,8 +16,10 @@
 //!   NACK from a child interface from that cache (**repair from the nearest upstream
 //!   holder**), and NACKs upstream itself — once per repeat interval however many children ask
 //!   — only for what it lacks. It **aggregates stability** reports of its children (the
-//!   minimum over the reporters heard on its child interfaces) and sends one report upstream;
-//!   it drops cached packets below that minimum. It relays the source's session messages down
+//!   minimum over the reporters heard on its child interfaces) and sends one report upstream
+//!   every `report_interval` and as soon as that minimum moved `report_progress` packets past
+//!   its last report (as receivers do: a source behind routers frees its buffer without
+//!   waiting for their timers); it drops cached packets below that minimum. It relays the source's session messages down
 //!   the tree (reverse-path checked, TTL − 1).
 //! - [`Receiver`] (a member host): per (source, group) stream, the lowest sequence number not
 //!   yet held and the set held above it; delivers each packet **exactly once** (duplicates
@@ -40,6 +42,13 @@
 //! a timeout, so memory is bounded and nothing a receiver still needs is thrown away while the
 //! receiver is alive; (4) a receiver that cannot be repaired learns it (the trail), so loss is
 //! reported, not silent. Late joiners start at the source's trail (the unstable window).
+//!
+//! # Sequence numbers
+//! Every comparison of sequence numbers — the source's buffer and stability, a receiver's
+//! position, held set, window and trail, NACKs, the routers' caches and aggregation — is a
+//! serial one ([`crate::serial`], RFC 1982), so a stream runs on past `u32::MAX`; a stream
+//! starts at [`Config::first_seq`] (tests start it just before the wrap). The source's buffer
+//! is the consecutive run `trail..next`, found by distance from `trail`.
 //!
 //! # Wire (`docs/WIRE.md`, "Reliable multicast")
 //! - `0x31` reliable data header, 8 bytes, the first bytes of a `0x30` data payload: type,
@@ -80,6 +89,7 @@ use crate::addr::Addr;
 use crate::dvmrp::Outgoing;
 use crate::forward::{DataHeader, HEADER_LEN};
 use crate::memory::GlobalMemory;
+use crate::serial;
 
 /// Type byte of the reliable data header (inside a `0x30` payload).
 pub const TYPE_RDATA: u8 = 0x31;
@@ -389,6 +399,9 @@ pub struct Config {
     /// its last report (0: only every `report_interval`), so a fast stream frees the source's
     /// buffer long before the period ends; one report covers every packet below it.
     pub report_progress: u32,
+    /// The source's first sequence number (0; tests start near `u32::MAX` to run a stream
+    /// across the wrap — every comparison is serial, RFC 1982).
+    pub first_seq: u32,
 }
 
 impl Config {
@@ -406,6 +419,7 @@ impl Config {
             cache_capacity: 1024,
             window: 1024,
             report_progress: 64,
+            first_seq: 0,
         }
     }
 
@@ -551,7 +565,7 @@ impl Reporters {
     fn min(&mut self, now: Instant, expiry: Duration) -> Option<u32> {
         self.0
             .retain(|_, (_, t)| now.saturating_duration_since(*t) <= expiry);
-        self.0.values().map(|(s, _)| *s).min()
+        self.0.values().map(|(s, _)| *s).reduce(serial::min)
     }
 }
 
@@ -562,7 +576,12 @@ pub struct Sender {
     addr: Addr,
     group: Addr,
     next: u32,
-    buffer: BTreeMap<u32, (Instant, Vec<u8>)>,
+    /// The packets held, `base` first: always the consecutive run `base..next` (a send
+    /// appends, stability frees a prefix), so a sequence number is found by its distance from
+    /// `base` — wrap-safe and without a tree.
+    buffer: VecDeque<(Instant, Vec<u8>)>,
+    /// Sequence number of `buffer[0]` (`next` when the buffer is empty).
+    base: u32,
     /// Every packet below it is held by every receiver (as last reported).
     stable: u32,
     reporters: Reporters,
@@ -580,9 +599,10 @@ impl Sender {
             cfg,
             addr,
             group,
-            next: 0,
-            buffer: BTreeMap::new(),
-            stable: 0,
+            next: cfg.first_seq,
+            buffer: VecDeque::new(),
+            base: cfg.first_seq,
+            stable: cfg.first_seq,
             reporters: Reporters::default(),
             repaired: BTreeMap::new(),
             next_session: None,
@@ -609,7 +629,14 @@ impl Sender {
 
     /// The lowest packet still held (the next one when none is).
     pub fn trail(&self) -> u32 {
-        self.buffer.keys().next().copied().unwrap_or(self.next)
+        self.base
+    }
+
+    /// Frees the oldest packet held.
+    fn pop_oldest(&mut self) {
+        if self.buffer.pop_front().is_some() {
+            self.base = self.base.wrapping_add(1);
+        }
     }
 
     /// The data layer's packet `data` (`0x30`) leaves at `now`: returns it with the reliable
@@ -627,11 +654,9 @@ impl Sender {
         }
         if self.buffer.len() >= self.cfg.send_capacity {
             // Stable packets kept only for `retain` make room first.
-            if let Some((&oldest, _)) = self.buffer.first_key_value() {
-                if oldest < self.stable {
-                    self.buffer.remove(&oldest);
-                    self.stats.freed_stable += 1;
-                }
+            if !self.buffer.is_empty() && serial::lt(self.base, self.stable) {
+                self.pop_oldest();
+                self.stats.freed_stable += 1;
             }
         }
         if self.buffer.len() >= self.cfg.send_capacity {
@@ -643,10 +668,11 @@ impl Sender {
         // for (and NACK) forever.
         let seq = self.next;
         self.next = seq.wrapping_add(1);
-        let trail = self.buffer.keys().next().copied().unwrap_or(seq).min(seq);
+        // `base..next` is what the buffer holds: `base` is `seq` when it is empty.
+        let trail = self.base;
         let mut bytes = RData::wrap(data, trail);
         bytes[SEQ_AT..SEQ_AT + 4].copy_from_slice(&seq.to_be_bytes());
-        self.buffer.insert(seq, (now, bytes.clone()));
+        self.buffer.push_back((now, bytes.clone()));
         self.stats.peak = self.stats.peak.max(self.buffer.len() as u64);
         self.stats.sent += 1;
         if self.next_session.is_none() {
@@ -668,7 +694,7 @@ impl Sender {
             } if *source == self.addr && *group == self.group => {
                 let mut gone = false;
                 for s in seqs {
-                    if let Some((_, b)) = self.buffer.get(s) {
+                    if let Some((_, b)) = self.buffer.get(s.wrapping_sub(self.base) as usize) {
                         let recent = self.repaired.get(s).is_some_and(|t| {
                             now.saturating_duration_since(*t) < self.cfg.repair_holdoff
                         });
@@ -681,7 +707,7 @@ impl Sender {
                                 bytes: b.clone(),
                             });
                         }
-                    } else if *s < self.next {
+                    } else if serial::lt(*s, self.next) {
                         gone = true;
                     }
                 }
@@ -729,11 +755,12 @@ impl Sender {
         // freed, not per packet held).
         match self.reporters.min(now, self.cfg.reporter_expiry) {
             Some(stable) => {
-                self.stable = self.stable.max(stable);
+                self.stable = serial::max(self.stable, stable);
                 let stable = self.stable;
-                while let Some(e) = self.buffer.first_entry() {
-                    if *e.key() < stable && now.saturating_duration_since(e.get().0) >= retain {
-                        e.remove();
+                while let Some((t, _)) = self.buffer.front() {
+                    if serial::lt(self.base, stable) && now.saturating_duration_since(*t) >= retain
+                    {
+                        self.pop_oldest();
                     } else {
                         break;
                     }
@@ -741,9 +768,9 @@ impl Sender {
             }
             None => {
                 let keep = self.cfg.reporter_expiry.max(retain);
-                while let Some(e) = self.buffer.first_entry() {
-                    if now.saturating_duration_since(e.get().0) > keep {
-                        e.remove();
+                while let Some((t, _)) = self.buffer.front() {
+                    if now.saturating_duration_since(*t) > keep {
+                        self.pop_oldest();
                     } else {
                         break;
                     }
@@ -894,19 +921,26 @@ impl Receiver {
             return;
         };
         let resync = std::mem::take(&mut s.resync);
-        if trail <= s.next {
+        if serial::le(trail, s.next) {
             return;
         }
         let from = s.next;
-        let missing = (from..trail).filter(|x| !s.held.contains(x)).count() as u32;
+        // Distances from `from`: the packets `from..trail` (serially) are those below `span`.
+        let span = trail.wrapping_sub(from);
+        let held = s
+            .held
+            .iter()
+            .filter(|&&x| x.wrapping_sub(from) < span)
+            .count() as u32;
+        let missing = span.saturating_sub(held);
         s.next = trail;
-        s.held.retain(|&x| x >= trail);
+        s.held.retain(|&x| serial::ge(x, trail));
         while s.held.remove(&s.next) {
-            s.next += 1;
+            s.next = s.next.wrapping_add(1);
         }
         let n = s.next;
-        s.missing.retain(|&x, _| x >= n);
-        s.known = s.known.max(n);
+        s.missing.retain(|&x, _| serial::ge(x, n));
+        s.known = serial::max(s.known, n);
         if resync {
             self.stats.skipped += u64::from(missing);
             self.events.push_back(Event::Skipped {
@@ -936,8 +970,14 @@ impl Receiver {
         if !s.member {
             return;
         }
-        let top = s.known.min(s.next.saturating_add(window));
-        for x in s.next..top {
+        let top = serial::min(s.known, s.next.wrapping_add(window));
+        let span = if serial::gt(top, s.next) {
+            top.wrapping_sub(s.next)
+        } else {
+            0
+        };
+        for k in 0..span {
+            let x = s.next.wrapping_add(k);
             if !s.held.contains(&x) && !s.missing.contains_key(&x) {
                 let d = self.rng.upto(backoff);
                 s.missing.insert(x, now + d);
@@ -948,37 +988,37 @@ impl Receiver {
     /// A reliable data packet arrived: whether to deliver it (its first copy).
     pub fn handle_data(&mut self, now: Instant, r: &RData) -> bool {
         let (source, group, seq) = (r.data.source, r.data.group, r.data.seq);
-        self.stream(now, source, group, r.trail.min(seq));
-        self.apply_trail(source, group, r.trail.min(seq));
+        let trail = serial::min(r.trail, seq);
+        self.stream(now, source, group, trail);
+        self.apply_trail(source, group, trail);
         let window = self.cfg.window;
         let Some(s) = self.streams.get_mut(&(source, group)) else {
             return false;
         };
-        if seq < s.next || s.held.contains(&seq) {
-            self.stats.duplicates += 1;
-            return false;
-        }
-        if seq >= s.next.saturating_add(window) {
-            self.stats.beyond_window += 1;
-            s.known = s.known.max(seq.saturating_add(1));
-            self.schedule(now, source, group);
-            return false;
-        }
+        // Serial comparisons (RFC 1982) throughout: the stream runs on past `u32::MAX`.
         if seq == s.next {
             // In order (the common case): no trip through the held set.
-            s.next += 1;
+            s.next = seq.wrapping_add(1);
             if !s.held.is_empty() {
                 while s.held.remove(&s.next) {
-                    s.next += 1;
+                    s.next = s.next.wrapping_add(1);
                 }
             }
+        } else if serial::lt(seq, s.next) || s.held.contains(&seq) {
+            self.stats.duplicates += 1;
+            return false;
+        } else if serial::ge(seq, s.next.wrapping_add(window)) {
+            self.stats.beyond_window += 1;
+            s.known = serial::max(s.known, seq.wrapping_add(1));
+            self.schedule(now, source, group);
+            return false;
         } else {
             s.held.insert(seq);
         }
         if !s.missing.is_empty() {
             s.missing.remove(&seq);
         }
-        s.known = s.known.max(seq.saturating_add(1));
+        s.known = serial::max(s.known, seq.wrapping_add(1));
         self.stats.delivered += 1;
         let progress = self.cfg.report_progress;
         if progress > 0 && s.member && s.next.wrapping_sub(s.reported) >= progress {
@@ -1018,7 +1058,7 @@ impl Receiver {
                 self.stream(now, source, group, trail);
                 self.apply_trail(source, group, trail);
                 if let Some(s) = self.streams.get_mut(&(source, group)) {
-                    s.known = s.known.max(next);
+                    s.known = serial::max(s.known, next);
                 }
                 self.schedule(now, source, group);
             }
@@ -1106,6 +1146,17 @@ impl Receiver {
     }
 }
 
+/// A stream flowing through a router.
+#[derive(Clone, Copy, Debug)]
+struct Flow {
+    /// The source's latest trail.
+    trail: u32,
+    /// When the stream was last heard of.
+    heard: Instant,
+    /// The `stable` of the last aggregated report sent upstream.
+    reported: u32,
+}
+
 /// A router's repair cache, NACK aggregation and stability aggregation.
 #[derive(Debug)]
 pub struct Repairer {
@@ -1117,8 +1168,8 @@ pub struct Repairer {
     /// (iface, source, group, seq) → when last repaired onto iface.
     repaired: BTreeMap<(u16, Addr, Addr, u32), Instant>,
     reporters: BTreeMap<(Addr, Addr), Reporters>,
-    /// Streams flowing through: (source, group) → (the source's latest trail, last heard).
-    streams: BTreeMap<(Addr, Addr), (u32, Instant)>,
+    /// Streams flowing through: (source, group) → what the router knows of it.
+    streams: BTreeMap<(Addr, Addr), Flow>,
     next_report: Option<Instant>,
     out: VecDeque<Outgoing>,
     stats: Stats,
@@ -1147,8 +1198,13 @@ impl Repairer {
     }
 
     fn stream_seen(&mut self, now: Instant, source: Addr, group: Addr, trail: u32) {
-        let e = self.streams.entry((source, group)).or_insert((trail, now));
-        *e = (e.0.max(trail), now);
+        let e = self.streams.entry((source, group)).or_insert(Flow {
+            trail,
+            heard: now,
+            reported: trail,
+        });
+        e.trail = serial::max(e.trail, trail);
+        e.heard = now;
         if self.next_report.is_none() {
             self.next_report = Some(now + self.cfg.report_interval);
         }
@@ -1222,7 +1278,12 @@ impl Repairer {
             return;
         }
         let key = (r.data.source, r.data.group, r.data.seq);
-        self.stream_seen(now, r.data.source, r.data.group, r.trail.min(r.data.seq));
+        self.stream_seen(
+            now,
+            r.data.source,
+            r.data.group,
+            serial::min(r.trail, r.data.seq),
+        );
         self.asked.remove(&key);
         if self.cache.contains_key(&key) {
             return;
@@ -1240,13 +1301,99 @@ impl Repairer {
         self.stats.peak = self.stats.peak.max(self.cache.len() as u64);
     }
 
+    /// Drops the cached packets of (source, group) serially below `below`: those in the half
+    /// of the sequence space behind it, `below − 2^31 + 1 ..= below − 1` — one or two ranges
+    /// of the cache's keys, so the cost is the packets freed, not the packets cached.
     fn free_below(&mut self, source: Addr, group: Addr, below: u32) {
-        let before = self.cache.len();
-        self.cache
-            .retain(|&(s, g, x), _| !(s == source && g == group && x < below));
-        self.stats.freed_stable += (before - self.cache.len()) as u64;
-        let cache = &self.cache;
-        self.order.retain(|k| cache.contains_key(k));
+        let first = below.wrapping_sub(serial::HALF).wrapping_add(1);
+        let last = below.wrapping_sub(1);
+        let spans: [(u32, u32); 2] = if first <= last {
+            [(first, last), (1, 0)]
+        } else {
+            [(first, u32::MAX), (0, last)]
+        };
+        let mut freed = Vec::new();
+        for (a, b) in spans {
+            if a <= b {
+                freed.extend(
+                    self.cache
+                        .range((source, group, a)..=(source, group, b))
+                        .map(|(k, _)| *k),
+                );
+            }
+        }
+        if freed.is_empty() {
+            return;
+        }
+        for k in &freed {
+            self.cache.remove(k);
+        }
+        self.stats.freed_stable += freed.len() as u64;
+        // The eviction order forgets freed packets: those at its front at once (the common
+        // case, stability frees the oldest), the rest when it grows past twice the cache.
+        while self
+            .order
+            .front()
+            .is_some_and(|k| !self.cache.contains_key(k))
+        {
+            self.order.pop_front();
+        }
+        if self.order.len() > 2 * self.cache.len() + 64 {
+            let cache = &self.cache;
+            self.order.retain(|k| cache.contains_key(k));
+        }
+    }
+
+    /// The aggregated stability of (source, group) below this router and its upstream
+    /// interface: the minimum over the child interfaces that want the stream (members or
+    /// dependents that have not pruned, [`crate::prune::downstream`]) of what their live
+    /// reporters say; a wanting interface no reporter has spoken for yet holds stability at
+    /// the source's trail. `None` when no child interface wants it.
+    fn aggregate(
+        &mut self,
+        now: Instant,
+        source: Addr,
+        group: Addr,
+        trail: u32,
+        mem: &GlobalMemory,
+    ) -> Option<(u32, u16)> {
+        let tree = mem.tree.lookup(source)?;
+        let (up, prefix) = (tree.upstream_iface, tree.source);
+        let down = crate::prune::downstream(mem, prefix, group, now);
+        let reporters = self.reporters.entry((source, group)).or_default();
+        reporters.min(now, self.cfg.reporter_expiry);
+        let mut agg: Option<u32> = None;
+        for i in down.into_iter().filter(|&i| i != up) {
+            let here = reporters
+                .0
+                .range((i, Addr(0))..=(i, Addr(u32::MAX)))
+                .map(|(_, (st, _))| *st)
+                .reduce(serial::min)
+                .unwrap_or(trail);
+            agg = Some(agg.map_or(here, |a| serial::min(a, here)));
+        }
+        agg.map(|a| (a, up))
+    }
+
+    /// Sends the aggregated report `stable` of (source, group) upstream on `up` and frees
+    /// the cache below it.
+    fn report_upstream(&mut self, source: Addr, group: Addr, stable: u32, up: u16) {
+        self.free_below(source, group, stable);
+        if let Some(f) = self.streams.get_mut(&(source, group)) {
+            f.reported = stable;
+        }
+        self.stats.reports_sent += 1;
+        self.out.push_back(Outgoing {
+            iface: up,
+            to: None,
+            bytes: Control::Stable {
+                source,
+                group,
+                stable,
+                member: false,
+            }
+            .to_vec(),
+        });
     }
 
     /// A control message from `from` on `iface`.
@@ -1317,6 +1464,22 @@ impl Repairer {
                     .entry((source, group))
                     .or_default()
                     .heard(iface, from, *stable, now);
+                // As a receiver does: once the subtree's stability moved `report_progress`
+                // packets past the last report upstream, report now rather than at the
+                // period, so a fast stream frees the source's buffer without waiting for the
+                // timer of every router on the way.
+                let progress = self.cfg.report_progress;
+                if let Some(&f) = self.streams.get(&(source, group)) {
+                    if progress > 0 && serial::lt(f.reported, *stable) {
+                        if let Some((agg, up)) = self.aggregate(now, source, group, f.trail, mem) {
+                            if serial::gt(agg, f.reported)
+                                && agg.wrapping_sub(f.reported) >= progress
+                            {
+                                self.report_upstream(source, group, agg, up);
+                            }
+                        }
+                    }
+                }
             }
             Control::Session {
                 ttl, next, trail, ..
@@ -1359,46 +1522,18 @@ impl Repairer {
         }
         let expiry = self.cfg.reporter_expiry;
         self.streams
-            .retain(|_, (_, t)| now.saturating_duration_since(*t) <= expiry);
+            .retain(|_, f| now.saturating_duration_since(f.heard) <= expiry);
+        let flows: Vec<((Addr, Addr), u32)> =
+            self.streams.iter().map(|(k, f)| (*k, f.trail)).collect();
         let mut reports = Vec::new();
-        for (&(source, group), &(trail, _)) in &self.streams {
-            let Some(tree) = mem.tree.lookup(source) else {
-                continue;
-            };
-            let (up, prefix) = (tree.upstream_iface, tree.source);
-            let down = crate::prune::downstream(mem, prefix, group, now);
-            let reporters = self.reporters.entry((source, group)).or_default();
-            reporters.min(now, expiry);
-            let mut agg: Option<u32> = None;
-            for i in down.into_iter().filter(|&i| i != up) {
-                let here = reporters
-                    .0
-                    .iter()
-                    .filter(|((j, _), _)| *j == i)
-                    .map(|(_, (st, _))| *st)
-                    .min()
-                    .unwrap_or(trail);
-                agg = Some(agg.map_or(here, |a| a.min(here)));
-            }
-            if let Some(stable) = agg {
+        for ((source, group), trail) in flows {
+            if let Some((stable, up)) = self.aggregate(now, source, group, trail, mem) {
                 reports.push((source, group, stable, up));
             }
         }
         self.reporters.retain(|_, r| !r.0.is_empty());
         for (source, group, stable, up) in reports {
-            self.free_below(source, group, stable);
-            self.stats.reports_sent += 1;
-            self.out.push_back(Outgoing {
-                iface: up,
-                to: None,
-                bytes: Control::Stable {
-                    source,
-                    group,
-                    stable,
-                    member: false,
-                }
-                .to_vec(),
-            });
+            self.report_upstream(source, group, stable, up);
         }
         let (repeat, holdoff) = (self.cfg.nack_repeat, self.cfg.repair_holdoff);
         self.asked
@@ -1722,6 +1857,189 @@ mod tests {
         assert!(std::iter::from_fn(|| rx.poll_transmit())
             .filter_map(|o| Control::parse(&o.bytes).ok())
             .all(|c| !matches!(c, Control::Stable { member: true, .. })));
+    }
+
+    /// A stream that starts 5 packets before `u32::MAX` runs across the wrap: the source
+    /// numbers, buffers, repairs and frees by serial order, the receiver delivers each packet
+    /// once (in-order, out-of-order and duplicate arrivals on both sides of 0), NACKs the gap
+    /// that straddles the wrap, and its stability report frees the source's buffer past it.
+    /// With plain `<` the receiver called every packet after the wrap a duplicate.
+    #[test]
+    fn a_stream_runs_across_the_sequence_wrap() {
+        let start = u32::MAX - 4;
+        let cfg = Config {
+            first_seq: start,
+            ..Config::defaults()
+        };
+        let mut s = Sender::new(cfg, S, G);
+        let t0 = Instant::ZERO;
+        let sent: Vec<Vec<u8>> = (0..10)
+            .map(|i| s.send(t0, &data(i)).unwrap_or_default())
+            .collect();
+        let seqs: Vec<u32> = sent
+            .iter()
+            .map(|p| RData::parse(p).map_or(7, |r| r.data.seq))
+            .collect();
+        assert_eq!(seqs[0], start);
+        assert_eq!(seqs[4], u32::MAX);
+        assert_eq!(seqs[5], 0);
+        assert_eq!(seqs[9], 4);
+        assert_eq!(s.trail(), start);
+        let mut r = Receiver::new(cfg, 3);
+        r.join(G);
+        let rd = |i: usize| RData::parse(&sent[i]).unwrap_or_else(|e| panic!("{e}"));
+        // 0..=2 in order, 3 (MAX-1), 4 (MAX) and 5 (0) lost, 6 (1) arrives, 6 again.
+        for i in 0..3 {
+            assert!(r.handle_data(t0, &rd(i)));
+        }
+        assert!(r.handle_data(t0, &rd(6)));
+        assert!(!r.handle_data(t0, &rd(6)), "duplicate after the wrap");
+        assert_eq!(r.stats().duplicates, 1);
+        let t1 = t0 + Duration::from_millis(60);
+        r.handle_timeout(t1);
+        let nack = std::iter::from_fn(|| r.poll_transmit())
+            .filter_map(|o| Control::parse(&o.bytes).ok())
+            .find(|c| matches!(c, Control::Nack { .. }))
+            .unwrap_or_else(|| panic!("no NACK"));
+        let Control::Nack { seqs: asked, .. } = &nack else {
+            panic!("{nack:?}")
+        };
+        let mut asked = asked.clone();
+        asked.sort_unstable();
+        assert_eq!(
+            asked,
+            [0, u32::MAX - 1, u32::MAX],
+            "the gap across the wrap"
+        );
+        // The source repairs from its buffer across the wrap.
+        s.handle(t1, Addr(9), &nack);
+        let repairs: Vec<RData> = std::iter::from_fn(|| s.poll_transmit())
+            .filter_map(|o| RData::parse(&o.bytes).ok())
+            .collect();
+        assert_eq!(repairs.len(), 3);
+        for p in &repairs {
+            assert!(r.handle_data(t1, p));
+        }
+        for i in 7..10 {
+            assert!(r.handle_data(t1, &rd(i)));
+        }
+        assert_eq!(r.next_of(S, G), Some(5));
+        assert_eq!(r.stats().delivered, 10);
+        // Its report frees the source's buffer up to 5, across the wrap.
+        s.handle(
+            t1,
+            Addr(9),
+            &Control::Stable {
+                source: S,
+                group: G,
+                stable: 2,
+                member: true,
+            },
+        );
+        assert_eq!((s.buffered(), s.trail()), (3, 2));
+        // A NACK of a packet freed before the wrap: gone, the session tells the trail.
+        s.handle(
+            t1,
+            Addr(9),
+            &Control::Nack {
+                source: S,
+                group: G,
+                seqs: vec![u32::MAX],
+            },
+        );
+        let out: Vec<Control> = std::iter::from_fn(|| s.poll_transmit())
+            .filter_map(|o| Control::parse(&o.bytes).ok())
+            .collect();
+        assert!(
+            matches!(
+                out[..],
+                [Control::Session {
+                    next: 5,
+                    trail: 2,
+                    ..
+                }]
+            ),
+            "{out:?}"
+        );
+        // The receiver's trail moves across the wrap too: a session with trail 7 (packets 5
+        // and 6 never sent to it) reports them lost, not 2^32 − 2 of them.
+        r.handle(
+            t1,
+            &Control::Session {
+                ttl: 1,
+                source: S,
+                group: G,
+                next: 7,
+                trail: 7,
+            },
+        );
+        assert_eq!(r.next_of(S, G), Some(7));
+        assert_eq!(r.stats().unrecoverable, 2);
+    }
+
+    /// A router forwards its children's aggregated stability as soon as it moved
+    /// `report_progress` packets past its last report upstream, not only on its timer — and
+    /// only when every wanting child interface has moved.
+    #[test]
+    fn a_router_passes_stability_upstream_on_progress() {
+        let cfg = Config {
+            report_progress: 4,
+            ..Config::defaults()
+        };
+        let mut mem = GlobalMemory::new(Addr(0x0aff_0001));
+        let t0 = Instant::ZERO;
+        mem.routes.set(
+            crate::addr::Prefix::of_link(0),
+            1,
+            crate::memory::Origin::Connected { iface: 0 },
+            t0,
+        );
+        mem.rebuild_tree(3);
+        let far = t0 + Duration::from_secs(1000);
+        let (h1, h2) = (Addr(0x0a00_0102), Addr(0x0a00_0202));
+        mem.groups.report(1, G, h1, far);
+        mem.groups.report(2, G, h2, far);
+        let mut r = Repairer::new(cfg);
+        for i in 0..12 {
+            r.handle_data(t0, 0, &RData::wrap(&data(i), 0), &mem);
+        }
+        let stable = |n: u32| Control::Stable {
+            source: S,
+            group: G,
+            stable: n,
+            member: true,
+        };
+        let upstream = |r: &mut Repairer| -> Vec<(u16, u32)> {
+            std::iter::from_fn(|| r.poll_transmit())
+                .filter_map(|o| match Control::parse(&o.bytes) {
+                    Ok(Control::Stable { stable, .. }) => Some((o.iface, stable)),
+                    _ => None,
+                })
+                .collect()
+        };
+        // Interface 1 moved to 8, interface 2 has not spoken: the aggregate stays at 0.
+        r.handle(t0, 1, h1, &stable(8), &mem);
+        assert!(upstream(&mut r).is_empty());
+        // Interface 2 at 3: aggregate 3, less than 4 past the last report (0).
+        r.handle(t0, 2, h2, &stable(3), &mem);
+        assert!(upstream(&mut r).is_empty());
+        // Interface 2 at 6: aggregate 6, reported upstream at once, cache freed below it.
+        r.handle(t0, 2, h2, &stable(6), &mem);
+        assert_eq!(upstream(&mut r), [(0, 6)]);
+        assert_eq!(r.cached(), 6);
+        assert_eq!(r.stats().reports_sent, 1);
+        // The timer still reports (the period), with the same aggregate.
+        r.handle_timeout(t0 + cfg.report_interval, &mem);
+        assert_eq!(upstream(&mut r), [(0, 6)]);
+        // Off: only the timer.
+        let mut quiet = Repairer::new(Config {
+            report_progress: 0,
+            ..cfg
+        });
+        quiet.handle_data(t0, 0, &RData::wrap(&data(0), 0), &mem);
+        quiet.handle(t0, 1, h1, &stable(50), &mem);
+        quiet.handle(t0, 2, h2, &stable(50), &mem);
+        assert!(upstream(&mut quiet).is_empty());
     }
 
     #[test]

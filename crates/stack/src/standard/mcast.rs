@@ -200,7 +200,8 @@ pub const MCAST_RELIABLE: LayerKind = LayerKind {
           message), the cache evicts its oldest; stability-based garbage collection — \
           receivers report the lowest packet they lack every 1 s and as soon as they moved \
           `report_progress` packets on, routers aggregate the \
-          minimum upstream, the source frees what every receiver holds; a receiver that can \
+          minimum upstream (every 1 s and as soon as it moved `report_progress` packets on), \
+          the source frees what every receiver holds; a receiver that can \
           no longer be repaired gets a `McastUnrecoverable` notice. The source's session \
           heartbeat (500 ms while data is unstable) reveals lost tails. Timers are OpenPGM's \
           defaults times `time_scale`. Place between `igmp` and `mcast-forward`, one session \
@@ -210,7 +211,8 @@ pub const MCAST_RELIABLE: LayerKind = LayerKind {
           buffer, reporters (source); repair cache, NACK and repair suppression, reporters \
           (router); per-stream position, held set, NACK deadlines (receiver); per-packet \
           scratch: the parsed header; global memory: reads the source tree, prune table and \
-          group table.",
+          group table. Sequence numbers compare serially (RFC 1982): a stream runs on past \
+          2^32 − 1.",
     params: &[
         ParamSpec {
             name: "time_scale",
@@ -265,7 +267,19 @@ pub const MCAST_RELIABLE: LayerKind = LayerKind {
             },
             default: Some("64"),
             doc: "a receiver also reports stability as soon as its stream moved this many \
-                  packets past its last report (0: only periodically)",
+                  packets past its last report, and a router as soon as its children's \
+                  aggregate moved this many past its last report upstream (0: only \
+                  periodically)",
+        },
+        ParamSpec {
+            name: "first_seq",
+            kind: ParamKind::Int {
+                min: 0,
+                max: 4_294_967_295,
+            },
+            default: Some("0"),
+            doc: "the source's first sequence number; every comparison is serial (RFC 1982), \
+                  so a stream runs on past 2^32 − 1 (tests start near it to cross the wrap)",
         },
         ParamSpec {
             name: "no_repair",
@@ -290,6 +304,7 @@ fn build_reliable(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRe
         cache_capacity: cap("cache_capacity")?,
         window,
         report_progress: u32::try_from(cap("report_progress")?).unwrap_or(u32::MAX),
+        first_seq: u32::try_from(params.get_int("first_seq")?).unwrap_or(0),
         ..viastack_mcast::reliable::Config::defaults()
     }
     .scaled(params.get_float("time_scale")?);
