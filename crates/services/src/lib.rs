@@ -41,3 +41,19 @@ compiled! {
     /// Synchronization (`specs/sync.scxml`).
     sync,
 }
+
+/// The generator's test specifications (`crates/spec/tests/data/codegen/*.scxml`: the
+/// constructs it once refused), compiled for `tests/codegen_gaps.rs`; not a service to ship.
+#[doc(hidden)]
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    unused,
+    unused_assignments,
+    unused_mut,
+    unreachable_code,
+    missing_docs
+)]
+pub mod gaps {
+    include!(concat!(env!("OUT_DIR"), "/gaps.rs"));
+}

@@ -20,11 +20,18 @@
 //! over dynamic values, each operation one of [`native`](super::native)'s, which are the
 //! engine's own (so the control flow is compiled, the values stay dynamic).
 //!
+//! Drafts (`createMessage name="x"` … `x.Attr`, the seed's create/set/execute triple) are the
+//! store's: an array of drafts in the runner, shared by the instances' steps, each live from its
+//! create to its execute or to the end of the step that made it (a step that uses drafts ends
+//! them), their timer fields kept as the interpreter keeps them. `isBound(_event)` (the
+//! datamodel's one `isBound()` of an expression) is whether `_event.name` evaluates.
+//!
 //! Services are compiled when viastack is built (`crates/services/build.rs` for the shipped
-//! ones — all nine); a specification loaded at run time runs on the table. What the generator
-//! does not handle yet is refused with a message naming it: charts that are not flat, drafts
-//! read across actions (`createMessage name="x"` … `x.Attr`), `updateNodeInfo`, `isBound()` of
-//! an expression.
+//! ones — all nine — and the generator's test specifications in
+//! `crates/spec/tests/data/codegen/`); a specification loaded at run time runs on the table.
+//! What the generator does not handle yet is refused with a message naming it: charts that are
+//! not flat, `updateNodeInfo`, `<data src>`, writing a draft's payload or extra attribute from
+//! the same draft.
 
 use std::fmt::Write as _;
 
@@ -84,8 +91,9 @@ pub fn rust(svc: &Service, file: &str) -> Result<String, String> {
         .collect();
     let _ = writeln!(
         w,
-        "const STATE_NAMES: [&str; {states}] = [{}];\nconst BASIC: usize = {basics};\n",
-        names.join(", ")
+        "const STATE_NAMES: [&str; {states}] = [{}];\nconst BASIC: usize = {basics};\nconst DRAFTS: usize = {};\n",
+        names.join(", "),
+        svc.drafts
     );
     // The instance record.
     let _ = writeln!(
@@ -128,7 +136,7 @@ pub fn rust(svc: &Service, file: &str) -> Result<String, String> {
     let _ = writeln!(w, "    }}\n}}\n");
     let _ = writeln!(
         w,
-        "struct Cx<'a, N: Network> {{\n    now: Instant,\n    key: InstanceKey,\n    node: &'a NodeInfo,\n    current: Option<&'a Message>,\n    net: &'a mut N,\n    terminated: bool,\n    /// The event being taken (for `_event.name`).\n    event: &'static str,\n    /// Whether an event is being taken (`_event` is bound).\n    bound: bool,\n    /// The timer id of a timer input.\n    timer: u32,\n}}\n\nimpl<N: Network> Cx<'_, N> {{\n    #[inline]\n    fn perform(&mut self, prim: Prim, msg: &mut Message, timer: (u32, u64)) {{\n        if native::emit(prim, msg, timer, self.now, self.key, self.node.address, self.net) {{\n            self.terminated = true;\n        }}\n    }}\n}}\n"
+        "struct Cx<'a, N: Network> {{\n    now: Instant,\n    key: InstanceKey,\n    node: &'a NodeInfo,\n    current: Option<&'a Message>,\n    net: &'a mut N,\n    terminated: bool,\n    /// The event being taken (for `_event.name`).\n    event: &'static str,\n    /// Whether an event is being taken (`_event` is bound).\n    bound: bool,\n    /// The timer id of a timer input.\n    timer: u32,\n    /// The drafts (`createMessage name=…`), live within one step.\n    dr: &'a mut [Dr; DRAFTS],\n}}\n\n/// A draft: whether it was created in this step, its message and timer fields.\n#[derive(Debug, Default, Clone)]\nstruct Dr {{\n    live: bool,\n    msg: Message,\n    id: u32,\n    ms: u64,\n}}\n\nimpl<N: Network> Cx<'_, N> {{\n    #[inline]\n    fn perform(&mut self, prim: Prim, msg: &mut Message, timer: (u32, u64)) {{\n        if native::emit(prim, msg, timer, self.now, self.key, self.node.address, self.net) {{\n            self.terminated = true;\n        }}\n    }}\n}}\n"
     );
     // The datamodel's initial values.
     let _ = writeln!(
@@ -279,18 +287,18 @@ pub fn rust(svc: &Service, file: &str) -> Result<String, String> {
     }
     let _ = writeln!(
         w,
-        "/// Service {:?} compiled to Rust (ServiceID {}).\n#[derive(Debug)]\npub struct Compiled {{\n    node: NodeInfo,\n    instances: FastMap<u64, Inst>,\n    capacity: usize,\n}}\n\nimpl Default for Compiled {{\n    fn default() -> Self {{\n        Compiled::new()\n    }}\n}}\n\nimpl Compiled {{\n    /// A service for one node holding at most 1,000,000 live instances (the store's default).\n    pub fn new() -> Compiled {{\n        Compiled::with_capacity(1_000_000)\n    }}\n\n    /// At most `capacity` live instances (`RunnerError::Full` beyond).\n    pub fn with_capacity(capacity: usize) -> Compiled {{\n        Compiled {{ node: NodeInfo::default(), instances: FastMap::default(), capacity }}\n    }}\n}}\n",
+        "/// Service {:?} compiled to Rust (ServiceID {}).\n#[derive(Debug)]\npub struct Compiled {{\n    node: NodeInfo,\n    instances: FastMap<u64, Inst>,\n    capacity: usize,\n    /// The drafts of `createMessage name=…` (the store's, shared by every instance's steps).\n    drafts: [Dr; DRAFTS],\n}}\n\nimpl Default for Compiled {{\n    fn default() -> Self {{\n        Compiled::new()\n    }}\n}}\n\nimpl Compiled {{\n    /// A service for one node holding at most 1,000,000 live instances (the store's default).\n    pub fn new() -> Compiled {{\n        Compiled::with_capacity(1_000_000)\n    }}\n\n    /// At most `capacity` live instances (`RunnerError::Full` beyond).\n    pub fn with_capacity(capacity: usize) -> Compiled {{\n        Compiled {{ node: NodeInfo::default(), instances: FastMap::default(), capacity, drafts: std::array::from_fn(|_| Dr::default()) }}\n    }}\n}}\n",
         data.name, data.service_id
     );
     let _ = writeln!(
         w,
-        "impl Runner for Compiled {{\n    #[inline]\n    fn handle_message<N: Network>(&mut self, now: Instant, m: &Message, net: &mut N) -> Result<(), RunnerError> {{\n        if m.service_id != SERVICE_ID {{\n            return Err(RunnerError::UnknownService(m.service_id));\n        }}\n        let node = &self.node;\n        let _ = node;\n        let hits: [bool; BASIC] = [{}];\n        if !({}) {{\n            return Ok(());\n        }}\n        let live = self.instances.len();\n        let key = InstanceKey {{ service: SERVICE_ID, message: m.message_id }};\n        let mut cx = Cx {{ now, key, node: &self.node, current: Some(m), net, terminated: false, event: \"\", bound: false, timer: 0 }};\n        let inst = match self.instances.entry(m.message_id) {{\n            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),\n            std::collections::hash_map::Entry::Vacant(v) => {{\n                if live >= self.capacity {{\n                    return Err(RunnerError::Full(live));\n                }}\n                // Built in place; an instance its initial state ends is taken out again.\n                let inst = v.insert(Inst::new());\n                init_vars(inst, &cx);\n                if start(inst, &mut cx) {{\n                    self.instances.remove(&m.message_id);\n                    return Ok(());\n                }}\n                inst\n            }}\n        }};\n        if run(inst, &hits, Some(m), 0, &mut cx) {{\n            self.instances.remove(&m.message_id);\n        }}\n        Ok(())\n    }}\n",
+        "impl Runner for Compiled {{\n    #[inline]\n    fn handle_message<N: Network>(&mut self, now: Instant, m: &Message, net: &mut N) -> Result<(), RunnerError> {{\n        if m.service_id != SERVICE_ID {{\n            return Err(RunnerError::UnknownService(m.service_id));\n        }}\n        let node = &self.node;\n        let _ = node;\n        let hits: [bool; BASIC] = [{}];\n        if !({}) {{\n            return Ok(());\n        }}\n        let live = self.instances.len();\n        let key = InstanceKey {{ service: SERVICE_ID, message: m.message_id }};\n        let mut cx = Cx {{ now, key, node: &self.node, current: Some(m), net, terminated: false, event: \"\", bound: false, timer: 0, dr: &mut self.drafts }};\n        let inst = match self.instances.entry(m.message_id) {{\n            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),\n            std::collections::hash_map::Entry::Vacant(v) => {{\n                if live >= self.capacity {{\n                    return Err(RunnerError::Full(live));\n                }}\n                // Built in place; an instance its initial state ends is taken out again.\n                let inst = v.insert(Inst::new());\n                init_vars(inst, &cx);\n                if start(inst, &mut cx) {{\n                    self.instances.remove(&m.message_id);\n                    return Ok(());\n                }}\n                inst\n            }}\n        }};\n        if run(inst, &hits, Some(m), 0, &mut cx) {{\n            self.instances.remove(&m.message_id);\n        }}\n        Ok(())\n    }}\n",
         message_hits.join(", "),
         any_of(&data.basic, |k| matches!(k, BasicKind::Message(_)))
     );
     let _ = writeln!(
         w,
-        "    #[inline]\n    fn handle_timer<N: Network>(&mut self, now: Instant, key: InstanceKey, id: u32, net: &mut N) -> Result<(), RunnerError> {{\n        if key.service != SERVICE_ID {{\n            return Ok(());\n        }}\n        let Some(inst) = self.instances.get_mut(&key.message) else {{\n            return Ok(());\n        }};\n        let hits: [bool; BASIC] = [{}];\n        if !({}) {{\n            return Ok(());\n        }}\n        let mut cx = Cx {{ now, key, node: &self.node, current: None, net, terminated: false, event: \"\", bound: false, timer: id }};\n        if run(inst, &hits, None, id, &mut cx) {{\n            self.instances.remove(&key.message);\n        }}\n        Ok(())\n    }}\n\n    fn set_node(&mut self, node: NodeInfo) {{\n        self.node = node;\n    }}\n\n    fn state(&self, key: InstanceKey) -> Option<&str> {{\n        if key.service != SERVICE_ID {{\n            return None;\n        }}\n        let i = self.instances.get(&key.message)?;\n        STATE_NAMES.get(usize::from(i.state)).copied()\n    }}\n\n    fn live(&self) -> usize {{\n        self.instances.len()\n    }}\n\n    fn memory_bytes(&self) -> usize {{\n        self.instances.capacity() * (std::mem::size_of::<(u64, Inst)>() + 1)\n            + self.instances.values().map(Inst::heap_bytes).sum::<usize>()\n    }}\n}}",
+        "    #[inline]\n    fn handle_timer<N: Network>(&mut self, now: Instant, key: InstanceKey, id: u32, net: &mut N) -> Result<(), RunnerError> {{\n        if key.service != SERVICE_ID {{\n            return Ok(());\n        }}\n        let Some(inst) = self.instances.get_mut(&key.message) else {{\n            return Ok(());\n        }};\n        let hits: [bool; BASIC] = [{}];\n        if !({}) {{\n            return Ok(());\n        }}\n        let mut cx = Cx {{ now, key, node: &self.node, current: None, net, terminated: false, event: \"\", bound: false, timer: id, dr: &mut self.drafts }};\n        if run(inst, &hits, None, id, &mut cx) {{\n            self.instances.remove(&key.message);\n        }}\n        Ok(())\n    }}\n\n    fn set_node(&mut self, node: NodeInfo) {{\n        self.node = node;\n    }}\n\n    fn state(&self, key: InstanceKey) -> Option<&str> {{\n        if key.service != SERVICE_ID {{\n            return None;\n        }}\n        let i = self.instances.get(&key.message)?;\n        STATE_NAMES.get(usize::from(i.state)).copied()\n    }}\n\n    fn live(&self) -> usize {{\n        self.instances.len()\n    }}\n\n    fn memory_bytes(&self) -> usize {{\n        self.instances.capacity() * (std::mem::size_of::<(u64, Inst)>() + 1)\n            + self.instances.values().map(Inst::heap_bytes).sum::<usize>()\n    }}\n}}",
         timer_hits.join(", "),
         any_of(&data.basic, |k| matches!(k, BasicKind::Timer(_)))
     );
@@ -388,6 +396,10 @@ fn step_fn(g: &Gen<'_>, name: &str, step: &Step, alt: Option<String>) -> Result<
     if let Some(t) = step.target {
         let _ = writeln!(o, "    inst.state = {t};");
     }
+    if step.drafts {
+        // As the store: a step that uses the drafts ends them.
+        let _ = writeln!(o, "    for d in cx.dr.iter_mut() {{ d.live = false; }}");
+    }
     let _ = writeln!(o, "    {} || cx.terminated\n}}", step.ends);
     Ok(o)
 }
@@ -415,16 +427,21 @@ fn action(g: &Gen<'_>, a: &Action, label: &str) -> Result<String, String> {
         }
         Action::Run {
             prim,
-            draft: None,
+            draft,
             base,
             sets,
         } => {
             if *prim == Prim::UpdateNodeInfo {
                 return Err("updateNodeInfo is not compiled yet".into());
             }
-            let mut o = match base {
-                Some(b) => format!("let mut msg = {}.clone(); ", msg(b, label)?),
-                None => "let mut msg = native::fresh(); ".into(),
+            // As the interpreter: `setMessage name=x` starts from draft x, the others from
+            // their base or a fresh message.
+            let mut o = match (prim, draft, base) {
+                (Prim::SetMessage, Some(d), _) => {
+                    format!("let mut msg = {}.clone(); ", msg(&Value::Draft(*d), label)?)
+                }
+                (_, _, Some(b)) => format!("let mut msg = {}.clone(); ", msg(b, label)?),
+                _ => "let mut msg = native::fresh(); ".into(),
             };
             o.push_str("let mut timer = (0u32, 0u64); let _ = &mut timer; ");
             for (f, v) in sets.iter() {
@@ -467,8 +484,100 @@ fn action(g: &Gen<'_>, a: &Action, label: &str) -> Result<String, String> {
                     other => return Err(format!("setting {other:?} is not compiled yet")),
                 }
             }
-            let _ = write!(o, "cx.perform(Prim::{prim:?}, &mut msg, timer);");
+            match draft {
+                // The draft is (re)built; its timer fields are kept, as the interpreter keeps
+                // them.
+                Some(d) => {
+                    let _ = write!(o, "let x = &mut cx.dr[{d}]; x.live = true; x.msg = msg;");
+                }
+                None => {
+                    let _ = write!(o, "cx.perform(Prim::{prim:?}, &mut msg, timer);");
+                }
+            }
             Ok(o)
+        }
+        Action::Create { draft: d } => Ok(format!(
+            "let x = &mut cx.dr[{d}]; x.live = true; x.msg = native::fresh(); x.id = 0; x.ms = 0;"
+        )),
+        Action::Set {
+            draft: d,
+            field,
+            value,
+        } => {
+            // A set before the create fails (its block ends); the value is read first, then
+            // written into the draft.
+            let mut o = format!("if !cx.dr[{d}].live {{ break {label}; }} ");
+            match field {
+                Field::Message => {
+                    let _ = write!(
+                        o,
+                        "let v = {}.clone(); cx.dr[{d}].msg = v;",
+                        msg(value, label)?
+                    );
+                }
+                Field::Attr(attr) => {
+                    let _ = write!(
+                        o,
+                        "let v = {}; cx.dr[{d}].msg.set(Attr::{attr:?}, v);",
+                        int(g, value, label)?
+                    );
+                }
+                Field::TimerId => {
+                    let _ = write!(
+                        o,
+                        "let v = ({}) as u32; cx.dr[{d}].id = v;",
+                        int(g, value, label)?
+                    );
+                }
+                Field::TimerMs => {
+                    let _ = write!(
+                        o,
+                        "let v = ({}).max(0) as u64; cx.dr[{d}].ms = v;",
+                        int(g, value, label)?
+                    );
+                }
+                // The interpreter moves the draft's message out while it writes these: a
+                // value read from the same draft would see an empty message.
+                Field::Payload | Field::Extra(_) if value.reads_draft(*d) => {
+                    return Err(format!(
+                        "setting {field:?} of a draft from the same draft is not compiled"
+                    ))
+                }
+                Field::Payload => {
+                    let t = match value {
+                        Value::Text(t) => {
+                            format!("Some(std::sync::Arc::from({t:?}.to_string().as_bytes()))")
+                        }
+                        Value::Var(_) => format!(
+                            "Some(std::sync::Arc::from({}.as_bytes()))",
+                            text(g, value, label)
+                        ),
+                        _ => format!("{}.payload.clone()", msg(value, label)?),
+                    };
+                    let _ = write!(o, "let v = {t}; cx.dr[{d}].msg.payload = v;");
+                }
+                Field::Extra(n) => {
+                    let t = match value {
+                        Value::Text(t) => format!("{t:?}.to_string()"),
+                        Value::Var(_) => text(g, value, label),
+                        _ => format!("({}).to_string()", int(g, value, label)?),
+                    };
+                    let _ = write!(
+                        o,
+                        "let v: Box<str> = {t}.into(); native::set_extra(&mut cx.dr[{d}].msg, {n:?}, v);"
+                    );
+                }
+                other => return Err(format!("setting {other:?} is not compiled yet")),
+            }
+            Ok(o)
+        }
+        Action::Execute { draft: d, prim } => {
+            if *prim == Prim::UpdateNodeInfo {
+                return Err("updateNodeInfo is not compiled yet".into());
+            }
+            Ok(format!(
+                "if !cx.dr[{d}].live {{ break {label}; }} let x = &mut cx.dr[{d}]; x.live = false; let mut msg = std::mem::take(&mut x.msg); let timer = (x.id, x.ms); cx.perform(Prim::{prim:?}, &mut msg, timer);"
+            ))
         }
         Action::Each {
             selector,
@@ -480,9 +589,6 @@ fn action(g: &Gen<'_>, a: &Action, label: &str) -> Result<String, String> {
                 action(g, inner, label)?
             ))
         }
-        other => Err(format!(
-            "a draft read across actions is not compiled yet ({other:?})"
-        )),
     }
 }
 
@@ -493,6 +599,9 @@ fn msg(v: &Value, label: &str) -> Result<String, String> {
             format!("(match inst.h{s}.as_ref() {{ Some(x) => x, None => break {label} }})")
         }
         Value::Current => format!("(match cx.current {{ Some(x) => x, None => break {label} }})"),
+        Value::Draft(d) => {
+            format!("(if cx.dr[{d}].live {{ &cx.dr[{d}].msg }} else {{ break {label} }})")
+        }
         other => return Err(format!("the message value {other:?} is not compiled yet")),
     })
 }
@@ -507,6 +616,9 @@ fn int(g: &Gen<'_>, v: &Value, label: &str) -> Result<String, String> {
         Value::CurrentAttr(a) => {
             format!("(match cx.current {{ Some(x) => x.get(Attr::{a:?}), None => break {label} }})")
         }
+        Value::DraftAttr(d, a) => format!(
+            "(if cx.dr[{d}].live {{ cx.dr[{d}].msg.get(Attr::{a:?}) }} else {{ break {label} }})"
+        ),
         Value::NodeAddress => "(cx.node.address.0 as i64)".into(),
         Value::NodeParent => "(cx.node.parent.0 as i64)".into(),
         Value::Each => "each".into(),
@@ -628,8 +740,16 @@ impl Gen<'_> {
             Expr::Not(_) | Expr::And(..) | Expr::Or(..) | Expr::In(_) | Expr::IsBound(_) => {
                 format!("native::Value::Bool({})", self.cond(e)?)
             }
-            Expr::Call(crate::chart::expr::Func::Bound, _) => {
-                return Err("isBound() of an expression is not compiled yet".into())
+            // `isBound(x)` of an expression (the datamodel's rewrite of `isBound(_event)`):
+            // whether `x` evaluates, to something other than null.
+            Expr::Call(crate::chart::expr::Func::Bound, args) => {
+                let [x] = args.as_slice() else {
+                    return Err("isBound() takes one argument".into());
+                };
+                format!(
+                    "native::Value::Bool((|| -> Result<native::Value, native::Fail> {{ Ok({}) }})().is_ok_and(|v| v != native::Value::Null))",
+                    self.val(x)?
+                )
             }
             Expr::Call(f, args) => {
                 let a: Vec<String> = args.iter().map(|x| self.val(x)).collect::<Result<_, _>>()?;

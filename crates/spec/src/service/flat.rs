@@ -309,8 +309,33 @@ pub(crate) struct Flat {
     /// Per basic event, what recording it takes and which composite events may follow
     /// (filled by [`Flat::plan`] once the history layout and the indexes are known).
     plans: Box<[EventPlan]>,
+    /// Per basic event × state, on a chart without a datamodel and without `cond`: the whole
+    /// input of that event alone in that state ([`Cell`]); empty otherwise.
+    cells: Box<[Cell]>,
     /// The datamodel, when the chart has variables or reads `_event`.
     model: Option<Model>,
+}
+
+/// What an input that triggers one basic event does in one state, resolved at load time on
+/// a chart without a datamodel (issue 15 §2, sixth round): its step, and the composite events
+/// to evaluate after it with the step each takes in the state the step leads to (known at
+/// load time: without `cond`, the (event, state) pair fixes the step and its target). An
+/// input whose cell has neither is over once recorded.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Cell {
+    /// The basic event's step (index + 1; 0: none).
+    pub step: u16,
+    /// Composite events (indexes) with a step in the state after `step`, in declaration
+    /// order, each with that step (index + 1).
+    pub comps: Box<[(u16, u16)]>,
+}
+
+impl Cell {
+    /// Whether the input does nothing beyond its history record.
+    #[inline]
+    pub(crate) fn idle(&self) -> bool {
+        self.step == 0 && self.comps.is_empty()
+    }
 }
 
 /// What an input that triggers one basic event does besides its step, resolved at load time
@@ -686,6 +711,7 @@ impl Flat {
             steps: steps.into(),
             start,
             plans: Box::default(),
+            cells: Box::default(),
             model: needed.then_some(model),
         })
     }
@@ -721,6 +747,61 @@ impl Flat {
             })
             .collect();
         self.plans = plans;
+        self.cells = self.cells(basics);
+    }
+
+    /// The [`Cell`]s of a chart without a datamodel whose steps have no `cond` (none
+    /// otherwise: such an input takes the general path).
+    fn cells(&self, basics: usize) -> Box<[Cell]> {
+        if self.model.is_some() || self.steps.iter().any(|s| s.cond.is_some() || s.alt != 0) {
+            return Box::default();
+        }
+        let index = |event: usize, state: u16| {
+            self.table
+                .get(event * self.states + usize::from(state))
+                .copied()
+                .unwrap_or(0)
+        };
+        let mut cells = Vec::with_capacity(basics * self.states);
+        for e in 0..basics {
+            for s in 0..self.states {
+                let s = s as u16;
+                let step = index(e, s);
+                let after = match usize::from(step).checked_sub(1) {
+                    Some(i) => self.steps.get(i).and_then(|x| x.target).unwrap_or(s),
+                    None => s,
+                };
+                let comps = self
+                    .plans
+                    .get(e)
+                    .map(|p| {
+                        p.comps
+                            .iter()
+                            .filter_map(|&c| {
+                                let t = index(basics + usize::from(c), after);
+                                (t != 0).then_some((c, t))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                cells.push(Cell { step, comps });
+            }
+        }
+        cells.into_boxed_slice()
+    }
+
+    /// The [`Cell`] of basic event `e` in `state` (`None`: the chart has none, or out of
+    /// range).
+    #[inline]
+    pub(crate) fn cell(&self, e: u16, state: u16) -> Option<&Cell> {
+        self.cells
+            .get(usize::from(e) * self.states + usize::from(state))
+    }
+
+    /// The step of a [`Cell`] index (index + 1; 0: none).
+    #[inline]
+    pub(crate) fn step_at(&self, i: u16) -> Option<&Step> {
+        self.steps.get(usize::from(i).checked_sub(1)?)
     }
 
     /// The datamodel, when the chart has variables or reads `_event`.

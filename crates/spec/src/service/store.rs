@@ -37,7 +37,9 @@ use crate::chart::{
 use super::action::Prim;
 use super::action::Primitive;
 use super::action::{self, Action, Ctx, Draft, Network};
-use super::flat::{Base, Ev, EventPlan, FastOp, Flat, Model, Scratch, SendOp, Src, Step, NO_SLOT};
+use super::flat::{
+    Base, Cell, Ev, EventPlan, FastOp, Flat, Model, Scratch, SendOp, Src, Step, NO_SLOT,
+};
 use super::history::History;
 use super::load::Service;
 use super::message::{Addr, InstanceKey, Message, NodeInfo, PAYLOAD_TYPE};
@@ -579,6 +581,10 @@ impl Store {
         let key = m.key();
         let FlatInst { state, hist, vars } = inst;
         let single = flat_record(svc, machine, hist, hits, now, Some(m), 0);
+        let cell = single.and_then(|(e, _)| machine.cell(e, *state));
+        if cell.is_some_and(Cell::idle) {
+            return Ok(());
+        }
         let mut ctx = Ctx {
             now,
             key,
@@ -590,17 +596,31 @@ impl Store {
             terminated: false,
             each: 0,
         };
-        let input = Input {
-            timer: 0,
-            scratch: &mut self.scratch,
-            dm: &mut self.dm,
-            comps: &mut self.comps,
-            fire: &mut self.fire_flat,
-        };
-        let ended = if machine.model().is_some() {
-            flat_step_dm(svc, machine, state, vars, single, hits, &mut ctx, input)
-        } else {
-            flat_step::<false, N>(svc, machine, state, vars, single, hits, &mut ctx, input)
+        let ended = match cell {
+            Some(cell) => flat_cell(
+                svc,
+                machine,
+                cell,
+                state,
+                &mut ctx,
+                &mut self.scratch,
+                &mut self.fire_flat,
+            ),
+            None => {
+                let single = single.map(|(_, p)| p);
+                let input = Input {
+                    timer: 0,
+                    scratch: &mut self.scratch,
+                    dm: &mut self.dm,
+                    comps: &mut self.comps,
+                    fire: &mut self.fire_flat,
+                };
+                if machine.model().is_some() {
+                    flat_step_dm(svc, machine, state, vars, single, hits, &mut ctx, input)
+                } else {
+                    flat_step::<false, N>(svc, machine, state, vars, single, hits, &mut ctx, input)
+                }
+            }
         };
         if ended {
             self.flat_end(si, key.message);
@@ -704,6 +724,10 @@ impl Store {
         inst.state = state;
         let FlatInst { state, hist, vars } = inst;
         let single = flat_record(svc, machine, hist, hits, now, Some(m), 0);
+        let cell = single.and_then(|(e, _)| machine.cell(e, *state));
+        if cell.is_some_and(Cell::idle) {
+            return Ok(());
+        }
         let mut ctx = Ctx {
             now,
             key,
@@ -715,17 +739,23 @@ impl Store {
             terminated: false,
             each: 0,
         };
-        let input = Input {
-            timer: 0,
-            scratch,
-            dm,
-            comps,
-            fire: fire_flat,
-        };
-        let ended = if machine.model().is_some() {
-            flat_step_dm(svc, machine, state, vars, single, hits, &mut ctx, input)
-        } else {
-            flat_step::<false, N>(svc, machine, state, vars, single, hits, &mut ctx, input)
+        let ended = match cell {
+            Some(cell) => flat_cell(svc, machine, cell, state, &mut ctx, scratch, fire_flat),
+            None => {
+                let single = single.map(|(_, p)| p);
+                let input = Input {
+                    timer: 0,
+                    scratch,
+                    dm,
+                    comps,
+                    fire: fire_flat,
+                };
+                if machine.model().is_some() {
+                    flat_step_dm(svc, machine, state, vars, single, hits, &mut ctx, input)
+                } else {
+                    flat_step::<false, N>(svc, machine, state, vars, single, hits, &mut ctx, input)
+                }
+            }
         };
         if ended {
             self.flat_end(si, key.message);
@@ -766,6 +796,10 @@ impl Store {
         }
         let FlatInst { state, hist, vars } = inst;
         let single = flat_record(svc, machine, hist, hits, now, None, id);
+        let cell = single.and_then(|(e, _)| machine.cell(e, *state));
+        if cell.is_some_and(Cell::idle) {
+            return Ok(());
+        }
         let mut ctx = Ctx {
             now,
             key,
@@ -777,17 +811,31 @@ impl Store {
             terminated: false,
             each: 0,
         };
-        let input = Input {
-            timer: id,
-            scratch: &mut self.scratch,
-            dm: &mut self.dm,
-            comps: &mut self.comps,
-            fire: &mut self.fire_flat,
-        };
-        let ended = if machine.model().is_some() {
-            flat_step_dm(svc, machine, state, vars, single, hits, &mut ctx, input)
-        } else {
-            flat_step::<false, N>(svc, machine, state, vars, single, hits, &mut ctx, input)
+        let ended = match cell {
+            Some(cell) => flat_cell(
+                svc,
+                machine,
+                cell,
+                state,
+                &mut ctx,
+                &mut self.scratch,
+                &mut self.fire_flat,
+            ),
+            None => {
+                let single = single.map(|(_, p)| p);
+                let input = Input {
+                    timer: id,
+                    scratch: &mut self.scratch,
+                    dm: &mut self.dm,
+                    comps: &mut self.comps,
+                    fire: &mut self.fire_flat,
+                };
+                if machine.model().is_some() {
+                    flat_step_dm(svc, machine, state, vars, single, hits, &mut ctx, input)
+                } else {
+                    flat_step::<false, N>(svc, machine, state, vars, single, hits, &mut ctx, input)
+                }
+            }
         };
         if ended {
             self.flat_end(si, key.message);
@@ -821,7 +869,7 @@ fn flat_record<'m>(
     now: Instant,
     current: Option<&Message>,
     timer: u32,
-) -> Option<&'m EventPlan> {
+) -> Option<(u16, &'m EventPlan)> {
     // One basic event: its load-time plan (history slot, index, composites that some state
     // takes), no per-event lookups.
     let single = match hits {
@@ -854,7 +902,7 @@ fn flat_record<'m>(
             }
         }
     }
-    single.map(|(_, p)| p)
+    single
 }
 
 /// A flat step's datamodel: the instance's variables and the current event.
@@ -1018,6 +1066,59 @@ fn flat_step<const DM: bool, N: Network>(
                 if run_flat::<DM, N>(step, state, ctx, input.scratch, dm.as_mut()) {
                     return true;
                 }
+            }
+        }
+    }
+    false
+}
+
+/// One input of a single basic event on a chart without a datamodel, from its load-time
+/// [`Cell`] (the order of [`flat_step`]: the event's step, then the composites that hold,
+/// the first running the step its cell resolved, the others the step of the state the
+/// machine is in when their turn comes). Whether the instance ended.
+#[inline(always)]
+fn flat_cell<N: Network>(
+    svc: &Service,
+    machine: &Flat,
+    cell: &Cell,
+    state: &mut u16,
+    ctx: &mut Ctx<'_, N>,
+    scratch: &mut Message,
+    fire: &mut Vec<u16>,
+) -> bool {
+    if let Some(step) = machine.step_at(cell.step) {
+        if run_flat::<false, N>(step, state, ctx, scratch, None) {
+            return true;
+        }
+    }
+    if cell.comps.is_empty() {
+        return false;
+    }
+    let now = ctx.now;
+    let mut first: Option<u16> = None;
+    fire.clear();
+    for &(c, s) in cell.comps.iter() {
+        if svc
+            .logic
+            .eval(usize::from(c), &ctx.history.logic, ctx.node, now)
+        {
+            match first {
+                None => first = Some(s),
+                Some(_) => fire.push(c),
+            }
+        }
+    }
+    let Some(step) = first.and_then(|s| machine.step_at(s)) else {
+        return false;
+    };
+    if run_flat::<false, N>(step, state, ctx, scratch, None) {
+        return true;
+    }
+    let basics = svc.data.basic.len();
+    for &c in fire.iter() {
+        if let Some(step) = machine.step(basics + usize::from(c), *state) {
+            if run_flat::<false, N>(step, state, ctx, scratch, None) {
+                return true;
             }
         }
     }

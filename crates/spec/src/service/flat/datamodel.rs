@@ -190,6 +190,16 @@ impl Model {
                 EventField::Type => Pseudo::Type,
                 _ => Pseudo::Null,
             })),
+            // `isBound(_event)`: whether an event is being taken, as `_event.name` is bound
+            // exactly then (issue 15 §2: `isBound()` of an expression).
+            Expr::Call(expr::Func::Bound, args)
+                if matches!(args.as_slice(), [Expr::System(System::Event)]) =>
+            {
+                Expr::Call(
+                    expr::Func::Bound,
+                    vec![Expr::Var(self.pseudo_slot(Pseudo::Name))],
+                )
+            }
             Expr::System(System::Event) => {
                 return Err("an expression reads `_event` as a whole".into())
             }
