@@ -69,11 +69,15 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use viastack_kernel::event::{EventTypeDef, CHANNEL_CLOSE, CHANNEL_INIT, SENDABLE, TIMER};
+use viastack_kernel::event::{
+    EventTypeDef, CHANNEL_CLOSE, CHANNEL_EVENT, CHANNEL_INIT, SENDABLE, TIMER,
+};
 use viastack_kernel::{
     AutoBind, Body, ChannelId, Context, Delivery, Dest, Direction, Duration, Event, EventType,
     Layer, Message, NodeId, Sendable, Session,
 };
+
+use viastack_protocols::events::{self, SEND_REFUSED};
 
 use crate::vsync::{view_notice, ViewNotice, VIEW};
 use crate::wire::{LwgPdu, Member, ViewId};
@@ -81,7 +85,26 @@ use crate::wire::{LwgPdu, Member, ViewId};
 /// A `Joined` announcement this layer generates (a `Sendable` subtype).
 pub static LWG_JOINED: EventTypeDef = EventTypeDef::new("LwgJoined", Some(&SENDABLE));
 
+/// A notice up a light channel the `lwg` session refused (its body an [`LwgError`]).
+pub static LWG_REFUSED: EventTypeDef = EventTypeDef::new("LwgRefused", Some(&CHANNEL_EVENT));
+
 const ANNOUNCE: u64 = 0x4c57_4701;
+
+/// Why the `lwg` session refused a channel or a command.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LwgError {
+    /// Two channels of one `lwg` session have names with the same light-group id (FNV-1a 32):
+    /// their messages would mix, so the second one is refused (counted `lwg.id_collision`).
+    #[error("light group id {id:#010x} of channel `{channel}` is already channel `{holder}`'s")]
+    IdCollision {
+        /// The colliding id.
+        id: u32,
+        /// The refused channel's name.
+        channel: String,
+        /// The name of the channel that has the id.
+        holder: String,
+    },
+}
 
 /// The id of the light group of channel `name`: FNV-1a 32.
 pub fn group_id(name: &str) -> u32 {
@@ -162,7 +185,12 @@ impl Layer for Lwg {
         vec![VIEW.id()]
     }
     fn provides(&self) -> Vec<EventType> {
-        vec![LWG_JOINED.id(), VIEW.id()]
+        vec![
+            LWG_JOINED.id(),
+            VIEW.id(),
+            LWG_REFUSED.id(),
+            SEND_REFUSED.id(),
+        ]
     }
     fn delivery(&self, below: Delivery) -> Delivery {
         below
@@ -180,6 +208,7 @@ impl Layer for Lwg {
             light: BTreeMap::new(),
             held: VecDeque::new(),
             timer: false,
+            refused: Vec::new(),
         })
     }
 }
@@ -207,6 +236,8 @@ pub struct LwgSession {
     held: VecDeque<(u32, Event)>,
     /// An announce timer is pending.
     timer: bool,
+    /// Channels refused (their light-group id collides with an open channel's).
+    refused: Vec<ChannelId>,
 }
 
 impl LwgSession {
@@ -393,8 +424,26 @@ impl Session for LwgSession {
         }
         if ty == CHANNEL_INIT.id() {
             let ch = event.channel();
-            if let Some(name) = ctx.channel_name(ch) {
-                let g = group_id(name);
+            if let Some(name) = ctx.channel_name(ch).map(str::to_owned) {
+                let g = group_id(&name);
+                if let Some(&holder) = self.groups.get(&g).filter(|&&c| c != ch) {
+                    // Two names, one id: refuse the second channel, or their messages mix.
+                    ctx.count("id_collision");
+                    self.refused.push(ch);
+                    let error = LwgError::IdCollision {
+                        id: g,
+                        channel: name,
+                        holder: ctx.channel_name(holder).unwrap_or("?").to_owned(),
+                    };
+                    ctx.go(event);
+                    ctx.go(Event::new(
+                        LWG_REFUSED.id(),
+                        Direction::Up,
+                        ch,
+                        Body::Custom(Box::new(error)),
+                    ));
+                    return;
+                }
                 self.groups.insert(g, ch);
                 let minority = self.heavy.clone().filter(|h| !h.primary && self.installed);
                 if let Some(h) = minority {
@@ -418,11 +467,17 @@ impl Session for LwgSession {
         if ty == CHANNEL_CLOSE.id() {
             let ch = event.channel();
             self.groups.retain(|_, c| *c != ch);
+            self.refused.retain(|c| *c != ch);
             ctx.go(event);
             return;
         }
         let ch = event.channel();
         match (event.dir(), event.sendable_mut()) {
+            (Direction::Down, Some(s)) if self.refused.contains(&ch) => {
+                ctx.count("refused");
+                let tag = s.tag;
+                ctx.go(events::failure(&SEND_REFUSED, ch, self.node, [tag]));
+            }
             (Direction::Down, Some(s)) => {
                 let group = self
                     .groups
