@@ -74,7 +74,7 @@ use viastack_kernel::event::{
 };
 use viastack_kernel::{
     AutoBind, Body, ChannelId, Context, Delivery, Dest, Direction, Duration, Event, EventType,
-    Layer, Message, NodeId, Sendable, Session,
+    Layer, Message, NodeId, Sendable, Session, SessionId,
 };
 
 use viastack_protocols::events::{self, SEND_REFUSED};
@@ -87,6 +87,10 @@ pub static LWG_JOINED: EventTypeDef = EventTypeDef::new("LwgJoined", Some(&SENDA
 
 /// A notice up a light channel the `lwg` session refused (its body an [`LwgError`]).
 pub static LWG_REFUSED: EventTypeDef = EventTypeDef::new("LwgRefused", Some(&CHANNEL_EVENT));
+
+/// A command down a light channel: move its light group to another heavy group (body a
+/// [`MoveCommand`]; [`move_command`] builds it).
+pub static LWG_MOVE: EventTypeDef = EventTypeDef::new("LwgMove", Some(&CHANNEL_EVENT));
 
 const ANNOUNCE: u64 = 0x4c57_4701;
 
@@ -103,6 +107,16 @@ pub enum LwgError {
         channel: String,
         /// The name of the channel that has the id.
         holder: String,
+    },
+    /// A move command the session cannot carry out (counted `lwg.move_refused`).
+    #[error("light channel `{channel}` cannot move to `{to}`'s heavy group: {reason}")]
+    MoveRefused {
+        /// The light channel asked to move.
+        channel: String,
+        /// The destination light channel.
+        to: String,
+        /// Why not.
+        reason: &'static str,
     },
 }
 
@@ -147,6 +161,48 @@ pub fn light_view_id(heavy: ViewId, members: &[Member]) -> ViewId {
     }
 }
 
+/// The id of the light view of a group at `generation` (its move count) in heavy view `heavy`:
+/// [`light_view_id`] with the generation above the heavy counter (bits 40 and up), so a light
+/// group's views keep increasing across moves; a switch view (`switch`) is salted apart from
+/// the heavy view's ordinary light view with the same members.
+pub fn light_view_id_at(
+    heavy: ViewId,
+    generation: u32,
+    members: &[Member],
+    switch: bool,
+) -> ViewId {
+    let mut id = light_view_id(heavy, members);
+    id.counter = id
+        .counter
+        .wrapping_add(u64::from(generation) << 40);
+    if switch {
+        id.coord.epoch = match id.coord.epoch ^ 0x5357_4954 {
+            0 => 1,
+            e => e,
+        };
+    }
+    id
+}
+
+/// A move command: an [`LWG_MOVE`] event down a light channel, its body this, moves the
+/// channel's light group to the heavy group of light channel `to` (bound to the same `lwg`
+/// session) at every member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveCommand {
+    /// A light channel on the destination heavy group.
+    pub to: String,
+}
+
+/// The command event moving light channel `channel`'s group to `to`'s heavy group.
+pub fn move_command(channel: ChannelId, to: impl Into<String>) -> Event {
+    Event::new(
+        LWG_MOVE.id(),
+        Direction::Down,
+        channel,
+        Body::Custom(Box::new(MoveCommand { to: to.into() })),
+    )
+}
+
 /// The `lwg` layer.
 #[derive(Debug, Clone)]
 pub struct Lwg {
@@ -178,6 +234,7 @@ impl Layer for Lwg {
             CHANNEL_INIT.id(),
             CHANNEL_CLOSE.id(),
             TIMER.id(),
+            LWG_MOVE.id(),
         ]
     }
     /// A group below that announces views (`vsync`).
@@ -200,28 +257,66 @@ impl Layer for Lwg {
             node: self.node,
             capacity: self.capacity,
             groups: BTreeMap::new(),
-            heavy: None,
-            carrier: ChannelId::NONE,
-            joined: BTreeMap::new(),
-            announced: false,
-            installed: false,
-            light: BTreeMap::new(),
-            held: VecDeque::new(),
-            timer: false,
+            heavies: BTreeMap::new(),
             refused: Vec::new(),
         })
     }
 }
 
-/// Session of [`Lwg`].
+/// A light group open here.
 #[derive(Debug)]
-pub struct LwgSession {
-    node: NodeId,
-    capacity: usize,
-    /// The light groups open here: id → channel.
-    groups: BTreeMap<u32, ChannelId>,
+struct Group {
+    /// Its channel.
+    ch: ChannelId,
+    /// The heavy group it rides now (the session below `lwg` on the channels of that group).
+    home: SessionId,
+    /// The heavy group its channel was opened on.
+    origin: SessionId,
+    /// The channel its messages go down (its own, or one of its home heavy group's).
+    via: ChannelId,
+    /// Its move count (light view ids carry it).
+    generation: u32,
+    /// The light group named as destination by its last move (to pull stragglers).
+    moved_to: Option<u32>,
+    /// Moving away from `home`: the switch delivered, waiting for the `Flushed`.
+    moving: Option<Moving>,
+    /// Moved, waiting for a light view on the new heavy group: sends wait in `pending`.
+    waiting: bool,
+    /// Sends waiting for the end of a move.
+    pending: VecDeque<Event>,
+}
+
+#[derive(Debug)]
+struct Moving {
+    /// The destination heavy group and a channel down to it.
+    to: SessionId,
+    via: ChannelId,
+    /// The light group named as destination.
+    to_group: u32,
+    /// The generation once moved.
+    generation: u32,
+    /// The light members of the old view (whose `Flushed` end it).
+    members: Vec<NodeId>,
+}
+
+/// A switch view being formed on a heavy group (in its current view).
+#[derive(Debug, Default)]
+struct Switching {
+    /// Each member's first `Moved`: (generation, open).
+    moved: BTreeMap<NodeId, (u32, bool)>,
+    /// This member sent its `Moved`.
+    sent: bool,
+    /// The switch view is installed.
+    installed: bool,
+    /// Messages of members that moved, waiting for the switch view.
+    held: VecDeque<Event>,
+}
+
+/// Per heavy group state.
+#[derive(Debug)]
+struct Heavy {
     /// The current heavy view.
-    heavy: Option<ViewNotice>,
+    view: Option<ViewNotice>,
     /// The channel the heavy view came up on (the shared `vsync`'s).
     carrier: ChannelId,
     /// Each member's first announcement in the current heavy view.
@@ -232,106 +327,221 @@ pub struct LwgSession {
     installed: bool,
     /// The light groups this member is in, in the current heavy view, with their members.
     light: BTreeMap<u32, Vec<Member>>,
-    /// Messages waiting for the light views, in arrival order.
-    held: VecDeque<(u32, Event)>,
+    /// Packets waiting for the light views, in arrival order.
+    held: VecDeque<(NodeId, LwgPdu, Event)>,
     /// An announce timer is pending.
     timer: bool,
+    /// `Flushed` senders per light group in the current view.
+    flushed: BTreeMap<u32, Vec<NodeId>>,
+    /// Switch views being formed in the current view.
+    switches: BTreeMap<u32, Switching>,
+    /// Light groups whose stragglers were pulled in the current view.
+    pulled: Vec<u32>,
+}
+
+impl Default for Heavy {
+    fn default() -> Self {
+        Heavy {
+            view: None,
+            carrier: ChannelId::NONE,
+            joined: BTreeMap::new(),
+            announced: false,
+            installed: false,
+            light: BTreeMap::new(),
+            held: VecDeque::new(),
+            timer: false,
+            flushed: BTreeMap::new(),
+            switches: BTreeMap::new(),
+            pulled: Vec::new(),
+        }
+    }
+}
+
+/// Session of [`Lwg`].
+#[derive(Debug)]
+pub struct LwgSession {
+    node: NodeId,
+    capacity: usize,
+    /// The light groups open here, by id.
+    groups: BTreeMap<u32, Group>,
+    /// The heavy groups, by the session below `lwg` on their channels.
+    heavies: BTreeMap<SessionId, Heavy>,
     /// Channels refused (their light-group id collides with an open channel's).
     refused: Vec<ChannelId>,
 }
 
+fn below(ctx: &Context<'_>, ch: ChannelId) -> SessionId {
+    ctx.session_below(ch).unwrap_or(SessionId::KERNEL)
+}
+
 impl LwgSession {
-    /// Installs the light views of the current heavy view, then delivers what waited.
-    fn install(&mut self, ctx: &mut Context<'_>) {
-        self.installed = true;
-        let Some(heavy) = &self.heavy else {
+    /// The light groups open here (ids), for tests and tools.
+    pub fn groups(&self) -> Vec<u32> {
+        self.groups.keys().copied().collect()
+    }
+
+    /// Sends `pdu` down heavy group `h`'s carrier.
+    fn send_control(&mut self, h: SessionId, pdu: &LwgPdu, ctx: &mut Context<'_>) {
+        let Some(heavy) = self.heavies.get(&h) else {
             return;
         };
-        let heavy = heavy.clone();
-        let groups: Vec<(u32, ChannelId)> = self.groups.iter().map(|(&g, &c)| (g, c)).collect();
-        for (g, ch) in groups {
-            self.install_group(&heavy, g, ch, ctx);
+        let m = Message::with_headroom(96, &pdu.emit());
+        ctx.go(Event::sendable(
+            LWG_JOINED.id(),
+            Direction::Down,
+            heavy.carrier,
+            Sendable::new(self.node, Dest::Broadcast, m),
+        ));
+    }
+
+    /// Installs the light views of heavy group `h`'s current view, then handles what waited.
+    fn install(&mut self, h: SessionId, ctx: &mut Context<'_>) {
+        let Some(heavy) = self.heavies.get_mut(&h) else {
+            return;
+        };
+        heavy.installed = true;
+        let Some(view) = heavy.view.clone() else {
+            return;
+        };
+        let switching: Vec<u32> = heavy
+            .switches
+            .iter()
+            .filter(|(_, s)| s.sent)
+            .map(|(&g, _)| g)
+            .collect();
+        let groups: Vec<u32> = self
+            .groups
+            .iter()
+            .filter(|(g, grp)| grp.home == h && !switching.contains(g))
+            .map(|(&g, _)| g)
+            .collect();
+        for g in groups {
+            self.install_group(h, &view, g, ctx);
         }
-        while let Some((g, ev)) = self.held.pop_front() {
-            self.deliver(g, ev, ctx);
+        while let Some((source, pdu, ev)) = self
+            .heavies
+            .get_mut(&h)
+            .and_then(|heavy| heavy.held.pop_front())
+        {
+            self.dispatch(h, source, pdu, ev, ctx);
         }
     }
 
-    /// Installs light group `g`'s view of `heavy`: the members that announced `g`, and this
-    /// one, which has `g` open (its own announcement is missing only when the view ended
-    /// before it came back, e.g. a view that may not carry messages under
+    /// Installs light group `g`'s view of `view` (heavy group `h`): the members that announced
+    /// `g`, and this one, which has `g` open (its own announcement is missing only when the
+    /// view ended before it came back, e.g. a view that may not carry messages under
     /// `primary = "majority"`).
-    fn install_group(&mut self, heavy: &ViewNotice, g: u32, ch: ChannelId, ctx: &mut Context<'_>) {
-        let members: Vec<Member> = heavy
+    fn install_group(&mut self, h: SessionId, view: &ViewNotice, g: u32, ctx: &mut Context<'_>) {
+        let Some(heavy) = self.heavies.get_mut(&h) else {
+            return;
+        };
+        let Some(grp) = self.groups.get_mut(&g) else {
+            return;
+        };
+        let members: Vec<Member> = view
             .members
             .iter()
             .filter(|m| {
-                m.node == self.node || self.joined.get(&m.node).is_some_and(|gs| gs.contains(&g))
+                m.node == self.node || heavy.joined.get(&m.node).is_some_and(|gs| gs.contains(&g))
             })
             .copied()
             .collect();
-        self.light.insert(g, members.clone());
+        heavy.light.insert(g, members.clone());
         ctx.count("installed");
         ctx.go(Event::new(
             VIEW.id(),
             Direction::Up,
-            ch,
+            grp.ch,
             Body::Custom(Box::new(ViewNotice {
-                id: light_view_id(heavy.id, &members),
+                id: light_view_id_at(view.id, grp.generation, &members, false),
                 members,
-                primary: heavy.primary,
+                primary: view.primary,
             })),
         ));
+        self.release(g, ctx);
     }
 
-    fn deliver(&mut self, g: u32, mut ev: Event, ctx: &mut Context<'_>) {
-        match (self.light.contains_key(&g), self.groups.get(&g)) {
-            (true, Some(&ch)) => {
+    /// Sends what waited of light group `g` (after a move), once it has a light view on its
+    /// new heavy group.
+    fn release(&mut self, g: u32, ctx: &mut Context<'_>) {
+        let Some(grp) = self.groups.get_mut(&g) else {
+            return;
+        };
+        grp.waiting = false;
+        let via = grp.via;
+        let pending = std::mem::take(&mut grp.pending);
+        for mut ev in pending {
+            if let Some(s) = ev.sendable_mut() {
+                s.message.push(&LwgPdu::Data { group: g }.emit());
+            }
+            ev.set_channel(via);
+            ctx.go(ev);
+        }
+    }
+
+    /// Delivers `ev` of light group `g` received on heavy group `h`, if this member is in the
+    /// group's light view there.
+    fn deliver(&mut self, h: SessionId, g: u32, mut ev: Event, ctx: &mut Context<'_>) {
+        let in_view = self
+            .heavies
+            .get(&h)
+            .is_some_and(|heavy| heavy.light.contains_key(&g));
+        match self.groups.get(&g) {
+            Some(grp) if in_view && grp.home == h => {
                 ctx.count("delivered");
-                ev.set_channel(ch);
+                ev.set_channel(grp.ch);
                 ctx.go(ev);
             }
             _ => ctx.count("foreign"),
         }
     }
 
-    fn all_joined(&self) -> bool {
-        self.heavy
-            .as_ref()
-            .is_some_and(|h| h.members.iter().all(|m| self.joined.contains_key(&m.node)))
+    fn all_joined(&self, h: SessionId) -> bool {
+        self.heavies.get(&h).is_some_and(|heavy| {
+            heavy
+                .view
+                .as_ref()
+                .is_some_and(|v| v.members.iter().all(|m| heavy.joined.contains_key(&m.node)))
+        })
     }
 
-    fn announce(&mut self, ctx: &mut Context<'_>) {
-        let Some(heavy) = &self.heavy else {
+    fn announce(&mut self, h: SessionId, ctx: &mut Context<'_>) {
+        let groups: Vec<u32> = self
+            .groups
+            .iter()
+            .filter(|(_, grp)| grp.home == h)
+            .map(|(&g, _)| g)
+            .collect();
+        let Some(heavy) = self.heavies.get_mut(&h) else {
             return;
         };
-        if self.announced {
+        let Some(view) = &heavy.view else {
+            return;
+        };
+        if heavy.announced {
             return;
         }
-        self.announced = true;
+        heavy.announced = true;
         let pdu = LwgPdu::Joined {
-            view: heavy.id,
-            groups: self.groups.keys().copied().collect(),
+            view: view.id,
+            groups,
         };
         ctx.count("announced");
         // One datagram per other member (bench group's LWG figure).
         ctx.count_n(
             "announce_datagrams",
-            heavy.members.len().saturating_sub(1) as u64,
+            view.members.len().saturating_sub(1) as u64,
         );
-        let m = Message::with_headroom(96, &pdu.emit());
-        ctx.go(Event::sendable(
-            LWG_JOINED.id(),
-            Direction::Down,
-            self.carrier,
-            Sendable::new(self.node, Dest::Broadcast, m),
-        ));
+        self.send_control(h, &pdu, ctx);
     }
 
-    fn schedule_announce(&mut self, ctx: &mut Context<'_>) {
-        if !self.timer {
-            self.timer = true;
-            ctx.set_timer(Duration::ZERO, ANNOUNCE);
+    fn schedule_announce(&mut self, h: SessionId, ctx: &mut Context<'_>) {
+        let Some(heavy) = self.heavies.get_mut(&h) else {
+            return;
+        };
+        if !heavy.timer {
+            heavy.timer = true;
+            ctx.set_timer(Duration::ZERO, (ANNOUNCE << 32) | u64::from(h.0));
         }
     }
 
@@ -340,31 +550,369 @@ impl LwgSession {
             ctx.go(event);
             return;
         };
-        // The end of the old heavy view: its light views with what was announced in it.
-        if self.heavy.is_some() && !self.installed {
-            self.install(ctx);
+        let h = below(ctx, event.channel());
+        let heavy = self.heavies.entry(h).or_default();
+        // The end of the old heavy view: its light views with what was announced in it, the
+        // switch views formed in it, and the moves away from it (virtual synchrony: the
+        // members that go on agree on the `Switch`, the messages before it and the `Moved`).
+        if heavy.view.is_some() && !heavy.installed {
+            self.install(h, ctx);
         }
-        self.heavy = Some(v);
-        self.carrier = event.channel();
-        self.joined.clear();
-        self.light.clear();
-        self.announced = false;
-        self.installed = false;
-        self.schedule_announce(ctx);
-        if self.heavy.as_ref().is_some_and(|h| !h.primary) {
+        let forming: Vec<u32> = self.heavies.get(&h).map_or(Vec::new(), |heavy| {
+            heavy
+                .switches
+                .iter()
+                .filter(|(_, s)| s.sent && !s.installed)
+                .map(|(&g, _)| g)
+                .collect()
+        });
+        for g in forming {
+            self.install_switch(h, g, ctx);
+        }
+        let moving: Vec<u32> = self
+            .groups
+            .iter()
+            .filter(|(_, grp)| grp.home == h && grp.moving.is_some())
+            .map(|(&g, _)| g)
+            .collect();
+        for g in moving {
+            self.complete(g, ctx);
+        }
+        let Some(heavy) = self.heavies.get_mut(&h) else {
+            return;
+        };
+        heavy.view = Some(v);
+        heavy.carrier = event.channel();
+        heavy.joined.clear();
+        heavy.light.clear();
+        heavy.held.clear();
+        heavy.flushed.clear();
+        heavy.switches.clear();
+        heavy.pulled.clear();
+        heavy.announced = false;
+        heavy.installed = false;
+        let primary = heavy.view.as_ref().is_some_and(|v| v.primary);
+        self.schedule_announce(h, ctx);
+        if !primary {
             // A view that carries no messages (`primary = "majority"`, a minority): nothing
             // to agree on, so its light views are its members, installed at once.
-            if let Some(h) = &self.heavy {
-                let all: Vec<u32> = self.groups.keys().copied().collect();
-                for m in &h.members {
-                    self.joined.insert(m.node, all.clone());
+            let all: Vec<u32> = self
+                .groups
+                .iter()
+                .filter(|(_, grp)| grp.home == h)
+                .map(|(&g, _)| g)
+                .collect();
+            if let Some(heavy) = self.heavies.get_mut(&h) {
+                if let Some(view) = &heavy.view {
+                    for m in &view.members {
+                        heavy.joined.insert(m.node, all.clone());
+                    }
                 }
             }
-            self.install(ctx);
+            self.install(h, ctx);
+        }
+    }
+
+    /// A packet of heavy group `h` whose light views are installed.
+    fn dispatch(
+        &mut self,
+        h: SessionId,
+        source: NodeId,
+        pdu: LwgPdu,
+        ev: Event,
+        ctx: &mut Context<'_>,
+    ) {
+        match pdu {
+            LwgPdu::Data { group } => {
+                let heavy = self.heavies.entry(h).or_default();
+                if let Some(sw) = heavy
+                    .switches
+                    .get_mut(&group)
+                    .filter(|sw| !sw.installed && sw.moved.contains_key(&source))
+                {
+                    // Sent in the switch view being formed.
+                    if sw.held.len() < self.capacity {
+                        ctx.count("held");
+                        sw.held.push_back(ev);
+                    } else {
+                        ctx.count("held_over");
+                    }
+                    return;
+                }
+                self.deliver(h, group, ev, ctx);
+            }
+            LwgPdu::Switch {
+                group,
+                to,
+                generation,
+            } => self.on_switch(h, group, to, generation, ctx),
+            LwgPdu::Flushed { group } => {
+                let heavy = self.heavies.entry(h).or_default();
+                let f = heavy.flushed.entry(group).or_default();
+                if !f.contains(&source) {
+                    f.push(source);
+                }
+                self.check_flushed(group, ctx);
+            }
+            LwgPdu::Moved {
+                view,
+                group,
+                generation,
+                open,
+            } => self.on_moved(h, source, view, group, generation, open, ctx),
+            LwgPdu::Joined { .. } => {}
+        }
+    }
+
+    /// A `Switch` delivered on heavy group `h`: light group `group` moves to the heavy group
+    /// of light group `to`.
+    fn on_switch(&mut self, h: SessionId, g: u32, to: u32, generation: u32, ctx: &mut Context<'_>) {
+        let dest = match self.groups.get(&to) {
+            Some(t) => (t.home, t.via),
+            None => {
+                ctx.count("switch_unknown");
+                return;
+            }
+        };
+        let members: Vec<NodeId> = self
+            .heavies
+            .get(&h)
+            .and_then(|heavy| heavy.light.get(&g))
+            .map_or(vec![self.node], |ms| ms.iter().map(|m| m.node).collect());
+        let Some(grp) = self.groups.get_mut(&g) else {
+            ctx.count("foreign");
+            return;
+        };
+        if grp.home != h || grp.moving.is_some() || dest.0 == h {
+            ctx.count("switch_ignored");
+            return;
+        }
+        ctx.count("switched");
+        grp.moving = Some(Moving {
+            to: dest.0,
+            via: dest.1,
+            to_group: to,
+            generation: generation.max(grp.generation + 1),
+            members,
+        });
+        // After this member's last message of the group on `h` (FIFO per sender).
+        self.send_control(h, &LwgPdu::Flushed { group: g }, ctx);
+        self.check_flushed(g, ctx);
+    }
+
+    /// Completes light group `g`'s move when every member of its old light view has flushed.
+    fn check_flushed(&mut self, g: u32, ctx: &mut Context<'_>) {
+        let Some(grp) = self.groups.get(&g) else {
+            return;
+        };
+        let Some(moving) = &grp.moving else {
+            return;
+        };
+        let flushed = self
+            .heavies
+            .get(&grp.home)
+            .and_then(|heavy| heavy.flushed.get(&g));
+        if moving
+            .members
+            .iter()
+            .all(|m| flushed.is_some_and(|f| f.contains(m)))
+        {
+            self.complete(g, ctx);
+        }
+    }
+
+    /// Ends light group `g`'s light view on its old heavy group and starts its switch view on
+    /// the new one.
+    fn complete(&mut self, g: u32, ctx: &mut Context<'_>) {
+        let Some(grp) = self.groups.get_mut(&g) else {
+            return;
+        };
+        let Some(moving) = grp.moving.take() else {
+            return;
+        };
+        let old = grp.home;
+        grp.home = moving.to;
+        grp.via = moving.via;
+        grp.generation = moving.generation;
+        grp.moved_to = Some(moving.to_group);
+        grp.waiting = true;
+        let generation = grp.generation;
+        ctx.count("moved");
+        if let Some(heavy) = self.heavies.get_mut(&old) {
+            heavy.light.remove(&g);
+        }
+        let d = moving.to;
+        let Some(heavy) = self.heavies.get_mut(&d) else {
+            // No view yet on the new heavy group: its first view's announcement lists `g`.
+            return;
+        };
+        let Some(view) = heavy.view.as_ref().filter(|v| v.primary) else {
+            return;
+        };
+        let view = view.id;
+        let sw = heavy.switches.entry(g).or_default();
+        if sw.sent {
+            return;
+        }
+        sw.sent = true;
+        self.send_control(
+            d,
+            &LwgPdu::Moved {
+                view,
+                group: g,
+                generation,
+                open: true,
+            },
+            ctx,
+        );
+    }
+
+    /// A `Moved` delivered on heavy group `h`.
+    #[allow(clippy::too_many_arguments)]
+    fn on_moved(
+        &mut self,
+        h: SessionId,
+        source: NodeId,
+        view: ViewId,
+        g: u32,
+        generation: u32,
+        open: bool,
+        ctx: &mut Context<'_>,
+    ) {
+        let Some(heavy) = self.heavies.get_mut(&h) else {
+            return;
+        };
+        if heavy.view.as_ref().map(|v| v.id) != Some(view) {
+            ctx.count("stale_moved");
+            return;
+        }
+        let sw = heavy.switches.entry(g).or_default();
+        sw.moved.entry(source).or_insert((generation, open));
+        if !sw.sent {
+            // Answer: in the switch view if the group rides this heavy group here and is not
+            // moving; out of it if the group is not open here; later (at the end of its own
+            // move) if it is still on another heavy group.
+            let answer = match self.groups.get(&g) {
+                None => Some((0, false)),
+                Some(grp) if grp.home == h && grp.moving.is_none() => {
+                    Some((grp.generation + 1, true))
+                }
+                Some(_) => None,
+            };
+            if let Some((generation, open)) = answer {
+                sw.sent = true;
+                self.send_control(
+                    h,
+                    &LwgPdu::Moved {
+                        view,
+                        group: g,
+                        generation,
+                        open,
+                    },
+                    ctx,
+                );
+            }
+        }
+        let ready = self.heavies.get(&h).is_some_and(|heavy| {
+            heavy.switches.get(&g).is_some_and(|sw| {
+                sw.sent
+                    && !sw.installed
+                    && heavy
+                        .view
+                        .as_ref()
+                        .is_some_and(|v| v.members.iter().all(|m| sw.moved.contains_key(&m.node)))
+            })
+        });
+        if ready {
+            self.install_switch(h, g, ctx);
+        }
+    }
+
+    /// Installs light group `g`'s switch view on heavy group `h`: the members of its view that
+    /// said they are in it.
+    fn install_switch(&mut self, h: SessionId, g: u32, ctx: &mut Context<'_>) {
+        let Some(heavy) = self.heavies.get_mut(&h) else {
+            return;
+        };
+        let Some(view) = heavy.view.clone() else {
+            return;
+        };
+        let Some(sw) = heavy.switches.get_mut(&g) else {
+            return;
+        };
+        sw.installed = true;
+        let held = std::mem::take(&mut sw.held);
+        let members: Vec<Member> = view
+            .members
+            .iter()
+            .filter(|m| m.node == self.node || sw.moved.get(&m.node).is_some_and(|x| x.1))
+            .copied()
+            .collect();
+        let generation = sw
+            .moved
+            .values()
+            .filter(|x| x.1)
+            .map(|x| x.0)
+            .max()
+            .unwrap_or(0);
+        let Some(grp) = self.groups.get_mut(&g).filter(|grp| grp.home == h) else {
+            return;
+        };
+        grp.generation = grp.generation.max(generation);
+        heavy.light.insert(g, members.clone());
+        ctx.count("switch_installed");
+        ctx.go(Event::new(
+            VIEW.id(),
+            Direction::Up,
+            grp.ch,
+            Body::Custom(Box::new(ViewNotice {
+                id: light_view_id_at(view.id, grp.generation, &members, true),
+                members,
+                primary: view.primary,
+            })),
+        ));
+        for ev in held {
+            self.deliver(h, g, ev, ctx);
+        }
+        self.release(g, ctx);
+    }
+
+    /// A `Joined` on heavy group `h` lists light groups that moved away from `h` here: the
+    /// sender missed their move (it was cut off, or restarted); pull it with a `Switch`.
+    fn pull_stragglers(&mut self, h: SessionId, groups: &[u32], ctx: &mut Context<'_>) {
+        for &g in groups {
+            let Some(grp) = self.groups.get(&g) else {
+                continue;
+            };
+            let Some(to) = grp.moved_to else {
+                continue;
+            };
+            let generation = grp.generation;
+            if grp.home == h || grp.origin != h || grp.moving.is_some() {
+                continue;
+            }
+            let Some(heavy) = self.heavies.get_mut(&h) else {
+                continue;
+            };
+            if heavy.pulled.contains(&g) || !heavy.view.as_ref().is_some_and(|v| v.primary) {
+                continue;
+            }
+            heavy.pulled.push(g);
+            ctx.count("pulled");
+            self.send_control(
+                h,
+                &LwgPdu::Switch {
+                    group: g,
+                    to,
+                    generation,
+                },
+                ctx,
+            );
         }
     }
 
     fn on_up(&mut self, mut event: Event, ctx: &mut Context<'_>) {
+        let h = below(ctx, event.channel());
         let Some(s) = event.sendable_mut() else {
             ctx.go(event);
             return;
@@ -381,28 +929,151 @@ impl LwgSession {
             ctx.count("malformed");
             return;
         }
+        let heavy = self.heavies.entry(h).or_default();
         match pdu {
-            LwgPdu::Data { group } => {
-                if self.installed {
-                    self.deliver(group, event, ctx);
-                } else if self.held.len() < self.capacity {
+            LwgPdu::Joined { view, groups } => {
+                if heavy.view.as_ref().map(|v| v.id) != Some(view) {
+                    ctx.count("stale_joined");
+                    return;
+                }
+                if source != self.node {
+                    self.pull_stragglers(h, &groups, ctx);
+                }
+                let Some(heavy) = self.heavies.get_mut(&h) else {
+                    return;
+                };
+                heavy.joined.entry(source).or_insert(groups);
+                if !heavy.installed && self.all_joined(h) {
+                    self.install(h, ctx);
+                }
+            }
+            pdu if heavy.installed => self.dispatch(h, source, pdu, event, ctx),
+            pdu => {
+                if heavy.held.len() < self.capacity {
                     ctx.count("held");
-                    self.held.push_back((group, event));
+                    heavy.held.push_back((source, pdu, event));
                 } else {
                     ctx.count("held_over");
                 }
             }
-            LwgPdu::Joined { view, groups } => {
-                if self.heavy.as_ref().map(|h| h.id) != Some(view) {
-                    ctx.count("stale_joined");
-                    return;
-                }
-                self.joined.entry(source).or_insert(groups);
-                if !self.installed && self.all_joined() {
-                    self.install(ctx);
-                }
-            }
         }
+    }
+
+    /// A move command down light channel `ch`.
+    fn on_move(&mut self, event: &Event, ctx: &mut Context<'_>) {
+        let ch = event.channel();
+        let Some(cmd) = event.custom::<MoveCommand>() else {
+            return;
+        };
+        let to = group_id(&cmd.to);
+        let g = self.groups.iter().find(|(_, grp)| grp.ch == ch).map(|(&g, _)| g);
+        let reason = match (g.and_then(|g| self.groups.get(&g)), self.groups.get(&to)) {
+            (None, _) => Some("the channel is not a light group of this lwg session"),
+            (_, None) => Some("the destination is not a light channel of this lwg session"),
+            (Some(grp), Some(t)) if grp.home == t.home => {
+                Some("the group already rides the destination's heavy group")
+            }
+            (Some(grp), _) if grp.moving.is_some() || grp.waiting => {
+                Some("the group is moving")
+            }
+            (Some(grp), _)
+                if !self
+                    .heavies
+                    .get(&grp.home)
+                    .and_then(|h| h.view.as_ref())
+                    .is_some_and(|v| v.primary) =>
+            {
+                Some("the group's heavy group has no view that carries messages")
+            }
+            _ => None,
+        };
+        if let Some(reason) = reason {
+            ctx.count("move_refused");
+            let error = LwgError::MoveRefused {
+                channel: ctx.channel_name(ch).unwrap_or("?").to_owned(),
+                to: cmd.to.clone(),
+                reason,
+            };
+            ctx.go(Event::new(
+                LWG_REFUSED.id(),
+                Direction::Up,
+                ch,
+                Body::Custom(Box::new(error)),
+            ));
+            return;
+        }
+        let Some((g, grp)) = g.and_then(|g| self.groups.get(&g).map(|grp| (g, grp))) else {
+            return;
+        };
+        let pdu = LwgPdu::Switch {
+            group: g,
+            to,
+            generation: grp.generation + 1,
+        };
+        ctx.count("switch_sent");
+        self.send_control(grp.home, &pdu, ctx);
+    }
+
+    fn on_init(&mut self, event: Event, ctx: &mut Context<'_>) {
+        let ch = event.channel();
+        let Some(name) = ctx.channel_name(ch).map(str::to_owned) else {
+            ctx.go(event);
+            return;
+        };
+        let g = group_id(&name);
+        if let Some(holder) = self.groups.get(&g).map(|grp| grp.ch).filter(|&c| c != ch) {
+            // Two names, one id: refuse the second channel, or their messages mix.
+            ctx.count("id_collision");
+            self.refused.push(ch);
+            let error = LwgError::IdCollision {
+                id: g,
+                channel: name,
+                holder: ctx.channel_name(holder).unwrap_or("?").to_owned(),
+            };
+            ctx.go(event);
+            ctx.go(Event::new(
+                LWG_REFUSED.id(),
+                Direction::Up,
+                ch,
+                Body::Custom(Box::new(error)),
+            ));
+            return;
+        }
+        let h = below(ctx, ch);
+        self.groups.insert(
+            g,
+            Group {
+                ch,
+                home: h,
+                origin: h,
+                via: ch,
+                generation: 0,
+                moved_to: None,
+                moving: None,
+                waiting: false,
+                pending: VecDeque::new(),
+            },
+        );
+        let heavy = self.heavies.entry(h).or_default();
+        let minority = heavy
+            .view
+            .clone()
+            .filter(|v| !v.primary && heavy.installed);
+        if let Some(v) = minority {
+            // A channel opened in a view that carries no messages (a restarted member
+            // alone under `primary = "majority"`): its light view at once, with the
+            // heavy view's members, as the others' were — nothing to agree on, and
+            // its announcement would wait for a primary view.
+            for m in &v.members {
+                heavy.joined.entry(m.node).or_default().push(g);
+            }
+            self.install_group(h, &v, g, ctx);
+        } else if heavy.announced {
+            ctx.count("joined_late");
+        } else if heavy.view.is_some() {
+            self.schedule_announce(h, ctx);
+        }
+        ctx.go(event);
     }
 }
 
@@ -411,9 +1082,12 @@ impl Session for LwgSession {
         let ty = event.ty();
         if ty == TIMER.id() {
             if let Body::Timer(t) = &event.body {
-                if t.token == ANNOUNCE {
-                    self.timer = false;
-                    self.announce(ctx);
+                if t.token >> 32 == ANNOUNCE {
+                    let h = SessionId((t.token & 0xffff_ffff) as u32);
+                    if let Some(heavy) = self.heavies.get_mut(&h) {
+                        heavy.timer = false;
+                    }
+                    self.announce(h, ctx);
                 }
             }
             return;
@@ -422,51 +1096,17 @@ impl Session for LwgSession {
             self.on_view(event, ctx);
             return;
         }
+        if ty == LWG_MOVE.id() {
+            self.on_move(&event, ctx);
+            return;
+        }
         if ty == CHANNEL_INIT.id() {
-            let ch = event.channel();
-            if let Some(name) = ctx.channel_name(ch).map(str::to_owned) {
-                let g = group_id(&name);
-                if let Some(&holder) = self.groups.get(&g).filter(|&&c| c != ch) {
-                    // Two names, one id: refuse the second channel, or their messages mix.
-                    ctx.count("id_collision");
-                    self.refused.push(ch);
-                    let error = LwgError::IdCollision {
-                        id: g,
-                        channel: name,
-                        holder: ctx.channel_name(holder).unwrap_or("?").to_owned(),
-                    };
-                    ctx.go(event);
-                    ctx.go(Event::new(
-                        LWG_REFUSED.id(),
-                        Direction::Up,
-                        ch,
-                        Body::Custom(Box::new(error)),
-                    ));
-                    return;
-                }
-                self.groups.insert(g, ch);
-                let minority = self.heavy.clone().filter(|h| !h.primary && self.installed);
-                if let Some(h) = minority {
-                    // A channel opened in a view that carries no messages (a restarted member
-                    // alone under `primary = "majority"`): its light view at once, with the
-                    // heavy view's members, as the others' were — nothing to agree on, and
-                    // its announcement would wait for a primary view.
-                    for m in &h.members {
-                        self.joined.entry(m.node).or_default().push(g);
-                    }
-                    self.install_group(&h, g, ch, ctx);
-                } else if self.announced {
-                    ctx.count("joined_late");
-                } else if self.heavy.is_some() {
-                    self.schedule_announce(ctx);
-                }
-            }
-            ctx.go(event);
+            self.on_init(event, ctx);
             return;
         }
         if ty == CHANNEL_CLOSE.id() {
             let ch = event.channel();
-            self.groups.retain(|_, c| *c != ch);
+            self.groups.retain(|_, grp| grp.ch != ch);
             self.refused.retain(|c| *c != ch);
             ctx.go(event);
             return;
@@ -479,15 +1119,38 @@ impl Session for LwgSession {
                 ctx.go(events::failure(&SEND_REFUSED, ch, self.node, [tag]));
             }
             (Direction::Down, Some(s)) => {
-                let group = self
+                let found = self
                     .groups
-                    .iter()
-                    .find(|(_, c)| **c == ch)
-                    .map(|(g, _)| *g)
-                    .or_else(|| ctx.channel_name(ch).map(group_id))
-                    .unwrap_or(0);
-                s.message.push(&LwgPdu::Data { group }.emit());
-                ctx.go(event);
+                    .iter_mut()
+                    .find(|(_, grp)| grp.ch == ch)
+                    .map(|(&g, grp)| (g, grp));
+                match found {
+                    Some((g, grp)) if grp.moving.is_some() || grp.waiting => {
+                        // Moving: sent on the new heavy group once the group has a view there.
+                        if grp.pending.len() < self.capacity {
+                            ctx.count("pending");
+                            grp.pending.push_back(event);
+                        } else {
+                            ctx.count("pending_over");
+                            let tag = s.tag;
+                            ctx.go(events::failure(&SEND_REFUSED, ch, self.node, [tag]));
+                        }
+                        let _ = g;
+                    }
+                    Some((g, grp)) => {
+                        let via = grp.via;
+                        s.message.push(&LwgPdu::Data { group: g }.emit());
+                        if via != ch {
+                            event.set_channel(via);
+                        }
+                        ctx.go(event);
+                    }
+                    None => {
+                        let group = ctx.channel_name(ch).map_or(0, group_id);
+                        s.message.push(&LwgPdu::Data { group }.emit());
+                        ctx.go(event);
+                    }
+                }
             }
             (Direction::Up, Some(_)) => self.on_up(event, ctx),
             _ => ctx.go(event),

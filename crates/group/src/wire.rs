@@ -701,6 +701,35 @@ pub enum LwgPdu {
         /// The sender's light groups.
         groups: Vec<u32>,
     },
+    /// kind 3: on the old heavy group, light group `group` moves to the heavy group of light
+    /// group `to`; `generation` is the group's move count after this move.
+    Switch {
+        /// The light group that moves.
+        group: u32,
+        /// A light group on the destination heavy group (its id names that heavy group).
+        to: u32,
+        /// The moving group's generation once moved.
+        generation: u32,
+    },
+    /// kind 4: on the old heavy group, the sender sends nothing more of `group` there (FIFO:
+    /// after its last message of the group).
+    Flushed {
+        /// The light group that moves.
+        group: u32,
+    },
+    /// kind 5: on the new heavy group in heavy view `view`, the sender's part in the switch
+    /// view of `group`: a member of it (`open`) or not; the first one of each member in a view
+    /// counts.
+    Moved {
+        /// The new heavy group's view.
+        view: ViewId,
+        /// The light group that moved.
+        group: u32,
+        /// The sender's generation for the group (the switch view takes the largest).
+        generation: u32,
+        /// The sender has the group open and joins its switch view.
+        open: bool,
+    },
 }
 
 impl LwgPdu {
@@ -729,6 +758,22 @@ impl LwgPdu {
                 }
                 LwgPdu::Joined { view, groups }
             }
+            3 => LwgPdu::Switch {
+                group: r.u32()?,
+                to: r.u32()?,
+                generation: r.u32()?,
+            },
+            4 => LwgPdu::Flushed { group: r.u32()? },
+            5 => LwgPdu::Moved {
+                view: r.view()?,
+                group: r.u32()?,
+                generation: r.u32()?,
+                open: match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(WireError::Malformed("moved flag not 0 or 1")),
+                },
+            },
             k => return Err(WireError::Kind(k)),
         };
         Ok((pdu, r.pos()))
@@ -750,6 +795,32 @@ impl LwgPdu {
                 for g in groups {
                     w.u32(*g);
                 }
+            }
+            LwgPdu::Switch {
+                group,
+                to,
+                generation,
+            } => {
+                w.u8(3);
+                w.u32(*group);
+                w.u32(*to);
+                w.u32(*generation);
+            }
+            LwgPdu::Flushed { group } => {
+                w.u8(4);
+                w.u32(*group);
+            }
+            LwgPdu::Moved {
+                view,
+                group,
+                generation,
+                open,
+            } => {
+                w.u8(5);
+                w.view(*view);
+                w.u32(*group);
+                w.u32(*generation);
+                w.u8(u8::from(*open));
             }
         }
         w.0
