@@ -458,6 +458,28 @@ impl LwgSession {
                 primary: view.primary,
             })),
         ));
+        if let Some(moving) = &mut grp.moving {
+            // A move that began in an earlier view: this view's light members flush again
+            // (a member that missed the `Switch` gets it again).
+            moving.members = view
+                .members
+                .iter()
+                .filter(|m| {
+                    m.node == self.node
+                        || heavy.joined.get(&m.node).is_some_and(|gs| gs.contains(&g))
+                })
+                .map(|m| m.node)
+                .collect();
+            let switch = LwgPdu::Switch {
+                group: g,
+                to: moving.to_group,
+                generation: moving.generation,
+            };
+            self.send_control(h, &switch, ctx);
+            self.send_control(h, &LwgPdu::Flushed { group: g }, ctx);
+            self.check_flushed(g, ctx);
+            return;
+        }
         self.release(g, ctx);
     }
 
@@ -569,15 +591,9 @@ impl LwgSession {
         for g in forming {
             self.install_switch(h, g, ctx);
         }
-        let moving: Vec<u32> = self
-            .groups
-            .iter()
-            .filter(|(_, grp)| grp.home == h && grp.moving.is_some())
-            .map(|(&g, _)| g)
-            .collect();
-        for g in moving {
-            self.complete(g, ctx);
-        }
+        // A move away from `h` not complete goes on in the next view: the `Flushed` (and the
+        // messages before them) still queued at their senders come in it; at its light view
+        // the `Switch` and this member's `Flushed` go again (install_group).
         let Some(heavy) = self.heavies.get_mut(&h) else {
             return;
         };
