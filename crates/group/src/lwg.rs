@@ -41,23 +41,58 @@
 //!
 //! # Mapping light groups to heavy groups
 //!
-//! One `lwg` session has one heavy group: the `vsync` session its first channel got. The
-//! mapping of light groups to heavy groups is therefore the binding: channels bound to `lwg`
-//! session `x` ride `x`'s heavy group, channels bound to `y` another one. A channel opened
-//! while a heavy view is current joins its light group at the next heavy view (counted
-//! `lwg.joined_late`). Not done yet: Rodrigues et al.'s switch, moving an open light group from
-//! one heavy group to another without closing it; scenarios do not script opening and closing
-//! channels at run time either. The intended design: one `lwg` session bound over several
-//! heavy groups (per-heavy-group state, a heavy group known by the session just below `lwg` in
-//! the channel); a `Switch { group, to }` multicast on the old heavy group; each light member
-//! that delivers it stops sending the group there (its messages wait) and multicasts a
-//! `Flushed { group }` after its last one (FIFO per sender); with every light member's
-//! `Flushed` in — or at the old heavy group's next view, where virtual synchrony makes the
-//! survivors agree on the `Switch` and the messages before it — the light view ends and a new
-//! one (the old members in the new heavy view, its id marked as a switch view) begins on the
-//! new heavy group; messages of the group that arrive there first wait, and are dropped if the
-//! new heavy group changes view before the switch completes (their sender's light view was
-//! another one).
+//! One `lwg` session may ride several heavy groups: a channel's heavy group is the session
+//! just below `lwg` in it ([`Context::session_below`]), and the session keeps its state (view,
+//! announcements, light views, held messages) per heavy group. The mapping starts as the
+//! binding: channels whose stack has `vsync` session `x` below `lwg` ride `x`'s heavy group
+//! (two QoS with different lower layers, e.g. two devices on two ports, give two heavy groups
+//! under one `lwg` session; channels bound to another `lwg` session ride another mapping). A
+//! channel opened while a heavy view is current joins its light group at the next heavy view
+//! (counted `lwg.joined_late`).
+//!
+//! The mapping changes at run time (Rodrigues et al.'s switch): an [`LWG_MOVE`] command down
+//! light channel `a` ([`move_command`]; `[[scenario.move]]` in a stack file,
+//! `Channel::move_light_group` on the embedding API) moves `a`'s light group to the heavy
+//! group of light channel `d`:
+//!
+//! 1. the asked member multicasts `Switch { group, to, generation }` on the old heavy group
+//!    (`lwg.switch_sent`; refused with an [`LWG_REFUSED`] notice carrying
+//!    [`LwgError::MoveRefused`], `lwg.move_refused`, when the group already rides `d`'s heavy
+//!    group, is moving, or its heavy view carries no messages);
+//! 2. each member that delivers it (`lwg.switched`) stops sending the group there (its sends
+//!    wait, `lwg.pending`) and multicasts `Flushed { group }` after its last message of the
+//!    group (FIFO per sender); it delivers each sender's messages up to that sender's
+//!    `Flushed` in the old light view. With every old light member's `Flushed` in, the old
+//!    light view ends (`lwg.moved`). A view change of the old heavy group before that does
+//!    not end the move: the messages and `Flushed` still queued at their senders come in the
+//!    next view, whose light view of the group is installed as usual, and there every member
+//!    sends `Switch` (for a member that missed it) and `Flushed` again;
+//! 3. on the new heavy group, the member multicasts `Moved { view, group, generation, open }`
+//!    in its current heavy view; every other member of that view answers with its own
+//!    `Moved` — `open` when the group rides this heavy group there (it is in the switch view),
+//!    not `open` when it does not have the group, and only at the end of its own move when
+//!    the group is still on another heavy group. The *switch view* is installed when every
+//!    member's `Moved` is in, or at the end of that heavy view with those received (virtual
+//!    synchrony of the new heavy group: members that go on together received the same ones):
+//!    the members that said `open`, its id the heavy view's marked as a switch view, with the
+//!    largest generation (`lwg.switch_installed`). Messages of a member after its `Moved` wait
+//!    for the switch view (a member that sent `Moved` sends nothing of the group before its
+//!    switch view is installed, then what waited);
+//! 4. later heavy views of the new heavy group list the group in their `Joined` as usual.
+//!
+//! Light view ids carry the group's *generation* (its move count) above the heavy counter
+//! (bit 40 and up, [`light_view_id_at`]), so each member's light views keep increasing across
+//! moves. A member that missed a move (cut off, or restarted: its channel starts on its
+//! configured heavy group) announces the group in a `Joined` on the old heavy group; members
+//! that moved it away pull it with a `Switch` (`lwg.pulled`, once per heavy view), so the
+//! light group becomes one again. Not done: pulling stragglers after a move back to the
+//! configured heavy group, and moves under `primary = "majority"` in minority views (the
+//! command is refused there).
+//!
+//! Light-group ids are the FNV-1a 32 hash of channel names, so two names may share one: the
+//! session refuses the second channel of such a pair (an [`LWG_REFUSED`] notice carrying
+//! [`LwgError::IdCollision`], counted `lwg.id_collision`; its sends are refused with
+//! `SendRefused`, `lwg.refused`) rather than mix their messages.
 //!
 //! # Wire and counters
 //!
@@ -65,7 +100,11 @@
 //! views), `lwg.delivered`, `lwg.held` (waited for installation), `lwg.foreign` (a group this
 //! member is not in), `lwg.stale_joined`, `lwg.malformed`, `lwg.held_over` (beyond the
 //! `capacity` bound, dropped), `lwg.joined_late` (a channel opened after this view's `Joined`),
-//! `lwg.announce_datagrams` (datagrams of the `Joined` announcements: one per other member).
+//! `lwg.announce_datagrams` (datagrams of the `Joined` announcements: one per other member);
+//! moves: `lwg.switch_sent`, `lwg.switched`, `lwg.moved`, `lwg.switch_installed`,
+//! `lwg.pending` (sends waiting for the end of a move), `lwg.pending_over` (beyond `capacity`:
+//! refused), `lwg.stale_moved`, `lwg.switch_ignored`, `lwg.switch_unknown`, `lwg.pulled`,
+//! `lwg.move_refused`; collisions: `lwg.id_collision`, `lwg.refused`.
 
 use std::collections::{BTreeMap, VecDeque};
 
