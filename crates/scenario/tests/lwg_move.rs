@@ -63,8 +63,9 @@ bind = { lwg = "the-lwg" }
 layer = "lwg"
 "#;
 
-/// Workloads on the three channels, a move of `a` to `d`'s heavy group, random faults.
-fn scenario(seed: u64) -> String {
+/// Workloads on the three channels, a move of `a` to `d`'s heavy group, random faults (with
+/// a partition that heals around the move when `partition`).
+fn scenario(seed: u64, partition: bool) -> String {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0018_3003);
     let nodes: u32 = rng.gen_range(3..=5);
     let loss = [0.0, 0.05, 0.1, 0.2][rng.gen_range(0..4)];
@@ -101,6 +102,25 @@ reorder_delay = "3ms"
         (at * 1000.0) as u64
     );
     let mut last = at;
+    if partition {
+        // A partition around the move: some members miss the `Switch`, the `Flushed` or the
+        // `Moved`, and are pulled over after the heal.
+        let from = at + rng.gen_range(-0.3..0.1);
+        let heal = from + rng.gen_range(0.3..2.0);
+        last = last.max(heal);
+        let mut groups: Vec<Vec<u32>> = vec![Vec::new(); 2];
+        for n in 0..nodes {
+            groups[rng.gen_range(0..2)].push(n);
+        }
+        groups.retain(|g| !g.is_empty());
+        let _ = write!(
+            s,
+            "[[scenario.partition]]\nat = \"{}ms\"\nheal = \"{}ms\"\ngroups = {:?}\n",
+            (from * 1000.0) as u64,
+            (heal * 1000.0) as u64,
+            groups
+        );
+    }
     if rng.gen_bool(0.5) {
         // A crash during the move (the mover itself, sometimes).
         let node = if rng.gen_bool(0.3) {
@@ -224,6 +244,16 @@ size = 40
 
 #[test]
 fn a_moving_light_group_keeps_every_property_over_random_faults() {
+    many_seeds(false);
+}
+
+/// The same with a partition around the move that heals.
+#[test]
+fn a_light_group_moved_across_a_partition_keeps_every_property() {
+    many_seeds(true);
+}
+
+fn many_seeds(partition: bool) {
     let mut tally: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut failures = Vec::new();
     let first: u64 = std::env::var("GROUP_SEED_FROM")
@@ -232,7 +262,7 @@ fn a_moving_light_group_keeps_every_property_over_random_faults() {
         .unwrap_or(0);
     let mut moved = 0;
     for seed in first..first + seeds() {
-        let src = format!("{STACK}{}", scenario(seed));
+        let src = format!("{STACK}{}", scenario(seed, partition));
         let r = run_file(&src);
         for (k, v) in &r.properties {
             let t = tally.entry(k.clone()).or_default();
@@ -248,8 +278,8 @@ fn a_moving_light_group_keeps_every_property_over_random_faults() {
         }
     }
     println!(
-        "moving light group a to d's heavy group over {} seeds (held / violated); {moved} seeds \
-         moved:",
+        "moving light group a to d's heavy group over {} seeds, partition {partition} \
+         (held / violated); {moved} seeds moved:",
         seeds()
     );
     for (k, (held, bad)) in &tally {
@@ -259,4 +289,28 @@ fn a_moving_light_group_keeps_every_property_over_random_faults() {
     assert_eq!(tally.get("liveness").map(|t| t.0), Some(seeds()));
     // Every seed moves unless the crash took the mover down before its move.
     assert!(moved * 10 >= seeds() * 9, "{moved} of {} seeds moved", seeds());
+}
+
+/// A `[[scenario.move]]` naming a channel the file does not declare is an error at its line.
+#[test]
+fn a_move_naming_an_unknown_channel_is_reported() {
+    let src = format!(
+        "{STACK}{}",
+        r#"
+[scenario]
+nodes = 3
+[[scenario.move]]
+node = 0
+channel = "a"
+to = "zz"
+at = "1s"
+"#
+    );
+    let catalog = viastack_stack::standard_catalog();
+    let err = viastack_stack::parse("lwg-move.toml", &src, &catalog).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("[[scenario.move]] #1: no channel `zz`"),
+        "{text}"
+    );
 }
