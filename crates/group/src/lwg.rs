@@ -82,7 +82,8 @@
 //!
 //! Light view ids carry the group's *generation* (its move count) above the heavy counter
 //! (bit 40 and up, [`light_view_id_at`]), so each member's light views keep increasing across
-//! moves. A member that missed a move (cut off, or restarted: its channel starts on its
+//! moves; once a group moved, announcements carry generations (`JoinedAt`) and a light view
+//! takes the largest announced, so its members agree on its id. A member that missed a move (cut off, or restarted: its channel starts on its
 //! configured heavy group) announces the group in a `Joined` on the old heavy group; members
 //! that moved it away pull it with a `Switch` (`lwg.pulled`, once per heavy view), so the
 //! light group becomes one again. Not done: pulling stragglers after a move back to the
@@ -211,9 +212,7 @@ pub fn light_view_id_at(
     switch: bool,
 ) -> ViewId {
     let mut id = light_view_id(heavy, members);
-    id.counter = id
-        .counter
-        .wrapping_add(u64::from(generation) << 40);
+    id.counter = id.counter.wrapping_add(u64::from(generation) << 40);
     if switch {
         id.coord.epoch = match id.coord.epoch ^ 0x5357_4954 {
             0 => 1,
@@ -376,6 +375,8 @@ struct Heavy {
     switches: BTreeMap<u32, Switching>,
     /// Light groups whose stragglers were pulled in the current view.
     pulled: Vec<u32>,
+    /// The largest generation announced per light group in the current view.
+    generations: BTreeMap<u32, u32>,
 }
 
 impl Default for Heavy {
@@ -392,6 +393,7 @@ impl Default for Heavy {
             flushed: BTreeMap::new(),
             switches: BTreeMap::new(),
             pulled: Vec::new(),
+            generations: BTreeMap::new(),
         }
     }
 }
@@ -486,6 +488,10 @@ impl LwgSession {
             .copied()
             .collect();
         heavy.light.insert(g, members.clone());
+        // The generation the members announced (they agree on the announcements).
+        if let Some(&generation) = heavy.generations.get(&g) {
+            grp.generation = grp.generation.max(generation);
+        }
         ctx.count("installed");
         ctx.go(Event::new(
             VIEW.id(),
@@ -567,11 +573,11 @@ impl LwgSession {
     }
 
     fn announce(&mut self, h: SessionId, ctx: &mut Context<'_>) {
-        let groups: Vec<u32> = self
+        let groups: Vec<(u32, u32)> = self
             .groups
             .iter()
             .filter(|(_, grp)| grp.home == h)
-            .map(|(&g, _)| g)
+            .map(|(&g, grp)| (g, grp.generation))
             .collect();
         let Some(heavy) = self.heavies.get_mut(&h) else {
             return;
@@ -583,9 +589,16 @@ impl LwgSession {
             return;
         }
         heavy.announced = true;
-        let pdu = LwgPdu::Joined {
-            view: view.id,
-            groups,
+        let pdu = if groups.iter().any(|&(_, generation)| generation > 0) {
+            LwgPdu::JoinedAt {
+                view: view.id,
+                groups,
+            }
+        } else {
+            LwgPdu::Joined {
+                view: view.id,
+                groups: groups.into_iter().map(|(g, _)| g).collect(),
+            }
         };
         ctx.count("announced");
         // One datagram per other member (bench group's LWG figure).
@@ -644,6 +657,7 @@ impl LwgSession {
         heavy.flushed.clear();
         heavy.switches.clear();
         heavy.pulled.clear();
+        heavy.generations.clear();
         heavy.announced = false;
         heavy.installed = false;
         let primary = heavy.view.as_ref().is_some_and(|v| v.primary);
@@ -715,7 +729,7 @@ impl LwgSession {
                 generation,
                 open,
             } => self.on_moved(h, source, view, group, generation, open, ctx),
-            LwgPdu::Joined { .. } => {}
+            LwgPdu::Joined { .. } | LwgPdu::JoinedAt { .. } => {}
         }
     }
 
@@ -985,6 +999,23 @@ impl LwgSession {
             return;
         }
         let heavy = self.heavies.entry(h).or_default();
+        let pdu = match pdu {
+            LwgPdu::JoinedAt { view, groups } => {
+                if heavy.view.as_ref().map(|v| v.id) == Some(view)
+                    && !heavy.joined.contains_key(&source)
+                {
+                    for &(g, generation) in &groups {
+                        let e = heavy.generations.entry(g).or_default();
+                        *e = (*e).max(generation);
+                    }
+                }
+                LwgPdu::Joined {
+                    view,
+                    groups: groups.into_iter().map(|(g, _)| g).collect(),
+                }
+            }
+            pdu => pdu,
+        };
         match pdu {
             LwgPdu::Joined { view, groups } => {
                 if heavy.view.as_ref().map(|v| v.id) != Some(view) {
@@ -1021,16 +1052,18 @@ impl LwgSession {
             return;
         };
         let to = group_id(&cmd.to);
-        let g = self.groups.iter().find(|(_, grp)| grp.ch == ch).map(|(&g, _)| g);
+        let g = self
+            .groups
+            .iter()
+            .find(|(_, grp)| grp.ch == ch)
+            .map(|(&g, _)| g);
         let reason = match (g.and_then(|g| self.groups.get(&g)), self.groups.get(&to)) {
             (None, _) => Some("the channel is not a light group of this lwg session"),
             (_, None) => Some("the destination is not a light channel of this lwg session"),
             (Some(grp), Some(t)) if grp.home == t.home => {
                 Some("the group already rides the destination's heavy group")
             }
-            (Some(grp), _) if grp.moving.is_some() || grp.waiting => {
-                Some("the group is moving")
-            }
+            (Some(grp), _) if grp.moving.is_some() || grp.waiting => Some("the group is moving"),
             (Some(grp), _)
                 if !self
                     .heavies
@@ -1110,10 +1143,7 @@ impl LwgSession {
             },
         );
         let heavy = self.heavies.entry(h).or_default();
-        let minority = heavy
-            .view
-            .clone()
-            .filter(|v| !v.primary && heavy.installed);
+        let minority = heavy.view.clone().filter(|v| !v.primary && heavy.installed);
         if let Some(v) = minority {
             // A channel opened in a view that carries no messages (a restarted member
             // alone under `primary = "majority"`): its light view at once, with the

@@ -730,6 +730,14 @@ pub enum LwgPdu {
         /// The sender has the group open and joins its switch view.
         open: bool,
     },
+    /// kind 6: `Joined` with each group's generation (sent instead of `Joined` once a group
+    /// moved): the light view takes the largest generation announced for its group.
+    JoinedAt {
+        /// The heavy view the announcement is for.
+        view: ViewId,
+        /// The sender's light groups (ascending, no repeats) with their generations.
+        groups: Vec<(u32, u32)>,
+    },
 }
 
 impl LwgPdu {
@@ -774,6 +782,20 @@ impl LwgPdu {
                     _ => return Err(WireError::Malformed("moved flag not 0 or 1")),
                 },
             },
+            6 => {
+                let view = r.view()?;
+                let n = r.count(MAX_LIGHT_GROUPS)?;
+                let mut groups: Vec<(u32, u32)> = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let g = r.u32()?;
+                    let generation = r.u32()?;
+                    if groups.last().is_some_and(|&(l, _)| l >= g) {
+                        return Err(WireError::Malformed("light groups not ascending"));
+                    }
+                    groups.push((g, generation));
+                }
+                LwgPdu::JoinedAt { view, groups }
+            }
             k => return Err(WireError::Kind(k)),
         };
         Ok((pdu, r.pos()))
@@ -821,6 +843,15 @@ impl LwgPdu {
                 w.u32(*group);
                 w.u32(*generation);
                 w.u8(u8::from(*open));
+            }
+            LwgPdu::JoinedAt { view, groups } => {
+                w.u8(6);
+                w.view(*view);
+                w.count(groups.len());
+                for (g, generation) in groups {
+                    w.u32(*g);
+                    w.u32(*generation);
+                }
             }
         }
         w.0

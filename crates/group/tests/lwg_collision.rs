@@ -13,8 +13,8 @@ use viastack_group::{Lwg, Vsync};
 use viastack_kernel::event::SENDABLE;
 use viastack_kernel::layers::Device;
 use viastack_kernel::{
-    Dest, Direction, Event, Instant, Kernel, KernelConfig, LayerRef, Message, NodeId, Output,
-    Qos, Sendable,
+    Dest, Direction, Event, Instant, Kernel, KernelConfig, LayerRef, Message, NodeId, Output, Qos,
+    Sendable,
 };
 use viastack_protocols::events::SEND_REFUSED;
 use viastack_protocols::heartbeat::{self, Heartbeat};

@@ -282,6 +282,15 @@ fn lwg_vectors() {
                 generation: u(&v["generation"]) as u32,
                 open: v["open"].as_bool().unwrap(),
             },
+            "joined_at" => LwgPdu::JoinedAt {
+                view: view(&v["view"]),
+                groups: v["groups"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| (u(&p[0]) as u32, u(&p[1]) as u32))
+                    .collect(),
+            },
             _ => LwgPdu::Joined {
                 view: view(&v["view"]),
                 groups: v["groups"]
@@ -301,7 +310,7 @@ fn lwg_vectors() {
         valid += 1;
     }
     assert!(
-        valid >= 7 && invalid >= 8,
+        valid >= 8 && invalid >= 9,
         "{valid} valid, {invalid} invalid"
     );
 }

@@ -21,8 +21,8 @@ use viastack_kernel::{Duration, LayerRef, NodeId, Qos};
 use crate::catalog::{BuildEnv, Catalog, LayerKind, ParamKind, ParamSpec, ParamValue, Params};
 use crate::diag::{closest, did_you_mean, list, Diagnostic, Diagnostics, LineIndex};
 use crate::model::{
-    ChannelDecl, CrashSpec, Expect, GroupEventSpec, LayerDecl, LeaveSpec, MoveSpec, LinkFailureSpec,
-    LinkOverride, LinkSpec, PartitionSpec, Pattern, QosDecl, Role, Scenario, SessionDecl,
+    ChannelDecl, CrashSpec, Expect, GroupEventSpec, LayerDecl, LeaveSpec, LinkFailureSpec,
+    LinkOverride, LinkSpec, MoveSpec, PartitionSpec, Pattern, QosDecl, Role, Scenario, SessionDecl,
     StackFile, TopoLinkDecl, TopoNodeDecl, TopologyDecl, Workload,
 };
 use crate::tree::{Located, Node};
