@@ -322,6 +322,8 @@ struct Group {
     waiting: bool,
     /// Sends waiting for the end of a move.
     pending: VecDeque<Event>,
+    /// The counter of the last light view installed (views keep increasing across moves).
+    last_counter: u64,
 }
 
 #[derive(Debug)]
@@ -493,12 +495,14 @@ impl LwgSession {
             grp.generation = grp.generation.max(generation);
         }
         ctx.count("installed");
+        let id = light_view_id_at(view.id, grp.generation, &members, false);
+        grp.last_counter = grp.last_counter.max(id.counter);
         ctx.go(Event::new(
             VIEW.id(),
             Direction::Up,
             grp.ch,
             Body::Custom(Box::new(ViewNotice {
-                id: light_view_id_at(view.id, grp.generation, &members, false),
+                id,
                 members,
                 primary: view.primary,
             })),
@@ -928,6 +932,16 @@ impl LwgSession {
             return;
         };
         grp.generation = grp.generation.max(generation);
+        let mut id = light_view_id_at(view.id, grp.generation, &members, true);
+        if id.counter <= grp.last_counter {
+            // This member's own `Moved` missed the heavy view (it is not in the others'
+            // switch view, so the id is its own anyway): keep its views increasing.
+            grp.generation = u32::try_from(grp.last_counter >> 40)
+                .unwrap_or(u32::MAX)
+                .saturating_add(1);
+            id = light_view_id_at(view.id, grp.generation, &members, true);
+        }
+        grp.last_counter = grp.last_counter.max(id.counter);
         heavy.light.insert(g, members.clone());
         ctx.count("switch_installed");
         ctx.go(Event::new(
@@ -935,7 +949,7 @@ impl LwgSession {
             Direction::Up,
             grp.ch,
             Body::Custom(Box::new(ViewNotice {
-                id: light_view_id_at(view.id, grp.generation, &members, true),
+                id,
                 members,
                 primary: view.primary,
             })),
@@ -1140,6 +1154,7 @@ impl LwgSession {
                 moving: None,
                 waiting: false,
                 pending: VecDeque::new(),
+                last_counter: 0,
             },
         );
         let heavy = self.heavies.entry(h).or_default();
