@@ -323,3 +323,23 @@ at = "1s"
         "{text}"
     );
 }
+
+/// stacks/lwg-move.toml as shipped (two `vsync` layers over one device; a crash during the
+/// move and a restart pulled over): every property holds on each light channel, the move
+/// happened, and the restarted member was pulled.
+#[test]
+fn shipped_lwg_move_stack_holds() {
+    let path = format!("{}/../../stacks/lwg-move.toml", env!("CARGO_MANIFEST_DIR"));
+    let r = run_file(&std::fs::read_to_string(path).unwrap());
+    assert!(r.verdict.holds, "{r}");
+    assert!(r.properties.values().all(|v| v == "held"), "{r}");
+    assert!(r.properties.contains_key("liveness"), "{r}");
+    assert!(
+        r.counters.get("lwg.moved").copied().unwrap_or(0) >= 3,
+        "{r}"
+    );
+    assert!(
+        r.counters.get("lwg.pulled").copied().unwrap_or(0) >= 1,
+        "{r}"
+    );
+}
