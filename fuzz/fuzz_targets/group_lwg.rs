@@ -1,4 +1,5 @@
-//! Any bytes through the light-weight group decoder (`lwg`'s `LwgPdu`, crates/group/src/lwg.rs):
+//! Any bytes through the light-weight group decoder (`lwg`'s `LwgPdu`: data, joined, and the
+//! move's switch, flushed and moved; crates/group/src/lwg.rs):
 //! no panic, and whatever decodes re-encodes to the bytes it was read from.
 #![no_main]
 

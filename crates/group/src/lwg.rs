@@ -41,23 +41,59 @@
 //!
 //! # Mapping light groups to heavy groups
 //!
-//! One `lwg` session has one heavy group: the `vsync` session its first channel got. The
-//! mapping of light groups to heavy groups is therefore the binding: channels bound to `lwg`
-//! session `x` ride `x`'s heavy group, channels bound to `y` another one. A channel opened
-//! while a heavy view is current joins its light group at the next heavy view (counted
-//! `lwg.joined_late`). Not done yet: Rodrigues et al.'s switch, moving an open light group from
-//! one heavy group to another without closing it; scenarios do not script opening and closing
-//! channels at run time either. The intended design: one `lwg` session bound over several
-//! heavy groups (per-heavy-group state, a heavy group known by the session just below `lwg` in
-//! the channel); a `Switch { group, to }` multicast on the old heavy group; each light member
-//! that delivers it stops sending the group there (its messages wait) and multicasts a
-//! `Flushed { group }` after its last one (FIFO per sender); with every light member's
-//! `Flushed` in — or at the old heavy group's next view, where virtual synchrony makes the
-//! survivors agree on the `Switch` and the messages before it — the light view ends and a new
-//! one (the old members in the new heavy view, its id marked as a switch view) begins on the
-//! new heavy group; messages of the group that arrive there first wait, and are dropped if the
-//! new heavy group changes view before the switch completes (their sender's light view was
-//! another one).
+//! One `lwg` session may ride several heavy groups: a channel's heavy group is the session
+//! just below `lwg` in it ([`Context::session_below`]), and the session keeps its state (view,
+//! announcements, light views, held messages) per heavy group. The mapping starts as the
+//! binding: channels whose stack has `vsync` session `x` below `lwg` ride `x`'s heavy group
+//! (two QoS with different lower layers, e.g. two devices on two ports, give two heavy groups
+//! under one `lwg` session; channels bound to another `lwg` session ride another mapping). A
+//! channel opened while a heavy view is current joins its light group at the next heavy view
+//! (counted `lwg.joined_late`).
+//!
+//! The mapping changes at run time (Rodrigues et al.'s switch): an [`LWG_MOVE`] command down
+//! light channel `a` ([`move_command`]; `[[scenario.move]]` in a stack file,
+//! `Channel::move_light_group` on the embedding API) moves `a`'s light group to the heavy
+//! group of light channel `d`:
+//!
+//! 1. the asked member multicasts `Switch { group, to, generation }` on the old heavy group
+//!    (`lwg.switch_sent`; refused with an [`LWG_REFUSED`] notice carrying
+//!    [`LwgError::MoveRefused`], `lwg.move_refused`, when the group already rides `d`'s heavy
+//!    group, is moving, or its heavy view carries no messages);
+//! 2. each member that delivers it (`lwg.switched`) stops sending the group there (its sends
+//!    wait, `lwg.pending`) and multicasts `Flushed { group }` after its last message of the
+//!    group (FIFO per sender); it delivers each sender's messages up to that sender's
+//!    `Flushed` in the old light view. With every old light member's `Flushed` in, the old
+//!    light view ends (`lwg.moved`). A view change of the old heavy group before that does
+//!    not end the move: the messages and `Flushed` still queued at their senders come in the
+//!    next view, whose light view of the group is installed as usual, and there every member
+//!    sends `Switch` (for a member that missed it) and `Flushed` again;
+//! 3. on the new heavy group, the member multicasts `Moved { view, group, generation, open }`
+//!    in its current heavy view; every other member of that view answers with its own
+//!    `Moved` — `open` when the group rides this heavy group there (it is in the switch view),
+//!    not `open` when it does not have the group, and only at the end of its own move when
+//!    the group is still on another heavy group. The *switch view* is installed when every
+//!    member's `Moved` is in, or at the end of that heavy view with those received (virtual
+//!    synchrony of the new heavy group: members that go on together received the same ones):
+//!    the members that said `open`, its id the heavy view's marked as a switch view, with the
+//!    largest generation (`lwg.switch_installed`). Messages of a member after its `Moved` wait
+//!    for the switch view (a member that sent `Moved` sends nothing of the group before its
+//!    switch view is installed, then what waited);
+//! 4. later heavy views of the new heavy group list the group in their `Joined` as usual.
+//!
+//! Light view ids carry the group's *generation* (its move count) above the heavy counter
+//! (bit 40 and up, [`light_view_id_at`]), so each member's light views keep increasing across
+//! moves; once a group moved, announcements carry generations (`JoinedAt`) and a light view
+//! takes the largest announced, so its members agree on its id. A member that missed a move (cut off, or restarted: its channel starts on its
+//! configured heavy group) announces the group in a `Joined` on the old heavy group; members
+//! that moved it away pull it with a `Switch` (`lwg.pulled`, once per heavy view), so the
+//! light group becomes one again. Not done: pulling stragglers after a move back to the
+//! configured heavy group, and moves under `primary = "majority"` in minority views (the
+//! command is refused there).
+//!
+//! Light-group ids are the FNV-1a 32 hash of channel names, so two names may share one: the
+//! session refuses the second channel of such a pair (an [`LWG_REFUSED`] notice carrying
+//! [`LwgError::IdCollision`], counted `lwg.id_collision`; its sends are refused with
+//! `SendRefused`, `lwg.refused`) rather than mix their messages.
 //!
 //! # Wire and counters
 //!
@@ -65,15 +101,23 @@
 //! views), `lwg.delivered`, `lwg.held` (waited for installation), `lwg.foreign` (a group this
 //! member is not in), `lwg.stale_joined`, `lwg.malformed`, `lwg.held_over` (beyond the
 //! `capacity` bound, dropped), `lwg.joined_late` (a channel opened after this view's `Joined`),
-//! `lwg.announce_datagrams` (datagrams of the `Joined` announcements: one per other member).
+//! `lwg.announce_datagrams` (datagrams of the `Joined` announcements: one per other member);
+//! moves: `lwg.switch_sent`, `lwg.switched`, `lwg.moved`, `lwg.switch_installed`,
+//! `lwg.pending` (sends waiting for the end of a move), `lwg.pending_over` (beyond `capacity`:
+//! refused), `lwg.stale_moved`, `lwg.switch_ignored`, `lwg.switch_unknown`, `lwg.pulled`,
+//! `lwg.move_refused`; collisions: `lwg.id_collision`, `lwg.refused`.
 
 use std::collections::{BTreeMap, VecDeque};
 
-use viastack_kernel::event::{EventTypeDef, CHANNEL_CLOSE, CHANNEL_INIT, SENDABLE, TIMER};
+use viastack_kernel::event::{
+    EventTypeDef, CHANNEL_CLOSE, CHANNEL_EVENT, CHANNEL_INIT, SENDABLE, TIMER,
+};
 use viastack_kernel::{
     AutoBind, Body, ChannelId, Context, Delivery, Dest, Direction, Duration, Event, EventType,
-    Layer, Message, NodeId, Sendable, Session,
+    Layer, Message, NodeId, Sendable, Session, SessionId,
 };
+
+use viastack_protocols::events::{self, SEND_REFUSED};
 
 use crate::vsync::{view_notice, ViewNotice, VIEW};
 use crate::wire::{LwgPdu, Member, ViewId};
@@ -81,7 +125,40 @@ use crate::wire::{LwgPdu, Member, ViewId};
 /// A `Joined` announcement this layer generates (a `Sendable` subtype).
 pub static LWG_JOINED: EventTypeDef = EventTypeDef::new("LwgJoined", Some(&SENDABLE));
 
+/// A notice up a light channel the `lwg` session refused (its body an [`LwgError`]).
+pub static LWG_REFUSED: EventTypeDef = EventTypeDef::new("LwgRefused", Some(&CHANNEL_EVENT));
+
+/// A command down a light channel: move its light group to another heavy group (body a
+/// [`MoveCommand`]; [`move_command`] builds it).
+pub static LWG_MOVE: EventTypeDef = EventTypeDef::new("LwgMove", Some(&CHANNEL_EVENT));
+
 const ANNOUNCE: u64 = 0x4c57_4701;
+
+/// Why the `lwg` session refused a channel or a command.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LwgError {
+    /// Two channels of one `lwg` session have names with the same light-group id (FNV-1a 32):
+    /// their messages would mix, so the second one is refused (counted `lwg.id_collision`).
+    #[error("light group id {id:#010x} of channel `{channel}` is already channel `{holder}`'s")]
+    IdCollision {
+        /// The colliding id.
+        id: u32,
+        /// The refused channel's name.
+        channel: String,
+        /// The name of the channel that has the id.
+        holder: String,
+    },
+    /// A move command the session cannot carry out (counted `lwg.move_refused`).
+    #[error("light channel `{channel}` cannot move to `{to}`'s heavy group: {reason}")]
+    MoveRefused {
+        /// The light channel asked to move.
+        channel: String,
+        /// The destination light channel.
+        to: String,
+        /// Why not.
+        reason: &'static str,
+    },
+}
 
 /// The id of the light group of channel `name`: FNV-1a 32.
 pub fn group_id(name: &str) -> u32 {
@@ -124,6 +201,46 @@ pub fn light_view_id(heavy: ViewId, members: &[Member]) -> ViewId {
     }
 }
 
+/// The id of the light view of a group at `generation` (its move count) in heavy view `heavy`:
+/// [`light_view_id`] with the generation above the heavy counter (bits 40 and up), so a light
+/// group's views keep increasing across moves; a switch view (`switch`) is salted apart from
+/// the heavy view's ordinary light view with the same members.
+pub fn light_view_id_at(
+    heavy: ViewId,
+    generation: u32,
+    members: &[Member],
+    switch: bool,
+) -> ViewId {
+    let mut id = light_view_id(heavy, members);
+    id.counter = id.counter.wrapping_add(u64::from(generation) << 40);
+    if switch {
+        id.coord.epoch = match id.coord.epoch ^ 0x5357_4954 {
+            0 => 1,
+            e => e,
+        };
+    }
+    id
+}
+
+/// A move command: an [`LWG_MOVE`] event down a light channel, its body this, moves the
+/// channel's light group to the heavy group of light channel `to` (bound to the same `lwg`
+/// session) at every member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveCommand {
+    /// A light channel on the destination heavy group.
+    pub to: String,
+}
+
+/// The command event moving light channel `channel`'s group to `to`'s heavy group.
+pub fn move_command(channel: ChannelId, to: impl Into<String>) -> Event {
+    Event::new(
+        LWG_MOVE.id(),
+        Direction::Down,
+        channel,
+        Body::Custom(Box::new(MoveCommand { to: to.into() })),
+    )
+}
+
 /// The `lwg` layer.
 #[derive(Debug, Clone)]
 pub struct Lwg {
@@ -155,6 +272,7 @@ impl Layer for Lwg {
             CHANNEL_INIT.id(),
             CHANNEL_CLOSE.id(),
             TIMER.id(),
+            LWG_MOVE.id(),
         ]
     }
     /// A group below that announces views (`vsync`).
@@ -162,7 +280,12 @@ impl Layer for Lwg {
         vec![VIEW.id()]
     }
     fn provides(&self) -> Vec<EventType> {
-        vec![LWG_JOINED.id(), VIEW.id()]
+        vec![
+            LWG_JOINED.id(),
+            VIEW.id(),
+            LWG_REFUSED.id(),
+            SEND_REFUSED.id(),
+        ]
     }
     fn delivery(&self, below: Delivery) -> Delivery {
         below
@@ -172,27 +295,68 @@ impl Layer for Lwg {
             node: self.node,
             capacity: self.capacity,
             groups: BTreeMap::new(),
-            heavy: None,
-            carrier: ChannelId::NONE,
-            joined: BTreeMap::new(),
-            announced: false,
-            installed: false,
-            light: BTreeMap::new(),
-            held: VecDeque::new(),
-            timer: false,
+            heavies: BTreeMap::new(),
+            refused: Vec::new(),
         })
     }
 }
 
-/// Session of [`Lwg`].
+/// A light group open here.
 #[derive(Debug)]
-pub struct LwgSession {
-    node: NodeId,
-    capacity: usize,
-    /// The light groups open here: id → channel.
-    groups: BTreeMap<u32, ChannelId>,
+struct Group {
+    /// Its channel.
+    ch: ChannelId,
+    /// The heavy group it rides now (the session below `lwg` on the channels of that group).
+    home: SessionId,
+    /// The heavy group its channel was opened on.
+    origin: SessionId,
+    /// The channel its messages go down (its own, or one of its home heavy group's).
+    via: ChannelId,
+    /// Its move count (light view ids carry it).
+    generation: u32,
+    /// The light group named as destination by its last move (to pull stragglers).
+    moved_to: Option<u32>,
+    /// Moving away from `home`: the switch delivered, waiting for the `Flushed`.
+    moving: Option<Moving>,
+    /// Moved, waiting for a light view on the new heavy group: sends wait in `pending`.
+    waiting: bool,
+    /// Sends waiting for the end of a move.
+    pending: VecDeque<Event>,
+    /// The counter of the last light view installed (views keep increasing across moves).
+    last_counter: u64,
+}
+
+#[derive(Debug)]
+struct Moving {
+    /// The destination heavy group and a channel down to it.
+    to: SessionId,
+    via: ChannelId,
+    /// The light group named as destination.
+    to_group: u32,
+    /// The generation once moved.
+    generation: u32,
+    /// The light members of the old view (whose `Flushed` end it).
+    members: Vec<NodeId>,
+}
+
+/// A switch view being formed on a heavy group (in its current view).
+#[derive(Debug, Default)]
+struct Switching {
+    /// Each member's first `Moved`: (generation, open).
+    moved: BTreeMap<NodeId, (u32, bool)>,
+    /// This member sent its `Moved`.
+    sent: bool,
+    /// The switch view is installed.
+    installed: bool,
+    /// Messages of members that moved, waiting for the switch view.
+    held: VecDeque<Event>,
+}
+
+/// Per heavy group state.
+#[derive(Debug)]
+struct Heavy {
     /// The current heavy view.
-    heavy: Option<ViewNotice>,
+    view: Option<ViewNotice>,
     /// The channel the heavy view came up on (the shared `vsync`'s).
     carrier: ChannelId,
     /// Each member's first announcement in the current heavy view.
@@ -203,104 +367,259 @@ pub struct LwgSession {
     installed: bool,
     /// The light groups this member is in, in the current heavy view, with their members.
     light: BTreeMap<u32, Vec<Member>>,
-    /// Messages waiting for the light views, in arrival order.
-    held: VecDeque<(u32, Event)>,
+    /// Packets waiting for the light views, in arrival order.
+    held: VecDeque<(NodeId, LwgPdu, Event)>,
     /// An announce timer is pending.
     timer: bool,
+    /// `Flushed` senders per light group in the current view.
+    flushed: BTreeMap<u32, Vec<NodeId>>,
+    /// Switch views being formed in the current view.
+    switches: BTreeMap<u32, Switching>,
+    /// Light groups whose stragglers were pulled in the current view.
+    pulled: Vec<u32>,
+    /// The largest generation announced per light group in the current view.
+    generations: BTreeMap<u32, u32>,
+}
+
+impl Default for Heavy {
+    fn default() -> Self {
+        Heavy {
+            view: None,
+            carrier: ChannelId::NONE,
+            joined: BTreeMap::new(),
+            announced: false,
+            installed: false,
+            light: BTreeMap::new(),
+            held: VecDeque::new(),
+            timer: false,
+            flushed: BTreeMap::new(),
+            switches: BTreeMap::new(),
+            pulled: Vec::new(),
+            generations: BTreeMap::new(),
+        }
+    }
+}
+
+/// Session of [`Lwg`].
+#[derive(Debug)]
+pub struct LwgSession {
+    node: NodeId,
+    capacity: usize,
+    /// The light groups open here, by id.
+    groups: BTreeMap<u32, Group>,
+    /// The heavy groups, by the session below `lwg` on their channels.
+    heavies: BTreeMap<SessionId, Heavy>,
+    /// Channels refused (their light-group id collides with an open channel's).
+    refused: Vec<ChannelId>,
+}
+
+fn below(ctx: &Context<'_>, ch: ChannelId) -> SessionId {
+    ctx.session_below(ch).unwrap_or(SessionId::KERNEL)
 }
 
 impl LwgSession {
-    /// Installs the light views of the current heavy view, then delivers what waited.
-    fn install(&mut self, ctx: &mut Context<'_>) {
-        self.installed = true;
-        let Some(heavy) = &self.heavy else {
-            return;
-        };
-        let heavy = heavy.clone();
-        let groups: Vec<(u32, ChannelId)> = self.groups.iter().map(|(&g, &c)| (g, c)).collect();
-        for (g, ch) in groups {
-            self.install_group(&heavy, g, ch, ctx);
-        }
-        while let Some((g, ev)) = self.held.pop_front() {
-            self.deliver(g, ev, ctx);
-        }
+    /// The light groups open here (ids), for tests and tools.
+    pub fn groups(&self) -> Vec<u32> {
+        self.groups.keys().copied().collect()
     }
 
-    /// Installs light group `g`'s view of `heavy`: the members that announced `g`, and this
-    /// one, which has `g` open (its own announcement is missing only when the view ended
-    /// before it came back, e.g. a view that may not carry messages under
-    /// `primary = "majority"`).
-    fn install_group(&mut self, heavy: &ViewNotice, g: u32, ch: ChannelId, ctx: &mut Context<'_>) {
-        let members: Vec<Member> = heavy
-            .members
-            .iter()
-            .filter(|m| {
-                m.node == self.node || self.joined.get(&m.node).is_some_and(|gs| gs.contains(&g))
-            })
-            .copied()
-            .collect();
-        self.light.insert(g, members.clone());
-        ctx.count("installed");
-        ctx.go(Event::new(
-            VIEW.id(),
-            Direction::Up,
-            ch,
-            Body::Custom(Box::new(ViewNotice {
-                id: light_view_id(heavy.id, &members),
-                members,
-                primary: heavy.primary,
-            })),
+    /// Sends `pdu` down heavy group `h`'s carrier.
+    fn send_control(&mut self, h: SessionId, pdu: &LwgPdu, ctx: &mut Context<'_>) {
+        let Some(heavy) = self.heavies.get(&h) else {
+            return;
+        };
+        let m = Message::with_headroom(96, &pdu.emit());
+        ctx.go(Event::sendable(
+            LWG_JOINED.id(),
+            Direction::Down,
+            heavy.carrier,
+            Sendable::new(self.node, Dest::Broadcast, m),
         ));
     }
 
-    fn deliver(&mut self, g: u32, mut ev: Event, ctx: &mut Context<'_>) {
-        match (self.light.contains_key(&g), self.groups.get(&g)) {
-            (true, Some(&ch)) => {
+    /// Installs the light views of heavy group `h`'s current view, then handles what waited.
+    fn install(&mut self, h: SessionId, ctx: &mut Context<'_>) {
+        let Some(heavy) = self.heavies.get_mut(&h) else {
+            return;
+        };
+        heavy.installed = true;
+        let Some(view) = heavy.view.clone() else {
+            return;
+        };
+        let switching: Vec<u32> = heavy
+            .switches
+            .iter()
+            .filter(|(_, s)| s.sent)
+            .map(|(&g, _)| g)
+            .collect();
+        let groups: Vec<u32> = self
+            .groups
+            .iter()
+            .filter(|(g, grp)| grp.home == h && !switching.contains(g))
+            .map(|(&g, _)| g)
+            .collect();
+        for g in groups {
+            self.install_group(h, &view, g, ctx);
+        }
+        while let Some((source, pdu, ev)) = self
+            .heavies
+            .get_mut(&h)
+            .and_then(|heavy| heavy.held.pop_front())
+        {
+            self.dispatch(h, source, pdu, ev, ctx);
+        }
+    }
+
+    /// Installs light group `g`'s view of `view` (heavy group `h`): the members that announced
+    /// `g`, and this one, which has `g` open (its own announcement is missing only when the
+    /// view ended before it came back, e.g. a view that may not carry messages under
+    /// `primary = "majority"`).
+    fn install_group(&mut self, h: SessionId, view: &ViewNotice, g: u32, ctx: &mut Context<'_>) {
+        let Some(heavy) = self.heavies.get_mut(&h) else {
+            return;
+        };
+        let Some(grp) = self.groups.get_mut(&g) else {
+            return;
+        };
+        let members: Vec<Member> = view
+            .members
+            .iter()
+            .filter(|m| {
+                m.node == self.node || heavy.joined.get(&m.node).is_some_and(|gs| gs.contains(&g))
+            })
+            .copied()
+            .collect();
+        heavy.light.insert(g, members.clone());
+        // The generation the members announced (they agree on the announcements).
+        if let Some(&generation) = heavy.generations.get(&g) {
+            grp.generation = grp.generation.max(generation);
+        }
+        ctx.count("installed");
+        let id = light_view_id_at(view.id, grp.generation, &members, false);
+        grp.last_counter = grp.last_counter.max(id.counter);
+        ctx.go(Event::new(
+            VIEW.id(),
+            Direction::Up,
+            grp.ch,
+            Body::Custom(Box::new(ViewNotice {
+                id,
+                members,
+                primary: view.primary,
+            })),
+        ));
+        if let Some(moving) = &mut grp.moving {
+            // A move that began in an earlier view: this view's light members flush again
+            // (a member that missed the `Switch` gets it again).
+            moving.members = view
+                .members
+                .iter()
+                .filter(|m| {
+                    m.node == self.node
+                        || heavy.joined.get(&m.node).is_some_and(|gs| gs.contains(&g))
+                })
+                .map(|m| m.node)
+                .collect();
+            let switch = LwgPdu::Switch {
+                group: g,
+                to: moving.to_group,
+                generation: moving.generation,
+            };
+            self.send_control(h, &switch, ctx);
+            self.send_control(h, &LwgPdu::Flushed { group: g }, ctx);
+            self.check_flushed(g, ctx);
+            return;
+        }
+        self.release(g, ctx);
+    }
+
+    /// Sends what waited of light group `g` (after a move), once it has a light view on its
+    /// new heavy group.
+    fn release(&mut self, g: u32, ctx: &mut Context<'_>) {
+        let Some(grp) = self.groups.get_mut(&g) else {
+            return;
+        };
+        grp.waiting = false;
+        let via = grp.via;
+        let pending = std::mem::take(&mut grp.pending);
+        for mut ev in pending {
+            if let Some(s) = ev.sendable_mut() {
+                s.message.push(&LwgPdu::Data { group: g }.emit());
+            }
+            ev.set_channel(via);
+            ctx.go(ev);
+        }
+    }
+
+    /// Delivers `ev` of light group `g` received on heavy group `h`, if this member is in the
+    /// group's light view there.
+    fn deliver(&mut self, h: SessionId, g: u32, mut ev: Event, ctx: &mut Context<'_>) {
+        let in_view = self
+            .heavies
+            .get(&h)
+            .is_some_and(|heavy| heavy.light.contains_key(&g));
+        match self.groups.get(&g) {
+            Some(grp) if in_view && grp.home == h => {
                 ctx.count("delivered");
-                ev.set_channel(ch);
+                ev.set_channel(grp.ch);
                 ctx.go(ev);
             }
             _ => ctx.count("foreign"),
         }
     }
 
-    fn all_joined(&self) -> bool {
-        self.heavy
-            .as_ref()
-            .is_some_and(|h| h.members.iter().all(|m| self.joined.contains_key(&m.node)))
+    fn all_joined(&self, h: SessionId) -> bool {
+        self.heavies.get(&h).is_some_and(|heavy| {
+            heavy
+                .view
+                .as_ref()
+                .is_some_and(|v| v.members.iter().all(|m| heavy.joined.contains_key(&m.node)))
+        })
     }
 
-    fn announce(&mut self, ctx: &mut Context<'_>) {
-        let Some(heavy) = &self.heavy else {
+    fn announce(&mut self, h: SessionId, ctx: &mut Context<'_>) {
+        let groups: Vec<(u32, u32)> = self
+            .groups
+            .iter()
+            .filter(|(_, grp)| grp.home == h)
+            .map(|(&g, grp)| (g, grp.generation))
+            .collect();
+        let Some(heavy) = self.heavies.get_mut(&h) else {
             return;
         };
-        if self.announced {
+        let Some(view) = &heavy.view else {
+            return;
+        };
+        if heavy.announced {
             return;
         }
-        self.announced = true;
-        let pdu = LwgPdu::Joined {
-            view: heavy.id,
-            groups: self.groups.keys().copied().collect(),
+        heavy.announced = true;
+        let pdu = if groups.iter().any(|&(_, generation)| generation > 0) {
+            LwgPdu::JoinedAt {
+                view: view.id,
+                groups,
+            }
+        } else {
+            LwgPdu::Joined {
+                view: view.id,
+                groups: groups.into_iter().map(|(g, _)| g).collect(),
+            }
         };
         ctx.count("announced");
         // One datagram per other member (bench group's LWG figure).
         ctx.count_n(
             "announce_datagrams",
-            heavy.members.len().saturating_sub(1) as u64,
+            view.members.len().saturating_sub(1) as u64,
         );
-        let m = Message::with_headroom(96, &pdu.emit());
-        ctx.go(Event::sendable(
-            LWG_JOINED.id(),
-            Direction::Down,
-            self.carrier,
-            Sendable::new(self.node, Dest::Broadcast, m),
-        ));
+        self.send_control(h, &pdu, ctx);
     }
 
-    fn schedule_announce(&mut self, ctx: &mut Context<'_>) {
-        if !self.timer {
-            self.timer = true;
-            ctx.set_timer(Duration::ZERO, ANNOUNCE);
+    fn schedule_announce(&mut self, h: SessionId, ctx: &mut Context<'_>) {
+        let Some(heavy) = self.heavies.get_mut(&h) else {
+            return;
+        };
+        if !heavy.timer {
+            heavy.timer = true;
+            ctx.set_timer(Duration::ZERO, (ANNOUNCE << 32) | u64::from(h.0));
         }
     }
 
@@ -309,31 +628,374 @@ impl LwgSession {
             ctx.go(event);
             return;
         };
-        // The end of the old heavy view: its light views with what was announced in it.
-        if self.heavy.is_some() && !self.installed {
-            self.install(ctx);
+        let h = below(ctx, event.channel());
+        let heavy = self.heavies.entry(h).or_default();
+        // The end of the old heavy view: its light views with what was announced in it, the
+        // switch views formed in it, and the moves away from it (virtual synchrony: the
+        // members that go on agree on the `Switch`, the messages before it and the `Moved`).
+        if heavy.view.is_some() && !heavy.installed {
+            self.install(h, ctx);
         }
-        self.heavy = Some(v);
-        self.carrier = event.channel();
-        self.joined.clear();
-        self.light.clear();
-        self.announced = false;
-        self.installed = false;
-        self.schedule_announce(ctx);
-        if self.heavy.as_ref().is_some_and(|h| !h.primary) {
+        let forming: Vec<u32> = self.heavies.get(&h).map_or(Vec::new(), |heavy| {
+            heavy
+                .switches
+                .iter()
+                .filter(|(_, s)| s.sent && !s.installed)
+                .map(|(&g, _)| g)
+                .collect()
+        });
+        for g in forming {
+            self.install_switch(h, g, ctx);
+        }
+        // A move away from `h` not complete goes on in the next view: the `Flushed` (and the
+        // messages before them) still queued at their senders come in it; at its light view
+        // the `Switch` and this member's `Flushed` go again (install_group).
+        let Some(heavy) = self.heavies.get_mut(&h) else {
+            return;
+        };
+        heavy.view = Some(v);
+        heavy.carrier = event.channel();
+        heavy.joined.clear();
+        heavy.light.clear();
+        heavy.held.clear();
+        heavy.flushed.clear();
+        heavy.switches.clear();
+        heavy.pulled.clear();
+        heavy.generations.clear();
+        heavy.announced = false;
+        heavy.installed = false;
+        let primary = heavy.view.as_ref().is_some_and(|v| v.primary);
+        self.schedule_announce(h, ctx);
+        if !primary {
             // A view that carries no messages (`primary = "majority"`, a minority): nothing
             // to agree on, so its light views are its members, installed at once.
-            if let Some(h) = &self.heavy {
-                let all: Vec<u32> = self.groups.keys().copied().collect();
-                for m in &h.members {
-                    self.joined.insert(m.node, all.clone());
+            let all: Vec<u32> = self
+                .groups
+                .iter()
+                .filter(|(_, grp)| grp.home == h)
+                .map(|(&g, _)| g)
+                .collect();
+            if let Some(heavy) = self.heavies.get_mut(&h) {
+                if let Some(view) = &heavy.view {
+                    for m in &view.members {
+                        heavy.joined.insert(m.node, all.clone());
+                    }
                 }
             }
-            self.install(ctx);
+            self.install(h, ctx);
+        }
+    }
+
+    /// A packet of heavy group `h` whose light views are installed.
+    fn dispatch(
+        &mut self,
+        h: SessionId,
+        source: NodeId,
+        pdu: LwgPdu,
+        ev: Event,
+        ctx: &mut Context<'_>,
+    ) {
+        match pdu {
+            LwgPdu::Data { group } => {
+                let heavy = self.heavies.entry(h).or_default();
+                if let Some(sw) = heavy
+                    .switches
+                    .get_mut(&group)
+                    .filter(|sw| !sw.installed && sw.moved.contains_key(&source))
+                {
+                    // Sent in the switch view being formed.
+                    if sw.held.len() < self.capacity {
+                        ctx.count("held");
+                        sw.held.push_back(ev);
+                    } else {
+                        ctx.count("held_over");
+                    }
+                    return;
+                }
+                self.deliver(h, group, ev, ctx);
+            }
+            LwgPdu::Switch {
+                group,
+                to,
+                generation,
+            } => self.on_switch(h, group, to, generation, ctx),
+            LwgPdu::Flushed { group } => {
+                let heavy = self.heavies.entry(h).or_default();
+                let f = heavy.flushed.entry(group).or_default();
+                if !f.contains(&source) {
+                    f.push(source);
+                }
+                self.check_flushed(group, ctx);
+            }
+            LwgPdu::Moved {
+                view,
+                group,
+                generation,
+                open,
+            } => self.on_moved(h, source, view, group, generation, open, ctx),
+            LwgPdu::Joined { .. } | LwgPdu::JoinedAt { .. } => {}
+        }
+    }
+
+    /// A `Switch` delivered on heavy group `h`: light group `group` moves to the heavy group
+    /// of light group `to`.
+    fn on_switch(&mut self, h: SessionId, g: u32, to: u32, generation: u32, ctx: &mut Context<'_>) {
+        let dest = match self.groups.get(&to) {
+            Some(t) => (t.home, t.via),
+            None => {
+                ctx.count("switch_unknown");
+                return;
+            }
+        };
+        let members: Vec<NodeId> = self
+            .heavies
+            .get(&h)
+            .and_then(|heavy| heavy.light.get(&g))
+            .map_or(vec![self.node], |ms| ms.iter().map(|m| m.node).collect());
+        let Some(grp) = self.groups.get_mut(&g) else {
+            ctx.count("foreign");
+            return;
+        };
+        if grp.home != h || grp.moving.is_some() || dest.0 == h {
+            ctx.count("switch_ignored");
+            return;
+        }
+        ctx.count("switched");
+        grp.moving = Some(Moving {
+            to: dest.0,
+            via: dest.1,
+            to_group: to,
+            generation: generation.max(grp.generation + 1),
+            members,
+        });
+        // After this member's last message of the group on `h` (FIFO per sender).
+        self.send_control(h, &LwgPdu::Flushed { group: g }, ctx);
+        self.check_flushed(g, ctx);
+    }
+
+    /// Completes light group `g`'s move when every member of its old light view has flushed.
+    fn check_flushed(&mut self, g: u32, ctx: &mut Context<'_>) {
+        let Some(grp) = self.groups.get(&g) else {
+            return;
+        };
+        let Some(moving) = &grp.moving else {
+            return;
+        };
+        let flushed = self
+            .heavies
+            .get(&grp.home)
+            .and_then(|heavy| heavy.flushed.get(&g));
+        if moving
+            .members
+            .iter()
+            .all(|m| flushed.is_some_and(|f| f.contains(m)))
+        {
+            self.complete(g, ctx);
+        }
+    }
+
+    /// Ends light group `g`'s light view on its old heavy group and starts its switch view on
+    /// the new one.
+    fn complete(&mut self, g: u32, ctx: &mut Context<'_>) {
+        let Some(grp) = self.groups.get_mut(&g) else {
+            return;
+        };
+        let Some(moving) = grp.moving.take() else {
+            return;
+        };
+        let old = grp.home;
+        grp.home = moving.to;
+        grp.via = moving.via;
+        grp.generation = moving.generation;
+        grp.moved_to = Some(moving.to_group);
+        grp.waiting = true;
+        let generation = grp.generation;
+        ctx.count("moved");
+        if let Some(heavy) = self.heavies.get_mut(&old) {
+            heavy.light.remove(&g);
+        }
+        let d = moving.to;
+        let Some(heavy) = self.heavies.get_mut(&d) else {
+            // No view yet on the new heavy group: its first view's announcement lists `g`.
+            return;
+        };
+        let Some(view) = heavy.view.as_ref().filter(|v| v.primary) else {
+            return;
+        };
+        let view = view.id;
+        let sw = heavy.switches.entry(g).or_default();
+        if sw.sent {
+            return;
+        }
+        sw.sent = true;
+        self.send_control(
+            d,
+            &LwgPdu::Moved {
+                view,
+                group: g,
+                generation,
+                open: true,
+            },
+            ctx,
+        );
+    }
+
+    /// A `Moved` delivered on heavy group `h`.
+    #[allow(clippy::too_many_arguments)]
+    fn on_moved(
+        &mut self,
+        h: SessionId,
+        source: NodeId,
+        view: ViewId,
+        g: u32,
+        generation: u32,
+        open: bool,
+        ctx: &mut Context<'_>,
+    ) {
+        let Some(heavy) = self.heavies.get_mut(&h) else {
+            return;
+        };
+        if heavy.view.as_ref().map(|v| v.id) != Some(view) {
+            ctx.count("stale_moved");
+            return;
+        }
+        let sw = heavy.switches.entry(g).or_default();
+        sw.moved.entry(source).or_insert((generation, open));
+        if !sw.sent {
+            // Answer: in the switch view if the group rides this heavy group here and is not
+            // moving; out of it if the group is not open here; later (at the end of its own
+            // move) if it is still on another heavy group.
+            let answer = match self.groups.get(&g) {
+                None => Some((0, false)),
+                Some(grp) if grp.home == h && grp.moving.is_none() => {
+                    Some((grp.generation + 1, true))
+                }
+                Some(_) => None,
+            };
+            if let Some((generation, open)) = answer {
+                sw.sent = true;
+                self.send_control(
+                    h,
+                    &LwgPdu::Moved {
+                        view,
+                        group: g,
+                        generation,
+                        open,
+                    },
+                    ctx,
+                );
+            }
+        }
+        let ready = self.heavies.get(&h).is_some_and(|heavy| {
+            heavy.switches.get(&g).is_some_and(|sw| {
+                sw.sent
+                    && !sw.installed
+                    && heavy
+                        .view
+                        .as_ref()
+                        .is_some_and(|v| v.members.iter().all(|m| sw.moved.contains_key(&m.node)))
+            })
+        });
+        if ready {
+            self.install_switch(h, g, ctx);
+        }
+    }
+
+    /// Installs light group `g`'s switch view on heavy group `h`: the members of its view that
+    /// said they are in it.
+    fn install_switch(&mut self, h: SessionId, g: u32, ctx: &mut Context<'_>) {
+        let Some(heavy) = self.heavies.get_mut(&h) else {
+            return;
+        };
+        let Some(view) = heavy.view.clone() else {
+            return;
+        };
+        let Some(sw) = heavy.switches.get_mut(&g) else {
+            return;
+        };
+        sw.installed = true;
+        let held = std::mem::take(&mut sw.held);
+        let members: Vec<Member> = view
+            .members
+            .iter()
+            .filter(|m| m.node == self.node || sw.moved.get(&m.node).is_some_and(|x| x.1))
+            .copied()
+            .collect();
+        let generation = sw
+            .moved
+            .values()
+            .filter(|x| x.1)
+            .map(|x| x.0)
+            .max()
+            .unwrap_or(0);
+        let Some(grp) = self.groups.get_mut(&g).filter(|grp| grp.home == h) else {
+            return;
+        };
+        grp.generation = grp.generation.max(generation);
+        let mut id = light_view_id_at(view.id, grp.generation, &members, true);
+        if id.counter <= grp.last_counter {
+            // This member's own `Moved` missed the heavy view (it is not in the others'
+            // switch view, so the id is its own anyway): keep its views increasing.
+            grp.generation = u32::try_from(grp.last_counter >> 40)
+                .unwrap_or(u32::MAX)
+                .saturating_add(1);
+            id = light_view_id_at(view.id, grp.generation, &members, true);
+        }
+        grp.last_counter = grp.last_counter.max(id.counter);
+        heavy.light.insert(g, members.clone());
+        ctx.count("switch_installed");
+        ctx.go(Event::new(
+            VIEW.id(),
+            Direction::Up,
+            grp.ch,
+            Body::Custom(Box::new(ViewNotice {
+                id,
+                members,
+                primary: view.primary,
+            })),
+        ));
+        for ev in held {
+            self.deliver(h, g, ev, ctx);
+        }
+        self.release(g, ctx);
+    }
+
+    /// A `Joined` on heavy group `h` lists light groups that moved away from `h` here: the
+    /// sender missed their move (it was cut off, or restarted); pull it with a `Switch`.
+    fn pull_stragglers(&mut self, h: SessionId, groups: &[u32], ctx: &mut Context<'_>) {
+        for &g in groups {
+            let Some(grp) = self.groups.get(&g) else {
+                continue;
+            };
+            let Some(to) = grp.moved_to else {
+                continue;
+            };
+            let generation = grp.generation;
+            if grp.home == h || grp.origin != h || grp.moving.is_some() {
+                continue;
+            }
+            let Some(heavy) = self.heavies.get_mut(&h) else {
+                continue;
+            };
+            if heavy.pulled.contains(&g) || !heavy.view.as_ref().is_some_and(|v| v.primary) {
+                continue;
+            }
+            heavy.pulled.push(g);
+            ctx.count("pulled");
+            self.send_control(
+                h,
+                &LwgPdu::Switch {
+                    group: g,
+                    to,
+                    generation,
+                },
+                ctx,
+            );
         }
     }
 
     fn on_up(&mut self, mut event: Event, ctx: &mut Context<'_>) {
+        let h = below(ctx, event.channel());
         let Some(s) = event.sendable_mut() else {
             ctx.go(event);
             return;
@@ -350,28 +1012,168 @@ impl LwgSession {
             ctx.count("malformed");
             return;
         }
+        let heavy = self.heavies.entry(h).or_default();
+        let pdu = match pdu {
+            LwgPdu::JoinedAt { view, groups } => {
+                if heavy.view.as_ref().map(|v| v.id) == Some(view)
+                    && !heavy.joined.contains_key(&source)
+                {
+                    for &(g, generation) in &groups {
+                        let e = heavy.generations.entry(g).or_default();
+                        *e = (*e).max(generation);
+                    }
+                }
+                LwgPdu::Joined {
+                    view,
+                    groups: groups.into_iter().map(|(g, _)| g).collect(),
+                }
+            }
+            pdu => pdu,
+        };
         match pdu {
-            LwgPdu::Data { group } => {
-                if self.installed {
-                    self.deliver(group, event, ctx);
-                } else if self.held.len() < self.capacity {
+            LwgPdu::Joined { view, groups } => {
+                if heavy.view.as_ref().map(|v| v.id) != Some(view) {
+                    ctx.count("stale_joined");
+                    return;
+                }
+                if source != self.node {
+                    self.pull_stragglers(h, &groups, ctx);
+                }
+                let Some(heavy) = self.heavies.get_mut(&h) else {
+                    return;
+                };
+                heavy.joined.entry(source).or_insert(groups);
+                if !heavy.installed && self.all_joined(h) {
+                    self.install(h, ctx);
+                }
+            }
+            pdu if heavy.installed => self.dispatch(h, source, pdu, event, ctx),
+            pdu => {
+                if heavy.held.len() < self.capacity {
                     ctx.count("held");
-                    self.held.push_back((group, event));
+                    heavy.held.push_back((source, pdu, event));
                 } else {
                     ctx.count("held_over");
                 }
             }
-            LwgPdu::Joined { view, groups } => {
-                if self.heavy.as_ref().map(|h| h.id) != Some(view) {
-                    ctx.count("stale_joined");
-                    return;
-                }
-                self.joined.entry(source).or_insert(groups);
-                if !self.installed && self.all_joined() {
-                    self.install(ctx);
-                }
-            }
         }
+    }
+
+    /// A move command down light channel `ch`.
+    fn on_move(&mut self, event: &Event, ctx: &mut Context<'_>) {
+        let ch = event.channel();
+        let Some(cmd) = event.custom::<MoveCommand>() else {
+            return;
+        };
+        let to = group_id(&cmd.to);
+        let g = self
+            .groups
+            .iter()
+            .find(|(_, grp)| grp.ch == ch)
+            .map(|(&g, _)| g);
+        let reason = match (g.and_then(|g| self.groups.get(&g)), self.groups.get(&to)) {
+            (None, _) => Some("the channel is not a light group of this lwg session"),
+            (_, None) => Some("the destination is not a light channel of this lwg session"),
+            (Some(grp), Some(t)) if grp.home == t.home => {
+                Some("the group already rides the destination's heavy group")
+            }
+            (Some(grp), _) if grp.moving.is_some() || grp.waiting => Some("the group is moving"),
+            (Some(grp), _)
+                if !self
+                    .heavies
+                    .get(&grp.home)
+                    .and_then(|h| h.view.as_ref())
+                    .is_some_and(|v| v.primary) =>
+            {
+                Some("the group's heavy group has no view that carries messages")
+            }
+            _ => None,
+        };
+        if let Some(reason) = reason {
+            ctx.count("move_refused");
+            let error = LwgError::MoveRefused {
+                channel: ctx.channel_name(ch).unwrap_or("?").to_owned(),
+                to: cmd.to.clone(),
+                reason,
+            };
+            ctx.go(Event::new(
+                LWG_REFUSED.id(),
+                Direction::Up,
+                ch,
+                Body::Custom(Box::new(error)),
+            ));
+            return;
+        }
+        let Some((g, grp)) = g.and_then(|g| self.groups.get(&g).map(|grp| (g, grp))) else {
+            return;
+        };
+        let pdu = LwgPdu::Switch {
+            group: g,
+            to,
+            generation: grp.generation + 1,
+        };
+        ctx.count("switch_sent");
+        self.send_control(grp.home, &pdu, ctx);
+    }
+
+    fn on_init(&mut self, event: Event, ctx: &mut Context<'_>) {
+        let ch = event.channel();
+        let Some(name) = ctx.channel_name(ch).map(str::to_owned) else {
+            ctx.go(event);
+            return;
+        };
+        let g = group_id(&name);
+        if let Some(holder) = self.groups.get(&g).map(|grp| grp.ch).filter(|&c| c != ch) {
+            // Two names, one id: refuse the second channel, or their messages mix.
+            ctx.count("id_collision");
+            self.refused.push(ch);
+            let error = LwgError::IdCollision {
+                id: g,
+                channel: name,
+                holder: ctx.channel_name(holder).unwrap_or("?").to_owned(),
+            };
+            ctx.go(event);
+            ctx.go(Event::new(
+                LWG_REFUSED.id(),
+                Direction::Up,
+                ch,
+                Body::Custom(Box::new(error)),
+            ));
+            return;
+        }
+        let h = below(ctx, ch);
+        self.groups.insert(
+            g,
+            Group {
+                ch,
+                home: h,
+                origin: h,
+                via: ch,
+                generation: 0,
+                moved_to: None,
+                moving: None,
+                waiting: false,
+                pending: VecDeque::new(),
+                last_counter: 0,
+            },
+        );
+        let heavy = self.heavies.entry(h).or_default();
+        let minority = heavy.view.clone().filter(|v| !v.primary && heavy.installed);
+        if let Some(v) = minority {
+            // A channel opened in a view that carries no messages (a restarted member
+            // alone under `primary = "majority"`): its light view at once, with the
+            // heavy view's members, as the others' were — nothing to agree on, and
+            // its announcement would wait for a primary view.
+            for m in &v.members {
+                heavy.joined.entry(m.node).or_default().push(g);
+            }
+            self.install_group(h, &v, g, ctx);
+        } else if heavy.announced {
+            ctx.count("joined_late");
+        } else if heavy.view.is_some() {
+            self.schedule_announce(h, ctx);
+        }
+        ctx.go(event);
     }
 }
 
@@ -380,9 +1182,12 @@ impl Session for LwgSession {
         let ty = event.ty();
         if ty == TIMER.id() {
             if let Body::Timer(t) = &event.body {
-                if t.token == ANNOUNCE {
-                    self.timer = false;
-                    self.announce(ctx);
+                if t.token >> 32 == ANNOUNCE {
+                    let h = SessionId((t.token & 0xffff_ffff) as u32);
+                    if let Some(heavy) = self.heavies.get_mut(&h) {
+                        heavy.timer = false;
+                    }
+                    self.announce(h, ctx);
                 }
             }
             return;
@@ -391,48 +1196,61 @@ impl Session for LwgSession {
             self.on_view(event, ctx);
             return;
         }
+        if ty == LWG_MOVE.id() {
+            self.on_move(&event, ctx);
+            return;
+        }
         if ty == CHANNEL_INIT.id() {
-            let ch = event.channel();
-            if let Some(name) = ctx.channel_name(ch) {
-                let g = group_id(name);
-                self.groups.insert(g, ch);
-                let minority = self.heavy.clone().filter(|h| !h.primary && self.installed);
-                if let Some(h) = minority {
-                    // A channel opened in a view that carries no messages (a restarted member
-                    // alone under `primary = "majority"`): its light view at once, with the
-                    // heavy view's members, as the others' were — nothing to agree on, and
-                    // its announcement would wait for a primary view.
-                    for m in &h.members {
-                        self.joined.entry(m.node).or_default().push(g);
-                    }
-                    self.install_group(&h, g, ch, ctx);
-                } else if self.announced {
-                    ctx.count("joined_late");
-                } else if self.heavy.is_some() {
-                    self.schedule_announce(ctx);
-                }
-            }
-            ctx.go(event);
+            self.on_init(event, ctx);
             return;
         }
         if ty == CHANNEL_CLOSE.id() {
             let ch = event.channel();
-            self.groups.retain(|_, c| *c != ch);
+            self.groups.retain(|_, grp| grp.ch != ch);
+            self.refused.retain(|c| *c != ch);
             ctx.go(event);
             return;
         }
         let ch = event.channel();
         match (event.dir(), event.sendable_mut()) {
+            (Direction::Down, Some(s)) if self.refused.contains(&ch) => {
+                ctx.count("refused");
+                let tag = s.tag;
+                ctx.go(events::failure(&SEND_REFUSED, ch, self.node, [tag]));
+            }
             (Direction::Down, Some(s)) => {
-                let group = self
+                let found = self
                     .groups
-                    .iter()
-                    .find(|(_, c)| **c == ch)
-                    .map(|(g, _)| *g)
-                    .or_else(|| ctx.channel_name(ch).map(group_id))
-                    .unwrap_or(0);
-                s.message.push(&LwgPdu::Data { group }.emit());
-                ctx.go(event);
+                    .iter_mut()
+                    .find(|(_, grp)| grp.ch == ch)
+                    .map(|(&g, grp)| (g, grp));
+                match found {
+                    Some((g, grp)) if grp.moving.is_some() || grp.waiting => {
+                        // Moving: sent on the new heavy group once the group has a view there.
+                        if grp.pending.len() < self.capacity {
+                            ctx.count("pending");
+                            grp.pending.push_back(event);
+                        } else {
+                            ctx.count("pending_over");
+                            let tag = s.tag;
+                            ctx.go(events::failure(&SEND_REFUSED, ch, self.node, [tag]));
+                        }
+                        let _ = g;
+                    }
+                    Some((g, grp)) => {
+                        let via = grp.via;
+                        s.message.push(&LwgPdu::Data { group: g }.emit());
+                        if via != ch {
+                            event.set_channel(via);
+                        }
+                        ctx.go(event);
+                    }
+                    None => {
+                        let group = ctx.channel_name(ch).map_or(0, group_id);
+                        s.message.push(&LwgPdu::Data { group }.emit());
+                        ctx.go(event);
+                    }
+                }
             }
             (Direction::Up, Some(_)) => self.on_up(event, ctx),
             _ => ctx.go(event),

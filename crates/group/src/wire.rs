@@ -701,6 +701,43 @@ pub enum LwgPdu {
         /// The sender's light groups.
         groups: Vec<u32>,
     },
+    /// kind 3: on the old heavy group, light group `group` moves to the heavy group of light
+    /// group `to`; `generation` is the group's move count after this move.
+    Switch {
+        /// The light group that moves.
+        group: u32,
+        /// A light group on the destination heavy group (its id names that heavy group).
+        to: u32,
+        /// The moving group's generation once moved.
+        generation: u32,
+    },
+    /// kind 4: on the old heavy group, the sender sends nothing more of `group` there (FIFO:
+    /// after its last message of the group).
+    Flushed {
+        /// The light group that moves.
+        group: u32,
+    },
+    /// kind 5: on the new heavy group in heavy view `view`, the sender's part in the switch
+    /// view of `group`: a member of it (`open`) or not; the first one of each member in a view
+    /// counts.
+    Moved {
+        /// The new heavy group's view.
+        view: ViewId,
+        /// The light group that moved.
+        group: u32,
+        /// The sender's generation for the group (the switch view takes the largest).
+        generation: u32,
+        /// The sender has the group open and joins its switch view.
+        open: bool,
+    },
+    /// kind 6: `Joined` with each group's generation (sent instead of `Joined` once a group
+    /// moved): the light view takes the largest generation announced for its group.
+    JoinedAt {
+        /// The heavy view the announcement is for.
+        view: ViewId,
+        /// The sender's light groups (ascending, no repeats) with their generations.
+        groups: Vec<(u32, u32)>,
+    },
 }
 
 impl LwgPdu {
@@ -729,6 +766,36 @@ impl LwgPdu {
                 }
                 LwgPdu::Joined { view, groups }
             }
+            3 => LwgPdu::Switch {
+                group: r.u32()?,
+                to: r.u32()?,
+                generation: r.u32()?,
+            },
+            4 => LwgPdu::Flushed { group: r.u32()? },
+            5 => LwgPdu::Moved {
+                view: r.view()?,
+                group: r.u32()?,
+                generation: r.u32()?,
+                open: match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(WireError::Malformed("moved flag not 0 or 1")),
+                },
+            },
+            6 => {
+                let view = r.view()?;
+                let n = r.count(MAX_LIGHT_GROUPS)?;
+                let mut groups: Vec<(u32, u32)> = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let g = r.u32()?;
+                    let generation = r.u32()?;
+                    if groups.last().is_some_and(|&(l, _)| l >= g) {
+                        return Err(WireError::Malformed("light groups not ascending"));
+                    }
+                    groups.push((g, generation));
+                }
+                LwgPdu::JoinedAt { view, groups }
+            }
             k => return Err(WireError::Kind(k)),
         };
         Ok((pdu, r.pos()))
@@ -749,6 +816,41 @@ impl LwgPdu {
                 w.count(groups.len());
                 for g in groups {
                     w.u32(*g);
+                }
+            }
+            LwgPdu::Switch {
+                group,
+                to,
+                generation,
+            } => {
+                w.u8(3);
+                w.u32(*group);
+                w.u32(*to);
+                w.u32(*generation);
+            }
+            LwgPdu::Flushed { group } => {
+                w.u8(4);
+                w.u32(*group);
+            }
+            LwgPdu::Moved {
+                view,
+                group,
+                generation,
+                open,
+            } => {
+                w.u8(5);
+                w.view(*view);
+                w.u32(*group);
+                w.u32(*generation);
+                w.u8(u8::from(*open));
+            }
+            LwgPdu::JoinedAt { view, groups } => {
+                w.u8(6);
+                w.view(*view);
+                w.count(groups.len());
+                for (g, generation) in groups {
+                    w.u32(*g);
+                    w.u32(*generation);
                 }
             }
         }

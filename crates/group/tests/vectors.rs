@@ -268,6 +268,29 @@ fn lwg_vectors() {
             "data" => LwgPdu::Data {
                 group: u(&v["group"]) as u32,
             },
+            "switch" => LwgPdu::Switch {
+                group: u(&v["group"]) as u32,
+                to: u(&v["to"]) as u32,
+                generation: u(&v["generation"]) as u32,
+            },
+            "flushed" => LwgPdu::Flushed {
+                group: u(&v["group"]) as u32,
+            },
+            "moved" => LwgPdu::Moved {
+                view: view(&v["view"]),
+                group: u(&v["group"]) as u32,
+                generation: u(&v["generation"]) as u32,
+                open: v["open"].as_bool().unwrap(),
+            },
+            "joined_at" => LwgPdu::JoinedAt {
+                view: view(&v["view"]),
+                groups: v["groups"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| (u(&p[0]) as u32, u(&p[1]) as u32))
+                    .collect(),
+            },
             _ => LwgPdu::Joined {
                 view: view(&v["view"]),
                 groups: v["groups"]
@@ -287,7 +310,7 @@ fn lwg_vectors() {
         valid += 1;
     }
     assert!(
-        valid >= 3 && invalid >= 6,
+        valid >= 8 && invalid >= 9,
         "{valid} valid, {invalid} invalid"
     );
 }

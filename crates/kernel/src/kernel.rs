@@ -537,6 +537,16 @@ impl Context<'_> {
             .unwrap_or(Delivery::NONE)
     }
 
+    /// The session bound just below this one in `channel` (channel introspection, seed 001
+    /// §3.2): `None` when this session is not bound there, is at the bottom, or the slot below
+    /// is empty. What a session shared by channels over different lower sessions (`lwg` over
+    /// several heavy groups) tells them apart by.
+    pub fn session_below(&self, channel: ChannelId) -> Option<SessionId> {
+        let c = self.core.channels.get(channel.0 as usize)?;
+        let slot = usize::from(c.slot_of(self.session)?);
+        *c.slots.get(slot.checked_sub(1)?)?
+    }
+
     /// A channel's QoS (to learn its layers: channel-aware sessions, seed 001 §3.2).
     pub fn channel_qos(&self, channel: ChannelId) -> Option<&Arc<Qos>> {
         self.core.channels.get(channel.0 as usize).map(|c| &c.qos)

@@ -180,6 +180,9 @@ fn group_check(
     for l in &scenario.leaves {
         last = last.max(l.at.min(duration));
     }
+    for m in &scenario.moves {
+        last = last.max(m.at.min(duration));
+    }
     for l in &scenario.link_failures {
         last = last.max(l.repair.unwrap_or(duration).min(duration));
     }
@@ -283,6 +286,7 @@ pub fn run_observed(
         let recorder = Rc::clone(&recorder);
         let workloads = scenario.workloads.clone();
         let leaves = scenario.leaves.clone();
+        let moves = scenario.moves.clone();
         let groups = scenario.groups.clone();
         let topology = scenario.topology.clone();
         move |id: NodeId, now: Instant| {
@@ -305,6 +309,13 @@ pub fn run_observed(
                         SimNode::new(id, nodes, built, &workloads, Rc::clone(&recorder), now);
                     if let Some(l) = leaves.iter().filter(|l| l.node == id.0).map(|l| l.at).min() {
                         node.leave_at((Instant::ZERO + l).max(now));
+                    }
+                    // Light-group moves still ahead (a restarted node does not redo past ones).
+                    for m in moves.iter().filter(|m| m.node == id.0) {
+                        let at = Instant::ZERO + m.at;
+                        if at >= now {
+                            node.move_at(at, &m.channel, &m.to);
+                        }
                     }
                     // Group commands still ahead; a restarted host first joins again the
                     // groups it was a member of.

@@ -29,6 +29,8 @@ pub struct SimNode {
     left: bool,
     /// `[[scenario.group]]` joins and leaves still to do, by time.
     group_events: Vec<(Instant, bool, u32)>,
+    /// `[[scenario.move]]` light-group moves still to do, by time: (when, channel, to).
+    moves: Vec<(Instant, String, String)>,
 }
 
 impl SimNode {
@@ -59,6 +61,7 @@ impl SimNode {
             leave_at: None,
             left: false,
             group_events: Vec::new(),
+            moves: Vec::new(),
         };
         node.drain();
         node
@@ -75,6 +78,26 @@ impl SimNode {
     pub fn group_at(&mut self, at: Instant, join: bool, group: u32) {
         self.group_events.push((at, join, group));
         self.group_events.sort_by_key(|e| e.0);
+    }
+
+    /// Makes the application move light channel `channel`'s group to the heavy group of light
+    /// channel `to` at `at` (an `LwgMove` command down `channel`).
+    pub fn move_at(&mut self, at: Instant, channel: &str, to: &str) {
+        self.moves.push((at, channel.to_owned(), to.to_owned()));
+        self.moves.sort_by_key(|m| m.0);
+    }
+
+    fn run_moves(&mut self, now: Instant) {
+        while self.moves.first().is_some_and(|m| m.0 <= now) {
+            let (_, channel, to) = self.moves.remove(0);
+            let Some(&(_, ch)) = self.channels.iter().find(|(n, _)| *n == channel) else {
+                continue;
+            };
+            let ev = viastack_group::lwg::move_command(ch, to);
+            if let Err(e) = self.kernel.inject(now, ev) {
+                tracing::debug!(node = %self.id, error = %e, "move: channel not open");
+            }
+        }
     }
 
     fn run_group_events(&mut self, now: Instant) {
@@ -142,6 +165,9 @@ impl Node for SimNode {
     fn handle_timeout(&mut self, now: Instant) {
         self.kernel.handle_timeout(now);
         self.run_group_events(now);
+        if !self.left {
+            self.run_moves(now);
+        }
         if self.leave_at.is_some_and(|t| t <= now) {
             self.leave_at = None;
             self.left = true;
@@ -164,7 +190,8 @@ impl Node for SimNode {
             self.app.next_send()
         };
         let group = self.group_events.first().map(|e| e.0);
-        [self.kernel.poll_timeout(), send, self.leave_at, group]
+        let mv = self.moves.first().map(|m| m.0);
+        [self.kernel.poll_timeout(), send, self.leave_at, group, mv]
             .into_iter()
             .flatten()
             .min()

@@ -347,6 +347,24 @@ pub struct LeaveSpec {
     pub line: usize,
 }
 
+/// `[[scenario.move]]`: node `node`'s application moves light channel `channel`'s light group
+/// to the heavy group of light channel `to` (both bound to one `lwg` session) at `at`: every
+/// member of the light group moves (crates/group/src/lwg.rs, "Mapping light groups to heavy
+/// groups").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveSpec {
+    /// The node that asks for the move.
+    pub node: u32,
+    /// The light channel whose group moves.
+    pub channel: String,
+    /// A light channel on the destination heavy group.
+    pub to: String,
+    /// When.
+    pub at: Duration,
+    /// Line of the entry.
+    pub line: usize,
+}
+
 /// `[[scenario.group]]`: a host's application joins or leaves a multicast group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupEventSpec {
@@ -404,6 +422,8 @@ pub struct Scenario {
     pub crashes: Vec<CrashSpec>,
     /// Graceful leaves, in file order.
     pub leaves: Vec<LeaveSpec>,
+    /// Light-group moves, in file order.
+    pub moves: Vec<MoveSpec>,
     /// Workloads, in file order.
     pub workloads: Vec<Workload>,
     /// Group joins and leaves, in file order.

@@ -22,7 +22,7 @@ use crate::catalog::{BuildEnv, Catalog, LayerKind, ParamKind, ParamSpec, ParamVa
 use crate::diag::{closest, did_you_mean, list, Diagnostic, Diagnostics, LineIndex};
 use crate::model::{
     ChannelDecl, CrashSpec, Expect, GroupEventSpec, LayerDecl, LeaveSpec, LinkFailureSpec,
-    LinkOverride, LinkSpec, PartitionSpec, Pattern, QosDecl, Role, Scenario, SessionDecl,
+    LinkOverride, LinkSpec, MoveSpec, PartitionSpec, Pattern, QosDecl, Role, Scenario, SessionDecl,
     StackFile, TopoLinkDecl, TopoNodeDecl, TopologyDecl, Workload,
 };
 use crate::tree::{Located, Node};
@@ -180,6 +180,33 @@ const LEAVE_PARAMS: &[ParamSpec] = &[
         kind: ParamKind::Duration,
         default: None,
         doc: "when its application leaves (closes its channels)",
+    },
+];
+/// Keys of `[[scenario.move]]`.
+const MOVE_PARAMS: &[ParamSpec] = &[
+    ParamSpec {
+        name: "node",
+        kind: NODE_INDEX,
+        default: None,
+        doc: "the node whose application asks for the move",
+    },
+    ParamSpec {
+        name: "channel",
+        kind: ParamKind::Str,
+        default: None,
+        doc: "the light channel whose light group moves",
+    },
+    ParamSpec {
+        name: "to",
+        kind: ParamKind::Str,
+        default: None,
+        doc: "a light channel of the same `lwg` session on the destination heavy group",
+    },
+    ParamSpec {
+        name: "at",
+        kind: ParamKind::Duration,
+        default: None,
+        doc: "when",
     },
 ];
 /// Keys of `[[scenario.group]]`.
@@ -1104,6 +1131,7 @@ impl<'a> Cx<'a> {
                 "partition",
                 "crash",
                 "leave",
+                "move",
                 "workload",
                 "link_failure",
                 "group",
@@ -1129,6 +1157,7 @@ impl<'a> Cx<'a> {
             partitions: Vec::new(),
             crashes: Vec::new(),
             leaves: Vec::new(),
+            moves: Vec::new(),
             workloads: Vec::new(),
             link_failures: Vec::new(),
             groups: Vec::new(),
@@ -1277,6 +1306,40 @@ impl<'a> Cx<'a> {
             scenario.leaves.push(LeaveSpec {
                 node,
                 at: lp.get_duration("at").unwrap_or_default(),
+                line: item.line,
+            });
+        }
+        for (i, item) in self.array_of_tables(&t, "move", &mut ok) {
+            let owner = format!("[[scenario.move]] #{}", i + 1);
+            let s = Subject {
+                noun: "key",
+                prep: "in",
+                owner: &owner,
+            };
+            let (mp, mok) = self.read_params(&item, &[(MOVE_PARAMS, Mode::Fill)], &[], &s, "move");
+            ok &= mok;
+            let node = mp.get_int("node").map_or(0, u32_of);
+            if mok {
+                ok &= self.check_node(node, nodes, item.line, &owner);
+            }
+            let mut channel_of = |key: &str| {
+                let name = mp.get_str(key).unwrap_or_default();
+                if mok && !file.channels.iter().any(|c| c.name == name) {
+                    let line = item
+                        .get(key)
+                        .map_or(item.line, |v| self.line_of(v, item.line));
+                    self.err(line, format!("{owner}: no channel `{name}`"));
+                    ok = false;
+                }
+                name
+            };
+            let channel = channel_of("channel");
+            let to = channel_of("to");
+            scenario.moves.push(MoveSpec {
+                node,
+                channel,
+                to,
+                at: mp.get_duration("at").unwrap_or_default(),
                 line: item.line,
             });
         }

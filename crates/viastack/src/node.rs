@@ -638,6 +638,23 @@ impl Channel {
         ))
     }
 
+    /// Moves this light channel's light group to the heavy group of light channel `to` (both
+    /// bound to one `lwg` session; crates/group/src/lwg.rs, "Mapping light groups to heavy
+    /// groups"): every member of the light group moves, without closing the channel. Its
+    /// views go on (a switch view on the new heavy group); messages sent meanwhile wait and go
+    /// on the new heavy group. A move the `lwg` session cannot carry out comes back as an
+    /// `LwgRefused` notice on this channel (`LwgError::MoveRefused`).
+    ///
+    /// # Errors
+    /// [`SendError::Closed`] once the node is closing.
+    pub fn move_light_group(&self, to: &str) -> Result<(), SendError> {
+        let to = to.to_owned();
+        self.send_event(Dest::Broadcast, |ch, _| {
+            viastack_group::lwg::move_command(ch, to)
+        })
+        .map(|_| ())
+    }
+
     /// Queues `event` (built by `make` with the channel and the message's tag) to be injected
     /// as it is, waiting while the send queue is full (`crate::overlay`).
     pub(crate) fn send_event(

@@ -193,7 +193,7 @@ fn build_state(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef, 
     Ok(Arc::new(StateTransfer::new(name, env.node, capacity)))
 }
 
-/// `lwg`: light-weight groups over one heavy group.
+/// `lwg`: light-weight groups over heavy groups.
 pub const LWG: LayerKind = LayerKind {
     name: "lwg",
     doc: "Light-weight groups (seed 001 §2.1, Rodrigues et al.): one channel per light group, \
@@ -204,9 +204,12 @@ pub const LWG: LayerKind = LayerKind {
           heavy view each member announces its light groups, and each light group gets its \
           own view (the heavy view's members that joined it) with virtual synchrony derived \
           from the heavy group's. Over a shared `total-order` the channels' messages are \
-          delivered in one total order (order across channels, seed 001 §1). One `lwg` \
-          session has one heavy group: channels bound to another `lwg` session ride another \
-          heavy group. Wire: docs/WIRE.md \"Light-weight groups\".",
+          delivered in one total order (order across channels, seed 001 §1). A channel \
+          rides the heavy group of the session below `lwg` in it, so one `lwg` session can \
+          serve several heavy groups; `[[scenario.move]]` (or `Channel::move_light_group`) \
+          moves an open light group to another one at run time, every member with it, with \
+          virtual synchrony across the move. Two channel names with one id: the second is \
+          refused (`lwg.id_collision`). Wire: docs/WIRE.md \"Light-weight groups\".",
     params: &[ParamSpec {
         name: "capacity",
         kind: ParamKind::Int {
