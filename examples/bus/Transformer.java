@@ -54,7 +54,7 @@ public final class Transformer {
                         Term result = tool.put(Term.appl("transformed", Term.string("complement"),
                                 Term.string(digest), Term.string(mapped), Term.blob(out)));
                         long t3 = System.nanoTime();
-                        log(String.format("got %d bytes %s in %d ms (fetches %d, over TLS %d), complemented in %d ms, put %s in %d ms",
+                        log(String.format("got %d bytes %s in %d ms (fetches %d), %d over TLS, complemented in %d ms, put %s in %d ms",
                                 in.length, how, (t1 - t0) / 1_000_000, tool.fetches(), tool.tlsFetches(), (t2 - t1) / 1_000_000,
                                 result instanceof Term.Ref ? "by reference" : "by value", (t3 - t2) / 1_000_000));
                         tool.value(f.num("request"), result);

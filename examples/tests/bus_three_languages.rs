@@ -6,6 +6,9 @@
 //! that the consumer's check passed, with one fetch. Skips, saying so, when python3 or a JDK
 //! is missing (scripts/setup.sh installs them).
 
+// The shared body and the PEM helper are not `#[test]` functions themselves.
+#![allow(clippy::unwrap_used)]
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -47,6 +47,9 @@ pub struct Term(Arc<Node>);
 pub struct Node {
     hash: u64,
     kind: Kind,
+    /// Whether a reference occurs in the term (so [`Term::refs`] of the many terms without
+    /// one — every binding asks — costs nothing).
+    has_refs: bool,
 }
 
 /// Where a by-reference value lives (seed 003's PUT fields: owner, variable, location) and
@@ -277,6 +280,9 @@ impl Term {
 
     /// Every distinct reference in the term (each once).
     pub fn refs(&self) -> Vec<RefInfo> {
+        if !self.0.has_refs {
+            return Vec::new();
+        }
         let mut seen: HashSet<*const Node> = HashSet::new();
         let mut out = Vec::new();
         let mut stack = vec![self];
@@ -476,7 +482,18 @@ impl Arena {
     /// The shared term of `kind`.
     pub fn make(&mut self, kind: Kind) -> Term {
         let hash = kind.structural_hash();
-        let t = Term(Arc::new(Node { hash, kind }));
+        let has_refs = match &kind {
+            Kind::Ref(_) => true,
+            Kind::Appl { args: xs, .. } | Kind::List(xs) => xs.iter().any(|x| x.0.has_refs),
+            Kind::Placeholder(t) => t.0.has_refs,
+            Kind::Annot { term, annos } => term.0.has_refs || annos.iter().any(|x| x.0.has_refs),
+            _ => false,
+        };
+        let t = Term(Arc::new(Node {
+            hash,
+            kind,
+            has_refs,
+        }));
         if let Some(existing) = self.set.get(&t) {
             return existing.clone();
         }
