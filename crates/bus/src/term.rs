@@ -50,6 +50,9 @@ pub struct Node {
     /// Whether a reference occurs in the term (so [`Term::refs`] of the many terms without
     /// one — every binding asks — costs nothing).
     has_refs: bool,
+    /// Whether a variable occurs where [`Arena::substitute`] replaces them (applications,
+    /// lists, an annotated term), so substituting in a term without one returns it as it is.
+    has_vars: bool,
 }
 
 /// Where a by-reference value lives (seed 003's PUT fields: owner, variable, location) and
@@ -489,10 +492,17 @@ impl Arena {
             Kind::Annot { term, annos } => term.0.has_refs || annos.iter().any(|x| x.0.has_refs),
             _ => false,
         };
+        let has_vars = match &kind {
+            Kind::Var { .. } => true,
+            Kind::Appl { args: xs, .. } | Kind::List(xs) => xs.iter().any(|x| x.0.has_vars),
+            Kind::Annot { term, .. } => term.0.has_vars,
+            _ => false,
+        };
         let t = Term(Arc::new(Node {
             hash,
             kind,
             has_refs,
+            has_vars,
         }));
         if let Some(existing) = self.set.get(&t) {
             return existing.clone();
@@ -624,6 +634,9 @@ impl Arena {
     /// Replaces the bound (non-result) variables of `t` by their values in `scope`; result
     /// variables and unbound variables are kept.
     pub fn substitute(&mut self, t: &Term, scope: &dyn Scope) -> Term {
+        if !t.0.has_vars {
+            return t.clone();
+        }
         match t.kind() {
             Kind::Var {
                 name,
