@@ -299,8 +299,15 @@ pub fn eval(arena: &mut Arena, t: &Term, scope: &dyn Scope) -> Term {
     reduce(arena, &t, 0)
 }
 
-fn boolean(arena: &mut Arena, b: bool) -> Term {
-    arena.appl(if b { "true" } else { "false" }, Vec::new())
+fn boolean(_arena: &mut Arena, b: bool) -> Term {
+    // Made once per thread: every `if` and `while` condition ends here, once per step.
+    thread_local! {
+        static BOOLS: [Term; 2] = {
+            let mut a = Arena::new();
+            [a.appl("false", Vec::new()), a.appl("true", Vec::new())]
+        };
+    }
+    BOOLS.with(|t| t[usize::from(b)].clone())
 }
 
 fn reduce(arena: &mut Arena, t: &Term, depth: usize) -> Term {
