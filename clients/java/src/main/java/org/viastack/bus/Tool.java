@@ -17,7 +17,10 @@ import java.util.concurrent.ConcurrentHashMap;
  * release them; a FIN from the bus frees an owned value. A daemon thread PINGs at a third of
  * the lease. A passive tool (no listener) serves its values through the bus: the bus relays
  * GET/CREDIT to it on the bus connection and its PUT chunks back to the consumer; a value
- * whose owner is passive is fetched the same way.
+ * whose owner is passive is fetched the same way. On a TLS bus ({@link Config#tlsCa}) the
+ * tool verifies the bus's certificate, serves its values over TLS with a pinned certificate
+ * announced as {@code tls:HOST:PORT;sha256=FP}, and fetches only from pinned owners
+ * ({@link Tls}; docs/BUS.md "Security").
  */
 public final class Tool implements AutoCloseable {
 
