@@ -21,7 +21,15 @@ public final class Transformer {
 
     public static void main(String[] args) throws IOException, FrameException, NoSuchAlgorithmException {
         String name = System.getenv().getOrDefault("VIASTACK_TOOL", "transformer");
-        try (Tool tool = Tool.connect(System.getenv("VIASTACK_BUS"), name, "")) {
+        Tool.Config config = new Tool.Config(name);
+        // On a TLS bus (VIASTACK_BUS_CA: the PEM roots to trust) the transformer verifies the bus,
+        // fetches only from the pinned producer and serves its result over TLS (keytool certificate).
+        String ca = System.getenv("VIASTACK_BUS_CA");
+        if (ca != null && !ca.isEmpty()) {
+            config.tlsCa = java.nio.file.Path.of(ca);
+            config.tlsName = System.getenv().getOrDefault("VIASTACK_BUS_NAME", "localhost");
+        }
+        try (Tool tool = Tool.connect(System.getenv("VIASTACK_BUS"), config)) {
             while (true) {
                 Frame f = tool.nextRequest();
                 switch (f.kind()) {
@@ -46,8 +54,8 @@ public final class Transformer {
                         Term result = tool.put(Term.appl("transformed", Term.string("complement"),
                                 Term.string(digest), Term.string(mapped), Term.blob(out)));
                         long t3 = System.nanoTime();
-                        log(String.format("got %d bytes %s in %d ms (fetches %d), complemented in %d ms, put %s in %d ms",
-                                in.length, how, (t1 - t0) / 1_000_000, tool.fetches(), (t2 - t1) / 1_000_000,
+                        log(String.format("got %d bytes %s in %d ms (fetches %d), %d over TLS, complemented in %d ms, put %s in %d ms",
+                                in.length, how, (t1 - t0) / 1_000_000, tool.fetches(), tool.tlsFetches(), (t2 - t1) / 1_000_000,
                                 result instanceof Term.Ref ? "by reference" : "by value", (t3 - t2) / 1_000_000));
                         tool.value(f.num("request"), result);
                     }

@@ -70,6 +70,18 @@ fn main() -> ExitCode {
     };
     let mut config = ToolConfig::new(&name);
     config.serve = None; // it only fetches
+                         // On a TLS bus (VIASTACK_BUS_CA: the PEM roots to trust) it verifies the bus and fetches
+                         // only from owners whose certificate matches the pin in their reference.
+    if let Ok(ca) = std::env::var("VIASTACK_BUS_CA") {
+        let name = std::env::var("VIASTACK_BUS_NAME").unwrap_or_else(|_| "localhost".into());
+        match viastack_bus::net::TlsClient::from_pem(std::path::Path::new(&ca), &name) {
+            Ok(tls) => config.tls = Some(tls),
+            Err(e) => {
+                eprintln!("consumer (Rust): VIASTACK_BUS_CA={ca}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let mut tool = match Tool::connect(&bus, config) {
         Ok(t) => t,
         Err(e) => {
@@ -95,9 +107,10 @@ fn main() -> ExitCode {
                             Ok(n) if by_ref == 1 => {
                                 eprintln!(
                                     "consumer (Rust): check passed: {n} bytes by reference \
-                                     ({} fetch, {:.0} ms), producer's SHA-256 matches after the \
-                                     Java complement",
+                                     ({} fetch, {} over TLS, {:.0} ms), producer's SHA-256 \
+                                     matches after the Java complement",
                                     tool.stats.fetches,
+                                    tool.stats.tls_fetches,
                                     fetched.as_secs_f64() * 1e3
                                 );
                                 let (n, f) = (

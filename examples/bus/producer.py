@@ -19,7 +19,11 @@ def log(msg):
 
 
 def main():
-    tool = Tool(os.environ["VIASTACK_BUS"], os.environ.get("VIASTACK_TOOL", "producer"))
+    # On a TLS bus (VIASTACK_BUS_CA: the PEM roots to trust), the value is served over TLS too,
+    # pinned in the reference the bus hands on.
+    tool = Tool(os.environ["VIASTACK_BUS"], os.environ.get("VIASTACK_TOOL", "producer"),
+                tls_ca=os.environ.get("VIASTACK_BUS_CA") or None,
+                tls_name=os.environ.get("VIASTACK_BUS_NAME", "localhost"))
     while True:
         kind, f = tool.next_request()
         if kind == "EVAL":

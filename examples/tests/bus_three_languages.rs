@@ -6,6 +6,9 @@
 //! that the consumer's check passed, with one fetch. Skips, saying so, when python3 or a JDK
 //! is missing (scripts/setup.sh installs them).
 
+// The shared body and the PEM helper are not `#[test]` functions themselves.
+#![allow(clippy::unwrap_used)]
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -50,6 +53,27 @@ fn root() -> PathBuf {
 
 #[test]
 fn a_value_goes_python_to_java_to_rust_by_reference() {
+    three_languages(false);
+}
+
+/// The same on a TLS bus: every tool verifies the bus's certificate (given as
+/// `VIASTACK_BUS_CA`), the Python producer and the Java transformer serve their values over TLS
+/// and announce `tls:HOST:PORT;sha256=FP`, and the Java transformer and the Rust consumer
+/// fetch only from the pinned owner (docs/BUS.md "TLS on the owners' listeners").
+#[test]
+fn a_value_goes_python_to_java_to_rust_by_reference_on_a_tls_bus() {
+    let openssl = Command::new("openssl")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !openssl {
+        eprintln!("skipped: the Python owner's throwaway certificate needs the openssl command");
+        return;
+    }
+    three_languages(true);
+}
+
+fn three_languages(tls: bool) {
     for tool in ["python3", "javac", "java"] {
         if !have(tool) {
             eprintln!("skipped: the three-language bus example needs {tool} (scripts/setup.sh installs it)");
@@ -57,7 +81,11 @@ fn a_value_goes_python_to_java_to_rust_by_reference() {
         }
     }
     let root = root();
-    let dir = std::env::temp_dir().join(format!("viastack-3lang-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "viastack-3lang-{}-{}",
+        std::process::id(),
+        if tls { "tls" } else { "plain" }
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let classes = dir.join("classes");
@@ -88,20 +116,34 @@ fn a_value_goes_python_to_java_to_rust_by_reference() {
         )
         .replace("$VIASTACK_JAVA_CP", &classes.display().to_string())
         .replace("$VIASTACK_BUS_CONSUMER", env!("CARGO_BIN_EXE_bus-consumer"));
+    let mut opts = ServeOptions::default();
+    let (src, sock) = if tls {
+        // The bus's certificate (for "localhost"), trusted by the tools through the
+        // environment their commands set.
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let ca = dir.join("bus.pem");
+        std::fs::write(&ca, pem("CERTIFICATE", ck.cert.der())).unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(
+            rustls::pki_types::PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der()),
+        );
+        opts.tls = Some(
+            viastack_bus::net::tls_server_config_der(vec![ck.cert.der().clone()], key).unwrap(),
+        );
+        let env = format!("command = \"VIASTACK_BUS_CA={} ", ca.display());
+        (src.replace("command = \"", &env), "127.0.0.1:0".to_string())
+    } else {
+        (src, format!("unix:{}", dir.join("bus.sock").display()))
+    };
     let mut arena = Arena::new();
     let script = Script::parse("three-languages.tb", &src, &mut arena).unwrap();
     let config = Config {
         trace: true,
         ..Config::default()
     };
-    let sock = format!("unix:{}", dir.join("bus.sock").display());
     let listener = Listener::bind(&Endpoint::parse(&sock)).unwrap();
     let bus = Bus::new(script, arena, config, Instant::ZERO);
     let trace = Collected::default();
-    let opts = ServeOptions {
-        trace: Some(Box::new(trace.clone())),
-        ..ServeOptions::default()
-    };
+    opts.trace = Some(Box::new(trace.clone()));
     let (done, ended) = mpsc::channel();
     std::thread::spawn(move || {
         let _ = done.send(serve(listener, bus, opts).map_err(|e| e.to_string()));
@@ -147,6 +189,13 @@ fn a_value_goes_python_to_java_to_rust_by_reference() {
         w.contains(",transformed(\"complement\",") && w.ends_with(",<blob>))"),
         "W is the transformer's result by its shape: {w}"
     );
+    for (name, r) in [("producer's", v), ("transformer's", w)] {
+        assert_eq!(
+            r.contains(",\"tls:127.0.0.1:"),
+            tls,
+            "the {name} reference names a pinned TLS listener exactly on a TLS bus: {r:.200}"
+        );
+    }
     assert_ne!(
         v.split(',').next(),
         w.split(',').next(),
@@ -157,4 +206,28 @@ fn a_value_goes_python_to_java_to_rust_by_reference() {
         format!("ok({BYTES},1)"),
         "the Rust consumer's verdict"
     );
+}
+
+/// PEM armour for DER bytes (rcgen is built without its `pem` feature).
+fn pem(label: &str, der: &[u8]) -> String {
+    const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut b = String::new();
+    for c in der.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for k in 0..4 {
+            if k <= c.len() {
+                b.push(B64[(n >> (18 - 6 * k) & 63) as usize] as char);
+            } else {
+                b.push('=');
+            }
+        }
+    }
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in b.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).unwrap());
+        out.push('\n');
+    }
+    out + &format!("-----END {label}-----\n")
 }

@@ -299,8 +299,15 @@ pub fn eval(arena: &mut Arena, t: &Term, scope: &dyn Scope) -> Term {
     reduce(arena, &t, 0)
 }
 
-fn boolean(arena: &mut Arena, b: bool) -> Term {
-    arena.appl(if b { "true" } else { "false" }, Vec::new())
+fn boolean(_arena: &mut Arena, b: bool) -> Term {
+    // Made once per thread: every `if` and `while` condition ends here, once per step.
+    thread_local! {
+        static BOOLS: [Term; 2] = {
+            let mut a = Arena::new();
+            [a.appl("false", Vec::new()), a.appl("true", Vec::new())]
+        };
+    }
+    BOOLS.with(|t| t[usize::from(b)].clone())
 }
 
 fn reduce(arena: &mut Arena, t: &Term, depth: usize) -> Term {
@@ -310,6 +317,7 @@ fn reduce(arena: &mut Arena, t: &Term, depth: usize) -> Term {
     if args.is_empty() || depth > crate::term::MAX_DEPTH {
         return t.clone();
     }
+    let orig = args;
     let args: Vec<Term> = args.iter().map(|a| reduce(arena, a, depth + 1)).collect();
     let ints: Option<Vec<i64>> = args.iter().map(Term::as_int).collect();
     let is_true = |t: &Term| {
@@ -350,7 +358,12 @@ fn reduce(arena: &mut Arena, t: &Term, depth: usize) -> Term {
         },
         _ => None,
     };
-    r.unwrap_or_else(|| arena.appl(f, args))
+    match r {
+        Some(r) => r,
+        // Nothing reduced below: the term itself, not a copy made again.
+        None if args.iter().zip(orig).all(|(x, y)| x.ptr_eq(y)) => t.clone(),
+        None => arena.appl(f, args),
+    }
 }
 
 fn is_true(t: &Term) -> bool {

@@ -47,6 +47,12 @@ pub struct Term(Arc<Node>);
 pub struct Node {
     hash: u64,
     kind: Kind,
+    /// Whether a reference occurs in the term (so [`Term::refs`] of the many terms without
+    /// one — every binding asks — costs nothing).
+    has_refs: bool,
+    /// Whether a variable occurs where [`Arena::substitute`] replaces them (applications,
+    /// lists, an annotated term), so substituting in a term without one returns it as it is.
+    has_vars: bool,
 }
 
 /// Where a by-reference value lives (seed 003's PUT fields: owner, variable, location) and
@@ -277,6 +283,9 @@ impl Term {
 
     /// Every distinct reference in the term (each once).
     pub fn refs(&self) -> Vec<RefInfo> {
+        if !self.0.has_refs {
+            return Vec::new();
+        }
         let mut seen: HashSet<*const Node> = HashSet::new();
         let mut out = Vec::new();
         let mut stack = vec![self];
@@ -476,7 +485,25 @@ impl Arena {
     /// The shared term of `kind`.
     pub fn make(&mut self, kind: Kind) -> Term {
         let hash = kind.structural_hash();
-        let t = Term(Arc::new(Node { hash, kind }));
+        let has_refs = match &kind {
+            Kind::Ref(_) => true,
+            Kind::Appl { args: xs, .. } | Kind::List(xs) => xs.iter().any(|x| x.0.has_refs),
+            Kind::Placeholder(t) => t.0.has_refs,
+            Kind::Annot { term, annos } => term.0.has_refs || annos.iter().any(|x| x.0.has_refs),
+            _ => false,
+        };
+        let has_vars = match &kind {
+            Kind::Var { .. } => true,
+            Kind::Appl { args: xs, .. } | Kind::List(xs) => xs.iter().any(|x| x.0.has_vars),
+            Kind::Annot { term, .. } => term.0.has_vars,
+            _ => false,
+        };
+        let t = Term(Arc::new(Node {
+            hash,
+            kind,
+            has_refs,
+            has_vars,
+        }));
         if let Some(existing) = self.set.get(&t) {
             return existing.clone();
         }
@@ -607,6 +634,9 @@ impl Arena {
     /// Replaces the bound (non-result) variables of `t` by their values in `scope`; result
     /// variables and unbound variables are kept.
     pub fn substitute(&mut self, t: &Term, scope: &dyn Scope) -> Term {
+        if !t.0.has_vars {
+            return t.clone();
+        }
         match t.kind() {
             Kind::Var {
                 name,

@@ -1,6 +1,7 @@
 package org.viastack.bus;
 
 import java.io.BufferedInputStream;
+import java.io.BufferedOutputStream;
 import java.io.Closeable;
 import java.io.EOFException;
 import java.io.IOException;
@@ -16,6 +17,10 @@ import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.SSLException;
+import javax.net.ssl.SSLParameters;
+import javax.net.ssl.SSLSocket;
 
 /**
  * One stream connection, TCP or Unix ({@code unix:/path}), read by one thread and written
@@ -32,7 +37,10 @@ final class Conn implements Closeable {
         this.channel = null;
         socket.setTcpNoDelay(true);
         this.in = new BufferedInputStream(socket.getInputStream(), 64 * 1024);
-        this.out = socket.getOutputStream();
+        // Over TLS a frame's header and data go out as one record (one flush per frame).
+        this.out = socket instanceof SSLSocket
+                ? new BufferedOutputStream(socket.getOutputStream(), 16 * 1024)
+                : socket.getOutputStream();
     }
 
     private Conn(SocketChannel channel) {
@@ -49,6 +57,34 @@ final class Conn implements Closeable {
             ch.connect(UnixDomainSocketAddress.of(location.substring(5)));
             return new Conn(ch);
         }
+        return new Conn(tcp(location));
+    }
+
+    /**
+     * Connects to {@code host:port} over TLS with {@code ctx} and completes the handshake;
+     * when {@code name} is not null the certificate must carry it (as HTTPS checks names).
+     *
+     * @throws SSLException when the peer's certificate is refused
+     */
+    static Conn connectTls(String location, SSLContext ctx, String name) throws IOException {
+        Socket raw = tcp(location);
+        try {
+            String host = name != null ? name : "viastack-bus-owner";
+            SSLSocket s = (SSLSocket) ctx.getSocketFactory().createSocket(raw, host, raw.getPort(), true);
+            if (name != null) {
+                SSLParameters p = s.getSSLParameters();
+                p.setEndpointIdentificationAlgorithm("HTTPS");
+                s.setSSLParameters(p);
+            }
+            s.startHandshake();
+            return new Conn(s);
+        } catch (IOException | RuntimeException e) {
+            raw.close();
+            throw e;
+        }
+    }
+
+    private static Socket tcp(String location) throws IOException {
         int colon = location.lastIndexOf(':');
         if (colon < 0) {
             throw new IOException("not host:port or unix:/path: " + location);
@@ -63,7 +99,7 @@ final class Conn implements Closeable {
         } catch (NumberFormatException e) {
             throw new IOException("bad port in " + location);
         }
-        return new Conn(new Socket(host, port));
+        return new Socket(host, port);
     }
 
     /** Reads exactly {@code len} bytes; false if the stream ended before the first. */
@@ -103,18 +139,25 @@ final class Conn implements Closeable {
 
     synchronized void write(byte[] b) throws IOException {
         write(b, 0, b.length);
+        flush();
     }
 
     /** Writes a header and a slice of data as one frame's bytes, atomically. */
     synchronized void write(byte[] head, byte[] data, int off, int len) throws IOException {
         write(head, 0, head.length);
         write(data, off, len);
+        flush();
+    }
+
+    private void flush() throws IOException {
+        if (out != null) {
+            out.flush();
+        }
     }
 
     private void write(byte[] b, int off, int len) throws IOException {
         if (out != null) {
             out.write(b, off, len);
-            out.flush();
         } else {
             ByteBuffer buf = ByteBuffer.wrap(b, off, len);
             while (buf.hasRemaining()) {
@@ -143,6 +186,11 @@ final class Conn implements Closeable {
         private final String location;
 
         Listener(String where) throws IOException {
+            this(where, null);
+        }
+
+        /** With {@code tls}: a TCP listener serves TLS and its location pins the certificate. */
+        Listener(String where, Tls.Identity tls) throws IOException {
             if (where.startsWith("unix:")) {
                 Path p = Path.of(where.substring(5));
                 Files.deleteIfExists(p);
@@ -154,10 +202,11 @@ final class Conn implements Closeable {
                 int colon = where.lastIndexOf(':');
                 String host = where.substring(0, colon);
                 int port = Integer.parseInt(where.substring(colon + 1));
-                server = new ServerSocket();
+                server = tls == null ? new ServerSocket() : tls.server().getServerSocketFactory().createServerSocket();
                 server.bind(new InetSocketAddress(host, port));
                 unix = null;
-                location = host + ":" + server.getLocalPort();
+                String addr = host + ":" + server.getLocalPort();
+                location = tls == null ? addr : tls.location(addr);
             }
         }
 

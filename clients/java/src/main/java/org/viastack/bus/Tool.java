@@ -17,7 +17,10 @@ import java.util.concurrent.ConcurrentHashMap;
  * release them; a FIN from the bus frees an owned value. A daemon thread PINGs at a third of
  * the lease. A passive tool (no listener) serves its values through the bus: the bus relays
  * GET/CREDIT to it on the bus connection and its PUT chunks back to the consumer; a value
- * whose owner is passive is fetched the same way.
+ * whose owner is passive is fetched the same way. On a TLS bus ({@link Config#tlsCa}) the
+ * tool verifies the bus's certificate, serves its values over TLS with a pinned certificate
+ * announced as {@code tls:HOST:PORT;sha256=FP}, and fetches only from pinned owners
+ * ({@link Tls}; docs/BUS.md "Security").
  */
 public final class Tool implements AutoCloseable {
 
@@ -35,6 +38,25 @@ public final class Tool implements AutoCloseable {
         public int chunk = 256 * 1024;
         /** Largest frame accepted from the bus. */
         public int maxFrame = Frame.DEFAULT_MAX_FRAME;
+        /**
+         * A TLS bus ({@code bus serve --tls-cert/--tls-key}): the PEM file of the roots to trust
+         * (a CA, or the bus's own self-signed certificate); null: plain TCP or Unix.
+         */
+        public java.nio.file.Path tlsCa;
+        /** The name the bus's certificate must carry (a DNS name or an IP address). */
+        public String tlsName = "localhost";
+        /**
+         * On a TLS bus, the PKCS#12 key store whose key and certificate a TCP listener serves
+         * values with; null: a throwaway self-signed one made by keytool at connect time.
+         */
+        public java.nio.file.Path ownerKeyStore;
+        /** The password of {@link #ownerKeyStore}. */
+        public char[] ownerKeyStorePassword = new char[0];
+        /**
+         * On a TLS bus, also fetch from owners serving plain TCP (refused by default: the bus
+         * vouches only for a pinned TLS listener).
+         */
+        public boolean plainOwners;
 
         public Config(String name) {
             this.name = name;
@@ -58,6 +80,8 @@ public final class Tool implements AutoCloseable {
     private static final java.security.SecureRandom RANDOM = new java.security.SecureRandom();
     private long nextEvent;
     private int fetches;
+    private int tlsFetches;
+    private int unverifiedOwners;
 
     private Tool(Config config, Conn bus, Conn.Listener listener, Frame reg) {
         this.config = config;
@@ -71,10 +95,26 @@ public final class Tool implements AutoCloseable {
 
     /** Connects to the bus at {@code host:port} or {@code unix:/path} and registers. */
     public static Tool connect(String busAddress, Config config) throws IOException {
-        Conn.Listener listener = config.serve == null ? null : new Conn.Listener(config.serve);
+        Tls.Identity identity = null;
+        if (config.tlsCa != null && config.serve != null && !config.serve.startsWith("unix:")) {
+            identity = config.ownerKeyStore != null
+                    ? Tls.load(config.ownerKeyStore, config.ownerKeyStorePassword)
+                    : Tls.generate();
+        }
+        Conn.Listener listener = config.serve == null ? null : new Conn.Listener(config.serve, identity);
         Conn bus = null;
         try {
-            bus = Conn.connect(busAddress);
+            if (config.tlsCa != null) {
+                javax.net.ssl.SSLContext ctx = Tls.busClient(config.tlsCa);
+                try {
+                    bus = Conn.connectTls(busAddress, ctx, config.tlsName);
+                } catch (javax.net.ssl.SSLException e) {
+                    throw new BusUnverifiedException(busAddress + ": the bus's certificate was refused: "
+                            + e.getMessage(), e);
+                }
+            } else {
+                bus = Conn.connect(busAddress);
+            }
             String location = listener == null ? "" : listener.location();
             bus.write(Frame.of(Frame.Kind.HELLO, Frame.VERSION, config.name, location, config.token).encode());
             Frame reg;
@@ -160,6 +200,16 @@ public final class Tool implements AutoCloseable {
     /** References fetched from other tools so far. */
     public int fetches() {
         return fetches;
+    }
+
+    /** Of the fetches, those over TLS from an owner whose certificate matched its pin. */
+    public int tlsFetches() {
+        return tlsFetches;
+    }
+
+    /** Fetches refused because the owner was not verified ({@link OwnerUnverifiedException}). */
+    public int unverifiedOwners() {
+        return unverifiedOwners;
     }
 
     /**
@@ -390,7 +440,8 @@ public final class Tool implements AutoCloseable {
         }
         byte[] out = new byte[size];
         int window = config.window;
-        try (Conn c = Conn.connect(r.location())) {
+        boolean tls = r.location().startsWith(Tls.PREFIX);
+        try (Conn c = connectOwner(r.location())) {
             c.write(Frame.of(Frame.Kind.GET, delivery, r.var(), 0L, (long) window).encode());
             int have = 0;
             long since = 0;
@@ -428,7 +479,35 @@ public final class Tool implements AutoCloseable {
                 // the value is whole: nothing is lost
             }
         }
+        if (tls) {
+            tlsFetches++;
+        }
         return out;
+    }
+
+    /**
+     * A connection to an owner: TLS accepting only the certificate a {@code tls:} location
+     * pins; on a TLS bus, a plain TCP owner is refused unless {@link Config#plainOwners}.
+     */
+    private Conn connectOwner(String location) throws IOException {
+        if (location.startsWith(Tls.PREFIX)) {
+            Object[] parsed = Tls.parseLocation(location);
+            if (parsed == null) {
+                unverifiedOwners++;
+                throw new OwnerUnverifiedException(location, "malformed TLS location");
+            }
+            try {
+                return Conn.connectTls((String) parsed[0], Tls.pinned((byte[]) parsed[1]), null);
+            } catch (javax.net.ssl.SSLException e) {
+                unverifiedOwners++;
+                throw new OwnerUnverifiedException(location, "handshake failed: " + e.getMessage());
+            }
+        }
+        if (config.tlsCa != null && !config.plainOwners && !location.startsWith("unix:")) {
+            unverifiedOwners++;
+            throw new OwnerUnverifiedException(location, "the owner serves plain TCP while this tool is on a TLS bus");
+        }
+        return Conn.connect(location);
     }
 
     private void serveValues() {
