@@ -92,6 +92,9 @@ pub struct GroupArgs {
     lwg_only: bool,
 }
 
+/// How long a lane resumed from a pause runs before its round is measured.
+const SETTLE: Duration = Duration::from_millis(300);
+
 /// Members of the group in both lanes.
 const MEMBERS: usize = 3;
 
@@ -353,8 +356,13 @@ fn measured_round(
     messages: u64,
     size: usize,
 ) -> anyhow::Result<(f64, f64)> {
-    let idle = LaneCpu::start(other.clone());
-    let paused = pause.then(|| Paused::stop(other));
+    let paused = pause.then(|| Paused::stop(other.clone()));
+    if pause {
+        // `lane` was stopped during the other lane's round: let its timers, heartbeats and
+        // acknowledgements catch up before it is measured.
+        std::thread::sleep(SETTLE);
+    }
+    let idle = LaneCpu::start(other);
     let rate = lane.round(messages, size)?;
     let used = idle.used();
     drop(paused);

@@ -723,6 +723,10 @@ fn lane_peer(args: &Cfg, catalog: &Catalog) -> anyhow::Result<Value> {
         for lane in order {
             if lane == 0 {
                 if let Some(j) = jvm.as_mut() {
+                    if !args.no_pause && viastack.is_some() {
+                        // Stopped during viastack's rounds: let its timers catch up first.
+                        std::thread::sleep(WallDuration::from_millis(300));
+                    }
                     let secs = j.round(round, args.peer_messages, PEER_SIZE)?;
                     a = Some(args.peer_messages as f64 / secs);
                 }
