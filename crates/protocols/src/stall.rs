@@ -34,19 +34,14 @@ impl TickGap {
     /// A tick at `now`: for how long this node was stalled before it (the time since the
     /// previous tick beyond two periods; zero for the first tick and for a tick on time).
     pub fn tick(&mut self, now: Instant) -> Duration {
-        let stalled = match self.last {
-            Some(last) => {
-                let gap = now.saturating_duration_since(last);
-                if gap > self.period * 2 {
-                    gap.saturating_sub(self.period)
-                } else {
-                    Duration::ZERO
-                }
-            }
-            None => Duration::ZERO,
-        };
-        self.last = Some(now.max(self.last.unwrap_or(now)));
-        stalled
+        let last = self.last.unwrap_or(now);
+        self.last = Some(now.max(last));
+        let gap = now.saturating_duration_since(last);
+        if gap > self.period * 2 {
+            gap - self.period
+        } else {
+            Duration::ZERO
+        }
     }
 }
 
