@@ -77,34 +77,33 @@ mod tests {
     use super::*;
     use std::process::{Command, Stdio};
 
-    /// A stopped process shows state `T` in `/proc/PID/stat`; it runs again after the drop.
+    /// `waitpid` with `WUNTRACED`/`WCONTINUED` reports the child's stop and its resumption: the
+    /// signals are delivered asynchronously, so the test waits for the kernel to report each.
     #[test]
     fn a_paused_process_is_stopped_and_resumed() {
+        use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
         let mut child = Command::new("sleep")
             .arg("30")
             .stdout(Stdio::null())
             .spawn()
             .expect("sleep");
-        let state = |pid: u32| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
-            let rest = &stat[stat.rfind(')').expect(")") + 2..];
-            rest.chars().next().expect("state")
-        };
         let pid = child.id();
+        let nix_pid = Pid::from_raw(i32::try_from(pid).expect("pid"));
         {
             let _paused = Paused::stop([pid]);
-            assert_eq!(state(pid), 'T', "SIGSTOP took effect");
+            let status = waitpid(nix_pid, Some(WaitPidFlag::WUNTRACED)).expect("waitpid");
+            assert_eq!(
+                status,
+                WaitStatus::Stopped(nix_pid, Signal::SIGSTOP),
+                "SIGSTOP took effect"
+            );
         }
-        // SIGCONT is delivered synchronously: the state leaves `T` (sleeping: `S`).
-        let mut seen = state(pid);
-        for _ in 0..1000 {
-            if seen != 'T' {
-                break;
-            }
-            std::thread::yield_now();
-            seen = state(pid);
-        }
-        assert_ne!(seen, 'T', "SIGCONT resumed the process");
+        let status = waitpid(nix_pid, Some(WaitPidFlag::WCONTINUED)).expect("waitpid");
+        assert_eq!(
+            status,
+            WaitStatus::Continued(nix_pid),
+            "SIGCONT resumed the process"
+        );
         child.kill().expect("kill");
         child.wait().expect("wait");
     }
