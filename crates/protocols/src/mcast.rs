@@ -70,6 +70,23 @@ pub static MCAST_NOTE: EventTypeDef = EventTypeDef::new("McastNote", Some(&CHANN
 /// Down a host's channel: a [`GroupCommand`] of the application.
 pub static MCAST_GROUP: EventTypeDef = EventTypeDef::new("McastGroup", Some(&CHANNEL_EVENT));
 
+/// Up a host's channel: another host on the link joined or left a group (its IGMP report or
+/// leave was heard; body `Custom(LinkMember)`). A source's `mcast-reliable` counts such a
+/// host as a receiver before it has reported stability.
+pub static MCAST_LINK_MEMBER: EventTypeDef =
+    EventTypeDef::new("McastLinkMember", Some(&CHANNEL_EVENT));
+
+/// What a host's `igmp` heard another host on its link say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkMember {
+    /// The host that spoke.
+    pub host: Addr,
+    /// The group it reported or left.
+    pub group: Addr,
+    /// A report (`true`) or a leave (`false`).
+    pub joined: bool,
+}
+
 /// What forwarding or group management tells pruning and grafting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Note {
@@ -408,6 +425,20 @@ impl Session for IgmpSession {
                     self.note(ctx, channel);
                 } else if let Some(h) = self.host.as_mut() {
                     h.handle_datagram(now, bytes);
+                    let heard = match igmp::wire::Repr::parse(bytes) {
+                        Ok(igmp::wire::Repr::Report { group, .. }) => Some((group, true)),
+                        Ok(igmp::wire::Repr::Leave { group }) => Some((group, false)),
+                        _ => None,
+                    };
+                    if let Some((group, joined)) = heard {
+                        let member = LinkMember {
+                            host: from,
+                            group,
+                            joined,
+                        };
+                        let ty = MCAST_LINK_MEMBER.id();
+                        ctx.go(custom_event(ty, Direction::Up, channel, member));
+                    }
                 }
                 self.flush(ctx);
             }

@@ -31,6 +31,10 @@
 //! `repairs_from_cache`, `stability_reports`, `sessions_sent`, `freed_stable`, `cache_evicted`,
 //! `unrecoverable`, `skipped_while_away`, `membership_refreshes` (a router counted a joined host's
 //! stability report as its IGMP membership, [`viastack_mcast::reliable::Repairer::refresh_membership`]),
+//! `held_for_members` (a source kept stability where it was for a host of its link whose IGMP
+//! report it heard but which had not reported yet: [`viastack_mcast::reliable::Sender::member_heard`],
+//! told by `igmp` through [`crate::mcast::MCAST_LINK_MEMBER`]), `link_members_dropped` (more than
+//! 4,096 (group, host) pairs heard on the link),
 //! `rel_malformed`, `send_buffer_peak` and `cache_peak`
 //! (the most packets a source's send buffer or a router's repair cache held, summed over the
 //! nodes). `mcast-order`: `order_held`,
@@ -51,9 +55,12 @@ use viastack_mcast::Addr;
 
 use crate::events::{failure, SEND_REFUSED};
 use crate::mcast::{
-    addr_of, custom_body, custom_event, lock, GroupCommand, Interfaces, McastConfig, SharedMemory,
-    MCAST_GROUP, MCAST_MEMORY,
+    addr_of, custom_body, custom_event, lock, GroupCommand, Interfaces, LinkMember, McastConfig,
+    SharedMemory, MCAST_GROUP, MCAST_LINK_MEMBER, MCAST_MEMORY,
 };
+
+/// Most (group, host) pairs a host remembers from the IGMP messages heard on its link.
+const MAX_LINK_MEMBERS: usize = 4096;
 
 /// Up a host's channel from `mcast-reliable` to `mcast-order`: where a stream starts, or that
 /// it moved past packets sent while the host was not a member (body `Custom(StreamNote)`).
@@ -138,6 +145,7 @@ impl Layer for McastReliableLayer {
             CHANNEL_INIT.id(),
             MCAST_MEMORY.id(),
             MCAST_GROUP.id(),
+            MCAST_LINK_MEMBER.id(),
         ]
     }
     fn provides(&self) -> Vec<EventType> {
@@ -161,6 +169,7 @@ impl Layer for McastReliableLayer {
                 .then(|| Repairer::new(self.config.rel)),
             sender: None,
             receiver: None,
+            link_members: BTreeMap::new(),
             timer: None,
             reported: reliable::Stats::default(),
         })
@@ -176,6 +185,9 @@ pub struct McastReliableSession {
     repairer: Option<Repairer>,
     sender: Option<Sender>,
     receiver: Option<Receiver>,
+    /// Hosts on this host's link that joined a group, (group, host) → since when (their IGMP
+    /// reports, heard by `igmp`): a source here counts them as receivers before they report.
+    link_members: BTreeMap<(Addr, Addr), Instant>,
     timer: Option<(TimerId, Instant)>,
     reported: reliable::Stats,
 }
@@ -201,6 +213,7 @@ fn sum(a: &reliable::Stats, b: &reliable::Stats) -> reliable::Stats {
         unrecoverable: a.unrecoverable + b.unrecoverable,
         skipped: a.skipped + b.skipped,
         membership_refreshes: a.membership_refreshes + b.membership_refreshes,
+        held_for_members: a.held_for_members + b.held_for_members,
         malformed: a.malformed + b.malformed,
         peak: a.peak.max(b.peak),
     }
@@ -347,6 +360,11 @@ impl McastReliableSession {
                 was.membership_refreshes,
                 now.membership_refreshes,
             ),
+            (
+                "held_for_members",
+                was.held_for_members,
+                now.held_for_members,
+            ),
             ("rel_malformed", was.malformed, now.malformed),
         ] {
             if b > a {
@@ -412,6 +430,27 @@ impl McastReliableSession {
                 }
             }
             _ => ctx.go(event),
+        }
+    }
+
+    /// A host on the link joined or left a group: remembered, and told to the source.
+    fn link_member(&mut self, m: LinkMember, ctx: &mut Context<'_>) {
+        let now = ctx.now();
+        let key = (m.group, m.host);
+        if !m.joined {
+            self.link_members.remove(&key);
+        } else if self.link_members.len() < MAX_LINK_MEMBERS || self.link_members.contains_key(&key)
+        {
+            self.link_members.entry(key).or_insert(now);
+        } else {
+            ctx.count("link_members_dropped");
+        }
+        if let Some(s) = self.sender.as_mut().filter(|s| s.group() == m.group) {
+            if m.joined {
+                s.member_heard(m.host, now);
+            } else {
+                s.member_left(m.host);
+            }
         }
     }
 
@@ -489,6 +528,12 @@ impl Session for McastReliableSession {
             ctx.go(event);
             return;
         }
+        if ty == MCAST_LINK_MEMBER.id() {
+            if let Some(m) = custom_body::<LinkMember>(&event) {
+                self.link_member(m, ctx);
+            }
+            return;
+        }
         if ty == MCAST_GROUP.id() {
             if !self.config.mcast.router {
                 match custom_body::<GroupCommand>(&event) {
@@ -521,9 +566,16 @@ impl Session for McastReliableSession {
                     return;
                 };
                 let cfg = self.config.rel;
-                let snd = self
-                    .sender
-                    .get_or_insert_with(|| Sender::new(cfg, h.source, h.group));
+                let members = &self.link_members;
+                let snd = self.sender.get_or_insert_with(|| {
+                    let mut snd = Sender::new(cfg, h.source, h.group);
+                    for (&(_, host), &since) in
+                        members.range((h.group, Addr(0))..=(h.group, Addr(u32::MAX)))
+                    {
+                        snd.member_heard(host, since);
+                    }
+                    snd
+                });
                 match snd.send(now, bytes) {
                     Ok(b) => {
                         s.message = Message::from_wire(b);
