@@ -30,6 +30,7 @@ use viastack_kernel::{
     Sendable, SessionId,
 };
 use viastack_protocols::events::SEND_REFUSED;
+use viastack_protocols::mcast_reliable::{stream_note, StreamNote};
 use viastack_stack::{BuildEnv, Catalog, StackFile};
 
 /// The receivers (node ids 1..=4 of the LAN).
@@ -131,6 +132,8 @@ struct Shared {
     done_at: Vec<AtomicU64>,
     /// Duplicates or foreign payloads seen by any receiver.
     bad: AtomicU64,
+    /// Messages the receivers were told are lost (`McastUnrecoverable`).
+    lost: AtomicU64,
     /// First send (ns since `origin`).
     first_send: AtomicU64,
     stop: AtomicBool,
@@ -159,6 +162,8 @@ struct Node {
     by_addr: HashMap<SocketAddr, NodeId>,
     buf: Vec<u8>,
     sent: u64,
+    /// Messages this node's service reported lost.
+    lost: u64,
 }
 
 impl Node {
@@ -171,6 +176,9 @@ impl Node {
                 Output::Deliver(ev) => {
                     if ev.ty() == SEND_REFUSED.id() {
                         refused = true;
+                    } else if let Some(StreamNote::Unrecoverable { missing, .. }) = stream_note(&ev)
+                    {
+                        self.lost += u64::from(missing);
                     } else if let Some(s) = ev.sendable_ref() {
                         deliver(s.message.as_slice());
                     }
@@ -366,6 +374,7 @@ fn receiver(mut node: Node, shared: &Shared, index: usize, messages: u64) -> any
         }
     }
     shared.datagrams.fetch_add(node.sent, Ordering::Relaxed);
+    shared.lost.fetch_add(node.lost, Ordering::Relaxed);
     Ok(())
 }
 
@@ -427,6 +436,7 @@ pub fn round(
             peers,
             buf: vec![0u8; 65_536],
             sent: 0,
+            lost: 0,
         });
     }
     let shared = Shared {
@@ -434,6 +444,7 @@ pub fn round(
         delivered: (0..RECEIVERS).map(|_| AtomicU64::new(0)).collect(),
         done_at: (0..RECEIVERS).map(|_| AtomicU64::new(0)).collect(),
         bad: AtomicU64::new(0),
+        lost: AtomicU64::new(0),
         first_send: AtomicU64::new(0),
         stop: AtomicBool::new(false),
         datagrams: AtomicU64::new(0),
@@ -520,10 +531,11 @@ pub fn round(
         .map(|d| d.load(Ordering::Acquire))
         .collect();
     let bad = shared.bad.load(Ordering::Acquire);
-    if bad > 0 || delivered.iter().any(|&d| d != messages) {
+    let lost = shared.lost.load(Ordering::Acquire);
+    if bad > 0 || lost > 0 || delivered.iter().any(|&d| d != messages) {
         bail!(
             "peer lane: not exactly once: delivered {delivered:?} of {messages} each, \
-             {bad} duplicates or foreign payloads"
+             {bad} duplicates or foreign payloads, {lost} reported lost by the service"
         );
     }
     let first = shared.first_send.load(Ordering::Acquire);
