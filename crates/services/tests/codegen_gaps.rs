@@ -69,7 +69,7 @@ fn the_generator_accepts_every_test_specification() {
         .iter()
         .map(|(n, _)| *n)
         .collect();
-    assert_eq!(names, ["drafts", "isbound", "nodeinfo"]);
+    assert_eq!(names, ["drafts", "eventless", "isbound", "nodeinfo"]);
 }
 
 /// Drafts read across actions: create/set/execute, `createMessage name="x"` … `x.Attr`,
@@ -92,4 +92,12 @@ fn is_bound_of_an_expression_compiled_as_the_store_runs_it() {
 #[test]
 fn update_node_info_compiled_as_the_store_runs_it() {
     same::<viastack_services::gaps::nodeinfo::Compiled>("nodeinfo", 5_000);
+}
+
+/// Eventless transitions, resolved by the flat machine at load time into the steps that reach
+/// their states: the initial state left at once, transient states, a chain, a compound
+/// state's, one reaching a top-level `<final>`.
+#[test]
+fn eventless_transitions_compiled_as_the_store_runs_them() {
+    same::<viastack_services::gaps::eventless::Compiled>("eventless", 5_000);
 }

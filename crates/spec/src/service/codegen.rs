@@ -39,8 +39,9 @@
 //! What the generator does not handle yet is refused with a message naming it: charts that are
 //! not flat, `<data src>`, writing a draft's payload or extra attribute from the same draft,
 //! a node field set on a draft (`set name="updateNodeInfo" field="NodeInfo/…"`), children or
-//! neighbours from anything but a list of addresses. Eventless transitions are refused by the
-//! flat machine (the chart then runs on the general engine and is not compiled).
+//! neighbours from anything but a list of addresses. Eventless transitions (a target, no
+//! `cond`) come resolved in the flat machine's steps; the ones it refuses (a `cond`, no
+//! target, a cycle) leave the chart on the general engine, which is not compiled.
 
 use std::fmt::Write as _;
 
