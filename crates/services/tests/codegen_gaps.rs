@@ -69,7 +69,7 @@ fn the_generator_accepts_every_test_specification() {
         .iter()
         .map(|(n, _)| *n)
         .collect();
-    assert_eq!(names, ["drafts", "isbound"]);
+    assert_eq!(names, ["drafts", "eventless", "isbound", "nodeinfo"]);
 }
 
 /// Drafts read across actions: create/set/execute, `createMessage name="x"` … `x.Attr`,
@@ -84,4 +84,20 @@ fn drafts_read_across_actions_compiled_as_the_store_runs_them() {
 #[test]
 fn is_bound_of_an_expression_compiled_as_the_store_runs_it() {
     same::<viastack_services::gaps::isbound::Compiled>("isbound", 5_000);
+}
+
+/// `updateNodeInfo`: the node's fields written by a step, from literals and from the history,
+/// read back by the same step, by a `foreach` and by composite events in later inputs; a field
+/// that cannot be read ends the block with the earlier ones written; through a draft.
+#[test]
+fn update_node_info_compiled_as_the_store_runs_it() {
+    same::<viastack_services::gaps::nodeinfo::Compiled>("nodeinfo", 5_000);
+}
+
+/// Eventless transitions, resolved by the flat machine at load time into the steps that reach
+/// their states: the initial state left at once, transient states, a chain, a compound
+/// state's, one reaching a top-level `<final>`.
+#[test]
+fn eventless_transitions_compiled_as_the_store_runs_them() {
+    same::<viastack_services::gaps::eventless::Compiled>("eventless", 5_000);
 }

@@ -244,6 +244,63 @@ fn nested_states_on_the_flat_form_match_the_general_engine() {
     );
 }
 
+/// Eventless transitions (the generator's test specification `eventless`): the initial state
+/// left at once, a transient state entered by an event, a chain of two, a compound state's
+/// eventless transition taken from its child, one reaching a top-level `<final>`.
+const EVENTLESS: &str = include_str!("data/codegen/eventless.scxml");
+
+#[test]
+fn eventless_transitions_on_the_flat_form_match_the_general_engine() {
+    assert_eq!(load("eventless", EVENTLESS).path(), ("flat", None));
+    let mut checked = 0;
+    for seed in 0..300 {
+        let inputs = random_trace(8, seed);
+        for auto in [false, true] {
+            let opts = Options {
+                auto_timers: auto,
+                end_ms: None,
+            };
+            let a = trace::run(&mut store(load("eventless", EVENTLESS)), &inputs, opts);
+            let mut general = load("eventless", EVENTLESS);
+            general.disable_flat();
+            let b = trace::run(&mut store(general), &inputs, opts);
+            assert_eq!(a, b, "seed {seed} auto_timers {auto}: inputs {inputs:?}");
+            checked += a.len();
+        }
+    }
+    assert!(checked > 10_000, "{checked}");
+    // With a `cond`, without a target, or in a cycle: the engine, with the reason.
+    for (from, to, why) in [
+        (
+            r#"<transition target="hop2">"#,
+            r#"<transition cond="true" target="hop2">"#,
+            "eventless transition with a `cond`",
+        ),
+        (
+            r#"<transition target="hop2">"#,
+            r#"<transition>"#,
+            "without a target",
+        ),
+        (
+            r#"<transition target="idle">
+      <action:sendControlMessage MessageType="11""#,
+            r#"<transition target="hop1">
+      <action:sendControlMessage MessageType="11""#,
+            "cycle",
+        ),
+    ] {
+        let src = EVENTLESS.replace(from, to);
+        assert_ne!(src, EVENTLESS);
+        let svc = load("eventless-refused", &src);
+        assert_eq!(svc.path().0, "engine");
+        assert!(
+            svc.path().1.is_some_and(|w| w.contains(why)),
+            "{:?}",
+            svc.path()
+        );
+    }
+}
+
 #[test]
 fn a_catch_all_descriptor_keeps_the_general_engine() {
     // `*` also matches the `error.execution` a failing action raises, which only the general

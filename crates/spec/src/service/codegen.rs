@@ -29,9 +29,19 @@
 //! Services are compiled when viastack is built (`crates/services/build.rs` for the shipped
 //! ones — all nine — and the generator's test specifications in
 //! `crates/spec/tests/data/codegen/`); a specification loaded at run time runs on the table.
+//! `updateNodeInfo` (issue 15 §2) writes the runner's node in place, field by field in the
+//! element's order (a value that cannot be read ends the block with the earlier fields
+//! written, as the interpreter's `apply`), and reports it; the steps read the node through
+//! the step context, so the rest of the step, the composite events and later inputs see the
+//! new one. A `foreach` selects its nodes before its first send, as the interpreter does (on
+//! the stack for up to 16).
+//!
 //! What the generator does not handle yet is refused with a message naming it: charts that are
-//! not flat, `updateNodeInfo`, `<data src>`, writing a draft's payload or extra attribute from
-//! the same draft.
+//! not flat, `<data src>`, writing a draft's payload or extra attribute from the same draft,
+//! a node field set on a draft (`set name="updateNodeInfo" field="NodeInfo/…"`), children or
+//! neighbours from anything but a list of addresses. Eventless transitions (a target, no
+//! `cond`) come resolved in the flat machine's steps; the ones it refuses (a `cond`, no
+//! target, a cycle) leave the chart on the general engine, which is not compiled.
 
 use std::fmt::Write as _;
 
@@ -136,7 +146,7 @@ pub fn rust(svc: &Service, file: &str) -> Result<String, String> {
     let _ = writeln!(w, "    }}\n}}\n");
     let _ = writeln!(
         w,
-        "struct Cx<'a, N: Network> {{\n    now: Instant,\n    key: InstanceKey,\n    node: &'a NodeInfo,\n    current: Option<&'a Message>,\n    net: &'a mut N,\n    terminated: bool,\n    /// The event being taken (for `_event.name`).\n    event: &'static str,\n    /// Whether an event is being taken (`_event` is bound).\n    bound: bool,\n    /// The timer id of a timer input.\n    timer: u32,\n    /// The drafts (`createMessage name=…`), live within one step.\n    dr: &'a mut [Dr; DRAFTS],\n}}\n\n/// A draft: whether it was created in this step, its message and timer fields.\n#[derive(Debug, Default, Clone)]\nstruct Dr {{\n    live: bool,\n    msg: Message,\n    id: u32,\n    ms: u64,\n}}\n\nimpl<N: Network> Cx<'_, N> {{\n    #[inline]\n    fn perform(&mut self, prim: Prim, msg: &mut Message, timer: (u32, u64)) {{\n        if native::emit(prim, msg, timer, self.now, self.key, self.node.address, self.net) {{\n            self.terminated = true;\n        }}\n    }}\n}}\n"
+        "struct Cx<'a, N: Network> {{\n    now: Instant,\n    key: InstanceKey,\n    node: &'a mut NodeInfo,\n    current: Option<&'a Message>,\n    net: &'a mut N,\n    terminated: bool,\n    /// The event being taken (for `_event.name`).\n    event: &'static str,\n    /// Whether an event is being taken (`_event` is bound).\n    bound: bool,\n    /// The timer id of a timer input.\n    timer: u32,\n    /// The drafts (`createMessage name=…`), live within one step.\n    dr: &'a mut [Dr; DRAFTS],\n}}\n\n/// A draft: whether it was created in this step, its message and timer fields.\n#[derive(Debug, Default, Clone)]\nstruct Dr {{\n    live: bool,\n    msg: Message,\n    id: u32,\n    ms: u64,\n}}\n\nimpl<N: Network> Cx<'_, N> {{\n    #[inline]\n    fn perform(&mut self, prim: Prim, msg: &mut Message, timer: (u32, u64)) {{\n        if prim == Prim::UpdateNodeInfo {{\n            // The node as the step's updateNodeInfo fields left it.\n            self.net.perform(self.now, self.key, Primitive::UpdateNodeInfo(&*self.node));\n            return;\n        }}\n        if native::emit(prim, msg, timer, self.now, self.key, self.node.address, self.net) {{\n            self.terminated = true;\n        }}\n    }}\n}}\n"
     );
     // The datamodel's initial values.
     let _ = writeln!(
@@ -227,7 +237,7 @@ pub fn rust(svc: &Service, file: &str) -> Result<String, String> {
         }
     }
     if comps > 0 {
-        let _ = writeln!(w, "    let node = cx.node;\n    let _ = node;\n    let before = inst.state;\n    let fire = [");
+        let _ = writeln!(w, "    let node = &*cx.node;\n    let _ = node;\n    let before = inst.state;\n    let fire = [");
         for c in 0..comps {
             let constituents: Vec<String> = data.composite[c]
                 .constituents
@@ -292,13 +302,13 @@ pub fn rust(svc: &Service, file: &str) -> Result<String, String> {
     );
     let _ = writeln!(
         w,
-        "impl Runner for Compiled {{\n    #[inline]\n    fn handle_message<N: Network>(&mut self, now: Instant, m: &Message, net: &mut N) -> Result<(), RunnerError> {{\n        if m.service_id != SERVICE_ID {{\n            return Err(RunnerError::UnknownService(m.service_id));\n        }}\n        let node = &self.node;\n        let _ = node;\n        let hits: [bool; BASIC] = [{}];\n        if !({}) {{\n            return Ok(());\n        }}\n        let live = self.instances.len();\n        let key = InstanceKey {{ service: SERVICE_ID, message: m.message_id }};\n        let mut cx = Cx {{ now, key, node: &self.node, current: Some(m), net, terminated: false, event: \"\", bound: false, timer: 0, dr: &mut self.drafts }};\n        let inst = match self.instances.entry(m.message_id) {{\n            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),\n            std::collections::hash_map::Entry::Vacant(v) => {{\n                if live >= self.capacity {{\n                    return Err(RunnerError::Full(live));\n                }}\n                // Built in place; an instance its initial state ends is taken out again.\n                let inst = v.insert(Inst::new());\n                init_vars(inst, &cx);\n                if start(inst, &mut cx) {{\n                    self.instances.remove(&m.message_id);\n                    return Ok(());\n                }}\n                inst\n            }}\n        }};\n        if run(inst, &hits, Some(m), 0, &mut cx) {{\n            self.instances.remove(&m.message_id);\n        }}\n        Ok(())\n    }}\n",
+        "impl Runner for Compiled {{\n    #[inline]\n    fn handle_message<N: Network>(&mut self, now: Instant, m: &Message, net: &mut N) -> Result<(), RunnerError> {{\n        if m.service_id != SERVICE_ID {{\n            return Err(RunnerError::UnknownService(m.service_id));\n        }}\n        let node = &self.node;\n        let _ = node;\n        let hits: [bool; BASIC] = [{}];\n        if !({}) {{\n            return Ok(());\n        }}\n        let live = self.instances.len();\n        let key = InstanceKey {{ service: SERVICE_ID, message: m.message_id }};\n        let mut cx = Cx {{ now, key, node: &mut self.node, current: Some(m), net, terminated: false, event: \"\", bound: false, timer: 0, dr: &mut self.drafts }};\n        let inst = match self.instances.entry(m.message_id) {{\n            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),\n            std::collections::hash_map::Entry::Vacant(v) => {{\n                if live >= self.capacity {{\n                    return Err(RunnerError::Full(live));\n                }}\n                // Built in place; an instance its initial state ends is taken out again.\n                let inst = v.insert(Inst::new());\n                init_vars(inst, &cx);\n                if start(inst, &mut cx) {{\n                    self.instances.remove(&m.message_id);\n                    return Ok(());\n                }}\n                inst\n            }}\n        }};\n        if run(inst, &hits, Some(m), 0, &mut cx) {{\n            self.instances.remove(&m.message_id);\n        }}\n        Ok(())\n    }}\n",
         message_hits.join(", "),
         any_of(&data.basic, |k| matches!(k, BasicKind::Message(_)))
     );
     let _ = writeln!(
         w,
-        "    #[inline]\n    fn handle_timer<N: Network>(&mut self, now: Instant, key: InstanceKey, id: u32, net: &mut N) -> Result<(), RunnerError> {{\n        if key.service != SERVICE_ID {{\n            return Ok(());\n        }}\n        let Some(inst) = self.instances.get_mut(&key.message) else {{\n            return Ok(());\n        }};\n        let hits: [bool; BASIC] = [{}];\n        if !({}) {{\n            return Ok(());\n        }}\n        let mut cx = Cx {{ now, key, node: &self.node, current: None, net, terminated: false, event: \"\", bound: false, timer: id, dr: &mut self.drafts }};\n        if run(inst, &hits, None, id, &mut cx) {{\n            self.instances.remove(&key.message);\n        }}\n        Ok(())\n    }}\n\n    fn set_node(&mut self, node: NodeInfo) {{\n        self.node = node;\n    }}\n\n    fn state(&self, key: InstanceKey) -> Option<&str> {{\n        if key.service != SERVICE_ID {{\n            return None;\n        }}\n        let i = self.instances.get(&key.message)?;\n        STATE_NAMES.get(usize::from(i.state)).copied()\n    }}\n\n    fn live(&self) -> usize {{\n        self.instances.len()\n    }}\n\n    fn memory_bytes(&self) -> usize {{\n        self.instances.capacity() * (std::mem::size_of::<(u64, Inst)>() + 1)\n            + self.instances.values().map(Inst::heap_bytes).sum::<usize>()\n    }}\n}}",
+        "    #[inline]\n    fn handle_timer<N: Network>(&mut self, now: Instant, key: InstanceKey, id: u32, net: &mut N) -> Result<(), RunnerError> {{\n        if key.service != SERVICE_ID {{\n            return Ok(());\n        }}\n        let Some(inst) = self.instances.get_mut(&key.message) else {{\n            return Ok(());\n        }};\n        let hits: [bool; BASIC] = [{}];\n        if !({}) {{\n            return Ok(());\n        }}\n        let mut cx = Cx {{ now, key, node: &mut self.node, current: None, net, terminated: false, event: \"\", bound: false, timer: id, dr: &mut self.drafts }};\n        if run(inst, &hits, None, id, &mut cx) {{\n            self.instances.remove(&key.message);\n        }}\n        Ok(())\n    }}\n\n    fn set_node(&mut self, node: NodeInfo) {{\n        self.node = node;\n    }}\n\n    fn state(&self, key: InstanceKey) -> Option<&str> {{\n        if key.service != SERVICE_ID {{\n            return None;\n        }}\n        let i = self.instances.get(&key.message)?;\n        STATE_NAMES.get(usize::from(i.state)).copied()\n    }}\n\n    fn live(&self) -> usize {{\n        self.instances.len()\n    }}\n\n    fn memory_bytes(&self) -> usize {{\n        self.instances.capacity() * (std::mem::size_of::<(u64, Inst)>() + 1)\n            + self.instances.values().map(Inst::heap_bytes).sum::<usize>()\n    }}\n}}",
         timer_hits.join(", "),
         any_of(&data.basic, |k| matches!(k, BasicKind::Timer(_)))
     );
@@ -431,9 +441,6 @@ fn action(g: &Gen<'_>, a: &Action, label: &str) -> Result<String, String> {
             base,
             sets,
         } => {
-            if *prim == Prim::UpdateNodeInfo {
-                return Err("updateNodeInfo is not compiled yet".into());
-            }
             // As the interpreter: `setMessage name=x` starts from draft x, the others from
             // their base or a fresh message.
             let mut o = match (prim, draft, base) {
@@ -481,7 +488,42 @@ fn action(g: &Gen<'_>, a: &Action, label: &str) -> Result<String, String> {
                         };
                         let _ = write!(o, "native::set_extra(&mut msg, {n:?}, {t}.into()); ");
                     }
-                    other => return Err(format!("setting {other:?} is not compiled yet")),
+                    // updateNodeInfo's fields write the node at once, in order (a value that
+                    // cannot be read ends the block with the earlier ones written), as the
+                    // interpreter's `apply`.
+                    Field::NodeAddress | Field::NodeParent => {
+                        let f = if *f == Field::NodeAddress {
+                            "address"
+                        } else {
+                            "parent"
+                        };
+                        let _ = write!(
+                            o,
+                            "let v = ({}) as u64; cx.node.{f} = viastack_spec::service::Addr(v); ",
+                            int(g, v, label)?
+                        );
+                    }
+                    Field::NodeChildren | Field::NodeNeighbours => {
+                        let Value::Addrs(list) = v else {
+                            return Err(format!(
+                                "setting {f:?} from anything but a list of addresses is not compiled"
+                            ));
+                        };
+                        let f = if *f == Field::NodeChildren {
+                            "children"
+                        } else {
+                            "neighbours"
+                        };
+                        let items: Vec<String> = list
+                            .iter()
+                            .map(|a| format!("viastack_spec::service::Addr({})", a.0))
+                            .collect();
+                        let _ = write!(
+                            o,
+                            "cx.node.{f}.clear(); cx.node.{f}.extend_from_slice(&[{}]); ",
+                            items.join(", ")
+                        );
+                    }
                 }
             }
             match draft {
@@ -572,9 +614,6 @@ fn action(g: &Gen<'_>, a: &Action, label: &str) -> Result<String, String> {
             Ok(o)
         }
         Action::Execute { draft: d, prim } => {
-            if *prim == Prim::UpdateNodeInfo {
-                return Err("updateNodeInfo is not compiled yet".into());
-            }
             Ok(format!(
                 "if !cx.dr[{d}].live {{ break {label}; }} let x = &mut cx.dr[{d}]; x.live = false; let mut msg = std::mem::take(&mut x.msg); let timer = (x.id, x.ms); cx.perform(Prim::{prim:?}, &mut msg, timer);"
             ))
@@ -585,7 +624,7 @@ fn action(g: &Gen<'_>, a: &Action, label: &str) -> Result<String, String> {
         } => {
             let (set, slot, cond) = selector.rust_parts();
             Ok(format!(
-                "let node = cx.node; let now = cx.now; let _ = now; for a in node.{set}.iter() {{ let v{slot} = a.0 as i64; let each = v{slot}; let _ = each; if {cond} {{ {} }} }}",
+                "let mut sel_near = [0i64; 16]; let mut sel_n = 0usize; let mut sel_spill: Vec<i64> = Vec::new(); {{ let node = &*cx.node; let now = cx.now; let _ = now; for a in node.{set}.iter() {{ let v{slot} = a.0 as i64; if {cond} {{ if sel_n < sel_near.len() {{ sel_near[sel_n] = v{slot}; sel_n += 1; }} else {{ sel_spill.push(v{slot}); }} }} }} }} for &each in sel_near[..sel_n].iter().chain(sel_spill.iter()) {{ let v{slot} = each; let _ = v{slot}; {} }}",
                 action(g, inner, label)?
             ))
         }

@@ -27,7 +27,9 @@
 //!   or `<final>` inside a compound state, whose `done.state.*` only the engine raises), none
 //!   with its own datamodel or donedata, and every compound state's initial transition has one
 //!   target; the initial configuration is one chain of states;
-//! - every transition names an event (no eventless ones) and has at most one target, and every
+//! - every transition has at most one target; an eventless one has a target and no `cond`
+//!   (the load appends it to every step that reaches its state, as the engine takes it in the
+//!   same macrostep; a cycle of them is refused); every
 //!   descriptor names a basic or composite event (or matches them by prefix or `*`) — none can
 //!   match `error.*` or `done.*`, which only the engine raises;
 //! - executable content is only the service's actions and `<assign>` (no `<raise>`, `<send>`,
@@ -465,8 +467,20 @@ impl Flat {
         };
         for t in states.iter().flat_map(own) {
             let from = chart.state_name(crate::chart::StateId(t.source));
+            // An eventless transition is taken as soon as its state is entered, within the
+            // same macrostep: one the load can resolve (no `cond`, a target) is appended to
+            // the steps that reach its state (see `settle` below).
             if t.events.is_empty() {
-                return Err(format!("state `{from}` has an eventless transition"));
+                if t.cond.is_some() {
+                    return Err(format!(
+                        "state `{from}` has an eventless transition with a `cond`"
+                    ));
+                }
+                if t.targets.is_empty() {
+                    return Err(format!(
+                        "state `{from}` has an eventless transition without a target (the engine takes it forever)"
+                    ));
+                }
             }
             if let Some(c) = &t.cond {
                 model
@@ -591,6 +605,59 @@ impl Flat {
                 drafts,
             }
         };
+        // The eventless transition the engine takes in atomic state `s` (its own first, then
+        // its ancestors', in document order): (its source, the transition).
+        let eventless = |s: u32| {
+            let mut x = s;
+            while x != 0 {
+                if let Some(t) = own(&states[x as usize])
+                    .iter()
+                    .find(|t| t.events.is_empty())
+                {
+                    return Some((x, t));
+                }
+                x = states[x as usize].parent;
+            }
+            None
+        };
+        // A step that reaches a state with an eventless transition goes on through it in the
+        // same macrostep, as the engine does: that transition's exits, body and entries are
+        // appended, until a state without one (or a top-level <final>). A cycle is refused.
+        let settle = |mut step: Step| -> Result<Step, String> {
+            let mut hops = 0;
+            while let (Some(at), false) = (step.target, step.ends) {
+                let Some((from, t)) = eventless(u32::from(at)) else {
+                    break;
+                };
+                hops += 1;
+                if hops > n {
+                    return Err(format!(
+                        "state `{}`: its eventless transitions form a cycle",
+                        states[from as usize].id
+                    ));
+                }
+                let Some(domain) = t.domain else {
+                    return Err(format!(
+                        "state `{}`: an eventless transition whose domain is known only at run time",
+                        states[from as usize].id
+                    ));
+                };
+                let next = step_to(
+                    Some(u32::from(at)),
+                    domain,
+                    t.targets.first().copied(),
+                    &t.body,
+                );
+                let mut blocks = step.blocks.into_vec();
+                blocks.extend(next.blocks.into_vec());
+                step.ops = resolve_blocks(&blocks);
+                step.drafts = step.ops.iter().any(|(op, _)| op.uses_drafts());
+                step.blocks = blocks.into();
+                step.target = next.target;
+                step.ends = next.ends;
+            }
+            Ok(step)
+        };
         // Starting: the engine's initial entry, in its order (the root's initial transition
         // content, then each state's <onentry> and, for one entered by default, the content
         // of its initial transition).
@@ -621,7 +688,7 @@ impl Flat {
             }
             let ops = resolve_blocks(&blocks);
             let drafts = ops.iter().any(|(op, _)| op.uses_drafts());
-            Step {
+            settle(Step {
                 cond: None,
                 alt: 0,
                 target: Some(last as u16),
@@ -629,7 +696,7 @@ impl Flat {
                 blocks: blocks.into(),
                 ops,
                 drafts,
-            }
+            })?
         };
         let mut steps: Vec<Step> = Vec::new();
         let mut table = vec![0u16; names.len() * n];
@@ -670,7 +737,7 @@ impl Flat {
                             ))
                         }
                     };
-                    let mut step = step_to(Some(s as u32), domain, target, &t.body);
+                    let mut step = settle(step_to(Some(s as u32), domain, target, &t.body))?;
                     step.cond = match &t.cond {
                         Some(c) => Some(model.borrow_mut().cond_expr(c)?),
                         None => None,
