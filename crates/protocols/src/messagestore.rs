@@ -185,7 +185,10 @@ use viastack_spec::service::{
 };
 
 use crate::events::{self, PEER_UNREACHABLE, SEND_REFUSED};
-use crate::overlay::{TreeInfo, TreeQuery, NEIGHBOUR_ADDED, NEIGHBOUR_REMOVED, TREE, TREE_QUERY};
+use crate::overlay::{
+    TopologyGeneration, TreeInfo, TreeQuery, GENERATION, NEIGHBOUR_ADDED, NEIGHBOUR_REMOVED, TREE,
+    TREE_QUERY,
+};
 use crate::specbundle::{self, Assembly, Bundle, Hash, Signature, SPEC_REQUEST, SPEC_RESPONSE};
 use viastack_overlay::HcLabel;
 
@@ -355,6 +358,7 @@ impl Layer for MessageStore {
             SENDABLE.id(),
             CHANNEL_INIT.id(),
             TREE.id(),
+            GENERATION.id(),
             NEIGHBOUR_ADDED.id(),
             NEIGHBOUR_REMOVED.id(),
         ]
@@ -617,8 +621,20 @@ pub struct MessageStoreSession {
     /// Figure 5.9): `DataBuffer` for messages with a payload, `ControlBuffer` for the rest
     /// (control messages, timers, repairs). Each holds at most `queue`, so a flood of data
     /// cannot push out the acknowledgements that would settle it, nor the reverse.
-    data_pending: VecDeque<(u64, NodeId, Input)>,
-    control_pending: VecDeque<(u64, NodeId, Input)>,
+    /// An input whose tree was known here (the cache below) carries it and is stepped at the
+    /// end of the current event, in order; the others wait for the overlay's answer.
+    data_pending: VecDeque<Pending>,
+    control_pending: VecDeque<Pending>,
+    /// Tree answers of the overlay's current topology generation, by root and the root's
+    /// label as asked (see "Trees" in the module doc), at most [`TREE_CACHE_MAX`].
+    trees: std::collections::HashMap<TreeKey, Arc<TreeInfo>, foldhash::fast::RandomState>,
+    /// The newest topology generation heard of (answers and [`GENERATION`] notices).
+    tree_generation: u64,
+    /// The tree (key, generation) whose [`NodeInfo`] the store holds now, when it came from
+    /// a reusable answer: a step on the same tree does not rebuild it.
+    node_set: Option<(TreeKey, u64)>,
+    /// Inputs stepped with a remembered tree (no query to the overlay).
+    tree_hits: u64,
     next_token: u64,
     next_message: u64,
     /// The root of each instance's tree (for its timers).
@@ -660,6 +676,16 @@ pub struct MessageStoreSession {
     /// the neighbours and the addressees of this batch's unicasts).
     outbox: Vec<Outgoing>,
 }
+
+/// An input waiting for its tree: token, root, input, and its tree when already known.
+type Pending = (u64, NodeId, Input, Option<Arc<TreeInfo>>);
+
+/// A tree as asked of the overlay: its root and the root's hypercube label.
+type TreeKey = (NodeId, Option<HcLabel>);
+
+/// Tree answers remembered at most (the roots of the messages in flight; all are dropped when
+/// full).
+pub const TREE_CACHE_MAX: usize = 256;
 
 /// At most this many roots' hypercube labels are remembered.
 pub const ROOT_LABELS_MAX: usize = 1024;
@@ -849,6 +875,10 @@ impl MessageStoreSession {
             channel: None,
             data_pending: VecDeque::new(),
             control_pending: VecDeque::new(),
+            trees: std::collections::HashMap::default(),
+            tree_generation: 0,
+            node_set: None,
+            tree_hits: 0,
             next_token: 0,
             next_message: 0,
             roots: BTreeMap::new(),
@@ -892,9 +922,24 @@ impl MessageStoreSession {
         self.data_pending.len() + self.control_pending.len()
     }
 
-    /// Queues `input` for the tree rooted at `root` and asks the overlay for it.
+    /// Inputs stepped with a tree remembered from an earlier answer of the same topology
+    /// generation (no query to the overlay).
+    pub fn tree_hits(&self) -> u64 {
+        self.tree_hits
+    }
+
+    /// Queues `input` for the tree rooted at `root` and asks the overlay for it — unless the
+    /// tree is remembered from this topology generation and no input waits for an answer:
+    /// then the input waits only for the end of the current event ([`Self::step_known`]),
+    /// so inputs are stepped in the order they came, as the overlay's answers would be.
+    /// Repairs always ask (they run on neighbourhood changes, where answers change).
     fn enqueue(&mut self, ctx: &mut Context<'_>, root: NodeId, input: Input) {
         let Some(channel) = self.channel else { return };
+        let known = if matches!(input, Input::Repair(_)) || !self.all_known() {
+            None
+        } else {
+            self.trees.get(&(root, self.label_of(root))).cloned()
+        };
         let data = matches!(&input, Input::Msg(m) if m.payload.is_some());
         let queue = self.queue;
         let (buffer, evicted) = if data {
@@ -904,16 +949,20 @@ impl MessageStoreSession {
         };
         let mut dropped = Vec::new();
         while buffer.len() >= queue {
-            if let Some((_, _, Input::Msg(m))) = buffer.pop_front() {
+            if let Some((_, _, Input::Msg(m), _)) = buffer.pop_front() {
                 dropped.push(m.message_id);
             }
             ctx.count(evicted);
         }
         let token = self.next_token;
         self.next_token = self.next_token.wrapping_add(1);
-        buffer.push_back((token, root, input));
+        let asks = known.is_none();
+        buffer.push_back((token, root, input, known));
         for id in dropped {
             self.refuse_own(ctx, id);
+        }
+        if !asks {
+            return;
         }
         ctx.go(Event::new(
             TREE_QUERY.id(),
@@ -956,20 +1005,84 @@ impl MessageStoreSession {
         encode_labelled(m, node_of(m.root).and_then(|r| self.label_of(r)))
     }
 
-    fn on_tree(&mut self, ctx: &mut Context<'_>, info: &TreeInfo) {
+    /// Whether every waiting input already has its tree (none waits for an answer).
+    fn all_known(&self) -> bool {
+        self.data_pending.iter().all(|p| p.3.is_some())
+            && self.control_pending.iter().all(|p| p.3.is_some())
+    }
+
+    /// A topology generation heard of: remembered trees of an older one are dropped.
+    fn generation(&mut self, g: u64) {
+        if g > self.tree_generation {
+            self.tree_generation = g;
+            self.trees.clear();
+            self.node_set = None;
+        }
+    }
+
+    /// The overlay's answer: remembered when reusable and of the newest generation, then the
+    /// input it was asked for is stepped (and the inputs after it whose tree is known).
+    fn on_tree(&mut self, ctx: &mut Context<'_>, info: TreeInfo) {
+        let info = Arc::new(info);
+        if let Some(g) = info.generation {
+            self.generation(g);
+            if g == self.tree_generation {
+                if self.trees.len() >= TREE_CACHE_MAX {
+                    self.trees.clear();
+                }
+                let root = info.root;
+                self.trees
+                    .insert((root, self.label_of(root)), Arc::clone(&info));
+            }
+        }
         // Tokens increase in each buffer (handed out in order, never reordered within one):
         // a binary search, not a scan (a repair pass queues one input per held instance).
+        let token = info.token;
         let taken = [&mut self.data_pending, &mut self.control_pending]
             .into_iter()
             .find_map(|buffer| {
                 let i = buffer
-                    .binary_search_by_key(&info.token, |(t, _, _)| *t)
+                    .binary_search_by_key(&token, |(t, _, _, _)| *t)
                     .ok()?;
                 buffer.remove(i)
             });
-        let Some((_, root, input)) = taken else {
+        let Some((_, root, input, _)) = taken else {
             return;
         };
+        self.step(ctx, root, input, &info);
+        self.step_known(ctx);
+    }
+
+    /// Steps the waiting inputs whose tree is known, oldest first, up to the first that waits
+    /// for an answer.
+    fn step_known(&mut self, ctx: &mut Context<'_>) {
+        loop {
+            let d = self.data_pending.front().map(|p| (p.0, p.3.is_some()));
+            let c = self.control_pending.front().map(|p| (p.0, p.3.is_some()));
+            let from_data = match (d, c) {
+                (Some(d), Some(c)) => d.0 < c.0,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => return,
+            };
+            let (known, buffer) = if from_data {
+                (d.is_some_and(|d| d.1), &mut self.data_pending)
+            } else {
+                (c.is_some_and(|c| c.1), &mut self.control_pending)
+            };
+            if !known {
+                return;
+            }
+            let Some((_, root, input, Some(info))) = buffer.pop_front() else {
+                return;
+            };
+            self.tree_hits += 1;
+            self.step(ctx, root, input, &info);
+        }
+    }
+
+    /// Steps `input` (of the tree rooted at `root`) on `info`.
+    fn step(&mut self, ctx: &mut Context<'_>, root: NodeId, input: Input, info: &TreeInfo) {
         if info.label.is_some() {
             self.my_label = info.label;
         }
@@ -977,21 +1090,22 @@ impl MessageStoreSession {
             self.repair(ctx, key, &info.children);
             return;
         }
-        if let Input::Probe = input {
+        // The store's node information, unless it holds this very tree already.
+        let tree = info
+            .generation
+            .map(|g| ((info.root, self.label_of(info.root)), g));
+        if tree.is_none() || tree != self.node_set {
             self.store.set_node(NodeInfo {
                 address: addr(self.node),
                 parent: info.parent.map_or(Addr(0), addr),
                 children: info.children.iter().copied().map(addr).collect(),
                 neighbours: info.neighbours.iter().copied().map(addr).collect(),
             });
+            self.node_set = tree;
+        }
+        if let Input::Probe = input {
             return;
         }
-        self.store.set_node(NodeInfo {
-            address: addr(self.node),
-            parent: info.parent.map_or(Addr(0), addr),
-            children: info.children.iter().copied().map(addr).collect(),
-            neighbours: info.neighbours.iter().copied().map(addr).collect(),
-        });
         let now = ctx.now();
         let mut net = Recording::default();
         let result = match &input {
@@ -1988,7 +2102,18 @@ impl MessageStoreSession {
 }
 
 impl Session for MessageStoreSession {
-    fn handle(&mut self, mut event: Event, ctx: &mut Context<'_>) {
+    fn handle(&mut self, event: Event, ctx: &mut Context<'_>) {
+        self.handle_event(event, ctx);
+        // Inputs whose tree was remembered are stepped now, after what queued them (a batch
+        // of messages, the instance timers due) as the overlay's answers would be.
+        if !self.data_pending.is_empty() || !self.control_pending.is_empty() {
+            self.step_known(ctx);
+        }
+    }
+}
+
+impl MessageStoreSession {
+    fn handle_event(&mut self, mut event: Event, ctx: &mut Context<'_>) {
         let ty = event.ty();
         if ty == TIMER.id() {
             if let Body::Timer(t) = &event.body {
@@ -2021,12 +2146,20 @@ impl Session for MessageStoreSession {
             return;
         }
         if ty == TREE.id() {
-            let info = match &event.body {
-                Body::Custom(b) => b.downcast_ref::<TreeInfo>().cloned(),
+            let info = match std::mem::replace(&mut event.body, Body::Empty) {
+                Body::Custom(b) => b.downcast::<TreeInfo>().ok(),
                 _ => None,
             };
             if let Some(info) = info {
-                self.on_tree(ctx, &info);
+                self.on_tree(ctx, *info);
+            }
+            return;
+        }
+        if ty == GENERATION.id() {
+            if let Body::Custom(b) = &event.body {
+                if let Some(g) = b.downcast_ref::<TopologyGeneration>() {
+                    self.generation(g.0);
+                }
             }
             return;
         }
