@@ -635,6 +635,8 @@ pub struct MessageStoreSession {
     node_set: Option<(TreeKey, u64)>,
     /// Inputs stepped with a remembered tree (no query to the overlay).
     tree_hits: u64,
+    /// Debug builds: the remembered trees used, to compare with the overlay's answers.
+    verify: VecDeque<Arc<TreeInfo>>,
     next_token: u64,
     next_message: u64,
     /// The root of each instance's tree (for its timers).
@@ -676,6 +678,10 @@ pub struct MessageStoreSession {
     /// the neighbours and the addressees of this batch's unicasts).
     outbox: Vec<Outgoing>,
 }
+
+/// Token of the queries debug builds send for inputs stepped on a remembered tree: the
+/// answer is compared with it, nothing else.
+const VERIFY_TOKEN: u64 = u64::MAX;
 
 /// An input waiting for its tree: token, root, input, and its tree when already known.
 type Pending = (u64, NodeId, Input, Option<Arc<TreeInfo>>);
@@ -879,6 +885,7 @@ impl MessageStoreSession {
             tree_generation: 0,
             node_set: None,
             tree_hits: 0,
+            verify: VecDeque::new(),
             next_token: 0,
             next_message: 0,
             roots: BTreeMap::new(),
@@ -957,11 +964,27 @@ impl MessageStoreSession {
         let token = self.next_token;
         self.next_token = self.next_token.wrapping_add(1);
         let asks = known.is_none();
+        // Debug builds (every simulator test) still ask for a remembered tree, and compare
+        // the answer with it ([`VERIFY_TOKEN`]).
+        let check = known.clone().filter(|_| cfg!(debug_assertions));
         buffer.push_back((token, root, input, known));
         for id in dropped {
             self.refuse_own(ctx, id);
         }
         if !asks {
+            if let Some(info) = check {
+                self.verify.push_back(info);
+                ctx.go(Event::new(
+                    TREE_QUERY.id(),
+                    Direction::Down,
+                    channel,
+                    Body::Custom(Box::new(TreeQuery {
+                        root,
+                        token: VERIFY_TOKEN,
+                        root_label: self.label_of(root),
+                    })),
+                ));
+            }
             return;
         }
         ctx.go(Event::new(
@@ -1023,6 +1046,19 @@ impl MessageStoreSession {
     /// The overlay's answer: remembered when reusable and of the newest generation, then the
     /// input it was asked for is stepped (and the inputs after it whose tree is known).
     fn on_tree(&mut self, ctx: &mut Context<'_>, info: TreeInfo) {
+        if info.token == VERIFY_TOKEN {
+            if let Some(used) = self.verify.pop_front() {
+                debug_assert!(
+                    used.parent == info.parent
+                        && used.children == info.children
+                        && used.neighbours == info.neighbours
+                        && used.label == info.label,
+                    "node {}: a remembered tree {used:?} differs from the overlay's {info:?}",
+                    self.node
+                );
+            }
+            return;
+        }
         let info = Arc::new(info);
         if let Some(g) = info.generation {
             self.generation(g);

@@ -1010,6 +1010,18 @@ impl OverlaySession {
             let mut info = info.clone();
             info.token = q.token;
             info.generation = generation;
+            // Every simulator test checks that the shape decides the answers.
+            debug_assert_eq!(
+                info,
+                TreeInfo {
+                    generation,
+                    ..self.tree(TreeQuery {
+                        root_label: label,
+                        ..q
+                    })
+                },
+                "a remembered tree differs from the tree computed now"
+            );
             return info;
         }
         let mut info = self.tree(TreeQuery {
