@@ -41,6 +41,18 @@
 //!   (address, parent, children, neighbours) for that input — the seed's `updateNodeInfo`,
 //!   done by the host before each step, so neighbourhood changes reach every live instance at
 //!   its next input.
+//! - **Trees remembered per topology generation.** An answer carries the overlay's topology
+//!   generation ([`TreeInfo::generation`], bumped by the overlay whenever the shape its trees
+//!   are computed from changes, and announced up as a [`GENERATION`] notice); the layer keeps
+//!   the answers of the newest generation it heard of, by root and root label (at most
+//!   [`TREE_CACHE_MAX`]), and drops them all at a newer one. An input whose tree is kept, when
+//!   no input waits for an answer, is not asked: it waits only for the end of the current
+//!   event and is stepped then, in arrival order — as the answers would have come — and the
+//!   store's node information is not rebuilt when the step before had the same tree. A burst
+//!   of payloads and their acknowledgements on one tree costs one query, not one each (a
+//!   query was a kernel round trip, two boxed events, the overlay's lookup and copies of the
+//!   answer). Repairs always ask. Debug builds (every simulator test) still ask for a kept
+//!   tree and assert that the overlay's answer equals it.
 //! - Primitives: `toApplication` delivers the payload up, from the message's root (a node's
 //!   own messages are not delivered back to it: counted `own`); `sendDataMessage`,
 //!   `sendControlMessage` and `forwardMessage` send one overlay datagram per target: the
