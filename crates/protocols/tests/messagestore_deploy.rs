@@ -54,7 +54,7 @@ impl Session for TreeSession {
                         children: Vec::new(),
                         neighbours: vec![NodeId(3)],
                         label: None,
-                generation: None,
+                        generation: None,
                     };
                     ctx.go(Event::new(
                         TREE.id(),

@@ -192,9 +192,19 @@ fn a_tree_is_reused_until_the_overlay_announces_a_new_generation() {
         announce: true,
         ..State::default()
     });
-    assert_eq!(forwarded(&datagram(&mut n, &payload(1)), 1), [Dest::Node(NodeId(6))]);
-    assert_eq!(forwarded(&datagram(&mut n, &payload(2)), 2), [Dest::Node(NodeId(6))]);
-    assert_eq!(st.lock().unwrap().queries, 1, "the second message asked again");
+    assert_eq!(
+        forwarded(&datagram(&mut n, &payload(1)), 1),
+        [Dest::Node(NodeId(6))]
+    );
+    assert_eq!(
+        forwarded(&datagram(&mut n, &payload(2)), 2),
+        [Dest::Node(NodeId(6))]
+    );
+    assert_eq!(
+        st.lock().unwrap().queries,
+        1,
+        "the second message asked again"
+    );
     datagram(&mut n, &[CHANGE]);
     assert_eq!(
         forwarded(&datagram(&mut n, &payload(3)), 3),
@@ -202,7 +212,10 @@ fn a_tree_is_reused_until_the_overlay_announces_a_new_generation() {
         "the tree of the old generation was used"
     );
     assert_eq!(st.lock().unwrap().queries, 2);
-    assert_eq!(forwarded(&datagram(&mut n, &payload(4)), 4), [Dest::Node(NodeId(7))]);
+    assert_eq!(
+        forwarded(&datagram(&mut n, &payload(4)), 4),
+        [Dest::Node(NodeId(7))]
+    );
     assert_eq!(st.lock().unwrap().queries, 2);
 }
 
@@ -215,7 +228,10 @@ fn an_answer_without_a_generation_is_not_reused() {
         ..State::default()
     });
     for id in 1..=3 {
-        assert_eq!(forwarded(&datagram(&mut n, &payload(id)), id), [Dest::Node(NodeId(6))]);
+        assert_eq!(
+            forwarded(&datagram(&mut n, &payload(id)), id),
+            [Dest::Node(NodeId(6))]
+        );
     }
     assert_eq!(st.lock().unwrap().queries, 3);
 }
@@ -243,6 +259,9 @@ fn a_newer_generation_in_an_answer_drops_older_trees() {
     datagram(&mut n, &encode(&third));
     assert_eq!(st.lock().unwrap().queries, 3);
     // Node 1's tree of generation 1 is gone: asked again, forwarded to the new child.
-    assert_eq!(forwarded(&datagram(&mut n, &payload(2)), 2), [Dest::Node(NodeId(7))]);
+    assert_eq!(
+        forwarded(&datagram(&mut n, &payload(2)), 2),
+        [Dest::Node(NodeId(7))]
+    );
     assert_eq!(st.lock().unwrap().queries, 4);
 }
