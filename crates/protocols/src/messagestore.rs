@@ -652,7 +652,9 @@ pub struct MessageStoreSession {
     next_token: u64,
     next_message: u64,
     /// The root of each instance's tree (for its timers).
-    roots: BTreeMap<InstanceKey, NodeId>,
+    roots: BTreeMap<(u32, u64), NodeId>,
+    /// The next hops of the send being performed (kept for its allocation).
+    targets: Vec<NodeId>,
     /// Armed instance timers ([`Timers`]). One kernel timer stands for all of them
     /// ([`INSTANCE_TIMERS_TOKEN`]), armed at the earliest.
     timers: Timers,
@@ -901,6 +903,7 @@ impl MessageStoreSession {
             next_token: 0,
             next_message: 0,
             roots: BTreeMap::new(),
+            targets: Vec::new(),
             timers: Timers::default(),
             armed: None,
             next_timer: 0,
@@ -1167,13 +1170,15 @@ impl MessageStoreSession {
                     f.hop_limit -= 1;
                     net.0.push(Out::Send(f));
                 }
-                self.roots.insert(m.key(), root);
+                self.roots.insert(Timers::key(m.key()), root);
                 if m.message_type == PAYLOAD_TYPE && m.delivery_mode == 1 && m.payload.is_some() {
                     // Held for repair from the start: a node with no children yet has the
                     // payload for those it gains.
-                    let mut h = m.clone();
-                    h.hop_limit = h.hop_limit.saturating_sub(1).max(1);
-                    self.hold(ctx, &h, &[]);
+                    self.hold_with(ctx, m.key(), &[], || {
+                        let mut h = m.clone();
+                        h.hop_limit = h.hop_limit.saturating_sub(1).max(1);
+                        h
+                    });
                 }
                 self.store.handle_message(now, m, &mut net)
             }
@@ -1223,8 +1228,8 @@ impl MessageStoreSession {
             self.forget(key);
         }
         if self.roots.len() > 2 * self.capacity {
-            let live: std::collections::BTreeSet<InstanceKey> =
-                self.store.keys().into_iter().collect();
+            let live: std::collections::BTreeSet<(u32, u64)> =
+                self.store.keys().into_iter().map(Timers::key).collect();
             self.roots.retain(|k, _| live.contains(k));
         }
         // Own messages are remembered until reported (a report may come up the tree after
@@ -1241,7 +1246,7 @@ impl MessageStoreSession {
     /// the delivery record stays (a few bytes, for duplicate suppression).
     fn forget(&mut self, key: InstanceKey) {
         self.held.remove(&key);
-        self.roots.remove(&key);
+        self.roots.remove(&Timers::key(key));
         self.timers.forget(key);
     }
 
@@ -1357,6 +1362,7 @@ impl MessageStoreSession {
         }
         if !to.is_empty() {
             let bytes = encode_labelled(&h.message, label);
+            ctx.count_n("sent", to.len() as u64);
             for c in to {
                 self.transmit(ctx, c, &bytes);
             }
@@ -1369,7 +1375,17 @@ impl MessageStoreSession {
 
     /// Remembers that `m`, a multicast payload, went to `targets` (for repair).
     fn hold(&mut self, ctx: &mut Context<'_>, m: &SMsg, targets: &[NodeId]) {
-        let key = m.key();
+        self.hold_with(ctx, m.key(), targets, || m.clone());
+    }
+
+    /// [`Self::hold`] of the message `make` builds (only when `key` holds none yet).
+    fn hold_with(
+        &mut self,
+        ctx: &mut Context<'_>,
+        key: InstanceKey,
+        targets: &[NodeId],
+        make: impl FnOnce() -> SMsg,
+    ) {
         if !self.held.contains_key(&key) {
             if self.held.len() >= self.capacity {
                 let live: std::collections::BTreeSet<InstanceKey> =
@@ -1380,12 +1396,13 @@ impl MessageStoreSession {
                 self.held.pop_first();
                 ctx.count("held_evicted");
             }
-            let root = node_of(m.root).unwrap_or(self.node);
+            let message = make();
+            let root = node_of(message.root).unwrap_or(self.node);
             self.held.insert(
                 key,
                 Held {
                     root,
-                    message: m.clone(),
+                    message,
                     sent_to: Vec::new(),
                 },
             );
@@ -1405,8 +1422,8 @@ impl MessageStoreSession {
     /// current batch of input, so the messages this batch makes for one next hop leave as one
     /// batch; a larger one leaves at once, after what waits for `to` (the messages to one node
     /// keep their order).
+    /// (The caller counts `sent`, once per message for all its next hops.)
     fn transmit(&mut self, ctx: &mut Context<'_>, to: NodeId, bytes: &[u8]) {
-        ctx.count("sent");
         if bytes.len() > BATCH_ENTRY_MAX {
             self.flush_to(ctx, to);
             self.emit(ctx, to, bytes);
@@ -1622,36 +1639,36 @@ impl MessageStoreSession {
                     // Reset) belongs to its instance's tree: it carries the instance's root,
                     // not its sender, so the receivers forward it down that tree and report a
                     // give-up to the message's original sender.
-                    m.root = addr(self.roots.get(&m.key()).copied().unwrap_or(me));
+                    m.root = addr(self.roots.get(&Timers::key(m.key())).copied().unwrap_or(me));
                 }
                 let node = self.store.node();
                 let prev = m.previous_hop;
-                let targets: Vec<Addr> = match m.delivery_mode {
-                    1 => node.children.clone(),
-                    2 => node
-                        .neighbours
-                        .iter()
-                        .copied()
-                        .filter(|&a| a != prev)
-                        .collect(),
-                    _ => vec![m.destination],
+                let mut targets = std::mem::take(&mut self.targets);
+                targets.clear();
+                let hops = match m.delivery_mode {
+                    1 => &node.children[..],
+                    2 => &node.neighbours[..],
+                    _ => std::slice::from_ref(&m.destination),
                 };
-                let targets: Vec<NodeId> = targets
-                    .into_iter()
-                    .filter_map(node_of)
-                    .filter(|&n| n != me)
-                    .collect();
+                targets.extend(
+                    hops.iter()
+                        .filter(|&&a| m.delivery_mode != 2 || a != prev)
+                        .filter_map(|&a| node_of(a))
+                        .filter(|&n| n != me),
+                );
                 if m.delivery_mode == 1 && m.message_type == PAYLOAD_TYPE && m.payload.is_some() {
                     self.hold(ctx, &m, &targets);
                 }
                 if targets.is_empty() {
                     ctx.count("no_target");
-                    return;
+                } else {
+                    let bytes = self.encode_for(&m);
+                    ctx.count_n("sent", targets.len() as u64);
+                    for &t in &targets {
+                        self.transmit(ctx, t, &bytes);
+                    }
                 }
-                let bytes = self.encode_for(&m);
-                for t in targets {
-                    self.transmit(ctx, t, &bytes);
-                }
+                self.targets = targets;
             }
             Out::SetTimer(key, id, after) => {
                 // The bound: beyond `8 × capacity` armed timers the earliest due is cancelled.
@@ -1702,7 +1719,11 @@ impl MessageStoreSession {
                 break;
             };
             room -= 1;
-            let root = self.roots.get(&key).copied().unwrap_or(self.node);
+            let root = self
+                .roots
+                .get(&Timers::key(key))
+                .copied()
+                .unwrap_or(self.node);
             self.enqueue(ctx, root, Input::Timer(key, id));
         }
         self.arm(ctx);
@@ -1822,7 +1843,7 @@ impl MessageStoreSession {
         // A message without a root (from a node that did not fill it in) belongs to the
         // instance it names, if this node has one: its root, not the message's sender.
         let root = node_of(m.root)
-            .or_else(|| self.roots.get(&m.key()).copied())
+            .or_else(|| self.roots.get(&Timers::key(m.key())).copied())
             .or_else(|| node_of(m.source))
             .unwrap_or(from);
         self.admit(ctx, root, m);
