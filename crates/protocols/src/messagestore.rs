@@ -697,8 +697,10 @@ pub struct MessageStoreSession {
 /// answer is compared with it, nothing else.
 const VERIFY_TOKEN: u64 = u64::MAX;
 
-/// An input waiting for its tree: token, root, input, and its tree when already known.
-type Pending = (u64, NodeId, Input, Option<Arc<TreeInfo>>);
+/// An input waiting for its tree: token, root, input, its tree when already known, and the
+/// root's hypercube label it was asked with (the answer is remembered under it: the label
+/// known for the root may change before the answer comes).
+type Pending = (u64, NodeId, Input, Option<Arc<TreeInfo>>, Option<HcLabel>);
 
 /// A tree as asked of the overlay: its root and the root's hypercube label.
 type TreeKey = (NodeId, Option<HcLabel>);
@@ -957,10 +959,11 @@ impl MessageStoreSession {
     /// Repairs always ask (they run on neighbourhood changes, where answers change).
     fn enqueue(&mut self, ctx: &mut Context<'_>, root: NodeId, input: Input) {
         let Some(channel) = self.channel else { return };
+        let label = self.label_of(root);
         let known = if matches!(input, Input::Repair(_)) || !self.all_known() {
             None
         } else {
-            self.trees.get(&(root, self.label_of(root))).cloned()
+            self.trees.get(&(root, label)).cloned()
         };
         let data = matches!(&input, Input::Msg(m) if m.payload.is_some());
         let queue = self.queue;
@@ -971,7 +974,7 @@ impl MessageStoreSession {
         };
         let mut dropped = Vec::new();
         while buffer.len() >= queue {
-            if let Some((_, _, Input::Msg(m), _)) = buffer.pop_front() {
+            if let Some((_, _, Input::Msg(m), _, _)) = buffer.pop_front() {
                 dropped.push(m.message_id);
             }
             ctx.count(evicted);
@@ -982,7 +985,7 @@ impl MessageStoreSession {
         // Debug builds (every simulator test) still ask for a remembered tree, and compare
         // the answer with it ([`VERIFY_TOKEN`]).
         let check = known.clone().filter(|_| cfg!(debug_assertions));
-        buffer.push_back((token, root, input, known));
+        buffer.push_back((token, root, input, known, label));
         for id in dropped {
             self.refuse_own(ctx, id);
         }
@@ -996,7 +999,7 @@ impl MessageStoreSession {
                     Body::Custom(Box::new(TreeQuery {
                         root,
                         token: VERIFY_TOKEN,
-                        root_label: self.label_of(root),
+                        root_label: label,
                     })),
                 ));
             }
@@ -1009,7 +1012,7 @@ impl MessageStoreSession {
             Body::Custom(Box::new(TreeQuery {
                 root,
                 token,
-                root_label: self.label_of(root),
+                root_label: label,
             })),
         ));
     }
@@ -1075,32 +1078,30 @@ impl MessageStoreSession {
             return;
         }
         let info = Arc::new(info);
-        if let Some(g) = info.generation {
-            self.generation(g);
-            if g == self.tree_generation {
-                if self.trees.len() >= TREE_CACHE_MAX {
-                    self.trees.clear();
-                }
-                let root = info.root;
-                self.trees
-                    .insert((root, self.label_of(root)), Arc::clone(&info));
-            }
-        }
         // Tokens increase in each buffer (handed out in order, never reordered within one):
         // a binary search, not a scan (a repair pass queues one input per held instance).
         let token = info.token;
         let taken = [&mut self.data_pending, &mut self.control_pending]
             .into_iter()
             .find_map(|buffer| {
-                let i = buffer
-                    .binary_search_by_key(&token, |(t, _, _, _)| *t)
-                    .ok()?;
+                let i = buffer.binary_search_by_key(&token, |p| p.0).ok()?;
                 buffer.remove(i)
             });
-        let Some((_, root, input, _)) = taken else {
+        if let Some(g) = info.generation {
+            self.generation(g);
+        }
+        let Some((_, root, input, _, label)) = taken else {
             return;
         };
-        self.step(ctx, root, input, &info);
+        if let Some(g) = info.generation {
+            if g == self.tree_generation {
+                if self.trees.len() >= TREE_CACHE_MAX {
+                    self.trees.clear();
+                }
+                self.trees.insert((info.root, label), Arc::clone(&info));
+            }
+        }
+        self.step(ctx, root, label, input, &info);
         self.step_known(ctx);
     }
 
@@ -1124,16 +1125,24 @@ impl MessageStoreSession {
             if !known {
                 return;
             }
-            let Some((_, root, input, Some(info))) = buffer.pop_front() else {
+            let Some((_, root, input, Some(info), label)) = buffer.pop_front() else {
                 return;
             };
             self.tree_hits += 1;
-            self.step(ctx, root, input, &info);
+            self.step(ctx, root, label, input, &info);
         }
     }
 
-    /// Steps `input` (of the tree rooted at `root`) on `info`.
-    fn step(&mut self, ctx: &mut Context<'_>, root: NodeId, input: Input, info: &TreeInfo) {
+    /// Steps `input` (of the tree rooted at `root`, asked with the root label `label`) on
+    /// `info`.
+    fn step(
+        &mut self,
+        ctx: &mut Context<'_>,
+        root: NodeId,
+        label: Option<HcLabel>,
+        input: Input,
+        info: &TreeInfo,
+    ) {
         if info.label.is_some() {
             self.my_label = info.label;
         }
@@ -1142,9 +1151,7 @@ impl MessageStoreSession {
             return;
         }
         // The store's node information, unless it holds this very tree already.
-        let tree = info
-            .generation
-            .map(|g| ((info.root, self.label_of(info.root)), g));
+        let tree = info.generation.map(|g| ((info.root, label), g));
         if tree.is_none() || tree != self.node_set {
             self.store.set_node(NodeInfo {
                 address: addr(self.node),
