@@ -41,6 +41,18 @@
 //!   (address, parent, children, neighbours) for that input — the seed's `updateNodeInfo`,
 //!   done by the host before each step, so neighbourhood changes reach every live instance at
 //!   its next input.
+//! - **Trees remembered per topology generation.** An answer carries the overlay's topology
+//!   generation ([`TreeInfo::generation`], bumped by the overlay whenever the shape its trees
+//!   are computed from changes, and announced up as a [`GENERATION`] notice); the layer keeps
+//!   the answers of the newest generation it heard of, by root and root label (at most
+//!   [`TREE_CACHE_MAX`]), and drops them all at a newer one. An input whose tree is kept, when
+//!   no input waits for an answer, is not asked: it waits only for the end of the current
+//!   event and is stepped then, in arrival order — as the answers would have come — and the
+//!   store's node information is not rebuilt when the step before had the same tree. A burst
+//!   of payloads and their acknowledgements on one tree costs one query, not one each (a
+//!   query was a kernel round trip, two boxed events, the overlay's lookup and copies of the
+//!   answer). Repairs always ask. Debug builds (every simulator test) still ask for a kept
+//!   tree and assert that the overlay's answer equals it.
 //! - Primitives: `toApplication` delivers the payload up, from the message's root (a node's
 //!   own messages are not delivered back to it: counted `own`); `sendDataMessage`,
 //!   `sendControlMessage` and `forwardMessage` send one overlay datagram per target: the
@@ -185,7 +197,10 @@ use viastack_spec::service::{
 };
 
 use crate::events::{self, PEER_UNREACHABLE, SEND_REFUSED};
-use crate::overlay::{TreeInfo, TreeQuery, NEIGHBOUR_ADDED, NEIGHBOUR_REMOVED, TREE, TREE_QUERY};
+use crate::overlay::{
+    TopologyGeneration, TreeInfo, TreeQuery, GENERATION, NEIGHBOUR_ADDED, NEIGHBOUR_REMOVED, TREE,
+    TREE_QUERY,
+};
 use crate::specbundle::{self, Assembly, Bundle, Hash, Signature, SPEC_REQUEST, SPEC_RESPONSE};
 use viastack_overlay::HcLabel;
 
@@ -355,6 +370,7 @@ impl Layer for MessageStore {
             SENDABLE.id(),
             CHANNEL_INIT.id(),
             TREE.id(),
+            GENERATION.id(),
             NEIGHBOUR_ADDED.id(),
             NEIGHBOUR_REMOVED.id(),
         ]
@@ -617,12 +633,28 @@ pub struct MessageStoreSession {
     /// Figure 5.9): `DataBuffer` for messages with a payload, `ControlBuffer` for the rest
     /// (control messages, timers, repairs). Each holds at most `queue`, so a flood of data
     /// cannot push out the acknowledgements that would settle it, nor the reverse.
-    data_pending: VecDeque<(u64, NodeId, Input)>,
-    control_pending: VecDeque<(u64, NodeId, Input)>,
+    /// An input whose tree was known here (the cache below) carries it and is stepped at the
+    /// end of the current event, in order; the others wait for the overlay's answer.
+    data_pending: VecDeque<Pending>,
+    control_pending: VecDeque<Pending>,
+    /// Tree answers of the overlay's current topology generation, by root and the root's
+    /// label as asked (see "Trees" in the module doc), at most [`TREE_CACHE_MAX`].
+    trees: std::collections::HashMap<TreeKey, Arc<TreeInfo>, foldhash::fast::RandomState>,
+    /// The newest topology generation heard of (answers and [`GENERATION`] notices).
+    tree_generation: u64,
+    /// The tree (key, generation) whose [`NodeInfo`] the store holds now, when it came from
+    /// a reusable answer: a step on the same tree does not rebuild it.
+    node_set: Option<(TreeKey, u64)>,
+    /// Inputs stepped with a remembered tree (no query to the overlay).
+    tree_hits: u64,
+    /// Debug builds: the remembered trees used, to compare with the overlay's answers.
+    verify: VecDeque<Arc<TreeInfo>>,
     next_token: u64,
     next_message: u64,
     /// The root of each instance's tree (for its timers).
-    roots: BTreeMap<InstanceKey, NodeId>,
+    roots: BTreeMap<(u32, u64), NodeId>,
+    /// The next hops of the send being performed (kept for its allocation).
+    targets: Vec<NodeId>,
     /// Armed instance timers ([`Timers`]). One kernel timer stands for all of them
     /// ([`INSTANCE_TIMERS_TOKEN`]), armed at the earliest.
     timers: Timers,
@@ -660,6 +692,22 @@ pub struct MessageStoreSession {
     /// the neighbours and the addressees of this batch's unicasts).
     outbox: Vec<Outgoing>,
 }
+
+/// Token of the queries debug builds send for inputs stepped on a remembered tree: the
+/// answer is compared with it, nothing else.
+const VERIFY_TOKEN: u64 = u64::MAX;
+
+/// An input waiting for its tree: token, root, input, its tree when already known, and the
+/// root's hypercube label it was asked with (the answer is remembered under it: the label
+/// known for the root may change before the answer comes).
+type Pending = (u64, NodeId, Input, Option<Arc<TreeInfo>>, Option<HcLabel>);
+
+/// A tree as asked of the overlay: its root and the root's hypercube label.
+type TreeKey = (NodeId, Option<HcLabel>);
+
+/// Tree answers remembered at most (the roots of the messages in flight; all are dropped when
+/// full).
+pub const TREE_CACHE_MAX: usize = 256;
 
 /// At most this many roots' hypercube labels are remembered.
 pub const ROOT_LABELS_MAX: usize = 1024;
@@ -849,9 +897,15 @@ impl MessageStoreSession {
             channel: None,
             data_pending: VecDeque::new(),
             control_pending: VecDeque::new(),
+            trees: std::collections::HashMap::default(),
+            tree_generation: 0,
+            node_set: None,
+            tree_hits: 0,
+            verify: VecDeque::new(),
             next_token: 0,
             next_message: 0,
             roots: BTreeMap::new(),
+            targets: Vec::new(),
             timers: Timers::default(),
             armed: None,
             next_timer: 0,
@@ -892,9 +946,25 @@ impl MessageStoreSession {
         self.data_pending.len() + self.control_pending.len()
     }
 
-    /// Queues `input` for the tree rooted at `root` and asks the overlay for it.
+    /// Inputs stepped with a tree remembered from an earlier answer of the same topology
+    /// generation (no query to the overlay).
+    pub fn tree_hits(&self) -> u64 {
+        self.tree_hits
+    }
+
+    /// Queues `input` for the tree rooted at `root` and asks the overlay for it — unless the
+    /// tree is remembered from this topology generation and no input waits for an answer:
+    /// then the input waits only for the end of the current event ([`Self::step_known`]),
+    /// so inputs are stepped in the order they came, as the overlay's answers would be.
+    /// Repairs always ask (they run on neighbourhood changes, where answers change).
     fn enqueue(&mut self, ctx: &mut Context<'_>, root: NodeId, input: Input) {
         let Some(channel) = self.channel else { return };
+        let label = self.label_of(root);
+        let known = if matches!(input, Input::Repair(_)) || !self.all_known() {
+            None
+        } else {
+            self.trees.get(&(root, label)).cloned()
+        };
         let data = matches!(&input, Input::Msg(m) if m.payload.is_some());
         let queue = self.queue;
         let (buffer, evicted) = if data {
@@ -904,16 +974,36 @@ impl MessageStoreSession {
         };
         let mut dropped = Vec::new();
         while buffer.len() >= queue {
-            if let Some((_, _, Input::Msg(m))) = buffer.pop_front() {
+            if let Some((_, _, Input::Msg(m), _, _)) = buffer.pop_front() {
                 dropped.push(m.message_id);
             }
             ctx.count(evicted);
         }
         let token = self.next_token;
         self.next_token = self.next_token.wrapping_add(1);
-        buffer.push_back((token, root, input));
+        let asks = known.is_none();
+        // Debug builds (every simulator test) still ask for a remembered tree, and compare
+        // the answer with it ([`VERIFY_TOKEN`]).
+        let check = known.clone().filter(|_| cfg!(debug_assertions));
+        buffer.push_back((token, root, input, known, label));
         for id in dropped {
             self.refuse_own(ctx, id);
+        }
+        if !asks {
+            if let Some(info) = check {
+                self.verify.push_back(info);
+                ctx.go(Event::new(
+                    TREE_QUERY.id(),
+                    Direction::Down,
+                    channel,
+                    Body::Custom(Box::new(TreeQuery {
+                        root,
+                        token: VERIFY_TOKEN,
+                        root_label: label,
+                    })),
+                ));
+            }
+            return;
         }
         ctx.go(Event::new(
             TREE_QUERY.id(),
@@ -922,7 +1012,7 @@ impl MessageStoreSession {
             Body::Custom(Box::new(TreeQuery {
                 root,
                 token,
-                root_label: self.label_of(root),
+                root_label: label,
             })),
         ));
     }
@@ -956,20 +1046,103 @@ impl MessageStoreSession {
         encode_labelled(m, node_of(m.root).and_then(|r| self.label_of(r)))
     }
 
-    fn on_tree(&mut self, ctx: &mut Context<'_>, info: &TreeInfo) {
+    /// Whether every waiting input already has its tree (none waits for an answer).
+    fn all_known(&self) -> bool {
+        self.data_pending.iter().all(|p| p.3.is_some())
+            && self.control_pending.iter().all(|p| p.3.is_some())
+    }
+
+    /// A topology generation heard of: remembered trees of an older one are dropped.
+    fn generation(&mut self, g: u64) {
+        if g > self.tree_generation {
+            self.tree_generation = g;
+            self.trees.clear();
+            self.node_set = None;
+        }
+    }
+
+    /// The overlay's answer: remembered when reusable and of the newest generation, then the
+    /// input it was asked for is stepped (and the inputs after it whose tree is known).
+    fn on_tree(&mut self, ctx: &mut Context<'_>, info: TreeInfo) {
+        if info.token == VERIFY_TOKEN {
+            if let Some(used) = self.verify.pop_front() {
+                debug_assert!(
+                    used.parent == info.parent
+                        && used.children == info.children
+                        && used.neighbours == info.neighbours
+                        && used.label == info.label,
+                    "node {}: a remembered tree {used:?} differs from the overlay's {info:?}",
+                    self.node
+                );
+            }
+            return;
+        }
+        let info = Arc::new(info);
         // Tokens increase in each buffer (handed out in order, never reordered within one):
         // a binary search, not a scan (a repair pass queues one input per held instance).
+        let token = info.token;
         let taken = [&mut self.data_pending, &mut self.control_pending]
             .into_iter()
             .find_map(|buffer| {
-                let i = buffer
-                    .binary_search_by_key(&info.token, |(t, _, _)| *t)
-                    .ok()?;
+                let i = buffer.binary_search_by_key(&token, |p| p.0).ok()?;
                 buffer.remove(i)
             });
-        let Some((_, root, input)) = taken else {
+        if let Some(g) = info.generation {
+            self.generation(g);
+        }
+        let Some((_, root, input, _, label)) = taken else {
             return;
         };
+        if let Some(g) = info.generation {
+            if g == self.tree_generation {
+                if self.trees.len() >= TREE_CACHE_MAX {
+                    self.trees.clear();
+                }
+                self.trees.insert((info.root, label), Arc::clone(&info));
+            }
+        }
+        self.step(ctx, root, label, input, &info);
+        self.step_known(ctx);
+    }
+
+    /// Steps the waiting inputs whose tree is known, oldest first, up to the first that waits
+    /// for an answer.
+    fn step_known(&mut self, ctx: &mut Context<'_>) {
+        loop {
+            let d = self.data_pending.front().map(|p| (p.0, p.3.is_some()));
+            let c = self.control_pending.front().map(|p| (p.0, p.3.is_some()));
+            let from_data = match (d, c) {
+                (Some(d), Some(c)) => d.0 < c.0,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => return,
+            };
+            let (known, buffer) = if from_data {
+                (d.is_some_and(|d| d.1), &mut self.data_pending)
+            } else {
+                (c.is_some_and(|c| c.1), &mut self.control_pending)
+            };
+            if !known {
+                return;
+            }
+            let Some((_, root, input, Some(info), label)) = buffer.pop_front() else {
+                return;
+            };
+            self.tree_hits += 1;
+            self.step(ctx, root, label, input, &info);
+        }
+    }
+
+    /// Steps `input` (of the tree rooted at `root`, asked with the root label `label`) on
+    /// `info`.
+    fn step(
+        &mut self,
+        ctx: &mut Context<'_>,
+        root: NodeId,
+        label: Option<HcLabel>,
+        input: Input,
+        info: &TreeInfo,
+    ) {
         if info.label.is_some() {
             self.my_label = info.label;
         }
@@ -977,21 +1150,20 @@ impl MessageStoreSession {
             self.repair(ctx, key, &info.children);
             return;
         }
-        if let Input::Probe = input {
+        // The store's node information, unless it holds this very tree already.
+        let tree = info.generation.map(|g| ((info.root, label), g));
+        if tree.is_none() || tree != self.node_set {
             self.store.set_node(NodeInfo {
                 address: addr(self.node),
                 parent: info.parent.map_or(Addr(0), addr),
                 children: info.children.iter().copied().map(addr).collect(),
                 neighbours: info.neighbours.iter().copied().map(addr).collect(),
             });
+            self.node_set = tree;
+        }
+        if let Input::Probe = input {
             return;
         }
-        self.store.set_node(NodeInfo {
-            address: addr(self.node),
-            parent: info.parent.map_or(Addr(0), addr),
-            children: info.children.iter().copied().map(addr).collect(),
-            neighbours: info.neighbours.iter().copied().map(addr).collect(),
-        });
         let now = ctx.now();
         let mut net = Recording::default();
         let result = match &input {
@@ -1005,13 +1177,15 @@ impl MessageStoreSession {
                     f.hop_limit -= 1;
                     net.0.push(Out::Send(f));
                 }
-                self.roots.insert(m.key(), root);
+                self.roots.insert(Timers::key(m.key()), root);
                 if m.message_type == PAYLOAD_TYPE && m.delivery_mode == 1 && m.payload.is_some() {
                     // Held for repair from the start: a node with no children yet has the
                     // payload for those it gains.
-                    let mut h = m.clone();
-                    h.hop_limit = h.hop_limit.saturating_sub(1).max(1);
-                    self.hold(ctx, &h, &[]);
+                    self.hold_with(ctx, m.key(), &[], || {
+                        let mut h = m.clone();
+                        h.hop_limit = h.hop_limit.saturating_sub(1).max(1);
+                        h
+                    });
                 }
                 self.store.handle_message(now, m, &mut net)
             }
@@ -1061,8 +1235,8 @@ impl MessageStoreSession {
             self.forget(key);
         }
         if self.roots.len() > 2 * self.capacity {
-            let live: std::collections::BTreeSet<InstanceKey> =
-                self.store.keys().into_iter().collect();
+            let live: std::collections::BTreeSet<(u32, u64)> =
+                self.store.keys().into_iter().map(Timers::key).collect();
             self.roots.retain(|k, _| live.contains(k));
         }
         // Own messages are remembered until reported (a report may come up the tree after
@@ -1079,7 +1253,7 @@ impl MessageStoreSession {
     /// the delivery record stays (a few bytes, for duplicate suppression).
     fn forget(&mut self, key: InstanceKey) {
         self.held.remove(&key);
-        self.roots.remove(&key);
+        self.roots.remove(&Timers::key(key));
         self.timers.forget(key);
     }
 
@@ -1195,6 +1369,7 @@ impl MessageStoreSession {
         }
         if !to.is_empty() {
             let bytes = encode_labelled(&h.message, label);
+            ctx.count_n("sent", to.len() as u64);
             for c in to {
                 self.transmit(ctx, c, &bytes);
             }
@@ -1207,7 +1382,17 @@ impl MessageStoreSession {
 
     /// Remembers that `m`, a multicast payload, went to `targets` (for repair).
     fn hold(&mut self, ctx: &mut Context<'_>, m: &SMsg, targets: &[NodeId]) {
-        let key = m.key();
+        self.hold_with(ctx, m.key(), targets, || m.clone());
+    }
+
+    /// [`Self::hold`] of the message `make` builds (only when `key` holds none yet).
+    fn hold_with(
+        &mut self,
+        ctx: &mut Context<'_>,
+        key: InstanceKey,
+        targets: &[NodeId],
+        make: impl FnOnce() -> SMsg,
+    ) {
         if !self.held.contains_key(&key) {
             if self.held.len() >= self.capacity {
                 let live: std::collections::BTreeSet<InstanceKey> =
@@ -1218,12 +1403,13 @@ impl MessageStoreSession {
                 self.held.pop_first();
                 ctx.count("held_evicted");
             }
-            let root = node_of(m.root).unwrap_or(self.node);
+            let message = make();
+            let root = node_of(message.root).unwrap_or(self.node);
             self.held.insert(
                 key,
                 Held {
                     root,
-                    message: m.clone(),
+                    message,
                     sent_to: Vec::new(),
                 },
             );
@@ -1243,8 +1429,8 @@ impl MessageStoreSession {
     /// current batch of input, so the messages this batch makes for one next hop leave as one
     /// batch; a larger one leaves at once, after what waits for `to` (the messages to one node
     /// keep their order).
+    /// (The caller counts `sent`, once per message for all its next hops.)
     fn transmit(&mut self, ctx: &mut Context<'_>, to: NodeId, bytes: &[u8]) {
-        ctx.count("sent");
         if bytes.len() > BATCH_ENTRY_MAX {
             self.flush_to(ctx, to);
             self.emit(ctx, to, bytes);
@@ -1460,36 +1646,36 @@ impl MessageStoreSession {
                     // Reset) belongs to its instance's tree: it carries the instance's root,
                     // not its sender, so the receivers forward it down that tree and report a
                     // give-up to the message's original sender.
-                    m.root = addr(self.roots.get(&m.key()).copied().unwrap_or(me));
+                    m.root = addr(self.roots.get(&Timers::key(m.key())).copied().unwrap_or(me));
                 }
                 let node = self.store.node();
                 let prev = m.previous_hop;
-                let targets: Vec<Addr> = match m.delivery_mode {
-                    1 => node.children.clone(),
-                    2 => node
-                        .neighbours
-                        .iter()
-                        .copied()
-                        .filter(|&a| a != prev)
-                        .collect(),
-                    _ => vec![m.destination],
+                let mut targets = std::mem::take(&mut self.targets);
+                targets.clear();
+                let hops = match m.delivery_mode {
+                    1 => &node.children[..],
+                    2 => &node.neighbours[..],
+                    _ => std::slice::from_ref(&m.destination),
                 };
-                let targets: Vec<NodeId> = targets
-                    .into_iter()
-                    .filter_map(node_of)
-                    .filter(|&n| n != me)
-                    .collect();
+                targets.extend(
+                    hops.iter()
+                        .filter(|&&a| m.delivery_mode != 2 || a != prev)
+                        .filter_map(|&a| node_of(a))
+                        .filter(|&n| n != me),
+                );
                 if m.delivery_mode == 1 && m.message_type == PAYLOAD_TYPE && m.payload.is_some() {
                     self.hold(ctx, &m, &targets);
                 }
                 if targets.is_empty() {
                     ctx.count("no_target");
-                    return;
+                } else {
+                    let bytes = self.encode_for(&m);
+                    ctx.count_n("sent", targets.len() as u64);
+                    for &t in &targets {
+                        self.transmit(ctx, t, &bytes);
+                    }
                 }
-                let bytes = self.encode_for(&m);
-                for t in targets {
-                    self.transmit(ctx, t, &bytes);
-                }
+                self.targets = targets;
             }
             Out::SetTimer(key, id, after) => {
                 // The bound: beyond `8 × capacity` armed timers the earliest due is cancelled.
@@ -1540,7 +1726,11 @@ impl MessageStoreSession {
                 break;
             };
             room -= 1;
-            let root = self.roots.get(&key).copied().unwrap_or(self.node);
+            let root = self
+                .roots
+                .get(&Timers::key(key))
+                .copied()
+                .unwrap_or(self.node);
             self.enqueue(ctx, root, Input::Timer(key, id));
         }
         self.arm(ctx);
@@ -1660,7 +1850,7 @@ impl MessageStoreSession {
         // A message without a root (from a node that did not fill it in) belongs to the
         // instance it names, if this node has one: its root, not the message's sender.
         let root = node_of(m.root)
-            .or_else(|| self.roots.get(&m.key()).copied())
+            .or_else(|| self.roots.get(&Timers::key(m.key())).copied())
             .or_else(|| node_of(m.source))
             .unwrap_or(from);
         self.admit(ctx, root, m);
@@ -1988,7 +2178,18 @@ impl MessageStoreSession {
 }
 
 impl Session for MessageStoreSession {
-    fn handle(&mut self, mut event: Event, ctx: &mut Context<'_>) {
+    fn handle(&mut self, event: Event, ctx: &mut Context<'_>) {
+        self.handle_event(event, ctx);
+        // Inputs whose tree was remembered are stepped now, after what queued them (a batch
+        // of messages, the instance timers due) as the overlay's answers would be.
+        if !self.data_pending.is_empty() || !self.control_pending.is_empty() {
+            self.step_known(ctx);
+        }
+    }
+}
+
+impl MessageStoreSession {
+    fn handle_event(&mut self, mut event: Event, ctx: &mut Context<'_>) {
         let ty = event.ty();
         if ty == TIMER.id() {
             if let Body::Timer(t) = &event.body {
@@ -2021,12 +2222,20 @@ impl Session for MessageStoreSession {
             return;
         }
         if ty == TREE.id() {
-            let info = match &event.body {
-                Body::Custom(b) => b.downcast_ref::<TreeInfo>().cloned(),
+            let info = match std::mem::replace(&mut event.body, Body::Empty) {
+                Body::Custom(b) => b.downcast::<TreeInfo>().ok(),
                 _ => None,
             };
             if let Some(info) = info {
-                self.on_tree(ctx, &info);
+                self.on_tree(ctx, *info);
+            }
+            return;
+        }
+        if ty == GENERATION.id() {
+            if let Body::Custom(b) = &event.body {
+                if let Some(g) = b.downcast_ref::<TopologyGeneration>() {
+                    self.generation(g.0);
+                }
             }
             return;
         }

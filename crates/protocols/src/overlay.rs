@@ -34,9 +34,22 @@
 //!   neighbours in the tree rooted at that node, and its own label (the `messagestore` layer
 //!   reads its services' node information this way). On the hypercube the tree is the bit
 //!   rule's ([`viastack_overlay::tree::hc_parent`]) rooted at the root's label; with no label
-//!   known for the root only the neighbours are given. Answers are remembered per root until
-//!   the topology engine next may change (a control datagram, a timer): a stream of messages
-//!   on one tree costs one tree computation, not one per message.
+//!   known for the root only the neighbours are given. Answers are remembered per root while
+//!   the *shape* the trees are computed from is unchanged: a stream of messages on one tree
+//!   costs one tree computation, not one per message.
+//! - **Topology generation** (for the layer above's own cache of answers). After every input
+//!   that may change the topology engine (a control datagram, a rendezvous answer, a timer,
+//!   the start, the leave) the layer compares the shape every tree answer is computed from —
+//!   on DT its point and each neighbour's point, `cw`/`ccw` and node; on the hypercube its
+//!   label, the HRoot's label and each neighbour's label and node — with the shape before,
+//!   and when it differs bumps its *generation*. Each [`TreeInfo`] carries the generation it
+//!   holds for (or none when it may not be reused: a hypercube root whose label came from the
+//!   layer's directory rather than the query); once a layer above has asked a tree, each bump
+//!   goes up as a [`GENERATION`] notice before anything else that input sends up, so the
+//!   asker drops the answers it keeps before it handles a message of the new topology (the
+//!   kernel's FIFO queue and one input run to completion at a time: the asker never sees a
+//!   message that arrived after a change before the change's notice). A hello that only
+//!   refreshes a neighbour changes nothing.
 //! - An [`OVERLAY_SEND`] from above (an [`OverlaySend`]: delivery mode, target, payload) is
 //!   sent as it says: multicast, flood, or unicast to a node or to a logical address (the
 //!   overlay socket API of `viastack::overlay` sends this way, whatever `broadcast` says).
@@ -99,6 +112,15 @@ pub static TREE_QUERY: EventTypeDef = EventTypeDef::new("OverlayTreeQuery", Some
 /// The answer to a [`TREE_QUERY`]: a [`TreeInfo`] (this node's parent, children and
 /// neighbours, as node ids, in the tree rooted at the queried node).
 pub static TREE: EventTypeDef = EventTypeDef::new("OverlayTree", Some(&CHANNEL_EVENT));
+
+/// The trees changed: an up-going event whose body is a [`TopologyGeneration`], sent once a
+/// layer above has asked a [`TREE_QUERY`] (see the module doc, "Topology generation").
+pub static GENERATION: EventTypeDef = EventTypeDef::new("OverlayGeneration", Some(&CHANNEL_EVENT));
+
+/// The body of a [`GENERATION`] notice: the overlay's new topology generation. Tree answers of
+/// an older generation no longer hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopologyGeneration(pub u64);
 
 /// A layer above (or the application) sends a message with an explicit delivery mode: a
 /// down-going event whose body is an [`OverlaySend`].
@@ -179,6 +201,10 @@ pub struct TreeInfo {
     /// This node's own hypercube label (`None` on DT and before the node has one): the
     /// `messagestore` stamps it on the messages this node roots.
     pub label: Option<HcLabel>,
+    /// The topology generation this answer holds for: the asker may reuse it for the same
+    /// root (and root label) until a [`GENERATION`] notice names a greater one. `None`: not to
+    /// be reused (a hypercube root whose label the overlay took from its directory).
+    pub generation: Option<u64>,
 }
 
 /// At most this many node → label entries are kept in a hypercube node's directory (the
@@ -277,7 +303,12 @@ impl Layer for Overlay {
         vec![INBOUND.id()]
     }
     fn provides(&self) -> Vec<EventType> {
-        vec![NEIGHBOUR_ADDED.id(), NEIGHBOUR_REMOVED.id(), TREE.id()]
+        vec![
+            NEIGHBOUR_ADDED.id(),
+            NEIGHBOUR_REMOVED.id(),
+            TREE.id(),
+            GENERATION.id(),
+        ]
     }
     /// Datagrams may be lost on the way; duplicates are suppressed but order is not kept.
     fn delivery(&self, _below: Delivery) -> Delivery {
@@ -334,10 +365,52 @@ pub struct OverlaySession {
     server: Option<Server<NodeId>>,
     /// This node's rendezvous client ([`Config::rendezvous`] names another node).
     client: Option<Client<NodeId>>,
-    /// Answers to tree queries while the topology engine is unchanged, by root and the root's
+    /// Answers to tree queries while the shape is unchanged, by root and the root's
     /// hypercube label as resolved for the query (at most [`TREE_CACHE_MAX`]; see
     /// [`OverlaySession::tree_cached`]).
     trees: std::collections::HashMap<(NodeId, Option<HcLabel>), TreeInfo>,
+    /// The topology generation: bumped whenever `shape` changes.
+    generation: u64,
+    /// What every tree answer is computed from, as of the last check.
+    shape: Shape,
+    /// An input may have changed the engine since `shape` was taken.
+    shape_dirty: bool,
+    /// The channel a layer above asked trees on: [`GENERATION`] notices go up it (none before
+    /// the first query, so a stack without a tree user sees none).
+    tree_channel: Option<ChannelId>,
+}
+
+/// What tree answers are computed from (see the module doc, "Topology generation").
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+enum Shape {
+    #[default]
+    Idle,
+    /// This node's point; each neighbour's point, angular neighbours around it and node.
+    Dt(DtAddr, Vec<DtNeighbourShape>),
+    /// This node's label, the HRoot's label, each neighbour's label and node.
+    Hc(Option<HcLabel>, Option<HcLabel>, Vec<(HcLabel, NodeId)>),
+}
+
+/// A DT neighbour as tree answers see it: point, (cw, ccw), node.
+type DtNeighbourShape = (DtAddr, (Option<DtAddr>, Option<DtAddr>), NodeId);
+
+impl Shape {
+    fn of(engine: &Engine) -> Shape {
+        match engine {
+            Engine::Dt(n) => Shape::Dt(
+                n.addr(),
+                n.neighbours()
+                    .map(|(a, i)| (a, i.around, i.substrate))
+                    .collect(),
+            ),
+            Engine::Hypercube(n) => Shape::Hc(
+                n.label(),
+                n.root_label(),
+                n.neighbours().map(|(l, i)| (l, i.substrate)).collect(),
+            ),
+            Engine::Idle => Shape::Idle,
+        }
+    }
 }
 
 /// Tree answers kept at most (roots of the messages in flight; all are dropped when full).
@@ -366,6 +439,10 @@ impl OverlaySession {
             server: None,
             client: None,
             trees: std::collections::HashMap::new(),
+            generation: 0,
+            shape: Shape::Idle,
+            shape_dirty: false,
+            tree_channel: None,
         }
     }
 
@@ -441,6 +518,7 @@ impl OverlaySession {
     /// neighbourhood changes up, counters, and the next timer.
     fn flush(&mut self, ctx: &mut Context<'_>) {
         let Some(channel) = self.channel else { return };
+        self.check_shape(ctx);
         let me = self.node;
         let mut down: Vec<(NodeId, Vec<u8>)> = Vec::new();
         let mut changes: Vec<(bool, NodeId)> = Vec::new();
@@ -921,15 +999,36 @@ impl OverlaySession {
             _ => None,
         };
         let key = (q.root, label);
+        // Reusable by the asker only when the answer depends on nothing but the query and
+        // the shape: on the hypercube, a root label from the directory may change unseen.
+        let reusable = match &self.engine {
+            Engine::Hypercube(_) => q.root == self.node || q.root_label.is_some(),
+            _ => true,
+        };
+        let generation = reusable.then_some(self.generation);
         if let Some(info) = self.trees.get(&key) {
             let mut info = info.clone();
             info.token = q.token;
+            info.generation = generation;
+            // Every simulator test checks that the shape decides the answers.
+            debug_assert_eq!(
+                info,
+                TreeInfo {
+                    generation,
+                    ..self.tree(TreeQuery {
+                        root_label: label,
+                        ..q
+                    })
+                },
+                "a remembered tree differs from the tree computed now"
+            );
             return info;
         }
-        let info = self.tree(TreeQuery {
+        let mut info = self.tree(TreeQuery {
             root_label: label,
             ..q
         });
+        info.generation = generation;
         if self.trees.len() >= TREE_CACHE_MAX {
             self.trees.clear();
         }
@@ -937,11 +1036,38 @@ impl OverlaySession {
         info
     }
 
-    /// The topology engine may change: remembered tree answers are dropped.
+    /// The topology engine may change: the shape is compared at the next [`Self::flush`].
     fn topology_may_change(&mut self) {
-        if !self.trees.is_empty() {
-            self.trees.clear();
+        self.shape_dirty = true;
+    }
+
+    /// After an input that may have changed the engine: when the shape trees are computed
+    /// from differs, the generation is bumped, remembered answers are dropped and a layer
+    /// above that asks trees hears of it ([`GENERATION`]).
+    fn check_shape(&mut self, ctx: &mut Context<'_>) {
+        if !std::mem::take(&mut self.shape_dirty) {
+            return;
         }
+        let shape = Shape::of(&self.engine);
+        if shape == self.shape {
+            return;
+        }
+        self.shape = shape;
+        self.generation += 1;
+        self.trees.clear();
+        if let Some(ch) = self.tree_channel {
+            ctx.go(Event::new(
+                GENERATION.id(),
+                Direction::Up,
+                ch,
+                Body::Custom(Box::new(TopologyGeneration(self.generation))),
+            ));
+        }
+    }
+
+    /// The topology generation (see the module doc).
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     fn leave(&mut self, ctx: &mut Context<'_>) {
@@ -993,6 +1119,7 @@ impl Session for OverlaySession {
                 if let (Some(l), TopologyKind::Hypercube) = (q.root_label, self.config.topology) {
                     self.learn(q.root, l);
                 }
+                self.tree_channel = Some(event.channel());
                 let info = self.tree_cached(q);
                 ctx.go(Event::new(
                     TREE.id(),

@@ -54,6 +54,7 @@ impl Session for TreeSession {
                         children: Vec::new(),
                         neighbours: vec![NodeId(3)],
                         label: None,
+                        generation: None,
                     };
                     ctx.go(Event::new(
                         TREE.id(),

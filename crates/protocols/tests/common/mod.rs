@@ -233,6 +233,7 @@ impl viastack_kernel::Session for FixedTree {
                 children: self.children.clone(),
                 neighbours: self.neighbours.clone(),
                 label: None,
+                generation: None,
             };
             ctx.go(Event::new(
                 TREE.id(),
