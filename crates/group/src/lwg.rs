@@ -397,6 +397,9 @@ struct Heavy {
     /// Light groups whose stragglers were pulled in the current view, with the generation
     /// of the `Switch` sent.
     pulled: BTreeMap<u32, u32>,
+    /// Light groups announced by others in the current view before the light views were
+    /// installed, with the announcers' generations (stragglers judged at installation).
+    candidates: Vec<(u32, u32)>,
     /// The largest generation announced per light group in the current view.
     generations: BTreeMap<u32, u32>,
 }
@@ -415,6 +418,7 @@ impl Default for Heavy {
             flushed: BTreeMap::new(),
             switches: BTreeMap::new(),
             pulled: BTreeMap::new(),
+            candidates: Vec::new(),
             generations: BTreeMap::new(),
         }
     }
@@ -487,6 +491,14 @@ impl LwgSession {
             .and_then(|heavy| heavy.held.pop_front())
         {
             self.dispatch(h, source, pdu, ev, ctx);
+        }
+        let candidates = self
+            .heavies
+            .get_mut(&h)
+            .map(|heavy| std::mem::take(&mut heavy.candidates))
+            .unwrap_or_default();
+        if !candidates.is_empty() {
+            self.pull_stragglers(h, &candidates, ctx);
         }
     }
 
@@ -681,6 +693,7 @@ impl LwgSession {
         heavy.flushed.clear();
         heavy.switches.clear();
         heavy.pulled.clear();
+        heavy.candidates.clear();
         heavy.generations.clear();
         heavy.announced = false;
         heavy.installed = false;
@@ -993,7 +1006,8 @@ impl LwgSession {
     /// member's heavy group outranks `h` ([`Self::rank`]: two sides of a partition moved the
     /// group as often, to different heavy groups) — never the other way round, so two members
     /// never pull each other; and not when a member of `h` announced the group at a generation
-    /// that is not behind (this member is behind too). The `Switch` carries a generation above
+    /// that is not behind (this member is behind too: judged once the view's announcements are
+    /// in, at the light views' installation). The `Switch` carries a generation above
     /// every one announced on `h`, so members not behind ignore it (`lwg.stale_switch`).
     fn pull_stragglers(&mut self, h: SessionId, groups: &[(u32, u32)], ctx: &mut Context<'_>) {
         for &(g, theirs) in groups {
@@ -1101,8 +1115,18 @@ impl LwgSession {
                     ctx.count("stale_joined");
                     return;
                 }
+                let Some(heavy) = self.heavies.get_mut(&h) else {
+                    return;
+                };
                 if source != self.node {
-                    self.pull_stragglers(h, &announced, ctx);
+                    if heavy.installed {
+                        self.pull_stragglers(h, &announced, ctx);
+                    } else {
+                        // Judged once every announcement of the view is in (at the light
+                        // views' installation): one that says this member is behind too may
+                        // come later.
+                        heavy.candidates.extend(announced);
+                    }
                 }
                 let Some(heavy) = self.heavies.get_mut(&h) else {
                     return;
