@@ -65,7 +65,12 @@ layer = "lwg"
 
 /// Workloads on the three channels, a move of `a` to `d`'s heavy group, random faults (with
 /// a partition that heals around the move when `partition`).
-fn scenario(seed: u64, partition: bool) -> String {
+///
+/// With `back` a second move: `a` goes back to its configured heavy group
+/// (`b`'s) 1.5–2.5 s after the first, asked by another random node, the faults (partition,
+/// crash) around that second move — a member cut off or restarted during it must be pulled
+/// over like after the first.
+fn scenario_with(seed: u64, partition: bool, back: bool) -> String {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0018_3003);
     let nodes: u32 = rng.gen_range(3..=5);
     let loss = [0.0, 0.05, 0.1, 0.2][rng.gen_range(0..4)];
@@ -94,13 +99,23 @@ reorder_delay = "3ms"
              interval = \"{interval}ms\"\nstart = \"{start}ms\"\nsize = 40\n"
         );
     }
-    let mover = rng.gen_range(0..nodes);
-    let at: f64 = rng.gen_range(1.0..4.0);
+    let mut mover = rng.gen_range(0..nodes);
+    let mut at: f64 = rng.gen_range(1.0..4.0);
     let _ = write!(
         s,
         "[[scenario.move]]\nnode = {mover}\nchannel = \"a\"\nto = \"d\"\nat = \"{}ms\"\n",
         (at * 1000.0) as u64
     );
+    if back {
+        // The way back, at another time and node; the faults below are around it.
+        mover = rng.gen_range(0..nodes);
+        at += rng.gen_range(1.5..2.5);
+        let _ = write!(
+            s,
+            "[[scenario.move]]\nnode = {mover}\nchannel = \"a\"\nto = \"b\"\nat = \"{}ms\"\n",
+            (at * 1000.0) as u64
+        );
+    }
     let mut last = at;
     if partition {
         // A partition around the move: some members miss the `Switch`, the `Flushed` or the
@@ -244,16 +259,33 @@ size = 40
 
 #[test]
 fn a_moving_light_group_keeps_every_property_over_random_faults() {
-    many_seeds(false);
+    many_seeds(false, false);
 }
 
 /// The same with a partition around the move that heals.
 #[test]
 fn a_light_group_moved_across_a_partition_keeps_every_property() {
-    many_seeds(true);
+    many_seeds(true, false);
 }
 
-fn many_seeds(partition: bool) {
+/// A move and a move back to the configured heavy group (a→d's, then a→b's), a crash (with or
+/// without a restart) around the move back: a member restarted during it (on its configured
+/// heavy group, at generation 0) or one that missed it is pulled over — liveness on `a`
+/// (one light view with every live member at the end) fails otherwise.
+#[test]
+fn a_light_group_moved_back_keeps_every_property_over_random_faults() {
+    many_seeds(false, true);
+}
+
+/// The same with a partition around the move back that heals: members cut off from the
+/// move back (still on `d`'s heavy group at generation 1) are pulled back by the members at
+/// generation 2 when they announce the group there after the heal.
+#[test]
+fn a_light_group_moved_back_across_a_partition_keeps_every_property() {
+    many_seeds(true, true);
+}
+
+fn many_seeds(partition: bool, back: bool) {
     let mut tally: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut failures = Vec::new();
     let first: u64 = std::env::var("GROUP_SEED_FROM")
@@ -261,9 +293,12 @@ fn many_seeds(partition: bool) {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
     let mut moved = 0;
+    let mut both = 0;
     for seed in first..first + seeds() {
-        let src = format!("{STACK}{}", scenario(seed, partition));
+        let src = format!("{STACK}{}", scenario_with(seed, partition, back));
         let r = run_file(&src);
+        // Both moves asked were carried out (neither refused at its asking node).
+        both += u64::from(r.counters.get("lwg.switch_sent").copied() == Some(2));
         for (k, v) in &r.properties {
             let t = tally.entry(k.clone()).or_default();
             if v == "held" {
@@ -282,8 +317,8 @@ fn many_seeds(partition: bool) {
         }
     }
     println!(
-        "moving light group a to d's heavy group over {} seeds, partition {partition} \
-         (held / violated); {moved} seeds moved:",
+        "moving light group a to d's heavy group over {} seeds, partition {partition}, \
+         back {back} (held / violated); {moved} seeds moved, {both} seeds with both moves:",
         seeds()
     );
     for (k, (held, bad)) in &tally {
@@ -298,6 +333,15 @@ fn many_seeds(partition: bool) {
         "{moved} of {} seeds moved",
         seeds()
     );
+    if back {
+        // Most seeds move back too (the second asker may have crashed, or be cut off from
+        // the first move and refuse: the group is not where it asks from).
+        assert!(
+            both * 10 >= seeds() * 6,
+            "{both} of {} seeds moved there and back",
+            seeds()
+        );
+    }
 }
 
 /// A `[[scenario.move]]` naming a channel the file does not declare is an error at its line.
@@ -338,6 +382,232 @@ fn shipped_lwg_move_stack_holds() {
         r.counters.get("lwg.moved").copied().unwrap_or(0) >= 3,
         "{r}"
     );
+    assert!(
+        r.counters.get("lwg.pulled").copied().unwrap_or(0) >= 1,
+        "{r}"
+    );
+}
+
+/// Moves under `primary = "majority"` (issue 18): a partition splits the nodes at random and
+/// a random node asks to move `a` while it lasts. In a minority view (no more than half the
+/// nodes) the move is refused at the asking node — an `LwgRefused` notice, `lwg.move_refused`,
+/// no `Switch` — and nothing moves; in the majority the move proceeds, and after the heal
+/// the minority's members (still on `b`'s heavy group) are pulled over. Every property holds
+/// on each light channel, liveness included.
+#[test]
+fn moves_under_majority_are_refused_in_minority_views_and_proceed_in_the_majority() {
+    let stack = STACK.replace(
+        "kind = \"vsync\"",
+        "kind = \"vsync\"\nprimary = \"majority\"",
+    );
+    assert_eq!(stack.matches("primary = \"majority\"").count(), 2);
+    let (mut refused_seeds, mut moved_seeds) = (0, 0);
+    let mut failures = Vec::new();
+    let first: u64 = std::env::var("GROUP_SEED_FROM")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let mut tally: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for seed in first..first + seeds() {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0018_4004);
+        let nodes: u32 = rng.gen_range(3..=5);
+        let loss = [0.0, 0.05, 0.1][rng.gen_range(0..3)];
+        let mut sides: Vec<Vec<u32>> = vec![Vec::new(); 2];
+        for n in 0..nodes {
+            sides[rng.gen_range(0..2)].push(n);
+        }
+        sides.retain(|g| !g.is_empty());
+        let mover = rng.gen_range(0..nodes);
+        let majority = sides
+            .iter()
+            .find(|g| g.contains(&mover))
+            .is_some_and(|g| g.len() * 2 > nodes as usize);
+        let from: f64 = rng.gen_range(1.0..2.0);
+        // Long after the partition's views are installed, well before the heal.
+        let at = from + rng.gen_range(0.8..1.2);
+        let heal = at + rng.gen_range(1.0..2.0);
+        let end = heal.max(0.32 + 100.0 * 0.07) + 5.5;
+        let mut s = stack.clone();
+        let _ = write!(
+            s,
+            r#"
+[scenario]
+nodes = {nodes}
+seed = {seed}
+expect = "virtual-synchrony"
+duration = "{}ms"
+[scenario.link]
+latency = "1ms"
+jitter = "1ms"
+loss = {loss}
+duplicate = 0.05
+reorder = 0.1
+reorder_delay = "3ms"
+[[scenario.move]]
+node = {mover}
+channel = "a"
+to = "d"
+at = "{}ms"
+[[scenario.partition]]
+at = "{}ms"
+heal = "{}ms"
+groups = {:?}
+"#,
+            (end * 1000.0) as u64,
+            (at * 1000.0) as u64,
+            (from * 1000.0) as u64,
+            (heal * 1000.0) as u64,
+            sides
+        );
+        for (ch, interval, start) in [("a", 40, 300), ("b", 50, 310), ("d", 70, 320)] {
+            let _ = write!(
+                s,
+                "[[scenario.workload]]\nchannel = \"{ch}\"\npattern = \"multicast\"\n\
+                 messages = 100\ninterval = \"{interval}ms\"\nstart = \"{start}ms\"\nsize = 40\n"
+            );
+        }
+        let r = run_file(&s);
+        for (k, v) in &r.properties {
+            let t = tally.entry(k.clone()).or_default();
+            if v == "held" {
+                t.0 += 1;
+            } else if v.starts_with("violated") {
+                t.1 += 1;
+            }
+        }
+        let c = |k: &str| r.counters.get(k).copied().unwrap_or(0);
+        let refusals = r.notices.get("LwgRefused").copied().unwrap_or(0);
+        let ok_move = if majority {
+            // Proceeds: the Switch went out, every member ends up moved (the minority's
+            // pulled after the heal), nothing refused.
+            moved_seeds += 1;
+            c("lwg.switch_sent") == 1
+                && c("lwg.move_refused") == 0
+                && refusals == 0
+                && c("lwg.moved") >= u64::from(nodes)
+        } else {
+            refused_seeds += 1;
+            c("lwg.move_refused") == 1
+                && refusals == 1
+                && c("lwg.switch_sent") == 0
+                && c("lwg.moved") == 0
+        };
+        if (!r.verdict.holds || !ok_move) && failures.len() < 3 {
+            failures.push(format!(
+                "seed {seed} (mover {mover} in the majority: {majority}; sides {sides:?}):\n{r}\n{s}"
+            ));
+        }
+    }
+    println!(
+        "moves under primary = \"majority\" over {} seeds: {moved_seeds} asked in the majority \
+         (proceeded), {refused_seeds} asked in a minority (refused); (held / violated):",
+        seeds()
+    );
+    for (k, (held, bad)) in &tally {
+        println!("  {k:<20} {held:>6} / {bad}");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    assert_eq!(tally.get("liveness").map(|t| t.0), Some(seeds()));
+    assert!(refused_seeds > 0 && moved_seeds > 0);
+}
+
+/// `expect = "cross-channel-order"` with a `[[scenario.move]]` is refused at the move's line:
+/// one order over every channel cannot hold once a light group rides a second heavy group
+/// (two heavy groups' total orders are separate).
+#[test]
+fn cross_channel_order_with_a_move_is_refused_at_the_moves_line() {
+    let src = format!(
+        "{STACK}{}",
+        r#"
+[scenario]
+nodes = 3
+expect = "cross-channel-order"
+[[scenario.move]]
+node = 0
+channel = "a"
+to = "d"
+at = "1s"
+"#
+    );
+    let move_line = src.lines().position(|l| l == "[[scenario.move]]").unwrap() + 1;
+    let catalog = viastack_stack::standard_catalog();
+    let err = viastack_stack::parse("lwg-move.toml", &src, &catalog).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!(
+            "lwg-move.toml:{move_line}: [[scenario.move]] #1: `expect = \"cross-channel-order\"`"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("expect = \"total-order\""), "{text}");
+}
+
+/// What holds across a move with a `total-order` layer on each heavy group (the stack that
+/// gives cross-channel order on one heavy group): each light channel keeps one total order
+/// across its move — members that go from one light view to the same next one deliver its
+/// messages in one order, the switch view included — with every other property.
+#[test]
+fn a_light_group_moved_between_totally_ordered_heavy_groups_keeps_its_total_order() {
+    let stack = STACK
+        .replace(
+            "[layers.lwg]",
+            "[layers.to]\nkind = \"total-order\"\n[layers.to2]\nkind = \"total-order\"\n[layers.lwg]",
+        )
+        .replace("\"vs\", \"lwg\"]", "\"vs\", \"to\", \"lwg\"]")
+        .replace("\"vs2\", \"lwg\"]", "\"vs2\", \"to2\", \"lwg\"]");
+    assert_eq!(stack.matches("\"to\", \"lwg\"").count(), 1);
+    assert_eq!(stack.matches("\"to2\", \"lwg\"").count(), 1);
+    let mut tally: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut failures = Vec::new();
+    let mut moved = 0;
+    for seed in 0..seeds() {
+        let src = format!(
+            "{stack}{}",
+            scenario_with(seed, seed % 2 == 1, seed % 4 >= 2)
+        )
+        .replace("expect = \"virtual-synchrony\"", "expect = \"total-order\"");
+        let r = run_file(&src);
+        for (k, v) in &r.properties {
+            let t = tally.entry(k.clone()).or_default();
+            if v == "held" {
+                t.0 += 1;
+            } else if v.starts_with("violated") {
+                t.1 += 1;
+            }
+        }
+        moved += u64::from(r.counters.get("lwg.moved").copied().unwrap_or(0) > 0);
+        if !r.verdict.holds && failures.len() < 3 {
+            failures.push(format!("seed {seed}:\n{r}\n{src}"));
+        }
+    }
+    println!(
+        "moving light group a between totally ordered heavy groups over {} seeds; {moved} \
+         moved (held / violated):",
+        seeds()
+    );
+    for (k, (held, bad)) in &tally {
+        println!("  {k:<20} {held:>6} / {bad}");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    assert_eq!(tally.get("total-order").map(|t| t.0), Some(seeds()));
+    assert!(moved * 10 >= seeds() * 8, "{moved} of {} moved", seeds());
+}
+
+/// stacks/lwg-move-back.toml as shipped (a move and a move back to the configured heavy
+/// group; a member cut off during the move back, another crashed and restarted during it):
+/// every property holds on each light channel, both moves happened, the cut-off member was
+/// pulled.
+#[test]
+fn shipped_lwg_move_back_stack_holds() {
+    let path = format!(
+        "{}/../../stacks/lwg-move-back.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let r = run_file(&std::fs::read_to_string(path).unwrap());
+    assert!(r.verdict.holds, "{r}");
+    assert!(r.properties.values().all(|v| v == "held"), "{r}");
+    assert!(r.properties.contains_key("liveness"), "{r}");
+    assert_eq!(r.counters.get("lwg.switch_sent").copied(), Some(2), "{r}");
     assert!(
         r.counters.get("lwg.pulled").copied().unwrap_or(0) >= 1,
         "{r}"

@@ -1335,6 +1335,22 @@ impl<'a> Cx<'a> {
             };
             let channel = channel_of("channel");
             let to = channel_of("to");
+            if scenario.expect == Expect::CrossChannelOrder {
+                // One order over every channel cannot hold: a move needs a second heavy group,
+                // and two heavy groups' orders are separate (docs/STACK_FILES.md).
+                self.err(
+                    item.line,
+                    format!(
+                        "{owner}: `expect = \"cross-channel-order\"` judges one order over every \
+                         channel, but a move takes `{channel}`'s light group to another heavy \
+                         group, whose order is separate (channels on different heavy groups share \
+                         no order; across the move the group's messages are in the old heavy \
+                         group's order up to the switch and in the new one's after it): use \
+                         `expect = \"total-order\"` (each light channel's own order)"
+                    ),
+                );
+                ok = false;
+            }
             scenario.moves.push(MoveSpec {
                 node,
                 channel,
