@@ -417,6 +417,10 @@ impl Tool {
         let Some(bytes) = read_frame(&mut self.reader, self.config.max_frame)? else {
             return Err(ClientError::Ended("connection closed".into()));
         };
+        // Every frame's terms are built in the tool's arena: the ones nobody holds any more
+        // go once it has doubled (amortised), so a long-running tool's arena stays bounded
+        // (`tests/bounded.rs`).
+        self.arena.purge_if_large();
         Ok(Frame::parse(
             &mut self.arena,
             &bytes,

@@ -756,6 +756,10 @@ impl Bus {
             _ => self.refuse(tool, "frame kind not accepted from a tool"),
         }
         self.run(now);
+        // Frames that make no step (notes nobody takes, refused values) leave their terms in
+        // the arena too: purged here as well as after each step, so the arena stays bounded
+        // whatever the tools send (`tests/bounded.rs`).
+        self.arena.purge_if_large();
     }
 
     /// Checks a term a tool sends (its references, its queue) and counts its references as
