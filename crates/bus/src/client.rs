@@ -934,7 +934,10 @@ fn stream_on(
             let (var, offset, t) = (word(5), word(13), word(21));
             let n = len - (PUT_HEAD - 4);
             if head[4] == wire::KIND_PUT {
-                if var != r.var || offset != out.len() as u64 || t != r.size || n > total - out.len()
+                if var != r.var
+                    || offset != out.len() as u64
+                    || t != r.size
+                    || n > total - out.len()
                 {
                     return Err(ClientError::Protocol(format!(
                         "unexpected PUT (var {var}, offset {offset} of {t}, {n} bytes) while fetching"

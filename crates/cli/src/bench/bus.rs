@@ -357,7 +357,11 @@ pub fn run(args: &BusArgs) -> anyhow::Result<()> {
             let pairs: Vec<(f64, f64)> =
                 by_val.iter().copied().zip(by_ref.iter().copied()).collect();
             let ci = super::stats::ratio_of_medians_ci95(&pairs);
-            let ms = |v: &[f64]| v.iter().map(|x| (x * 1e4).round() / 10.0).collect::<Vec<_>>();
+            let ms = |v: &[f64]| {
+                v.iter()
+                    .map(|x| (x * 1e4).round() / 10.0)
+                    .collect::<Vec<_>>()
+            };
             let sfx = if k == 2 { "_two_receivers" } else { "" };
             row[format!("by_value_ms_runs{sfx}")] = json!(ms(&by_val));
             row[format!("by_reference_ms_runs{sfx}")] = json!(ms(&by_ref));
