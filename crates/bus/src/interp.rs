@@ -166,6 +166,12 @@ struct Process {
     notes: VecDeque<Term>,
     subs: Vec<Term>,
     blocked_on: Option<u64>,
+    /// The atoms the body offers first (with their continuations) and whether computing
+    /// them met a biased choice, kept between steps: they depend only on the body and the
+    /// variables (an `if`'s condition), so they are recomputed only after this process
+    /// stepped or a variable of it changed ([`Bus::advance`], [`Bus::set_var`]). Computing
+    /// them was most of a round trip's instructions (four times per round trip).
+    firsts: Option<(Cands, bool)>,
 }
 
 struct ProcScope<'a> {
@@ -512,6 +518,7 @@ impl Bus {
             notes: VecDeque::new(),
             subs: Vec::new(),
             blocked_on: None,
+            firsts: None,
         };
         self.refs.bind(&bound);
         self.next_pid += 1;
@@ -756,6 +763,10 @@ impl Bus {
             _ => self.refuse(tool, "frame kind not accepted from a tool"),
         }
         self.run(now);
+        // Frames that make no step (notes nobody takes, refused values) leave their terms in
+        // the arena too: purged here as well as after each step, so the arena stays bounded
+        // whatever the tools send (`tests/bounded.rs`).
+        self.arena.purge_if_large();
     }
 
     /// Checks a term a tool sends (its references, its queue) and counts its references as
@@ -1163,9 +1174,13 @@ impl Bus {
             Proc::Nil | Proc::Delta => {}
             Proc::Atom(a) => out.push((a.clone(), Arc::new(Proc::Nil))),
             Proc::Seq(a, b) => {
-                let mut sub = Vec::new();
-                self.firsts(pid, a, now, tmp, raw, &mut sub);
-                out.extend(sub.into_iter().map(|(x, c)| (x, seq(c, b))));
+                // The left side's atoms go straight into `out`, their continuations then
+                // extended in place (no vector per node).
+                let start = out.len();
+                self.firsts(pid, a, now, tmp, raw, out);
+                for (_, c) in &mut out[start..] {
+                    *c = seq(c.clone(), b);
+                }
             }
             Proc::Alt(a, b) => {
                 self.firsts(pid, a, now, tmp, raw, out);
@@ -1189,18 +1204,24 @@ impl Bus {
                 }
             }
             Proc::Iter(a, b) => {
-                let mut sub = Vec::new();
-                self.firsts(pid, a, now, tmp, raw, &mut sub);
-                out.extend(sub.into_iter().map(|(x, c)| (x, seq(c, p))));
+                let start = out.len();
+                self.firsts(pid, a, now, tmp, raw, out);
+                for (_, c) in &mut out[start..] {
+                    *c = seq(c.clone(), p);
+                }
                 self.firsts(pid, b, now, tmp, raw, out);
             }
             Proc::Merge(a, b) => {
-                let mut sub = Vec::new();
-                self.firsts(pid, a, now, tmp, raw, &mut sub);
-                out.extend(sub.into_iter().map(|(x, c)| (x, merge(c, b.clone()))));
-                let mut sub = Vec::new();
-                self.firsts(pid, b, now, tmp, raw, &mut sub);
-                out.extend(sub.into_iter().map(|(x, c)| (x, merge(a.clone(), c))));
+                let start = out.len();
+                self.firsts(pid, a, now, tmp, raw, out);
+                for (_, c) in &mut out[start..] {
+                    *c = merge(c.clone(), b.clone());
+                }
+                let start = out.len();
+                self.firsts(pid, b, now, tmp, raw, out);
+                for (_, c) in &mut out[start..] {
+                    *c = merge(a.clone(), c.clone());
+                }
             }
             Proc::If(c, a, b) => {
                 let Some(proc_) = self.procs.get(&pid) else {
@@ -1371,10 +1392,26 @@ impl Bus {
         let mut raw: BTreeMap<u64, Cands> = BTreeMap::new();
         self.saw_biased.set(false);
         for &pid in &pids {
-            let mut c = Vec::new();
-            if let Some(p) = self.procs.get(&pid) {
+            let Some(p) = self.procs.get(&pid) else {
+                raw.insert(pid, Vec::new());
+                continue;
+            };
+            let c = if let Some((c, biased)) = &p.firsts {
+                if *biased {
+                    self.saw_biased.set(true);
+                }
+                c.clone()
+            } else {
+                let before = self.saw_biased.replace(false);
+                let mut c = Vec::new();
                 self.firsts(pid, &p.body, now, &mut tmp, None, &mut c);
-            }
+                let biased = self.saw_biased.get();
+                self.saw_biased.set(before || biased);
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    p.firsts = Some((c.clone(), biased));
+                }
+                c
+            };
             raw.insert(pid, c);
         }
         // Without a biased choice the second pass would compute the same atoms again.
@@ -1517,6 +1554,7 @@ impl Bus {
         if let Some(p) = self.procs.get_mut(&pid) {
             p.body = cont;
             p.since = now;
+            p.firsts = None;
         }
         if done {
             self.end_process(pid);
@@ -1542,6 +1580,7 @@ impl Bus {
             return;
         };
         let new_refs = value.refs();
+        p.firsts = None;
         let old = p.env.insert(name.to_string(), value);
         self.refs.bind(&new_refs);
         if let Some(old) = old {

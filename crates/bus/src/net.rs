@@ -688,7 +688,93 @@ pub fn tls_server_config(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| bad(cert_pem, e))?;
     let key = PrivateKeyDer::from_pem_file(key_pem).map_err(|e| bad(key_pem, e))?;
+    if let PrivateKeyDer::Pkcs8(k) = &key {
+        if ec_pkcs8_without_public_key(k.secret_pkcs8_der()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                TlsKeyError::EcKeyWithoutPublicKey {
+                    path: key_pem.display().to_string(),
+                },
+            ));
+        }
+    }
     tls_server_config_der(certs, key)
+}
+
+/// Why a TLS key file cannot serve (inside the `io::Error` of [`tls_server_config`]; find it
+/// with `get_ref()` and `downcast_ref`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TlsKeyError {
+    /// An EC key in PKCS#8 whose inner SEC1 structure leaves out the public key — what the
+    /// JDK (`keytool`, `Key.getEncoded()`) writes. rustls's `ring` provider reads an EC key
+    /// only with its public key inside, and computing it needs curve arithmetic the bus does
+    /// not carry; `openssl ec` rewrites the key with it.
+    #[error(
+        "{path}: an EC private key without its public key (the encoding of the JDK's keytool), \
+         which rustls (ring) cannot load: rewrite it with `openssl ec -in {path} -out {path}` \
+         (SEC1 with the public key), or make the key with -keyalg RSA"
+    )]
+    EcKeyWithoutPublicKey {
+        /// The key file.
+        path: String,
+    },
+}
+
+/// One DER element at the start of `b`: (tag, contents, rest).
+fn der(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, b) = b.split_first()?;
+    let (&first, mut b) = b.split_first()?;
+    let len = if first < 0x80 {
+        usize::from(first)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || b.len() < n {
+            return None;
+        }
+        let len = b[..n]
+            .iter()
+            .fold(0usize, |a, &x| (a << 8) | usize::from(x));
+        b = &b[n..];
+        len
+    };
+    (b.len() >= len).then(|| (tag, &b[..len], &b[len..]))
+}
+
+/// Whether `pkcs8` is an EC key (id-ecPublicKey) whose ECPrivateKey has no `[1] publicKey`.
+fn ec_pkcs8_without_public_key(pkcs8: &[u8]) -> bool {
+    const ID_EC_PUBLIC_KEY: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
+    let check = || -> Option<bool> {
+        let (0x30, info, _) = der(pkcs8)? else {
+            return None;
+        };
+        let (0x02, _version, rest) = der(info)? else {
+            return None;
+        };
+        let (0x30, alg, rest) = der(rest)? else {
+            return None;
+        };
+        let (0x06, oid, _) = der(alg)? else {
+            return None;
+        };
+        if oid != ID_EC_PUBLIC_KEY {
+            return Some(false);
+        }
+        let (0x04, inner, _) = der(rest)? else {
+            return None;
+        };
+        let (0x30, mut ec, _) = der(inner)? else {
+            return None;
+        };
+        while !ec.is_empty() {
+            let (tag, _, rest) = der(ec)?;
+            if tag == 0xa1 {
+                return Some(false);
+            }
+            ec = rest;
+        }
+        Some(true)
+    };
+    check().unwrap_or(false)
 }
 
 /// The server's TLS configuration from DER certificates and key.
@@ -905,5 +991,33 @@ fn tls_shuttle(
         {
             return Ok(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_probe_reads_any_prefix_without_panicking() {
+        // The JDK's P-256 PKCS#8 key (no public key), then one with `[1] publicKey` appended.
+        let jdk = decode(
+            "3041020100301306072a8648ce3d020106082a8648ce3d030107042730250201010420\
+                          0000000000000000000000000000000000000000000000000000000000000001",
+        );
+        assert!(ec_pkcs8_without_public_key(&jdk));
+        for n in 0..jdk.len() {
+            assert!(!ec_pkcs8_without_public_key(&jdk[..n]));
+        }
+        let with_pub = decode("3049020100301306072a8648ce3d020106082a8648ce3d030107042f302d0201010420\
+                               0000000000000000000000000000000000000000000000000000000000000001a106030400000000");
+        assert!(!ec_pkcs8_without_public_key(&with_pub));
+    }
+
+    fn decode(hex: &str) -> Vec<u8> {
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or(0))
+            .collect()
     }
 }

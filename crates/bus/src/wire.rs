@@ -49,6 +49,9 @@ use thiserror::Error;
 use crate::saf;
 use crate::term::{Arena, Term};
 
+/// The kind byte of a PUT frame (readers that take a chunk's bytes straight off the socket).
+pub const KIND_PUT: u8 = 0x21;
+
 /// The wire version this module speaks (HELLO and REG carry it).
 pub const VERSION: u16 = 1;
 /// Bytes before a frame's kind: the length field.

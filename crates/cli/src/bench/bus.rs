@@ -124,11 +124,20 @@ impl Served {
 
     /// Peak resident set of the bus process, MB (VmHWM).
     fn peak_rss_mb(&self) -> f64 {
+        self.status_mb("VmHWM:")
+    }
+
+    /// Resident set of the bus process now, MB (VmRSS).
+    fn rss_mb(&self) -> f64 {
+        self.status_mb("VmRSS:")
+    }
+
+    fn status_mb(&self, field: &str) -> f64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .unwrap_or_default();
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
             .map_or(f64::NAN, |kb| kb / 1024.0)
     }
@@ -248,12 +257,15 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// Evaluate/value round trips per second through the bus.
-fn bus_rate(n: usize) -> anyhow::Result<f64> {
+/// Evaluate/value round trips per second through the bus, and the bus's resident set (MB)
+/// after its first round trip and after the last (every round trip's terms are fresh: a
+/// counter), which shows whether its memory stays bounded.
+fn bus_rate(n: usize) -> anyhow::Result<(f64, [f64; 2])> {
     let served = Served::start(&ROUNDTRIP.replace("NNN", &n.to_string()), &[])?;
     let mut t = Tool::connect(&served.addr, ToolConfig::new("echo"))?;
     let mut first = None;
     let mut count = 0usize;
+    let mut rss = [f64::NAN; 2];
     let end = loop {
         match t.next_request()? {
             Request::Eval { request, term, .. } => {
@@ -261,15 +273,22 @@ fn bus_rate(n: usize) -> anyhow::Result<f64> {
                     first = Some(crate_now());
                 }
                 count += 1;
+                if count == 2 {
+                    rss[0] = served.rss_mb();
+                }
                 t.value(request, term)?;
             }
             Request::Terminate { .. } => break crate_now(),
             _ => {}
         }
     };
+    rss[1] = served.rss_mb();
     served.stop();
     let first = first.context("no evaluation")?;
-    Ok(count.saturating_sub(1) as f64 / end.duration_since(first).as_secs_f64())
+    Ok((
+        count.saturating_sub(1) as f64 / end.duration_since(first).as_secs_f64(),
+        rss,
+    ))
 }
 
 /// Round trips per second of a plain TCP exchange: `req` bytes out, `resp` bytes back.
@@ -334,12 +353,24 @@ pub fn run(args: &BusArgs) -> anyhow::Result<()> {
                 by_ref.push(t);
                 rss_ref.push(r);
             }
+            // The two lanes alternate within each repeat: pairs for the ratio's interval.
+            let pairs: Vec<(f64, f64)> =
+                by_val.iter().copied().zip(by_ref.iter().copied()).collect();
+            let ci = super::stats::ratio_of_medians_ci95(&pairs);
+            let ms = |v: &[f64]| {
+                v.iter()
+                    .map(|x| (x * 1e4).round() / 10.0)
+                    .collect::<Vec<_>>()
+            };
+            let sfx = if k == 2 { "_two_receivers" } else { "" };
+            row[format!("by_value_ms_runs{sfx}")] = json!(ms(&by_val));
+            row[format!("by_reference_ms_runs{sfx}")] = json!(ms(&by_ref));
             let (v, r) = (median(by_val), median(by_ref));
             let (rv, rr) = (median(rss_val), median(rss_ref));
-            let sfx = if k == 2 { "_two_receivers" } else { "" };
             row[format!("by_value_ms{sfx}")] = json!(v * 1e3);
             row[format!("by_reference_ms{sfx}")] = json!(r * 1e3);
             row[format!("by_reference_vs_by_value{sfx}")] = json!(v / r);
+            row[format!("by_reference_vs_by_value_ci95{sfx}")] = json!(ci);
             row[format!("bus_peak_rss_mb_by_value{sfx}")] = json!(rv);
             row[format!("bus_peak_rss_mb_by_reference{sfx}")] = json!(rr);
             if !args.json {
@@ -371,8 +402,9 @@ pub fn run(args: &BusArgs) -> anyhow::Result<()> {
         (eval.to_bytes().len(), value.to_bytes().len())
     };
     let mut pairs = Vec::new();
+    let mut rss_rounds = Vec::new();
     for round in 0..args.rounds.max(1) {
-        let (b, e) = if round % 2 == 0 {
+        let ((b, rss), e) = if round % 2 == 0 {
             let b = bus_rate(n)?;
             (b, tcp_rate(n, req, resp)?)
         } else {
@@ -380,6 +412,7 @@ pub fn run(args: &BusArgs) -> anyhow::Result<()> {
             (bus_rate(n)?, e)
         };
         pairs.push((b, e));
+        rss_rounds.push(rss);
     }
     let bus = median(pairs.iter().map(|p| p.0).collect());
     let tcp = median(pairs.iter().map(|p| p.1).collect());
@@ -395,6 +428,10 @@ pub fn run(args: &BusArgs) -> anyhow::Result<()> {
     out.insert(
         "by_reference_vs_by_value".into(),
         at_50mb["by_reference_vs_by_value"].clone(),
+    );
+    out.insert(
+        "by_reference_vs_by_value_ci95".into(),
+        at_50mb["by_reference_vs_by_value_ci95"].clone(),
     );
     out.insert(
         "bus_peak_rss_mb".into(),
@@ -419,6 +456,17 @@ pub fn run(args: &BusArgs) -> anyhow::Result<()> {
     out.insert("roundtrip_vs_tcp_echo_ci95".into(), json!(ci));
     out.insert("roundtrip_rounds".into(), json!(pairs.len()));
     out.insert("roundtrip_frame_bytes".into(), json!([req, resp]));
+    // The bus's resident set after the first and after the last of `n` round trips with
+    // fresh terms (median over rounds): equal when its memory is bounded.
+    out.insert(
+        "bus_rss_mb_after_first_roundtrip".into(),
+        json!(median(rss_rounds.iter().map(|r| r[0]).collect())),
+    );
+    out.insert(
+        "bus_rss_mb_after_soak".into(),
+        json!(median(rss_rounds.iter().map(|r| r[1]).collect())),
+    );
+    out.insert("soak_roundtrips".into(), json!(n));
     out.insert(
         "loadavg".into(),
         json!(std::fs::read_to_string("/proc/loadavg")
@@ -429,7 +477,7 @@ pub fn run(args: &BusArgs) -> anyhow::Result<()> {
         println!("{}", Value::Object(out));
     } else {
         println!(
-            "round trips ({} rounds, lanes alternated): bus {:.0}/s, TCP echo {:.0}/s ({req}/{resp} B), ratio {:.3} [95% {:.3}–{:.3}]; load {}",
+            "round trips ({} rounds, lanes alternated): bus {:.0}/s, TCP echo {:.0}/s ({req}/{resp} B), ratio {:.3} [95% {:.3}–{:.3}]; bus RSS {:.1} MB after 1 round trip, {:.1} MB after {n}; load {}",
             pairs.len(),
             out["bus_roundtrips_per_s"].as_f64().unwrap_or(f64::NAN),
             out["tcp_echo_roundtrips_per_s"]
@@ -438,6 +486,10 @@ pub fn run(args: &BusArgs) -> anyhow::Result<()> {
             out["roundtrip_vs_tcp_echo"].as_f64().unwrap_or(f64::NAN),
             ci[0],
             ci[1],
+            out["bus_rss_mb_after_first_roundtrip"]
+                .as_f64()
+                .unwrap_or(f64::NAN),
+            out["bus_rss_mb_after_soak"].as_f64().unwrap_or(f64::NAN),
             out["loadavg"].as_str().unwrap_or("?"),
         );
     }

@@ -32,7 +32,9 @@ class BusTlsTest {
     /**
      * A self-signed certificate for "localhost" made by keytool, written as PEM cert and key.
      * RSA: the bus's rustls (ring) reads an EC PKCS#8 key only with its public key inside, which
-     * the JDK's encoding leaves out.
+     * the JDK's encoding leaves out; {@code bus serve} refuses such a key with
+     * {@code TlsKeyError::EcKeyWithoutPublicKey}, naming the fix ({@code openssl ec -in key -out key}
+     * rewrites it with the public key; crates/bus/tests/tls_keys.rs).
      */
     static Path[] busCertificate(Path dir, String name) throws Exception {
         Path ks = dir.resolve(name + ".p12");
