@@ -52,6 +52,30 @@ pub struct BusArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// PUT chunk size of the by-reference lanes' owner (default: the client's, 256 KiB).
+    #[arg(long)]
+    chunk: Option<usize>,
+    /// Flow-control window of the by-reference lanes' consumers (default: the client's, 4 MiB).
+    #[arg(long)]
+    window: Option<u32>,
+}
+
+/// The tools' transfer settings of a run (`--chunk`, `--window`).
+#[derive(Clone, Copy)]
+struct Flow {
+    chunk: Option<usize>,
+    window: Option<u32>,
+}
+
+impl Flow {
+    fn apply(self, cfg: &mut ToolConfig) {
+        if let Some(c) = self.chunk {
+            cfg.chunk = c;
+        }
+        if let Some(w) = self.window {
+            cfg.window = w;
+        }
+    }
 }
 
 const TRANSFER: &str = r#"
@@ -150,7 +174,12 @@ impl Served {
 
 /// One transfer of `size` bytes to `receivers` consumers (1 or 2); returns (seconds, bus
 /// peak RSS MB).
-fn transfer(size: usize, by_reference: bool, receivers: usize) -> anyhow::Result<(f64, f64)> {
+fn transfer(
+    size: usize,
+    by_reference: bool,
+    receivers: usize,
+    flow: Flow,
+) -> anyhow::Result<(f64, f64)> {
     let max_frame = if by_reference {
         16 << 20
     } else {
@@ -181,6 +210,7 @@ fn transfer(size: usize, by_reference: bool, receivers: usize) -> anyhow::Result
     let producer = thread::spawn(move || -> anyhow::Result<()> {
         let mut cfg = ToolConfig::new("producer");
         cfg.max_frame = max_frame;
+        flow.apply(&mut cfg);
         let mut t = Tool::connect(&a1, cfg)?;
         loop {
             match t.next_request()? {
@@ -204,6 +234,7 @@ fn transfer(size: usize, by_reference: bool, receivers: usize) -> anyhow::Result
             thread::spawn(move || -> anyhow::Result<Instant> {
                 let mut cfg = ToolConfig::new("consumer");
                 cfg.max_frame = max_frame;
+                flow.apply(&mut cfg);
                 let mut t = Tool::connect(&a2, cfg)?;
                 let mut done = None;
                 loop {
@@ -338,6 +369,10 @@ pub fn run(args: &BusArgs) -> anyhow::Result<()> {
     } else {
         args.size.clone()
     };
+    let flow = Flow {
+        chunk: args.chunk,
+        window: args.window,
+    };
     let mut rows = Vec::new();
     let receivers: &[usize] = if args.one_receiver { &[1] } else { &[1, 2] };
     for &size in &sizes {
@@ -346,10 +381,10 @@ pub fn run(args: &BusArgs) -> anyhow::Result<()> {
             let (mut by_val, mut by_ref, mut rss_val, mut rss_ref) =
                 (vec![], vec![], vec![], vec![]);
             for _ in 0..args.repeat.max(1) {
-                let (t, r) = transfer(size, false, k)?;
+                let (t, r) = transfer(size, false, k, flow)?;
                 by_val.push(t);
                 rss_val.push(r);
-                let (t, r) = transfer(size, true, k)?;
+                let (t, r) = transfer(size, true, k, flow)?;
                 by_ref.push(t);
                 rss_ref.push(r);
             }
