@@ -551,6 +551,10 @@ at = "1s"
 /// gives cross-channel order on one heavy group): each light channel keeps one total order
 /// across its move — members that go from one light view to the same next one deliver its
 /// messages in one order, the switch view included — with every other property.
+///
+/// Open (issue 18): at `GROUP_SEEDS=1000` total order holds on every seed, liveness on 999 —
+/// seed 533 (a partition around the first move, 20 % loss) installs the full light view of
+/// `a` at 8.165 s, 65 ms past the bound (last fault 3.103 s + 5 s).
 #[test]
 fn a_light_group_moved_between_totally_ordered_heavy_groups_keeps_its_total_order() {
     let stack = STACK
