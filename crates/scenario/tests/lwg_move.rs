@@ -280,6 +280,11 @@ fn a_light_group_moved_back_keeps_every_property_over_random_faults() {
 /// The same with a partition around the move back that heals: members cut off from the
 /// move back (still on `d`'s heavy group at generation 1) are pulled back by the members at
 /// generation 2 when they announce the group there after the heal.
+///
+/// Open (issue 18): seed 919 of the 1,000-seed run (`GROUP_SEEDS=1000`) violates
+/// self-delivery — node 0, which asked the move back 100 ms before a heal, a crash and a
+/// restart during it, never delivers its last 16 messages of `a` (sent after 3.6 s); every
+/// other property holds there, and the other 999 seeds hold every property.
 #[test]
 fn a_light_group_moved_back_across_a_partition_keeps_every_property() {
     many_seeds(true, true);
@@ -546,6 +551,10 @@ at = "1s"
 /// gives cross-channel order on one heavy group): each light channel keeps one total order
 /// across its move — members that go from one light view to the same next one deliver its
 /// messages in one order, the switch view included — with every other property.
+///
+/// Open (issue 18): at `GROUP_SEEDS=1000` total order holds on every seed, liveness on 999 —
+/// seed 533 (a partition around the first move, 20 % loss) installs the full light view of
+/// `a` at 8.165 s, 65 ms past the bound (last fault 3.103 s + 5 s).
 #[test]
 fn a_light_group_moved_between_totally_ordered_heavy_groups_keeps_its_total_order() {
     let stack = STACK
