@@ -262,6 +262,10 @@ struct Store {
     statuses: Vec<Option<Vec<u64>>>,
     /// Per member, when it was last heard in this view (its status; the install time at first).
     heard: Vec<Instant>,
+    /// Per member, when its node last gossiped the status of another view (it gave up a
+    /// flush and went back, or went on without this member): "silent here" then means "gone
+    /// elsewhere", not "not running".
+    elsewhere: Vec<Option<Instant>>,
 }
 
 impl Store {
@@ -273,6 +277,7 @@ impl Store {
             logs: (0..n).map(|_| SenderLog::default()).collect(),
             statuses: vec![None; n],
             heard: vec![now; n],
+            elsewhere: vec![None; n],
         }
     }
     fn index(&self, m: Member) -> Option<usize> {
@@ -712,6 +717,9 @@ impl VsyncSession {
             }
         }
         if view != self.store.view {
+            if let Some(j) = self.store.index_of_node(from.node) {
+                self.store.elsewhere[j] = Some(ctx.now());
+            }
             return;
         }
         let Some(j) = self.store.index(from) else {
@@ -1270,13 +1278,19 @@ impl VsyncSession {
             _ => {}
         }
         if matches!(self.phase, Phase::Normal) {
-            // A member silent in this view for long (no status) has gone elsewhere: it gave up
-            // a flush, or restarted faster than the failure detector noticed. Leave it out.
+            // A member silent in this view for long that still gossips another view's status
+            // has gone elsewhere (it gave up a flush, or its node went on without this one):
+            // leave it out. A member silent altogether is the failure detector's to judge,
+            // with its own timeout: a member that merely ran late (stopped or starved longer
+            // than this rule's 2 × `flush_timeout`, but within the detector's timeout) is not
+            // excluded (issue 18). A restart is seen by its new epoch (`superseded`), a
+            // member that went to another view by that view's beacons (`on_beacon`).
             for j in 0..self.store.members.len() {
                 let m = self.store.members[j];
+                let heard = self.store.heard[j];
                 if m != self.me
-                    && now.saturating_duration_since(self.store.heard[j])
-                        >= self.config.flush_timeout * 2
+                    && now.saturating_duration_since(heard) >= self.config.flush_timeout * 2
+                    && self.store.elsewhere[j].is_some_and(|t| t >= heard)
                     && self.departed.insert(m)
                 {
                     ctx.count("silent_member");
