@@ -156,6 +156,9 @@ enum Event {
     Resume(u32),
 }
 
+/// A datagram that reached a paused node: (port, from, bytes), delivered at its resumption.
+type Held = (u16, u32, Vec<u8>);
+
 /// `InFlight::link` of a datagram that crosses no topology link.
 const NO_LINK: u32 = u32::MAX;
 
@@ -228,8 +231,8 @@ struct Net {
     active: Vec<u32>,
     /// Nodes handed out by `node_mut`, to be drained before the next event.
     touched: Vec<u32>,
-    /// Per node: `Some` while paused, with the datagrams waiting for it (port, from, bytes).
-    paused: Vec<Option<Vec<(u16, u32, Vec<u8>)>>>,
+    /// Per node: `Some` while paused, with the datagrams waiting for it.
+    paused: Vec<Option<Vec<Held>>>,
     stats: NetStats,
     trace: TraceHash,
 }
