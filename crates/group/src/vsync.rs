@@ -262,9 +262,9 @@ struct Store {
     statuses: Vec<Option<Vec<u64>>>,
     /// Per member, when it was last heard in this view (its status; the install time at first).
     heard: Vec<Instant>,
-    /// Per member, when its node last gossiped the status of another view (it gave up a
-    /// flush and went back, or went on without this member): "silent here" then means "gone
-    /// elsewhere", not "not running".
+    /// Per member, when its node was last seen in another view (it gossiped that view's
+    /// status: it gave up a flush and went back; or another view's beacon listed it: it went
+    /// on without this member): "silent here" then means "gone elsewhere", not "not running".
     elsewhere: Vec<Option<Instant>>,
 }
 
@@ -1228,6 +1228,11 @@ impl VsyncSession {
                 // `unresponsive` is otherwise cleared only by installing a view, which a
                 // coordinator alone in its view never does — it would never merge it (issue 18).
                 self.unresponsive.remove(m);
+                // Another incarnation of a member's node is in that view: the member, if
+                // silent here, has gone (see the silent-member rule in `on_tick`).
+                if let Some(j) = self.store.index_of_node(m.node) {
+                    self.store.elsewhere[j] = Some(ctx.now());
+                }
             }
         }
         self.foreign.insert(
@@ -1278,9 +1283,8 @@ impl VsyncSession {
             _ => {}
         }
         if matches!(self.phase, Phase::Normal) {
-            // A member silent in this view for long that still gossips another view's status
-            // has gone elsewhere (it gave up a flush, or its node went on without this one):
-            // leave it out. A member silent altogether is the failure detector's to judge,
+            // A member silent in this view for long whose node was seen in another view since
+            // (its status, or a beacon listing it) has gone elsewhere: leave it out. A member silent altogether is the failure detector's to judge,
             // with its own timeout: a member that merely ran late (stopped or starved longer
             // than this rule's 2 × `flush_timeout`, but within the detector's timeout) is not
             // excluded (issue 18). A restart is seen by its new epoch (`superseded`), a
