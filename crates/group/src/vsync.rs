@@ -23,6 +23,14 @@
 //! `heartbeat` session shared by every channel) and is **confirmed** only after it has lasted
 //! `confirm` without an `Alive`: a member is excluded on a confirmed suspicion only.
 //!
+//! A member that has *gone elsewhere* is left out too: silent in this view (no status) for
+//! `2 × flush_timeout` while its node was seen in another view since — it gossiped that view's
+//! status (it gave up a flush and went back), or another coordinator's beacon listed it (it
+//! went on without this member). Silence alone is not enough: a member that did not run for a
+//! while (stopped, starved of CPU) is the failure detector's to judge with its own timeout
+//! (issue 18: a member resumed 1 s after the others was excluded after 800 ms although the
+//! detector waited 2 s).
+//!
 //! # View change: the flush (virtual synchrony)
 //!
 //! 1. The coordinator sends `Flush(proposal, members)` with a counter above every counter it
@@ -1284,11 +1292,11 @@ impl VsyncSession {
         }
         if matches!(self.phase, Phase::Normal) {
             // A member silent in this view for long whose node was seen in another view since
-            // (its status, or a beacon listing it) has gone elsewhere: leave it out. A member silent altogether is the failure detector's to judge,
-            // with its own timeout: a member that merely ran late (stopped or starved longer
-            // than this rule's 2 × `flush_timeout`, but within the detector's timeout) is not
-            // excluded (issue 18). A restart is seen by its new epoch (`superseded`), a
-            // member that went to another view by that view's beacons (`on_beacon`).
+            // (its status, or a beacon listing it) has gone elsewhere: leave it out. A member
+            // silent altogether is the failure detector's to judge, with its own timeout: a
+            // member that merely ran late (stopped or starved longer than this rule's
+            // 2 × `flush_timeout`, but within the detector's timeout) is not excluded
+            // (issue 18). A restart is also seen by its new epoch (`superseded`).
             for j in 0..self.store.members.len() {
                 let m = self.store.members[j];
                 let heard = self.store.heard[j];
