@@ -480,6 +480,7 @@ impl VsyncSession {
         };
         self.store = Store::new(view, vec![self.me], now);
         self.ticker = Some(ctx.set_periodic(self.config.tick, TICK));
+        self.gap.armed(now);
         self.next_beacon = now;
         self.notify_view(ctx);
         self.announce_view(ctx);

@@ -22,7 +22,7 @@ const NODES: u32 = 3;
 
 fn stack(seed: u64, crash: Option<u32>) -> String {
     let crash = crash.map_or(String::new(), |n| {
-        format!("[[scenario.crash]]\nnode = {n}\nat = \"3000ms\"\n")
+        format!("[[scenario.crash]]\nnode = {n}\nat = \"2500ms\"\n")
     });
     format!(
         r#"
@@ -73,11 +73,12 @@ fn seeds() -> u64 {
         .unwrap_or(200)
 }
 
-/// Every node in `paused` stopped from about 3 s to about 8 s, `kill` reaching the
+/// Every node in `paused` stopped from about `at` ms for about 5 s, `kill` reaching the
 /// processes one after the other: starts and ends a few ms apart, in any order; node
 /// `late`, if any, resumes later by a random delay in `late_by` (ms).
 fn pauses(
     seed: u64,
+    at: u64,
     paused: &[u32],
     late: Option<(u32, std::ops::Range<u64>)>,
 ) -> Vec<(u32, u64, u64)> {
@@ -85,8 +86,8 @@ fn pauses(
     paused
         .iter()
         .map(|&n| {
-            let from = 3000 + rng.gen_range(0..5);
-            let mut until = 8000 + rng.gen_range(0..30);
+            let from = at + rng.gen_range(0..5);
+            let mut until = at + 5000 + rng.gen_range(0..30);
             if let Some((l, by)) = &late {
                 if *l == n {
                     until += rng.gen_range(by.clone());
@@ -97,8 +98,9 @@ fn pauses(
         .collect()
 }
 
-/// Runs `seed` with the `pauses` (node, from, until in ms); returns the report and, per
-/// node, the views it installed by 3 s (before the pauses) and by the end.
+/// Runs `seed` with the `pauses` (node, from, until in ms, each from before 3 s to after
+/// 3 s); returns the report and, per node, the views it installed by 3 s (during the
+/// pauses) and by the end.
 fn run_paused(
     seed: u64,
     pauses: &[(u32, u64, u64)],
@@ -163,7 +165,10 @@ fn keeps_its_view(late_by: Option<std::ops::Range<u64>>) {
     let mut failures = Vec::new();
     for seed in 0..seeds() {
         let late = late_by.clone().map(|by| ((seed % 3) as u32, by));
-        let (r, views) = run_paused(seed, &pauses(seed, &[0, 1, 2], late), None);
+        // Long after the group formed (at 25 ms), or right after it: before the failure
+        // detector's first tick (100 ms), at it, or just after it.
+        let at = [2500, 30, 100, 150][(seed / 3 % 4) as usize];
+        let (r, views) = run_paused(seed, &pauses(seed, at, &[0, 1, 2], late), None);
         assert!(
             counter(&r, "vs.local_stall") >= 3,
             "seed {seed}: the pause was not noticed: {r}"
@@ -198,7 +203,7 @@ fn keeps_its_view(late_by: Option<std::ops::Range<u64>>) {
 #[test]
 fn a_member_that_crashed_during_the_pause_is_still_excluded() {
     for seed in 0..20 {
-        let (r, views) = run_paused(seed, &pauses(seed, &[1, 2], None), Some(0));
+        let (r, views) = run_paused(seed, &pauses(seed, 2500, &[1, 2], None), Some(0));
         // Every property but liveness, whose bound the checker counts from the crash: the
         // pause, a fault it does not know of, delays the exclusion past it.
         for (property, verdict) in &r.properties {
