@@ -6,8 +6,12 @@
 //! `viastack group chat` in that test: heartbeats every 100 ms, suspicion after 2 s,
 //! confirmation 300 ms) is paused ([`viastack_sim::Sim::pause`]) for 5 s — more than twice
 //! the failure detector's timeout — the pauses starting and ending a few milliseconds apart
-//! in a random order per seed, as `kill` reaches processes one after the other. No member may
-//! install a view after the resumption, and the group checker's properties hold.
+//! in a random order per seed, as `kill` reaches processes one after the other — long after
+//! the view formed, or right after it (before, at and after the failure detector's first
+//! tick: without `TickGap::armed` a node stopped before that tick suspected everyone) — and,
+//! in the second test, one member resumed up to 1.5 s after the others (without the
+//! gone-elsewhere rule `vsync` excluded it after 800 ms of silence). No member may install a
+//! view after the resumption, and the group checker's properties hold.
 //!
 //! Also here: a node that stays stopped (it crashed during the others' pause) is still
 //! excluded after the resumption (the stall rule does not blind the failure detector).
