@@ -23,6 +23,14 @@
 //! `heartbeat` session shared by every channel) and is **confirmed** only after it has lasted
 //! `confirm` without an `Alive`: a member is excluded on a confirmed suspicion only.
 //!
+//! A member that has *gone elsewhere* is left out too: silent in this view (no status) for
+//! `2 × flush_timeout` while its node was seen in another view since — it gossiped that view's
+//! status (it gave up a flush and went back), or another coordinator's beacon listed it (it
+//! went on without this member). Silence alone is not enough: a member that did not run for a
+//! while (stopped, starved of CPU) is the failure detector's to judge with its own timeout
+//! (issue 18: a member resumed 1 s after the others was excluded after 800 ms although the
+//! detector waited 2 s).
+//!
 //! # View change: the flush (virtual synchrony)
 //!
 //! 1. The coordinator sends `Flush(proposal, members)` with a counter above every counter it
@@ -262,6 +270,10 @@ struct Store {
     statuses: Vec<Option<Vec<u64>>>,
     /// Per member, when it was last heard in this view (its status; the install time at first).
     heard: Vec<Instant>,
+    /// Per member, when its node was last seen in another view (it gossiped that view's
+    /// status: it gave up a flush and went back; or another view's beacon listed it: it went
+    /// on without this member): "silent here" then means "gone elsewhere", not "not running".
+    elsewhere: Vec<Option<Instant>>,
 }
 
 impl Store {
@@ -273,6 +285,7 @@ impl Store {
             logs: (0..n).map(|_| SenderLog::default()).collect(),
             statuses: vec![None; n],
             heard: vec![now; n],
+            elsewhere: vec![None; n],
         }
     }
     fn index(&self, m: Member) -> Option<usize> {
@@ -467,6 +480,7 @@ impl VsyncSession {
         };
         self.store = Store::new(view, vec![self.me], now);
         self.ticker = Some(ctx.set_periodic(self.config.tick, TICK));
+        self.gap.armed(now);
         self.next_beacon = now;
         self.notify_view(ctx);
         self.announce_view(ctx);
@@ -712,6 +726,9 @@ impl VsyncSession {
             }
         }
         if view != self.store.view {
+            if let Some(j) = self.store.index_of_node(from.node) {
+                self.store.elsewhere[j] = Some(ctx.now());
+            }
             return;
         }
         let Some(j) = self.store.index(from) else {
@@ -1220,6 +1237,11 @@ impl VsyncSession {
                 // `unresponsive` is otherwise cleared only by installing a view, which a
                 // coordinator alone in its view never does — it would never merge it (issue 18).
                 self.unresponsive.remove(m);
+                // Another incarnation of a member's node is in that view: the member, if
+                // silent here, has gone (see the silent-member rule in `on_tick`).
+                if let Some(j) = self.store.index_of_node(m.node) {
+                    self.store.elsewhere[j] = Some(ctx.now());
+                }
             }
         }
         self.foreign.insert(
@@ -1270,13 +1292,18 @@ impl VsyncSession {
             _ => {}
         }
         if matches!(self.phase, Phase::Normal) {
-            // A member silent in this view for long (no status) has gone elsewhere: it gave up
-            // a flush, or restarted faster than the failure detector noticed. Leave it out.
+            // A member silent in this view for long whose node was seen in another view since
+            // (its status, or a beacon listing it) has gone elsewhere: leave it out. A member
+            // silent altogether is the failure detector's to judge, with its own timeout: a
+            // member that merely ran late (stopped or starved longer than this rule's
+            // 2 × `flush_timeout`, but within the detector's timeout) is not excluded
+            // (issue 18). A restart is also seen by its new epoch (`superseded`).
             for j in 0..self.store.members.len() {
                 let m = self.store.members[j];
+                let heard = self.store.heard[j];
                 if m != self.me
-                    && now.saturating_duration_since(self.store.heard[j])
-                        >= self.config.flush_timeout * 2
+                    && now.saturating_duration_since(heard) >= self.config.flush_timeout * 2
+                    && self.store.elsewhere[j].is_some_and(|t| t >= heard)
                     && self.departed.insert(m)
                 {
                     ctx.count("silent_member");

@@ -305,6 +305,7 @@ impl HeartbeatSession {
             }
         }
         let timer = ctx.set_periodic(self.config.interval, TICK);
+        self.gap.armed(now);
         self.ticker = Ticker::Running {
             timer,
             channel: ctx.channel(),

@@ -31,8 +31,16 @@ impl TickGap {
         TickGap { period, last: None }
     }
 
+    /// The periodic timer was armed at `now`: the first tick is measured from there, so a
+    /// node stopped before its first tick sees that stall too (issue 18: a member stopped
+    /// right after it started suspected everyone at its first tick).
+    pub fn armed(&mut self, now: Instant) {
+        self.last = Some(now);
+    }
+
     /// A tick at `now`: for how long this node was stalled before it (the time since the
-    /// previous tick beyond two periods; zero for the first tick and for a tick on time).
+    /// previous tick, or since the timer was [armed](TickGap::armed), beyond two periods;
+    /// zero for a tick on time and for a first tick of a timer never said armed).
     pub fn tick(&mut self, now: Instant) -> Duration {
         let last = self.last.unwrap_or(now);
         self.last = Some(now.max(last));
@@ -72,6 +80,16 @@ mod tests {
         g.tick(Instant::ZERO + ms(50));
         assert_eq!(g.tick(Instant::ZERO + ms(1550)), ms(1450));
         assert_eq!(g.tick(Instant::ZERO + ms(1600)), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_first_tick_late_after_arming_is_a_stall() {
+        let mut g = TickGap::new(ms(100));
+        g.armed(Instant::ZERO + ms(30));
+        assert_eq!(g.tick(Instant::ZERO + ms(5030)), ms(4900));
+        let mut g = TickGap::new(ms(100));
+        g.armed(Instant::ZERO + ms(30));
+        assert_eq!(g.tick(Instant::ZERO + ms(130)), Duration::ZERO);
     }
 
     #[test]

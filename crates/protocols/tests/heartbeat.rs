@@ -440,3 +440,19 @@ fn a_node_that_was_stalled_does_not_suspect_its_peers_for_its_own_silence() {
     let at = notices(&all)[0].0;
     assert!(at > ms(2200) && at <= ms(2700), "suspected at {at}");
 }
+
+/// A node stopped before its first tick (right after it started) sees that stall too: its
+/// first tick, 2 s late, suspects nobody (issue 18: a group stopped as soon as its view formed,
+/// within the detector's first interval, split on resumption).
+#[test]
+fn a_node_stalled_before_its_first_tick_does_not_suspect_its_peers() {
+    let mut n = node(Config::default());
+    let mut all = vec![];
+    all.extend(n.heartbeat(1, 11, 0));
+    all.extend(n.heartbeat(2, 22, 0));
+    n.now = ms(2200);
+    n.kernel.handle_timeout(ms(2200));
+    n.drain(&mut all);
+    assert!(notices(&all).is_empty(), "{all:?}");
+    assert_eq!(n.kernel.counters().get("fd.local_stall"), Some(&1));
+}

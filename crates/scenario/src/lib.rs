@@ -258,6 +258,23 @@ pub fn run_observed(
     catalog: &Catalog,
     options: &RunOptions,
     slices: u32,
+    observe: impl FnMut(u32, Instant, &Sim<SimNode>),
+) -> Result<(Report, Recorder), RunError> {
+    run_prepared(file, catalog, options, slices, |_| {}, observe)
+}
+
+/// [`run_observed`], with `prepare` given the simulator before the run starts: to schedule
+/// what a stack file cannot say, such as [`Sim::pause`] (a node stopped and resumed, the
+/// group tests of issue 18).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_prepared(
+    file: &StackFile,
+    catalog: &Catalog,
+    options: &RunOptions,
+    slices: u32,
+    prepare: impl FnOnce(&mut Sim<SimNode>),
     mut observe: impl FnMut(u32, Instant, &Sim<SimNode>),
 ) -> Result<(Report, Recorder), RunError> {
     let scenario = file
@@ -340,6 +357,7 @@ pub fn run_observed(
     };
     let sim_err = |source| RunError::Sim { seed, source };
     let mut sim = Sim::new(plan::sim_config(&scenario, seed), factory).map_err(sim_err)?;
+    prepare(&mut sim);
     let slices = slices.max(1);
     for i in 1..=slices {
         let t = Instant::ZERO + duration.mul_f64(f64::from(i) / f64::from(slices));

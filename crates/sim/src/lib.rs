@@ -38,6 +38,15 @@
 //! datagrams arriving while it is down are counted in [`NetStats::dropped_down`]; its pending
 //! wake-up is ignored. A restart calls the factory again with the restart time.
 //!
+//! # Pauses
+//! [`Sim::pause`] stops a node for a while without losing its state — a process stopped
+//! (`SIGSTOP`), a virtual machine paused, a laptop suspended: its clock-driven work does not run,
+//! datagrams that reach it wait (as in a socket buffer), and at the end of the pause it gets
+//! them all first, in arrival order, then one `handle_timeout` for everything that fell due
+//! meanwhile (the order `viastack`'s event loop reads a socket and fires timers after a stop).
+//! Its peers run on and see a silent node. A crash during a pause ends it (the waiting
+//! datagrams are dropped, counted in [`NetStats::dropped_down`]).
+//!
 //! # Errors
 //! [`Sim::new`] rejects an invalid scenario; the driving methods fail with
 //! [`SimError::StepCapExceeded`] once more than `step_cap` events have been processed.
@@ -122,6 +131,9 @@ pub struct NetStats {
     pub dropped_no_route: u64,
     /// Total bytes of delivered copies.
     pub bytes_delivered: u64,
+    /// Copies that arrived at a paused node and waited for its resumption (also counted in
+    /// `delivered` once handed over).
+    pub held_paused: u64,
 }
 
 /// What the event queue holds: small tags; datagram bytes live in the in-flight table.
@@ -138,7 +150,14 @@ enum Event {
     PartitionHeal(u32),
     /// The link event with this index in the topology.
     Link(u32),
+    /// This node stops running ([`Sim::pause`]).
+    Pause(u32),
+    /// This node runs again.
+    Resume(u32),
 }
+
+/// A datagram that reached a paused node: (port, from, bytes), delivered at its resumption.
+type Held = (u16, u32, Vec<u8>);
 
 /// `InFlight::link` of a datagram that crosses no topology link.
 const NO_LINK: u32 = u32::MAX;
@@ -212,6 +231,8 @@ struct Net {
     active: Vec<u32>,
     /// Nodes handed out by `node_mut`, to be drained before the next event.
     touched: Vec<u32>,
+    /// Per node: `Some` while paused, with the datagrams waiting for it.
+    paused: Vec<Option<Vec<Held>>>,
     stats: NetStats,
     trace: TraceHash,
 }
@@ -558,6 +579,7 @@ impl<N: Node> Sim<N> {
             topo_state: FnvHashMap::default(),
             active,
             touched: Vec::new(),
+            paused: vec![None; node_count as usize],
             stats: NetStats::default(),
             trace: TraceHash::default(),
         };
@@ -645,6 +667,13 @@ impl<N: Node> Sim<N> {
                         .record(now, TraceKind::DroppedPartition, p.from, p.to, p.port, &[]);
                     return;
                 }
+                if let Some(Some(held)) = net.paused.get_mut(p.to as usize) {
+                    net.stats.held_paused += 1;
+                    net.trace
+                        .record(now, TraceKind::HeldPaused, p.from, p.to, p.port, &p.bytes);
+                    held.push((p.port, p.from, p.bytes));
+                    return;
+                }
                 net.stats.delivered += 1;
                 net.stats.bytes_delivered += p.bytes.len() as u64;
                 net.trace
@@ -667,6 +696,12 @@ impl<N: Node> Sim<N> {
                     return;
                 }
                 *queued = None;
+                if net.paused.get(id as usize).is_some_and(Option::is_some) {
+                    // Not running: the resumption handles what fell due.
+                    net.trace
+                        .record(now, TraceKind::WakePaused, id, u32::MAX, 0, &[]);
+                    return;
+                }
                 if node.poll_timeout().is_some_and(|d| d <= now) {
                     net.trace
                         .record(now, TraceKind::Timeout, id, u32::MAX, 0, &[]);
@@ -686,6 +721,9 @@ impl<N: Node> Sim<N> {
                     if let Some(w) = net.wake.get_mut(id as usize) {
                         *w = None;
                     }
+                }
+                if let Some(held) = net.paused.get_mut(id as usize).and_then(Option::take) {
+                    net.stats.dropped_down += held.len() as u64;
                 }
                 net.trace
                     .record(now, TraceKind::Crash, id, u32::MAX, 0, &[]);
@@ -715,6 +753,46 @@ impl<N: Node> Sim<N> {
                 net.trace
                     .record(now, TraceKind::LinkEvent, i, u32::MAX, 0, &[]);
             }
+            Event::Pause(id) => {
+                let up = self.nodes.get(id as usize).is_some_and(Option::is_some);
+                if let (true, Some(p)) = (up, net.paused.get_mut(id as usize)) {
+                    if p.is_none() {
+                        tracing::debug!(node = id, %now, "node paused");
+                        *p = Some(Vec::new());
+                    }
+                }
+                net.trace
+                    .record(now, TraceKind::Pause, id, u32::MAX, 0, &[]);
+            }
+            Event::Resume(id) => {
+                net.trace
+                    .record(now, TraceKind::Resume, id, u32::MAX, 0, &[]);
+                let Some(held) = net.paused.get_mut(id as usize).and_then(Option::take) else {
+                    return;
+                };
+                let Some(node) = self.nodes.get_mut(id as usize).and_then(Option::as_mut) else {
+                    return;
+                };
+                tracing::debug!(node = id, %now, held = held.len(), "node resumed");
+                for (port, from, bytes) in held {
+                    net.stats.delivered += 1;
+                    net.stats.bytes_delivered += bytes.len() as u64;
+                    net.trace
+                        .record(now, TraceKind::Delivered, from, id, port, &bytes);
+                    node.handle_datagram(now, port, NodeId(from), bytes);
+                    net.drain(id, node);
+                }
+                if node.poll_timeout().is_some_and(|d| d <= now) {
+                    net.trace
+                        .record(now, TraceKind::Timeout, id, u32::MAX, 0, &[]);
+                    node.handle_timeout(now);
+                }
+                // The wake-up skipped during the pause is queued again here.
+                if let Some(w) = net.wake.get_mut(id as usize) {
+                    *w = None;
+                }
+                net.drain(id, node);
+            }
             Event::PartitionHeal(i) => {
                 net.active.retain(|&a| a != i);
                 tracing::debug!(partition = i, %now, "partition healed");
@@ -738,6 +816,27 @@ impl<N: Node> Sim<N> {
         // Keep the allocation for next time.
         self.net.touched = touched;
         self.net.touched.clear();
+    }
+
+    /// Pauses node `node` from `at` until `until` (see "Pauses" in the crate documentation).
+    /// Times before now count as now; a pause of an unknown node, or of a node down at `at`,
+    /// does nothing. Pauses of one node should not overlap (an overlapping one ends at the
+    /// first resumption).
+    pub fn pause(&mut self, node: NodeId, at: Instant, until: Instant) {
+        if node.0 >= self.net.node_count {
+            return;
+        }
+        let at = at.max(self.net.now);
+        self.net.queue.push(at, Event::Pause(node.0));
+        self.net.queue.push(until.max(at), Event::Resume(node.0));
+    }
+
+    /// Whether node `id` is paused now.
+    pub fn is_paused(&self, id: NodeId) -> bool {
+        self.net
+            .paused
+            .get(id.0 as usize)
+            .is_some_and(Option::is_some)
     }
 
     /// Process events until none is left.

@@ -1044,3 +1044,50 @@ fn conservation_over_many_seeds_with_partitions_and_crashes() {
         assert_eq!(boots.borrow()[3], 2, "seed {seed}");
     }
 }
+
+/// A paused node runs nothing and loses nothing: datagrams that reach it wait and are handed
+/// over, in arrival order, at its resumption; its own sends stop meanwhile (issue 18).
+#[test]
+fn a_paused_node_gets_its_datagrams_at_the_resumption_and_is_silent_meanwhile() {
+    let config = SimConfig::new(7, 2);
+    let (mut sim, _) = pingers(config, |id| {
+        if id.0 == 0 {
+            PingPlan {
+                interval: Duration::from_millis(1),
+                ..PingPlan::to(1, 100)
+            }
+        } else {
+            PingPlan {
+                interval: Duration::from_millis(5),
+                ..PingPlan::to(0, 30)
+            }
+        }
+    });
+    sim.pause(NodeId(1), ms(20), ms(60));
+    sim.run_until(ms(40)).unwrap();
+    assert!(sim.is_paused(NodeId(1)));
+    sim.run_until_idle().unwrap();
+    assert!(!sim.is_paused(NodeId(1)));
+    let n1 = sim.node(NodeId(1)).unwrap();
+    assert!(
+        n1.received.iter().all(|r| r.at <= ms(20) || r.at >= ms(60)),
+        "nothing handed over during the pause"
+    );
+    let at_resume = n1.received.iter().filter(|r| r.at == ms(60)).count();
+    assert!(
+        at_resume >= 35,
+        "held datagrams delivered at 60 ms: {at_resume}"
+    );
+    assert_eq!(
+        n1.seqs_from(0),
+        (0..100).collect::<Vec<u64>>(),
+        "nothing lost, in order"
+    );
+    assert!(sim.stats().held_paused >= 35, "{:?}", sim.stats());
+    let n0 = sim.node(NodeId(0)).unwrap();
+    assert!(
+        n0.received.iter().all(|r| r.at <= ms(22) || r.at >= ms(60)),
+        "the paused node sent nothing"
+    );
+    assert_conserved(sim.stats(), 7);
+}

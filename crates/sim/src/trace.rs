@@ -35,6 +35,12 @@ pub(crate) enum TraceKind {
     DroppedLinkDown = 11,
     /// A link event (down, up or new conditions).
     LinkEvent = 12,
+    /// A datagram that arrived at a paused node (it is delivered at the resumption).
+    HeldPaused = 13,
+    /// A wake-up of a paused node (handled at the resumption).
+    WakePaused = 14,
+    Pause = 15,
+    Resume = 16,
 }
 
 /// Running FNV-1a hash of processed events.
