@@ -242,7 +242,11 @@ fn misses(service: &str, loss: f64, start: &str) -> Misses {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(8);
-    for seed in 0..seeds {
+    let first: u64 = std::env::var("VIASTACK_MISSES_FROM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    for seed in first..first + seeds {
         let nodes = 6 + (seed as u32 * 5) % 9;
         let what = format!("{service}, seed {seed}, {nodes} nodes");
         let src = scenario(Some(service), 10_000, nodes, loss)
@@ -269,8 +273,14 @@ fn misses(service: &str, loss: f64, start: &str) -> Misses {
                 if missed && stream.reported.contains(&seq) {
                     h.reported += 1;
                 } else if missed {
+                    let lacking: Vec<_> = all
+                        .iter()
+                        .filter(|n| {
+                            **n != src && got.and_then(|m| m.get(n)).copied().unwrap_or(0) == 0
+                        })
+                        .collect();
                     eprintln!(
-                        "{what}: multicast {seq} from {src} (to {dst}) missed a node, not reported"
+                        "{what}: multicast {seq} from {src} (to {dst}) missed {lacking:?}, not reported"
                     );
                     h.silent += 1;
                 }
