@@ -82,7 +82,14 @@
 //!   the instance expects no acknowledgement from a child it did not know): a node that joined the tree below this one while
 //!   the message passed — or a sender that had no neighbour at the time — is not missed
 //!   (seed §4.3: neighbourhood changes delivered to the live instances). Instances in the
-//!   failure state are not repaired.
+//!   failure state are not repaired. A node the payload went to that is no longer a child
+//!   (at a step or a repair pass) is forgotten: the service stopped waiting for its
+//!   acknowledgement when it left (h2hack's "all children acknowledged" is over the current
+//!   children), so if the send was lost and it comes back it is repaired like a new child.
+//!   A payload that reaches this node by unicast (a retransmission answering its NACK) is
+//!   held as the multicast it repairs, so a node that had no children when it came has it
+//!   for those it gains. (Issue 16: without these, 30 % loss silently missed multicasts on
+//!   seeds 37, 47 and 50 of `crates/scenario/tests/messagestore.rs`.)
 //! - **Exactly once to the application.** The layer remembers the messages it delivered up
 //!   (root, MessageID, SequenceNumber) for [`DELIVERED_FOR`] and suppresses a second delivery
 //!   (counted `duplicate_suppressed`): a service whose instance was freed and recreated by a
