@@ -159,7 +159,7 @@ fn h2hack_with_a_batch_window_delivers_every_multicast_over_ten_percent_loss() {
 /// multicast that missed a node has its tag in a `PeerUnreachable` notice at its sender — no
 /// payload is lost silently — and none reaches an application twice, although instances freed
 /// after their lifetime are recreated by late retransmissions (the layer suppresses the second
-/// delivery: without it these seeds deliver 29 duplicates).
+/// delivery: without it the first 8 seeds deliver 29 duplicates).
 #[test]
 fn e2eack_under_heavy_loss_delivers_once_or_reports_at_the_sender() {
     let h = misses("specs/e2eack.scxml", 0.3, "30s");
@@ -179,7 +179,7 @@ fn e2eack_under_heavy_loss_delivers_once_or_reports_at_the_sender() {
 /// payload, so a node further down that gives up (a child never acknowledged) is the only one
 /// that knows. Its layer reports the failure up the tree to the message's root, whose layer
 /// tells the sender: every multicast that missed a node is reported (without the reports,
-/// these seeds miss 27 multicasts silently).
+/// the first 8 seeds miss 27 multicasts silently).
 #[test]
 fn h2hack_under_heavy_loss_reports_every_miss_at_the_sender() {
     let h = misses("specs/h2hack.scxml", 0.3, "30s");
@@ -199,7 +199,7 @@ fn h2hack_under_heavy_loss_reports_every_miss_at_the_sender() {
 /// change under them: a node's parent may not yet know it as a child. The layer sends each
 /// held payload to the children a node gains while the instance lives, and every multicast
 /// reaches every node or is reported at its sender (without the repair, these seeds miss
-/// multicasts silently: 106 on these seeds).
+/// multicasts silently: 106 on the first 8 seeds).
 #[test]
 fn multicasts_sent_while_the_overlay_forms_reach_every_node_or_are_reported() {
     for service in ["specs/h2hack.scxml", "specs/e2eack.scxml"] {
@@ -234,15 +234,37 @@ struct Misses {
     repaired: u64,
 }
 
-/// Runs `service` over `loss` on 8 seeds with `failure_state = "reset"`, the multicasts
-/// starting at `start`.
+/// Runs `service` over `loss` on 60 seeds (`VIASTACK_MISSES_SEEDS`, from
+/// `VIASTACK_MISSES_FROM`, default 0) with `failure_state = "reset"`, the multicasts starting
+/// at `start`; a silent miss prints the nodes it missed.
+///
+/// Issue 16, found on seeds 37, 47, 50 and 52 at 30 % loss (8 seeds did not show it): a node
+/// the payload went to whose copy was lost left its parent's children (a DT neighbour timed
+/// out), so the parent's h2hack was `done` without its acknowledgement; it came back as a child
+/// while the instance lived, but the layer's repair took it for reached (seed 50: n1's
+/// multicasts 2–4 to n12, and n12's subtree n7, n4). And a node that got the payload by
+/// unicast retransmission (answering its NACK) with no children then held nothing to repair
+/// the children it gained (seed 37: n9 → n8). Both are fixed in the layer's repair.
+///
+/// Left over (`VIASTACK_MISSES_SEEDS=1000`): h2hack misses 6 multicasts silently on seeds 375
+/// (4), 530 and 712 (before the fix: 18 on seeds 0..200 alone); e2eack none. Seed 530: n5's
+/// multicast 2 reached n0 by a NACK answer from n4; n0, with no children then, was `done`;
+/// at 35.5 s n0 gained n7 as a child and sent it the held payload in three repair passes,
+/// none of which n7 stepped (lost at 30 %, or refused by n7's previous-hop check) — repair
+/// sends are not acknowledged. Six sends instead of three only moved the misses (h2hack seed
+/// 347, e2eack seed 171): the repair needs an acknowledgement (or a failure report when a
+/// repair goes unanswered), not more repeats.
 fn misses(service: &str, loss: f64, start: &str) -> Misses {
     let mut h = Misses::default();
     let seeds: u64 = std::env::var("VIASTACK_MISSES_SEEDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(8);
-    for seed in 0..seeds {
+        .unwrap_or(60);
+    let first: u64 = std::env::var("VIASTACK_MISSES_FROM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    for seed in first..first + seeds {
         let nodes = 6 + (seed as u32 * 5) % 9;
         let what = format!("{service}, seed {seed}, {nodes} nodes");
         let src = scenario(Some(service), 10_000, nodes, loss)
@@ -269,8 +291,14 @@ fn misses(service: &str, loss: f64, start: &str) -> Misses {
                 if missed && stream.reported.contains(&seq) {
                     h.reported += 1;
                 } else if missed {
+                    let lacking: Vec<_> = all
+                        .iter()
+                        .filter(|n| {
+                            **n != src && got.and_then(|m| m.get(n)).copied().unwrap_or(0) == 0
+                        })
+                        .collect();
                     eprintln!(
-                        "{what}: multicast {seq} from {src} (to {dst}) missed a node, not reported"
+                        "{what}: multicast {seq} from {src} (to {dst}) missed {lacking:?}, not reported"
                     );
                     h.silent += 1;
                 }
