@@ -700,7 +700,7 @@ const PEER_WINDOW: usize = 4096;
 fn lane_peer(args: &Cfg, catalog: &Catalog) -> anyhow::Result<Value> {
     let viastack = Some(parse_text(
         "bench-multicast-peer-lan.toml",
-        &peer::lan_text(GROUP, PEER_BUNDLE_BYTES, PEER_WINDOW),
+        &peer::lan_text(GROUP, PEER_BUNDLE_BYTES, PEER_WINDOW)?,
         catalog,
     )?);
     let mut detail = Vec::new();

@@ -40,69 +40,32 @@ const BURST: usize = 64;
 /// Marks a lane payload: "VSPL", then the sequence number.
 const MAGIC: [u8; 4] = *b"VSPL";
 
-/// The LAN stack of the lane: `A` and four hosts on one segment.
-pub fn lan_text(group: &str, max_bytes: usize, window: usize) -> String {
-    format!(
-        r#"# bench multicast peer lane: one sender and four receivers on one LAN (generated)
-[layers.dev]
-kind = "interface"
-port = 0
-[layers.sum]
-kind = "checksum"
-[layers.pack]
-kind = "bundle"
-max_bytes = {max_bytes}
-[layers.groups]
-kind = "igmp"
-time_scale = 0.1
-[layers.rel]
-kind = "mcast-reliable"
-send_capacity = {window}
-window = {window}
-[layers.order]
-kind = "mcast-order"
-capacity = {window}
-[layers.data]
-kind = "mcast-forward"
-group = "{group}"
-[qos.if0]
-layers = ["dev", "sum", "pack", "groups", "rel", "order", "data"]
-[sessions.membership]
-layer = "groups"
-[sessions.reliability]
-layer = "rel"
-[sessions.ordering]
-layer = "order"
-[sessions.forwarding]
-layer = "data"
-[channels.if0]
-qos = "if0"
-bind = {{ groups = "membership", rel = "reliability", order = "ordering", data = "forwarding" }}
-[[topology.node]]
-name = "A"
-role = "host"
-[[topology.node]]
-name = "H1"
-role = "host"
-[[topology.node]]
-name = "H2"
-role = "host"
-[[topology.node]]
-name = "H3"
-role = "host"
-[[topology.node]]
-name = "H4"
-role = "host"
-[[topology.link]]
-name = "lan"
-nodes = ["A", "H1", "H2", "H3", "H4"]
-[scenario]
-nodes = 5
-seed = 1
-duration = "10s"
-expect = "none"
-"#
-    )
+/// The LAN stack of the lane: `stacks/mcast-lan.toml` (`A` and four hosts on one segment)
+/// with the lane's bundle size and windows, its simulated workload and faults left out.
+pub fn lan_text(group: &str, max_bytes: usize, window: usize) -> anyhow::Result<String> {
+    let mut file: toml::Table = include_str!("../../../stacks/mcast-lan.toml").parse()?;
+    let layers = table(&mut file, "layers")?;
+    table(layers, "pack")?.insert("max_bytes".into(), (max_bytes as i64).into());
+    let rel = table(layers, "rel")?;
+    rel.insert("send_capacity".into(), (window as i64).into());
+    rel.insert("window".into(), (window as i64).into());
+    table(layers, "order")?.insert("capacity".into(), (window as i64).into());
+    table(layers, "data")?.insert("group".into(), group.into());
+    // The lane drives its own traffic on real sockets: no simulated workload or faults.
+    let mut scenario = toml::Table::new();
+    scenario.insert("nodes".into(), 5.into());
+    scenario.insert("seed".into(), 1.into());
+    scenario.insert("duration".into(), "10s".into());
+    scenario.insert("expect".into(), "none".into());
+    file.insert("scenario".into(), scenario.into());
+    Ok(toml::to_string(&file)?)
+}
+
+/// The table `key` of `t`, which `stacks/mcast-lan.toml` has.
+fn table<'a>(t: &'a mut toml::Table, key: &str) -> anyhow::Result<&'a mut toml::Table> {
+    t.get_mut(key)
+        .and_then(toml::Value::as_table_mut)
+        .ok_or_else(|| anyhow!("stacks/mcast-lan.toml has no [{key}] table"))
 }
 
 /// What one round measured.
