@@ -230,8 +230,16 @@ struct Misses {
     suppressed: u64,
     /// Failure reports that reached a root.
     reports_received: u64,
-    /// Payloads sent to children gained after the instance forwarded.
+    /// Children gained after the instance forwarded, sent the payload (repairs begun).
     repaired: u64,
+    /// Repair sends (first sends and retries).
+    repair_sent: u64,
+    /// Repairs a child acknowledged.
+    repair_acked: u64,
+    /// Repairs given up after their last retry (each reported as the message's failure).
+    repair_given_up: u64,
+    /// Unanswered repairs to a child that left the children.
+    repair_abandoned: u64,
 }
 
 /// Runs `service` over `loss` on 60 seeds (`VIASTACK_MISSES_SEEDS`, from
@@ -311,6 +319,10 @@ fn misses(service: &str, loss: f64, start: &str) -> Misses {
         h.suppressed += counter(&r, "store.duplicate_suppressed");
         h.reports_received += counter(&r, "store.report_received");
         h.repaired += counter(&r, "store.repaired");
+        h.repair_sent += counter(&r, "store.repair_sent");
+        h.repair_acked += counter(&r, "store.repair_acked");
+        h.repair_given_up += counter(&r, "store.repair_given_up");
+        h.repair_abandoned += counter(&r, "store.repair_abandoned");
     }
     eprintln!("{service}: {h:?}");
     h
