@@ -18,8 +18,8 @@ use common::{advance, drain, node};
 use viastack_kernel::{Dest, Direction, Duration, Event, Instant, LayerRef, Message, NodeId};
 use viastack_protocols::events;
 use viastack_protocols::messagestore::{
-    addr, decode, decode_batch, encode, Config, Deploy, LocalService, MessageStore,
-    FAILURE_REPORT, REPAIR, REPAIR_ACK, REPAIR_TRIES,
+    addr, decode, decode_batch, encode, Config, Deploy, LocalService, MessageStore, FAILURE_REPORT,
+    REPAIR, REPAIR_ACK, REPAIR_TRIES,
 };
 use viastack_protocols::overlay::{TreeInfo, TreeQuery, NEIGHBOUR_ADDED, TREE, TREE_QUERY};
 use viastack_spec::service::Message as SMsg;
@@ -102,7 +102,12 @@ impl viastack_kernel::Session for Tree {
 
 /// Node 5 with the given children (shared with the test).
 fn node5(children: &Arc<Mutex<Vec<NodeId>>>) -> common::Node {
-    node(5, 1, vec![Arc::new(Tree(Arc::clone(children))), store(5)], 1)
+    node(
+        5,
+        1,
+        vec![Arc::new(Tree(Arc::clone(children))), store(5)],
+        1,
+    )
 }
 
 /// `m` from node `from` on the node's channel; the service messages it made.
@@ -180,7 +185,10 @@ fn an_unanswered_repair_is_retried_then_reported_to_the_root() {
     let mut n = node5(&children);
     let first = gain_child(&mut n, &children);
     assert_eq!(repairs(&first), 1, "the repair to the new child: {first:?}");
-    let r = first.iter().find(|(_, m)| m.message_type == REPAIR).unwrap();
+    let r = first
+        .iter()
+        .find(|(_, m)| m.message_type == REPAIR)
+        .unwrap();
     assert_eq!(r.1.payload.as_deref(), Some(&b"data"[..]));
     assert_eq!(r.1.root, addr(NodeId(1)));
     let mut sent = first;
@@ -231,7 +239,11 @@ fn an_acknowledged_repair_is_not_sent_again() {
         let at = Instant::ZERO + Duration::from_millis(50 * step);
         after.extend(messages(&advance(&mut n, at).1));
     }
-    assert_eq!(repairs(&after), 0, "sent after its acknowledgement: {after:?}");
+    assert_eq!(
+        repairs(&after),
+        0,
+        "sent after its acknowledgement: {after:?}"
+    );
     assert!(
         !after.iter().any(|(_, m)| m.message_type == FAILURE_REPORT),
         "reported although acknowledged: {after:?}"
@@ -252,7 +264,11 @@ fn a_repair_to_a_child_that_left_ends_without_a_report() {
     n.kernel
         .inject(
             n.now,
-            events::notice(&viastack_protocols::overlay::NEIGHBOUR_REMOVED, ch, NodeId(7)),
+            events::notice(
+                &viastack_protocols::overlay::NEIGHBOUR_REMOVED,
+                ch,
+                NodeId(7),
+            ),
         )
         .unwrap();
     let mut after = messages(&drain(&mut n).1);
