@@ -78,11 +78,24 @@
 //!   removed ([`NEIGHBOUR_ADDED`] / [`NEIGHBOUR_REMOVED`], passed on up), and once more
 //!   [`REPAIR_SETTLE`] later (the overlay learns a new neighbour's own neighbours from its
 //!   next hello), it asks for each such instance's tree and sends the payload to the children
-//!   it has not reached (counted `repaired`; sent [`REPAIR_SENDS`] times, one per pass, since
-//!   the instance expects no acknowledgement from a child it did not know): a node that joined the tree below this one while
+//!   it has not reached (counted `repaired`): a node that joined the tree below this one while
 //!   the message passed — or a sender that had no neighbour at the time — is not missed
 //!   (seed §4.3: neighbourhood changes delivered to the live instances). Instances in the
-//!   failure state are not repaired. A node the payload went to that is no longer a child
+//!   failure state are not repaired.
+//! - **Acknowledged repairs.** The instance expects no acknowledgement from a child it did not
+//!   know, so the layer asks for one: a repair is the held payload as a layer message
+//!   ([`REPAIR`], MessageType `0xFA`); the child's layer hands it to its service as the payload
+//!   (MessageType `0x80`) and, once the service stepped it (delivered it, or had it already),
+//!   answers with a [`REPAIR_ACK`] (`0xF9`; `repair_ack_sent`). The repairer sends again after
+//!   [`REPAIR_WAIT_FIRST`], doubling up to [`REPAIR_WAIT_MAX`] (`repair_sent` counts every
+//!   send, `repair_acked` the answers), until the answer comes or the child leaves the
+//!   children (`repair_abandoned`: repaired anew if it comes back); the held payload outlives
+//!   its instance while a repair is unanswered. After [`REPAIR_TRIES`] unanswered sends it
+//!   gives up (`repair_given_up`) and, with `failure_state`, reports the message's failure as
+//!   a service's give-up is reported: at the sender, or by a failure report to the root. A
+//!   held payload pushed out (`held_evicted`) with a repair unanswered is given up the same
+//!   way. (Issue 16: three unacknowledged sends missed 6 h2hack multicasts silently on 1,000
+//!   seeds at 30 % loss: seeds 375, 530, 712.) A node the payload went to that is no longer a child
 //!   (at a step or a repair pass) is forgotten: the service stopped waiting for its
 //!   acknowledgement when it left (h2hack's "all children acknowledged" is over the current
 //!   children), so if the send was lost and it comes back it is repaired like a new child.
@@ -164,6 +177,8 @@
 //! messages, timers and repairs in the other, as the seed's DataBuffer and ControlBuffer: the
 //! oldest goes), `full` (an input refused because `capacity` instances live), `step_limit`,
 //! `timers_evicted`, `failure_reported` (a notice went up at the sender), `report_sent`,
+//! `repaired`, `repair_sent`, `repair_acked`, `repair_ack_sent`, `repair_abandoned`,
+//! `repair_given_up`, `held_evicted`,
 //! `report_received`, `report_unanswered`, `reports_evicted`, `duplicate_suppressed`,
 //! `delivered_evicted`, `batches` (batch datagrams sent), `batched` (messages in them; every
 //! message sent, batched or not, is counted `sent`), `batches_received`, `send_refused` (this
@@ -184,7 +199,10 @@
 //!
 //! Failure reports and their acknowledgements are layer messages in the same format
 //! (MessageType [`FAILURE_REPORT`] / [`REPORT_ACK`], the reported message's ServiceID,
-//! MessageID and RootAddress, DeliveryMode 3); the service never sees them.
+//! MessageID and RootAddress, DeliveryMode 3); the service never sees them. So are repairs'
+//! acknowledgements ([`REPAIR_ACK`], from the child to the repairer); a [`REPAIR`] is the held
+//! payload message with MessageType `0xFA` instead of `0x80`, which the receiving layer puts
+//! back before its service sees it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -227,9 +245,21 @@ pub const DELIVERED_MAX: usize = 65_536;
 
 /// Delay of the second repair pass after a neighbourhood change.
 pub const REPAIR_SETTLE: viastack_kernel::Duration = viastack_kernel::Duration::from_secs(1);
-/// Sends of a repaired payload to a new child, one per repair pass (the instance expects no
-/// acknowledgement from a child it did not know: repeats stand in for one).
-pub const REPAIR_SENDS: u8 = 3;
+/// MessageType of a *repair*: a held payload (a multicast, MessageType `0x80`) the layer sends
+/// to a child its instance did not reach (a layer message: the receiving layer hands it to
+/// its service as the payload it carries, and answers with [`REPAIR_ACK`]).
+pub const REPAIR: u8 = 0xFA;
+/// MessageType of a child's acknowledgement of a [`REPAIR`], once its service stepped it.
+pub const REPAIR_ACK: u8 = 0xF9;
+/// Repair sends to one child at most before the repairer gives up (and reports the
+/// message's failure to its root, as a service that gives up does).
+pub const REPAIR_TRIES: u8 = 8;
+/// Wait for the acknowledgement of the first repair send; it doubles with each send up to
+/// [`REPAIR_WAIT_MAX`] (8 sends: given up ≈ 11.75 s after the first).
+pub const REPAIR_WAIT_FIRST: viastack_kernel::Duration =
+    viastack_kernel::Duration::from_millis(250);
+/// Longest wait between two repair sends to one child.
+pub const REPAIR_WAIT_MAX: viastack_kernel::Duration = viastack_kernel::Duration::from_secs(2);
 /// Services fetched at once at most (each may reassemble one bundle of up to
 /// [`specbundle::MAX_SPEC`] bytes: 4 MiB in all); a message for another missing service is
 /// dropped (`fetches_full`, `unknown_service_dropped`).
@@ -238,6 +268,8 @@ pub const MAX_FETCHES: usize = 16;
 const FETCH_FIRST: usize = 8;
 /// Timer token of the repair pass (instance timers and reports use small tokens).
 const REPAIR_TOKEN: u64 = u64::MAX;
+/// Timer token of the next repair retry (the earliest unanswered repair due again).
+const REPAIR_RETRY_TOKEN: u64 = u64::MAX - 3;
 /// Token of the one kernel timer armed for the instance timers (at the earliest of them).
 const INSTANCE_TIMERS_TOKEN: u64 = u64::MAX - 1;
 /// Token of the kernel timer that ends the outbox's batch window ([`Config::batch_window`]).
@@ -688,6 +720,9 @@ pub struct MessageStoreSession {
     held: BTreeMap<InstanceKey, Held>,
     /// A repair pass is armed.
     repair_armed: bool,
+    /// The kernel timer armed for the earliest unanswered repair due again: its deadline
+    /// and id.
+    repair_retry: Option<(viastack_kernel::Instant, TimerId)>,
     /// On a hypercube: this node's label (from the overlay's last [`TreeInfo`]) and the
     /// labels of the roots of the messages seen (from their RootLabel), at most
     /// [`ROOT_LABELS_MAX`], the oldest forgotten first. Stamped on the messages sent for a
@@ -845,9 +880,24 @@ impl Timers {
 struct Held {
     root: NodeId,
     message: SMsg,
-    /// Nodes it went to, with the repair sends still due to each (0: sent by the service).
+    /// Nodes it went to: by the service (`None`: its own acknowledgements cover them, or the
+    /// child acknowledged the repair) or by an unanswered repair (`Some`).
     /// (A short list: a node has a few children; a map cost an allocation per payload.)
-    sent_to: Vec<(NodeId, u8)>,
+    sent_to: Vec<(NodeId, Option<RepairSend>)>,
+}
+
+impl Held {
+    /// Whether a repair of this payload waits for its acknowledgement.
+    fn outstanding(&self) -> bool {
+        self.sent_to.iter().any(|(_, r)| r.is_some())
+    }
+}
+
+/// An unanswered repair to one child: the sends so far and when the next is due.
+#[derive(Debug, Clone, Copy)]
+struct RepairSend {
+    sent: u8,
+    next: viastack_kernel::Instant,
 }
 
 /// A failure report in flight to a message's root.
@@ -926,6 +976,7 @@ impl MessageStoreSession {
             root_label_order: VecDeque::new(),
             held: BTreeMap::new(),
             repair_armed: false,
+            repair_retry: None,
             outbox: Vec::new(),
         }
     }
@@ -1147,12 +1198,21 @@ impl MessageStoreSession {
         ctx: &mut Context<'_>,
         root: NodeId,
         label: Option<HcLabel>,
-        input: Input,
+        mut input: Input,
         info: &TreeInfo,
     ) {
         if info.label.is_some() {
             self.my_label = info.label;
         }
+        // A repair is the payload it carries to the service; its sender waits for this
+        // node's acknowledgement once the service has stepped it.
+        let repaired_by = match &mut input {
+            Input::Msg(m) if m.message_type == REPAIR => {
+                m.message_type = PAYLOAD_TYPE;
+                node_of(m.previous_hop)
+            }
+            _ => None,
+        };
         if let Input::Repair(key) = input {
             self.repair(ctx, key, &info.children);
             return;
@@ -1223,6 +1283,13 @@ impl MessageStoreSession {
             _ => None,
         };
         let refused = result.is_err();
+        if let (false, Some(to), Input::Msg(m)) = (refused, repaired_by, &input) {
+            // The service has it (it delivered it, held it, or already had it): the repair
+            // is answered. A refused step is not: the repairer tries again or reports.
+            let ack = self.layer_message(REPAIR_ACK, m.key(), root, to);
+            ctx.count("repair_ack_sent");
+            net.0.push(Out::Send(ack));
+        }
         match result {
             Ok(()) => {}
             Err(viastack_spec::service::RunnerError::Full(_)) => ctx.count("full"),
@@ -1251,7 +1318,16 @@ impl MessageStoreSession {
         };
         if let Some(h) = self.held.get_mut(&key) {
             // As in a repair pass: a node no longer a child is forgotten (see `repair`).
-            h.sent_to.retain(|(n, _)| info.children.contains(n));
+            let before = h.sent_to.len();
+            let mut abandoned = 0;
+            h.sent_to.retain(|(n, r)| {
+                let keep = info.children.contains(n);
+                abandoned += u64::from(!keep && r.is_some());
+                keep
+            });
+            if h.sent_to.len() != before && abandoned > 0 {
+                ctx.count_n("repair_abandoned", abandoned);
+            }
         }
         self.check_failure(ctx, key, root);
         if self.store.state(key).is_none() {
@@ -1274,8 +1350,13 @@ impl MessageStoreSession {
     /// payload, its root, its timers (the store ignores a timer of an instance that is gone,
     /// seed 000 §5.1.4.2; h2hack's 30 s `finaldelete` outlives its instance by 20 s). Only
     /// the delivery record stays (a few bytes, for duplicate suppression).
+    ///
+    /// A held payload whose repair waits for an acknowledgement stays until the repair is
+    /// answered or given up (see [`Self::repair`]).
     fn forget(&mut self, key: InstanceKey) {
-        self.held.remove(&key);
+        if !self.held.get(&key).is_some_and(Held::outstanding) {
+            self.held.remove(&key);
+        }
         self.roots.remove(&Timers::key(key));
         self.timers.forget(key);
     }
@@ -1289,6 +1370,12 @@ impl MessageStoreSession {
         if self.store.state(key) != Some(fail.as_str()) {
             return;
         }
+        self.report_failure(ctx, key, root);
+    }
+
+    /// Instance `key` (rooted at `root`) failed here: tell the application if this node sent
+    /// the message, else start reporting to the root (once per instance).
+    fn report_failure(&mut self, ctx: &mut Context<'_>, key: InstanceKey, root: NodeId) {
         if root == self.node {
             self.report_at_sender(ctx, key.message);
         } else if self.reported.insert(key) {
@@ -1327,6 +1414,63 @@ impl MessageStoreSession {
         }
     }
 
+    /// Whether instance `key` entered the failure state (its failure is reported already).
+    fn failed(&self, key: InstanceKey) -> bool {
+        self.failure_state.is_some() && self.store.state(key) == self.failure_state.as_deref()
+    }
+
+    /// A repair of `key`'s payload (rooted at `root`) went unanswered [`REPAIR_TRIES`] times,
+    /// or was pushed out of the held payloads: a child may lack the payload, and no service
+    /// will tell, so the layer reports the message's failure as the service's own give-up is
+    /// reported (with `failure_state`: at the sender, or up the tree to the root).
+    fn repair_given_up(&mut self, ctx: &mut Context<'_>, key: InstanceKey, root: NodeId) {
+        ctx.count("repair_given_up");
+        if self.failure_state.is_some() {
+            self.report_failure(ctx, key, root);
+        }
+    }
+
+    /// Arms the repair retry timer at `at`, unless it is armed earlier already.
+    fn retry_repairs_at(&mut self, ctx: &mut Context<'_>, at: viastack_kernel::Instant) {
+        match self.repair_retry {
+            Some((armed, _)) if armed <= at => {}
+            other => {
+                if let Some((_, t)) = other {
+                    ctx.cancel_timer(t);
+                }
+                let t = ctx.set_timer_at(at, REPAIR_RETRY_TOKEN);
+                self.repair_retry = Some((at, t));
+            }
+        }
+    }
+
+    /// The repair retry timer fired: every held payload with a repair due is repaired (asked
+    /// its tree), and the timer is armed at the next repair due after now.
+    fn repair_retries_due(&mut self, ctx: &mut Context<'_>) {
+        self.repair_retry = None;
+        let now = ctx.now();
+        let mut due = Vec::new();
+        let mut next: Option<viastack_kernel::Instant> = None;
+        for (&key, h) in &self.held {
+            let first = h
+                .sent_to
+                .iter()
+                .filter_map(|(_, r)| r.map(|r| r.next))
+                .min();
+            match first {
+                Some(at) if at <= now => due.push((key, h.root)),
+                Some(at) => next = Some(next.map_or(at, |n| n.min(at))),
+                None => {}
+            }
+        }
+        for (key, root) in due {
+            self.enqueue(ctx, root, Input::Repair(key));
+        }
+        if let Some(at) = next {
+            self.retry_repairs_at(ctx, at);
+        }
+    }
+
     /// A neighbourhood change: one repair pass now and one after [`REPAIR_SETTLE`].
     fn on_neighbourhood_change(&mut self, ctx: &mut Context<'_>) {
         self.repair_pass(ctx);
@@ -1336,11 +1480,13 @@ impl MessageStoreSession {
         }
     }
 
-    /// Asks for the tree of every held instance that lives (forgetting the others).
+    /// Asks for the tree of every held instance that lives or waits for a repair's
+    /// acknowledgement (forgetting the others).
     fn repair_pass(&mut self, ctx: &mut Context<'_>) {
         let keys: Vec<InstanceKey> = self.held.keys().copied().collect();
         for key in keys {
-            if !self.repairable(key) {
+            let outstanding = self.held.get(&key).is_some_and(Held::outstanding);
+            if self.failed(key) || !(self.repairable(key) || outstanding) {
                 self.held.remove(&key);
                 continue;
             }
@@ -1351,9 +1497,21 @@ impl MessageStoreSession {
         }
     }
 
-    /// Sends `key`'s held payload to the `children` it has not reached.
+    /// Sends `key`'s held payload to the `children` it has not reached, as a [`REPAIR`] each
+    /// child acknowledges ([`REPAIR_ACK`]): a new child gets it at once, an unanswered one
+    /// again after a back-off ([`REPAIR_WAIT_FIRST`], doubling up to [`REPAIR_WAIT_MAX`]);
+    /// after [`REPAIR_TRIES`] unanswered sends the repairer gives up and reports the
+    /// message's failure ([`Self::repair_given_up`]). A child that left the children is no
+    /// longer waited for (counted `repair_abandoned`; repaired anew if it comes back). Once
+    /// the instance ended (or before, in the failure state: its failure is reported) no new
+    /// child is repaired, but the unanswered repairs go on.
     fn repair(&mut self, ctx: &mut Context<'_>, key: InstanceKey, children: &[NodeId]) {
-        if !self.repairable(key) {
+        if self.failed(key) {
+            self.held.remove(&key);
+            return;
+        }
+        let live = self.repairable(key);
+        if !live && !self.held.get(&key).is_some_and(Held::outstanding) {
             self.held.remove(&key);
             return;
         }
@@ -1366,44 +1524,67 @@ impl MessageStoreSession {
             return;
         };
         let me = self.node;
+        let now = ctx.now();
         // A node this payload went to that is no longer a child may not have it (the send was
         // lost, and the service stopped waiting for its acknowledgement when it left the
         // children): forgotten, so it is repaired when it is a child again.
+        let before = h.sent_to.iter().filter(|(_, r)| r.is_some()).count();
         h.sent_to.retain(|(n, _)| children.contains(n));
+        let after = h.sent_to.iter().filter(|(_, r)| r.is_some()).count();
+        ctx.count_n("repair_abandoned", (before - after) as u64);
         let mut to = Vec::new();
-        let mut again = false;
+        let mut next: Option<viastack_kernel::Instant> = None;
+        let mut give_up = false;
         for &c in children {
             if c == me {
                 continue;
             }
             let i = match h.sent_to.iter().position(|&(n, _)| n == c) {
                 Some(i) => i,
-                None => {
-                    h.sent_to.push((c, REPAIR_SENDS));
+                None if live => {
+                    ctx.count("repaired");
+                    h.sent_to.push((c, Some(RepairSend { sent: 0, next: now })));
                     h.sent_to.len() - 1
                 }
+                None => continue,
             };
-            let due = &mut h.sent_to[i].1;
-            if *due == 0 {
+            let Some(r) = &mut h.sent_to[i].1 else {
                 continue;
+            };
+            if r.next <= now {
+                if r.sent >= REPAIR_TRIES {
+                    give_up = true;
+                    continue;
+                }
+                r.sent += 1;
+                let wait = REPAIR_WAIT_FIRST
+                    .saturating_mul(1 << (r.sent - 1).min(16))
+                    .min(REPAIR_WAIT_MAX);
+                r.next = now + wait;
+                to.push(c);
             }
-            if *due == REPAIR_SENDS {
-                ctx.count("repaired");
-            }
-            *due -= 1;
-            again |= *due > 0;
-            to.push(c);
+            next = Some(next.map_or(r.next, |n| n.min(r.next)));
         }
         if !to.is_empty() {
-            let bytes = encode_labelled(&h.message, label);
+            let mut m = h.message.clone();
+            m.message_type = REPAIR;
+            let bytes = encode_labelled(&m, label);
             ctx.count_n("sent", to.len() as u64);
+            ctx.count_n("repair_sent", to.len() as u64);
             for c in to {
                 self.transmit(ctx, c, &bytes);
             }
         }
-        if again && !self.repair_armed {
-            self.repair_armed = true;
-            ctx.set_timer(REPAIR_SETTLE, REPAIR_TOKEN);
+        if give_up {
+            let root = self.held.remove(&key).map_or(self.node, |h| h.root);
+            self.repair_given_up(ctx, key, root);
+            return;
+        }
+        if let Some(at) = next {
+            self.retry_repairs_at(ctx, at);
+        }
+        if !live && !self.held.get(&key).is_some_and(Held::outstanding) {
+            self.held.remove(&key);
         }
     }
 
@@ -1424,11 +1605,16 @@ impl MessageStoreSession {
             if self.held.len() >= self.capacity {
                 let live: std::collections::BTreeSet<InstanceKey> =
                     self.store.keys().into_iter().collect();
-                self.held.retain(|k, _| live.contains(k));
+                self.held.retain(|k, h| live.contains(k) || h.outstanding());
             }
             if self.held.len() >= self.capacity {
-                self.held.pop_first();
-                ctx.count("held_evicted");
+                if let Some((k, h)) = self.held.pop_first() {
+                    ctx.count("held_evicted");
+                    if h.outstanding() {
+                        // Its unanswered repair can no longer go on: not silently.
+                        self.repair_given_up(ctx, k, h.root);
+                    }
+                }
             }
             let message = make();
             let root = node_of(message.root).unwrap_or(self.node);
@@ -1444,8 +1630,8 @@ impl MessageStoreSession {
         if let Some(h) = self.held.get_mut(&key) {
             for &t in targets {
                 match h.sent_to.iter_mut().find(|(n, _)| *n == t) {
-                    Some(e) => e.1 = 0,
-                    None => h.sent_to.push((t, 0)),
+                    Some(e) => e.1 = None,
+                    None => h.sent_to.push((t, None)),
                 }
             }
         }
@@ -1600,6 +1786,26 @@ impl MessageStoreSession {
                     self.perform(ctx, Out::Send(ack));
                 }
             }
+            REPAIR_ACK => {
+                let Some(child) = node_of(m.source) else {
+                    ctx.count("malformed");
+                    return;
+                };
+                let Some(h) = self.held.get_mut(&key) else {
+                    return;
+                };
+                if let Some(e) = h
+                    .sent_to
+                    .iter_mut()
+                    .find(|(n, r)| *n == child && r.is_some())
+                {
+                    e.1 = None;
+                    ctx.count("repair_acked");
+                }
+                if !h.outstanding() && self.store.state(key).is_none() {
+                    self.held.remove(&key);
+                }
+            }
             _ => {
                 if let Some(r) = self.reports.remove(&key) {
                     self.report_tokens.remove(&r.token);
@@ -1666,7 +1872,7 @@ impl MessageStoreSession {
                 if m.root == Addr(0)
                     && !matches!(
                         m.message_type,
-                        SPEC_REQUEST | SPEC_RESPONSE | FAILURE_REPORT | REPORT_ACK
+                        SPEC_REQUEST | SPEC_RESPONSE | FAILURE_REPORT | REPORT_ACK | REPAIR_ACK
                     )
                 {
                     // A message the service built afresh (no `from`: h2hack's and e2eack's
@@ -1778,6 +1984,10 @@ impl MessageStoreSession {
             self.repair_pass(ctx);
             return;
         }
+        if token == REPAIR_RETRY_TOKEN {
+            self.repair_retries_due(ctx);
+            return;
+        }
         if let Some(&key) = self.report_tokens.get(&token) {
             self.send_report(ctx, key);
             return;
@@ -1864,7 +2074,7 @@ impl MessageStoreSession {
         match m.message_type {
             SPEC_REQUEST => return self.on_spec_request(ctx, &m),
             SPEC_RESPONSE => return self.on_spec_response(ctx, &m),
-            FAILURE_REPORT | REPORT_ACK => {
+            FAILURE_REPORT | REPORT_ACK | REPAIR_ACK => {
                 if self.has_service(m.service_id) {
                     self.on_layer_message(ctx, &m);
                 } else {
@@ -1900,7 +2110,7 @@ impl MessageStoreSession {
             .map(|s| s.data.metaops);
         let layer = matches!(
             m.message_type,
-            SPEC_REQUEST | SPEC_RESPONSE | FAILURE_REPORT | REPORT_ACK
+            SPEC_REQUEST | SPEC_RESPONSE | FAILURE_REPORT | REPORT_ACK | REPAIR_ACK
         );
         let (run, layer_forwards) = match meta {
             Some(mo) if !layer => (

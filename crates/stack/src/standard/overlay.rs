@@ -342,8 +342,10 @@ pub const MESSAGESTORE: LayerKind = LayerKind {
           (unicast) or to the neighbours (flood); `toApplication` delivers up; its timers are \
           kernel timers. The layer delivers each message to the application at most once \
           (`duplicate_suppressed`), sends a held multicast payload to children a node gains \
-          while its instance lives (`repaired`), and with `failure_state` reports an \
-          instance's give-up up the tree to the message's sender (`report_sent`, \
+          while its instance lives (`repaired`) as a repair the child acknowledges, sent \
+          again with back-off until answered (`repair_acked`) or given up after 8 sends \
+          (`repair_given_up`, reported as the message's failure), and with `failure_state` \
+          reports an instance's give-up up the tree to the message's sender (`report_sent`, \
           `failure_reported`). Bounded: `capacity` live instances (more are refused, counted \
           `full`), `queue` data messages and `queue` control inputs waiting for their tree \
           (the seed's DataBuffer and ControlBuffer: a flood of one cannot push out the other; \
