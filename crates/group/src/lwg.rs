@@ -100,8 +100,17 @@
 //! each other. Under `primary = "majority"` a move asked in a minority view is refused (no message
 //! may go there); in the majority it proceeds, and the minority's members are pulled after the
 //! heal (issue 18; crates/group/tests/lwg_move_refused.rs, crates/scenario/tests/lwg_move.rs).
-//! Open: one seed of 1,000 of the move-back run with a partition (seed 919) loses the asker's
-//! last messages of the group (self-delivery).
+//!
+//! A `Switch` from a member of this member's own light view of the group on that heavy group
+//! is the group's own move, never a pull (a puller is not in the light view: its group rides
+//! elsewhere), so it is followed whatever its generation (`lwg.switch_raised` when it is not
+//! above this member's, at a generation above it), and a move carried into a later heavy view
+//! sends its `Switch` again above the generation that view's light members agreed on. Without
+//! this, a member whose generation was raised after the `Switch` went out (a straggler pulled
+//! into the heavy group meanwhile: its switch view takes a generation above the members'
+//! own) ignored it as stale and never sent its `Flushed`, and the asker, waiting for it,
+//! held its sends of the group for ever (issue 18, seed 919 of the move-back run with a
+//! partition: 16 messages of the asker never delivered anywhere).
 //!
 //! Order across a move: over `total-order` on each heavy group, a light channel keeps one
 //! total order across its move (its old light view's messages in the old heavy group's order,
@@ -126,7 +135,8 @@
 //! moves: `lwg.switch_sent`, `lwg.switched`, `lwg.moved`, `lwg.switch_installed`,
 //! `lwg.pending` (sends waiting for the end of a move), `lwg.pending_over` (beyond `capacity`:
 //! refused), `lwg.stale_moved`, `lwg.switch_ignored`, `lwg.stale_switch`, `lwg.switch_unknown`, `lwg.pulled`,
-//! `lwg.move_refused`; collisions: `lwg.id_collision`, `lwg.refused`.
+//! `lwg.move_refused`, `lwg.switch_raised` (a move followed or sent again above its
+//! `Switch`'s generation); collisions: `lwg.id_collision`, `lwg.refused`.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -543,7 +553,12 @@ impl LwgSession {
         ));
         if let Some(moving) = &mut grp.moving {
             // A move that began in an earlier view: this view's light members flush again
-            // (a member that missed the `Switch` gets it again).
+            // (a member that missed the `Switch` gets it again), at a generation above the
+            // one they agree on now (a member pulled in meanwhile may have raised it).
+            if moving.generation <= grp.generation {
+                ctx.count("switch_raised");
+                moving.generation = grp.generation.saturating_add(1);
+            }
             moving.members = view
                 .members
                 .iter()
@@ -753,7 +768,7 @@ impl LwgSession {
                 group,
                 to,
                 generation,
-            } => self.on_switch(h, group, to, generation, ctx),
+            } => self.on_switch(h, source, group, to, generation, ctx),
             LwgPdu::Flushed { group } => {
                 let heavy = self.heavies.entry(h).or_default();
                 let f = heavy.flushed.entry(group).or_default();
@@ -774,7 +789,15 @@ impl LwgSession {
 
     /// A `Switch` delivered on heavy group `h`: light group `group` moves to the heavy group
     /// of light group `to`.
-    fn on_switch(&mut self, h: SessionId, g: u32, to: u32, generation: u32, ctx: &mut Context<'_>) {
+    fn on_switch(
+        &mut self,
+        h: SessionId,
+        source: NodeId,
+        g: u32,
+        to: u32,
+        generation: u32,
+        ctx: &mut Context<'_>,
+    ) {
         let dest = match self.groups.get(&to) {
             Some(t) => (t.home, t.via),
             None => {
@@ -787,6 +810,15 @@ impl LwgSession {
             .get(&h)
             .and_then(|heavy| heavy.light.get(&g))
             .map_or(vec![self.node], |ms| ms.iter().map(|m| m.node).collect());
+        // From a member of this member's light view of `g` on `h` (this one included): a move
+        // of the group itself (its asker, or a mover sending it again at a view change), never
+        // a straggler's pull (a puller's group rides another heavy group, so it did not
+        // announce the group here and is not in the light view). Every member of the light
+        // view must flush for it — the movers wait for each one's `Flushed` — so its
+        // generation is no reason to ignore it: members may have raised theirs since it was
+        // sent (a straggler pulled into this heavy group meanwhile: its switch view; issue
+        // 18's seed 919, where the asker then waited for ever and its sends with it).
+        let peer = members.contains(&source);
         let Some(grp) = self.groups.get_mut(&g) else {
             ctx.count("foreign");
             return;
@@ -796,9 +828,14 @@ impl LwgSession {
             return;
         }
         if generation <= grp.generation {
-            // A pull from a member behind this one (itself cut off from a later move).
-            ctx.count("stale_switch");
-            return;
+            if !peer {
+                // A pull from a member behind this one (itself cut off from a later move).
+                ctx.count("stale_switch");
+                return;
+            }
+            // A peer's move sent before this member's generation was raised: followed, at a
+            // generation above this member's.
+            ctx.count("switch_raised");
         }
         ctx.count("switched");
         grp.moving = Some(Moving {
