@@ -558,7 +558,7 @@ impl Store {
             return self.flat_message_slow(now, si, m, net);
         }
         let Some(inst) = self.flat.get_mut(si).and_then(|x| x.get_mut(&m.message_id)) else {
-            return self.flat_message_slow(now, si, m, net);
+            return self.flat_create_routed(now, si, m, route, net);
         };
         let FlatInst { state, hist, .. } = inst;
         if route.slot != NO_SLOT {
@@ -595,6 +595,104 @@ impl Store {
         );
         if ended {
             self.flat_end(si, m.message_id);
+        }
+        Ok(())
+    }
+
+    /// The first message of an id whose type has a [`ROUTE_CELL`] route (out of line): the
+    /// instance is created in place in the service's map, enters its initial state, then
+    /// takes the message as [`Store::flat_message`] does. Such a chart has no datamodel.
+    #[inline(never)]
+    fn flat_create_routed<N: Network>(
+        &mut self,
+        now: Instant,
+        si: usize,
+        m: &Message,
+        route: super::flat::Route,
+        net: &mut N,
+    ) -> Result<(), RunnerError> {
+        let Store {
+            services,
+            node,
+            flat,
+            recycled,
+            fire_flat,
+            scratch,
+            drafts,
+            flat_live,
+            config,
+            map,
+            ..
+        } = self;
+        let (Some(svc), Some(instances), Some(spare)) =
+            (services.get(si), flat.get_mut(si), recycled.get_mut(si))
+        else {
+            return Ok(());
+        };
+        let Some(machine) = &svc.flat else {
+            return Ok(());
+        };
+        if map.len() + *flat_live >= config.capacity {
+            return Err(RunnerError::Full(map.len() + *flat_live));
+        }
+        let key = m.key();
+        let hist = match spare.pop() {
+            Some(h) => h,
+            None => History::new(&svc.layout, svc.logic.new_state()),
+        };
+        *flat_live += 1;
+        let inst = instances.entry(key.message).or_insert(FlatInst {
+            state: 0,
+            hist,
+            vars: Box::default(),
+        });
+        let mut ctx = Ctx {
+            now,
+            key,
+            node,
+            history: &inst.hist,
+            current: Some(m),
+            drafts,
+            net,
+            terminated: false,
+            each: 0,
+        };
+        let mut state = 0;
+        if run_flat::<false, N>(machine.start(), &mut state, &mut ctx, scratch, None) {
+            if let Some(mut f) = instances.remove(&key.message) {
+                f.hist.reset();
+                std::mem::forget(f.vars);
+                spare.push(f.hist);
+            }
+            *flat_live -= 1;
+            return Ok(());
+        }
+        inst.state = state;
+        let FlatInst { state, hist, .. } = inst;
+        if route.slot != NO_SLOT {
+            hist.keep(route.slot, m);
+        }
+        match route.keyed {
+            Some((id, a)) => svc.logic.record_keyed(&mut hist.logic, id, m.get(a), now),
+            None if route.logic => svc
+                .logic
+                .record(&mut hist.logic, route.event, now, Some(m), 0),
+            None => {}
+        }
+        let at = route.cells as usize + usize::from(*state);
+        if machine.cell_at(at).is_some_and(Cell::idle) {
+            return Ok(());
+        }
+        let r = Routed {
+            at,
+            now,
+            key,
+            current: Some(m),
+        };
+        if routed(
+            svc, machine, r, state, hist, node, drafts, scratch, fire_flat, net,
+        ) {
+            self.flat_end(si, key.message);
         }
         Ok(())
     }
