@@ -316,6 +316,78 @@ pub(crate) struct Flat {
     cells: Box<[Cell]>,
     /// The datamodel, when the chart has variables or reads `_event`.
     model: Option<Model>,
+    /// Per MessageType: the input's [`Route`] (eighth round).
+    msg_routes: Box<[Route; 256]>,
+    /// Per TimerIdentifier below [`TIMER_ROUTES`]: the input's [`Route`].
+    timer_routes: Box<[Route; TIMER_ROUTES]>,
+}
+
+/// TimerIdentifiers below this have a [`Route`]; the others take the general path.
+pub(crate) const TIMER_ROUTES: usize = 64;
+
+/// How an input of one MessageType or one TimerIdentifier is handled, resolved at load time
+/// (issue 15 §2, eighth round): everything the usual input needs before its instance is
+/// looked up — the one basic event it triggers, that event's history slot and keyed index,
+/// and where its [`Cell`]s start — in one table read, so the store's per-input function
+/// reads no matcher, plan or cell table of its own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Route {
+    /// [`ROUTE_NONE`], [`ROUTE_CELL`] or [`ROUTE_SLOW`].
+    pub kind: u8,
+    /// History slot of the event's message ([`NO_SLOT`]: not kept).
+    pub slot: u8,
+    /// Whether an index records the event through the general loop ([`Route::keyed`] is
+    /// none and a composite index listens).
+    pub logic: bool,
+    /// The one keyed index the event updates ([`EventPlan::keyed`]).
+    pub keyed: Option<(u16, Attr)>,
+    /// The basic event.
+    pub event: u16,
+    /// Index of the event's first [`Cell`] (event × states).
+    pub cells: u32,
+}
+
+/// [`Route::kind`]: the input triggers no basic event (nothing happens).
+pub(crate) const ROUTE_NONE: u8 = 0;
+/// [`Route::kind`]: the input triggers one basic event and its course is in [`Cell`]s.
+pub(crate) const ROUTE_CELL: u8 = 1;
+/// [`Route::kind`]: anything else (several events, filters beyond the type, a datamodel,
+/// `cond`): the general path.
+pub(crate) const ROUTE_SLOW: u8 = 2;
+
+impl Route {
+    /// The general path.
+    const SLOW: Route = Route {
+        kind: ROUTE_SLOW,
+        slot: NO_SLOT,
+        logic: false,
+        keyed: None,
+        event: 0,
+        cells: 0,
+    };
+
+    /// The route of an input whose matcher gives `hits` (`None`: it depends on more than the
+    /// type or id).
+    fn of(hits: Option<&[u16]>, plans: &[EventPlan], cells: bool, states: usize) -> Route {
+        match hits {
+            Some([]) => Route {
+                kind: ROUTE_NONE,
+                ..Route::SLOW
+            },
+            Some(&[e]) if cells => match plans.get(usize::from(e)) {
+                Some(p) => Route {
+                    kind: ROUTE_CELL,
+                    slot: p.slot,
+                    logic: p.logic && p.keyed.is_none(),
+                    keyed: p.keyed,
+                    event: e,
+                    cells: (usize::from(e) * states) as u32,
+                },
+                None => Route::SLOW,
+            },
+            _ => Route::SLOW,
+        }
+    }
 }
 
 /// What an input that triggers one basic event does in one state, resolved at load time on
@@ -780,11 +852,14 @@ impl Flat {
             plans: Box::default(),
             cells: Box::default(),
             model: needed.then_some(model),
+            msg_routes: Box::new([Route::SLOW; 256]),
+            timer_routes: Box::new([Route::SLOW; TIMER_ROUTES]),
         })
     }
 
     /// Resolves the per-event plans: `slot(e)` is basic event `e`'s history slot, `listens(e)`
     /// whether an index records it, `comps[e]` the composites it is a constituent of.
+    /// The routes are made from `matcher`'s plain tables.
     pub(crate) fn plan(
         &mut self,
         basics: usize,
@@ -792,6 +867,7 @@ impl Flat {
         listens: impl Fn(u16) -> bool,
         keyed: impl Fn(u16) -> Option<(u16, Attr)>,
         comps: &[Vec<u16>],
+        matcher: &super::basic::Matcher,
     ) {
         let taken = |c: u16| {
             let row = (basics + usize::from(c)) * self.states;
@@ -815,6 +891,41 @@ impl Flat {
             .collect();
         self.plans = plans;
         self.cells = self.cells(basics);
+        let cells = !self.cells.is_empty();
+        for (t, r) in self.msg_routes.iter_mut().enumerate() {
+            *r = Route::of(
+                matcher.message_plain(t as u8),
+                &self.plans,
+                cells,
+                self.states,
+            );
+        }
+        for (id, r) in self.timer_routes.iter_mut().enumerate() {
+            *r = Route::of(
+                matcher.timer_plain(id as u32),
+                &self.plans,
+                cells,
+                self.states,
+            );
+        }
+    }
+
+    /// The route of a message of type `t`.
+    #[inline(always)]
+    pub(crate) fn message_route(&self, t: u8) -> &Route {
+        &self.msg_routes[usize::from(t)]
+    }
+
+    /// The route of a timer expiry of `id`.
+    #[inline(always)]
+    pub(crate) fn timer_route(&self, id: u32) -> &Route {
+        self.timer_routes.get(id as usize).unwrap_or(&Route::SLOW)
+    }
+
+    /// The cell at `i` (a [`Route::cells`] plus a state).
+    #[inline(always)]
+    pub(crate) fn cell_at(&self, i: usize) -> Option<&Cell> {
+        self.cells.get(i)
     }
 
     /// The [`Cell`]s of a chart without a datamodel whose steps have no `cond` (none

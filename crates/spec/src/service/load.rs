@@ -196,6 +196,7 @@ impl Service {
                     |e| program.listens(e),
                     |e| program.direct_keyed(e),
                     &comp_by_basic,
+                    &matcher,
                 );
                 (Some(f), None)
             }

@@ -39,6 +39,7 @@ use super::action::Primitive;
 use super::action::{self, Action, Ctx, Draft, Network};
 use super::flat::{
     Base, Cell, Ev, EventPlan, FastOp, Flat, Model, Scratch, SendOp, Src, Step, NO_SLOT,
+    ROUTE_CELL, ROUTE_NONE,
 };
 use super::history::History;
 use super::load::Service;
@@ -530,11 +531,177 @@ impl Store {
 }
 
 impl Store {
-    /// A message for service `si`, which runs on the flat machine: matches it (a message type
-    /// whose events have no filter beyond the type is one table read), finds or creates the
-    /// instance in the service's map and steps it.
+    /// A message for service `si`, which runs on the flat machine. The usual input (its type
+    /// triggers one basic event and the chart has [`Cell`]s; its instance exists) is handled
+    /// here from its type's [`Route`](super::flat::Route): one route read, one probe, the history record, one
+    /// cell read; an idle cell ends it there, another runs out of line
+    /// ([`run_cell`]). Anything else takes [`Store::flat_message_slow`].
     #[inline(always)]
     fn flat_message<N: Network>(
+        &mut self,
+        now: Instant,
+        si: usize,
+        m: &Message,
+        net: &mut N,
+    ) -> Result<(), RunnerError> {
+        let Some(svc) = self.services.get(si) else {
+            return Ok(());
+        };
+        let Some(machine) = &svc.flat else {
+            return Ok(());
+        };
+        let route = *machine.message_route(m.message_type);
+        if route.kind != ROUTE_CELL {
+            if route.kind == ROUTE_NONE {
+                return Ok(());
+            }
+            return self.flat_message_slow(now, si, m, net);
+        }
+        let Some(inst) = self.flat.get_mut(si).and_then(|x| x.get_mut(&m.message_id)) else {
+            return self.flat_create_routed(now, si, m, route, net);
+        };
+        let FlatInst { state, hist, .. } = inst;
+        if route.slot != NO_SLOT {
+            hist.keep(route.slot, m);
+        }
+        match route.keyed {
+            Some((id, a)) => svc.logic.record_keyed(&mut hist.logic, id, m.get(a), now),
+            None if route.logic => svc
+                .logic
+                .record(&mut hist.logic, route.event, now, Some(m), 0),
+            None => {}
+        }
+        let at = route.cells as usize + usize::from(*state);
+        if machine.cell_at(at).is_some_and(Cell::idle) {
+            return Ok(());
+        }
+        let r = Routed {
+            at,
+            now,
+            key: m.key(),
+            current: Some(m),
+        };
+        let ended = routed(
+            svc,
+            machine,
+            r,
+            state,
+            hist,
+            &mut self.node,
+            &mut self.drafts,
+            &mut self.scratch,
+            &mut self.fire_flat,
+            net,
+        );
+        if ended {
+            self.flat_end(si, m.message_id);
+        }
+        Ok(())
+    }
+
+    /// The first message of an id whose type has a [`ROUTE_CELL`] route (out of line): the
+    /// instance is created in place in the service's map, enters its initial state, then
+    /// takes the message as [`Store::flat_message`] does. Such a chart has no datamodel.
+    #[inline(never)]
+    fn flat_create_routed<N: Network>(
+        &mut self,
+        now: Instant,
+        si: usize,
+        m: &Message,
+        route: super::flat::Route,
+        net: &mut N,
+    ) -> Result<(), RunnerError> {
+        let Store {
+            services,
+            node,
+            flat,
+            recycled,
+            fire_flat,
+            scratch,
+            drafts,
+            flat_live,
+            config,
+            map,
+            ..
+        } = self;
+        let (Some(svc), Some(instances), Some(spare)) =
+            (services.get(si), flat.get_mut(si), recycled.get_mut(si))
+        else {
+            return Ok(());
+        };
+        let Some(machine) = &svc.flat else {
+            return Ok(());
+        };
+        if map.len() + *flat_live >= config.capacity {
+            return Err(RunnerError::Full(map.len() + *flat_live));
+        }
+        let key = m.key();
+        let hist = match spare.pop() {
+            Some(h) => h,
+            None => History::new(&svc.layout, svc.logic.new_state()),
+        };
+        *flat_live += 1;
+        let inst = instances.entry(key.message).or_insert(FlatInst {
+            state: 0,
+            hist,
+            vars: Box::default(),
+        });
+        let mut ctx = Ctx {
+            now,
+            key,
+            node,
+            history: &inst.hist,
+            current: Some(m),
+            drafts,
+            net,
+            terminated: false,
+            each: 0,
+        };
+        let mut state = 0;
+        if run_flat::<false, N>(machine.start(), &mut state, &mut ctx, scratch, None) {
+            if let Some(mut f) = instances.remove(&key.message) {
+                f.hist.reset();
+                std::mem::forget(f.vars);
+                spare.push(f.hist);
+            }
+            *flat_live -= 1;
+            return Ok(());
+        }
+        inst.state = state;
+        let FlatInst { state, hist, .. } = inst;
+        if route.slot != NO_SLOT {
+            hist.keep(route.slot, m);
+        }
+        match route.keyed {
+            Some((id, a)) => svc.logic.record_keyed(&mut hist.logic, id, m.get(a), now),
+            None if route.logic => svc
+                .logic
+                .record(&mut hist.logic, route.event, now, Some(m), 0),
+            None => {}
+        }
+        let at = route.cells as usize + usize::from(*state);
+        if machine.cell_at(at).is_some_and(Cell::idle) {
+            return Ok(());
+        }
+        let r = Routed {
+            at,
+            now,
+            key,
+            current: Some(m),
+        };
+        if routed(
+            svc, machine, r, state, hist, node, drafts, scratch, fire_flat, net,
+        ) {
+            self.flat_end(si, key.message);
+        }
+        Ok(())
+    }
+
+    /// [`Store::flat_message`]'s general path: matches the message (a message type whose
+    /// events have no filter beyond the type is one table read), finds or creates the
+    /// instance in the service's map and steps it.
+    #[inline(never)]
+    fn flat_message_slow<N: Network>(
         &mut self,
         now: Instant,
         si: usize,
@@ -763,9 +930,69 @@ impl Store {
         Ok(())
     }
 
-    /// Timer `id` of `key`, whose service `si` runs on the flat machine.
+    /// Timer `id` of `key`, whose service `si` runs on the flat machine: from the id's
+    /// [`Route`](super::flat::Route) as [`Store::flat_message`] does, else [`Store::flat_timer_slow`].
     #[inline(always)]
     fn flat_timer<N: Network>(
+        &mut self,
+        now: Instant,
+        si: usize,
+        key: InstanceKey,
+        id: u32,
+        net: &mut N,
+    ) -> Result<(), RunnerError> {
+        let Some(svc) = self.services.get(si) else {
+            return Ok(());
+        };
+        let Some(machine) = &svc.flat else {
+            return Ok(());
+        };
+        let route = *machine.timer_route(id);
+        if route.kind != ROUTE_CELL {
+            if route.kind == ROUTE_NONE {
+                return Ok(());
+            }
+            return self.flat_timer_slow(now, si, key, id, net);
+        }
+        let Some(inst) = self.flat.get_mut(si).and_then(|x| x.get_mut(&key.message)) else {
+            return Ok(());
+        };
+        let FlatInst { state, hist, .. } = inst;
+        if route.logic {
+            svc.logic
+                .record(&mut hist.logic, route.event, now, None, id);
+        }
+        let at = route.cells as usize + usize::from(*state);
+        if machine.cell_at(at).is_some_and(Cell::idle) {
+            return Ok(());
+        }
+        let r = Routed {
+            at,
+            now,
+            key,
+            current: None,
+        };
+        let ended = routed(
+            svc,
+            machine,
+            r,
+            state,
+            hist,
+            &mut self.node,
+            &mut self.drafts,
+            &mut self.scratch,
+            &mut self.fire_flat,
+            net,
+        );
+        if ended {
+            self.flat_end(si, key.message);
+        }
+        Ok(())
+    }
+
+    /// [`Store::flat_timer`]'s general path.
+    #[inline(never)]
+    fn flat_timer_slow<N: Network>(
         &mut self,
         now: Instant,
         si: usize,
@@ -842,6 +1069,52 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// A routed input past its history record: where its cell is and what its step's context
+/// is made of.
+struct Routed<'a> {
+    /// Index of its [`Cell`].
+    at: usize,
+    now: Instant,
+    key: InstanceKey,
+    current: Option<&'a Message>,
+}
+
+/// A routed input's step and composites, after its history record (out of line: the
+/// per-input function keeps a small frame; an idle input never comes here). Whether the
+/// instance ended.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn routed<N: Network>(
+    svc: &Service,
+    machine: &Flat,
+    r: Routed<'_>,
+    state: &mut u16,
+    hist: &History,
+    node: &mut NodeInfo,
+    drafts: &mut [Draft],
+    scratch: &mut Message,
+    fire: &mut Vec<u16>,
+    net: &mut N,
+) -> bool {
+    let Some(cell) = machine.cell_at(r.at) else {
+        // Not reached: a state is below the chart's state count, and the cells cover
+        // every (event, state).
+        return false;
+    };
+    let mut ctx = Ctx {
+        now: r.now,
+        key: r.key,
+        node,
+        history: hist,
+        current: r.current,
+        drafts,
+        net,
+        terminated: false,
+        each: 0,
+    };
+    flat_cell(svc, machine, cell, state, &mut ctx, scratch, fire)
 }
 
 /// What one input to a flat-machine instance runs with besides its [`Ctx`].
