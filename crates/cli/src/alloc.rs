@@ -41,17 +41,6 @@ pub fn configure() {
     }
 }
 
-/// Turns transparent huge pages off for the rest of this process's life
-/// (`prctl(PR_SET_THP_DISABLE)`); whether it took. For a process that runs many nodes as
-/// threads (`bench overlay`'s services figure: 32 nodes and their 32 readers): mimalloc asks for
-/// huge pages on its arenas (the host's THP setting is `madvise`), so the first touch of each
-/// 2 MiB region zeroes all of it, and many threads each touching a little of many regions
-/// made the kernel zero memory nobody used yet — measured: 600 MB RSS and 25–37 % of the
-/// samples in `clear_page_erms` for what takes 263 MB with 4 KiB pages.
-pub fn disable_transparent_huge_pages() -> bool {
-    nix::sys::prctl::set_thp_disable(true).is_ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

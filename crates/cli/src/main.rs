@@ -40,7 +40,6 @@ macro_rules! out {
 }
 
 mod alloc;
-mod bench;
 mod bus;
 mod check;
 mod group_cmd;
@@ -185,7 +184,7 @@ enum Command {
     /// Measure viastack against its references and print the ratios.
     Bench {
         #[command(subcommand)]
-        what: bench::BenchCommand,
+        what: viastack_bench::BenchCommand,
     },
 }
 
@@ -368,7 +367,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Group { what } => group_cmd::run(what),
         Command::Bus { what } => bus::run(what),
         Command::Bench { what } => {
-            bench::run(what)?;
+            viastack_bench::run(what)?;
             Ok(ExitCode::SUCCESS)
         }
     }

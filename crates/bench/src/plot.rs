@@ -12,7 +12,7 @@ use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
-const FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
+const FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 const FAMILY: &str = "sans-serif";
 /// Width and height of every chart, in pixels.
 pub const SIZE: (u32, u32) = (960, 600);

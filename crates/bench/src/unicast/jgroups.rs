@@ -18,7 +18,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context as _};
 
 use super::Measurement;
-use crate::bench::cpu::process_cpu;
+use crate::cpu::process_cpu;
 
 /// The two stacks compared: lane name and the JGroups configuration it runs.
 pub const STACKS: [(&str, &str); 2] = [

@@ -704,7 +704,7 @@ fn lane_peer(args: &Cfg, catalog: &Catalog) -> anyhow::Result<Value> {
         catalog,
     )?);
     let mut detail = Vec::new();
-    let jgroups = match crate::bench::unicast::jgroups_classpath() {
+    let jgroups = match crate::unicast::jgroups_classpath() {
         Ok(_) if args.no_jgroups => None,
         Ok(cp) => Some(Jvm::start(&cp, RECEIVERS.len())?),
         Err(why) => {

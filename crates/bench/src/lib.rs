@@ -1,10 +1,26 @@
 //! `viastack bench`: each benchmark runs viastack and its reference in one run and prints the
 //! ratios (DESIGN.md §4.8, §7). Benchmarks read the real clock; protocol code never does.
+//!
+//! This crate holds the benchmark machinery so the `viastack` binary (`crates/cli`) stays a
+//! thin shell: the binary parses `viastack bench …` into a [`BenchCommand`] and calls [`run`].
+//! Lanes that need separate processes (bus tools, group members, the multicast peers, the
+//! testbed) start the running `viastack` binary again (`std::env::current_exe`), so they
+//! run only from inside it, not from a test binary of this crate.
+
+/// `println!` that returns the write error instead of panicking: `viastack bench … | head`
+/// closes the pipe, which `main` treats as a normal end.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use clap::Subcommand;
+use std::time::Duration;
 
 mod all;
 mod bus;
@@ -97,4 +113,9 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Multicast(args) => multicast::run(&args),
         BenchCommand::All(args) => all::run(&args),
     }
+}
+
+/// Parses a `--flag 50ms`-style duration argument (the stack files' units).
+fn duration_arg(s: &str) -> Result<Duration, String> {
+    viastack_stack::units::parse_duration(s).map_err(|e| e.to_string())
 }

@@ -43,8 +43,8 @@ use viastack_spec::service::{
     Addr, InstanceKey, Message, Network, NodeInfo, Primitive, Runner, Service, Store, StoreConfig,
 };
 
-const H2HACK: &str = include_str!("../../../../specs/h2hack.scxml");
-const ORDERING: &str = include_str!("../../../../specs/ordering.scxml");
+const H2HACK: &str = include_str!("../../../specs/h2hack.scxml");
+const ORDERING: &str = include_str!("../../../specs/ordering.scxml");
 
 /// Options of `viastack bench spec`.
 #[derive(Args)]
