@@ -140,3 +140,18 @@ class TermText(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SameHostLocationTest(unittest.TestCase):
+    """A Rust owner serving TCP announces a same-host Unix socket after `;local=`; the
+    Python client splits it off, fetches there as a memfd on the same host (same boot id),
+    and at the base location otherwise."""
+
+    def test_split(self):
+        from viastack_bus.client import split_local
+        self.assertEqual(split_local("127.0.0.1:5;local=abc@/tmp/x.sock"),
+                         ("127.0.0.1:5", ("abc", "/tmp/x.sock")))
+        self.assertEqual(split_local("tls:h:5;sha256=00ff;local=abc@/s"),
+                         ("tls:h:5;sha256=00ff", ("abc", "/s")))
+        self.assertEqual(split_local("127.0.0.1:5"), ("127.0.0.1:5", None))
+        self.assertEqual(split_local("unix:/a;local=abc"), ("unix:/a", None))

@@ -110,6 +110,33 @@ def _memfd_read(fd, size):
         os.close(fd)
 
 
+LOCAL = ";local="
+
+
+def split_local(location):
+    """(base, (boot_id, path) or None): a location with its same-host part split off. A Rust
+    owner serving TCP also listens on a Unix socket and announces it as
+    `BASE;local=BOOT_ID@/path` (crates/bus/src/client.rs): a consumer on the same host (same
+    kernel boot id) fetches there as a memfd; others use BASE."""
+    if LOCAL in location:
+        base, tail = location.rsplit(LOCAL, 1)
+        if "@" in tail:
+            boot, path = tail.split("@", 1)
+            if path:
+                return base, (boot, path)
+        return base, None
+    return location, None
+
+
+def boot_id():
+    """The kernel's boot id (one per host and boot), or None."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 def _connect(location):
     if location.startswith("unix:"):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -244,6 +271,7 @@ class Tool:
         self.cache = {}
         self.fetches = 0
         self.memfd_fetches = 0
+        self.local_fetches = 0
         self.tls_fetches = 0
         self.unverified_owners = 0
         self.memfd = memfd and hasattr(os, "memfd_create") and hasattr(socket, "send_fds")
@@ -459,6 +487,23 @@ class Tool:
         _, owner, var_id, size, location, _sig = r
         if not location:
             return self._fetch_relayed(r, delivery)
+        location, local = split_local(location)
+        if local is not None and self.memfd and local[0] == boot_id():
+            # Same host: the owner's Unix socket, a memfd; unreachable, the base location.
+            try:
+                s = _connect("unix:" + local[1])
+            except OSError:
+                s = None
+            if s is not None:
+                try:
+                    data = self._fetch_memfd(s, delivery, var_id, size)
+                    if data is not None:
+                        self.memfd_fetches += 1
+                        self.local_fetches += 1
+                        return data
+                    return self._stream_on(s, delivery, var_id, size)
+                finally:
+                    s.close()
         try:
             if location.startswith(TLS_PREFIX):
                 s = _pinned_connect(location)

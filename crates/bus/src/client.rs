@@ -160,7 +160,52 @@ pub enum Request {
     },
 }
 
-type Store = Arc<Mutex<HashMap<u64, Arc<Vec<u8>>>>>;
+/// A value an owner keeps: its term stream, and the sealed memfd holding it when the owner
+/// serves same-host consumers (made once at `put`, handed over as is).
+struct Stored {
+    bytes: crate::term::Bytes,
+    memfd: Option<std::os::fd::OwnedFd>,
+}
+
+type Store = Arc<Mutex<HashMap<u64, Arc<Stored>>>>;
+
+/// What separates a location from its same-host part: `BASE;local=BOOT_ID@/path/to/socket`
+/// (an owner serving TCP also listens on a Unix socket; a consumer on the same host — same
+/// kernel boot id — fetches there, as a memfd).
+pub const LOCAL: &str = ";local=";
+
+/// The kernel's boot id (one per host and boot), the same-host test of [`LOCAL`] locations.
+pub fn boot_id() -> Option<&'static str> {
+    static ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty() && !s.contains('@'))
+    })
+    .as_deref()
+}
+
+/// A location split into its base (TCP, TLS or Unix) and its same-host part (boot id, Unix
+/// socket path), if any.
+pub fn split_local(location: &str) -> (&str, Option<(&str, &str)>) {
+    match location.rsplit_once(LOCAL) {
+        Some((base, tail)) => match tail.split_once('@') {
+            Some((id, path)) if !path.is_empty() => (base, Some((id, path))),
+            _ => (base, None),
+        },
+        None => (location, None),
+    }
+}
+
+/// Removes the same-host socket file when the tool goes.
+struct LocalSocket(std::path::PathBuf);
+
+impl Drop for LocalSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
 
 /// Counts of a tool's transfers.
 #[derive(Debug, Clone, Copy, Default)]
@@ -173,6 +218,9 @@ pub struct ToolStats {
     pub cache_hits: u64,
     /// Of the fetches, those handed over as a memfd (same host, Unix socket).
     pub memfd_fetches: u64,
+    /// Of the memfd fetches, those found through a TCP or TLS owner's same-host socket
+    /// ([`LOCAL`]), chosen automatically.
+    pub local_fetches: u64,
     /// Of the fetches, those over TLS to an owner whose certificate matched its pin.
     pub tls_fetches: u64,
     /// Fetches refused because the owner was not verified ([`ClientError::OwnerUnverified`]).
@@ -203,6 +251,9 @@ pub struct Tool {
     pub arena: Arena,
     /// Transfer counts.
     pub stats: ToolStats,
+    /// Values go into a sealed memfd at `put` (the tool serves same-host consumers).
+    memfd_store: bool,
+    _local: Option<LocalSocket>,
 }
 
 fn write_frame(w: &Mutex<Stream>, f: &Frame) -> io::Result<()> {
@@ -221,6 +272,7 @@ impl Tool {
     pub fn connect(bus: &str, config: ToolConfig) -> Result<Tool, ClientError> {
         let store: Store = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
+        let mut local = None;
         let location = match &config.serve {
             None => String::new(),
             Some(ep) => {
@@ -241,8 +293,35 @@ impl Tool {
                     }
                     None => None,
                 };
-                let (store, config, stop) = (store.clone(), config.clone(), stop.clone());
-                thread::spawn(move || serve_values(l, server, store, config, stop));
+                let tcp = matches!(l, Listener::Tcp(_));
+                {
+                    let (store, config, stop) = (store.clone(), config.clone(), stop.clone());
+                    thread::spawn(move || serve_values(l, server, store, config, stop));
+                }
+                // A TCP owner also listens on a Unix socket, announced with the host's boot
+                // id: a consumer on the same host fetches there as a memfd, without copies
+                // (chosen automatically; other hosts use the TCP address).
+                if tcp && config.memfd {
+                    if let Some(id) = boot_id() {
+                        let path = std::env::temp_dir().join(format!(
+                            "viastack-owner-{}-{:x}.sock",
+                            std::process::id(),
+                            fresh_nonce()
+                        ));
+                        if let Ok(ul) = Listener::bind(&Endpoint::Unix(path.clone())) {
+                            use std::os::unix::fs::PermissionsExt;
+                            let _ = std::fs::set_permissions(
+                                &path,
+                                std::fs::Permissions::from_mode(0o600),
+                            );
+                            loc = format!("{loc}{LOCAL}{id}@{}", path.display());
+                            local = Some(LocalSocket(path));
+                            let (store, config, stop) =
+                                (store.clone(), config.clone(), stop.clone());
+                            thread::spawn(move || serve_values(ul, None, store, config, stop));
+                        }
+                    }
+                }
                 loc
             }
         };
@@ -310,13 +389,17 @@ impl Tool {
             next_var: 0,
             next_event: 0,
             cache: HashMap::new(),
-            config,
             stop,
             _ping: ping_keep,
             pending: Default::default(),
             relaying: HashMap::new(),
             arena,
             stats: ToolStats::default(),
+            memfd_store: config.memfd
+                && (local.is_some()
+                    || config.serve.as_deref().is_some_and(|s| s.starts_with("unix:"))),
+            _local: local,
+            config,
         })
     }
 
@@ -325,7 +408,8 @@ impl Tool {
         self.id
     }
 
-    /// Where it serves its values ("" when passive).
+    /// Where it serves its values ("" when passive; a TCP owner's same-host socket follows
+    /// [`LOCAL`]).
     pub fn location(&self) -> &str {
         &self.location
     }
@@ -473,6 +557,7 @@ impl Tool {
             self.relaying.remove(&var);
             return Ok(());
         };
+        let value = &value.bytes;
         let total = value.len();
         pos = pos.min(total);
         while pos < total && allowed > 0 {
@@ -611,14 +696,47 @@ impl Tool {
     /// kept here until the bus's FIN. A passive tool's reference has no location: consumers
     /// GET it through the bus, which relays to this tool's connection.
     pub fn put(&mut self, value: &Term) -> Term {
-        let bytes = saf::encode(value);
-        if bytes.len() <= self.threshold as usize {
+        let segments = saf::encode_segments(value);
+        let len: usize = segments
+            .iter()
+            .map(|s| match s {
+                saf::Segment::Own(v) => v.len(),
+                saf::Segment::Blob(b) => b.len(),
+            })
+            .sum();
+        if len <= self.threshold as usize {
             return value.clone();
         }
+        // Same-host consumers get it as a memfd: written once, here, straight from the term.
+        let mut stored = None;
+        if self.memfd_store {
+            match crate::memfd::sealed_segments(&segments) {
+                Ok((fd, bytes)) => {
+                    stored = Some(Stored {
+                        bytes,
+                        memfd: Some(fd),
+                    })
+                }
+                Err(e) => tracing::debug!("no memfd for a value: {e}"),
+            }
+        }
+        let stored = stored.unwrap_or_else(|| {
+            let mut out = Vec::with_capacity(len);
+            for s in &segments {
+                match s {
+                    saf::Segment::Own(v) => out.extend_from_slice(v),
+                    saf::Segment::Blob(b) => out.extend_from_slice(b),
+                }
+            }
+            Stored {
+                bytes: out.into(),
+                memfd: None,
+            }
+        });
         let var = self.fresh_var();
-        let size = bytes.len() as u64;
+        let size = len as u64;
         if let Ok(mut s) = self.store.lock() {
-            s.insert(var, Arc::new(bytes));
+            s.insert(var, Arc::new(stored));
         }
         let sig = self.arena.signature(value, 64);
         self.arena.reference(RefInfo {
@@ -651,16 +769,18 @@ impl Tool {
                         code: FailCode::UnknownVar,
                         detail: "own value already freed".into(),
                     })?;
-                saf::decode(&mut self.arena, &bytes)?
+                saf::decode_shared(&mut self.arena, &bytes.bytes)?
             } else {
                 let bytes = if r.location.is_empty() {
-                    self.fetch_relayed(&r, delivery)?
+                    self.fetch_relayed(&r, delivery)?.into()
                 } else {
                     self.fetch_direct(&r, delivery)?
                 };
                 self.stats.fetches += 1;
                 self.stats.fetched_bytes += bytes.len() as u64;
-                saf::decode(&mut self.arena, &bytes)?
+                // Large blobs stay where they arrived (the mapped memfd, or the fetched
+                // buffer): no copy.
+                saf::decode_shared(&mut self.arena, &bytes)?
             };
             self.cache.insert((r.owner, r.var), value);
         }
@@ -678,10 +798,15 @@ impl Tool {
     /// # Errors
     /// The transfer's failure; [`ClientError::OwnerUnverified`] when the owner's certificate
     /// does not match the reference's pin (or it serves plain TCP while this tool is on TLS).
-    pub fn fetch_direct(&mut self, r: &RefInfo, delivery: u64) -> Result<Vec<u8>, ClientError> {
+    pub fn fetch_direct(
+        &mut self,
+        r: &RefInfo,
+        delivery: u64,
+    ) -> Result<crate::term::Bytes, ClientError> {
         match fetch(r, delivery, &self.config) {
             Ok((bytes, how)) => {
-                self.stats.memfd_fetches += u64::from(how == How::Memfd);
+                self.stats.memfd_fetches += u64::from(matches!(how, How::Memfd | How::Local));
+                self.stats.local_fetches += u64::from(how == How::Local);
                 self.stats.tls_fetches += u64::from(how == How::Tls);
                 Ok(bytes)
             }
@@ -763,7 +888,7 @@ fn fetch_memfd(
     r: &RefInfo,
     delivery: u64,
     total: usize,
-) -> Result<Option<Vec<u8>>, ClientError> {
+) -> Result<Option<crate::term::Bytes>, ClientError> {
     let Stream::Unix(u) = &*s else {
         return Ok(None);
     };
@@ -808,7 +933,7 @@ fn fetch_memfd(
         } if var == r.var && t == r.size && data.is_empty() => {
             let fd =
                 fd.ok_or_else(|| ClientError::Protocol("memfd PUT without a descriptor".into()))?;
-            Ok(Some(crate::memfd::read_all(fd, total)?))
+            Ok(Some(crate::memfd::map_sealed(fd, total)?))
         }
         Frame::Fail {
             code: FailCode::Refused,
@@ -826,6 +951,8 @@ fn fetch_memfd(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum How {
     Memfd,
+    /// A memfd through a TCP/TLS owner's same-host socket.
+    Local,
     Tls,
     Stream,
 }
@@ -834,7 +961,36 @@ enum How {
 /// socket when both allow it, over TLS pinned to the owner's certificate for a `tls:`
 /// location, else streamed: GET with a window, PUT chunks, CREDIT as the window drains. The
 /// owner may not send more than the reference's size.
-fn fetch(r: &RefInfo, delivery: u64, config: &ToolConfig) -> Result<(Vec<u8>, How), ClientError> {
+fn fetch(
+    r: &RefInfo,
+    delivery: u64,
+    config: &ToolConfig,
+) -> Result<(crate::term::Bytes, How), ClientError> {
+    let (base, local) = split_local(&r.location);
+    // Same host (same boot id) and the owner's socket reachable: a memfd, no copy. Any
+    // failure to reach it falls back to the base location.
+    if let Some((id, path)) = local {
+        if config.memfd && Some(id) == boot_id() {
+            if let Ok(mut s) = Endpoint::Unix(path.into()).connect() {
+                let total =
+                    usize::try_from(r.size).map_err(|_| ClientError::Protocol("size".into()))?;
+                if let Some(bytes) = fetch_memfd(&mut s, r, delivery, total)? {
+                    let _ = s.write_all(
+                        &Frame::End {
+                            reason: "done".into(),
+                        }
+                        .to_bytes(),
+                    );
+                    return Ok((bytes, How::Local));
+                }
+                return Ok((stream_on(s, r, delivery, config)?.into(), How::Stream));
+            }
+        }
+    }
+    let r = &RefInfo {
+        location: base.into(),
+        ..r.clone()
+    };
     if config.memfd && r.location.starts_with("unix:") {
         let total = usize::try_from(r.size).map_err(|_| ClientError::Protocol("size".into()))?;
         let mut s = Endpoint::parse(&r.location).connect()?;
@@ -847,7 +1003,7 @@ fn fetch(r: &RefInfo, delivery: u64, config: &ToolConfig) -> Result<(Vec<u8>, Ho
             );
             return Ok((bytes, How::Memfd));
         }
-        return Ok((stream_on(s, r, delivery, config)?, How::Stream));
+        return Ok((stream_on(s, r, delivery, config)?.into(), How::Stream));
     }
     if r.location.starts_with(crate::owner_tls::PREFIX) {
         let unverified = |detail: String| ClientError::OwnerUnverified {
@@ -862,7 +1018,7 @@ fn fetch(r: &RefInfo, delivery: u64, config: &ToolConfig) -> Result<(Vec<u8>, Ho
             Err(crate::owner_tls::PinError::Unverified(why)) => return Err(unverified(why)),
             Err(crate::owner_tls::PinError::Io(e)) => return Err(e.into()),
         };
-        return Ok((stream_on(s, r, delivery, config)?, How::Tls));
+        return Ok((stream_on(s, r, delivery, config)?.into(), How::Tls));
     }
     if r.location.is_empty() {
         return Err(ClientError::Transfer {
@@ -877,7 +1033,7 @@ fn fetch(r: &RefInfo, delivery: u64, config: &ToolConfig) -> Result<(Vec<u8>, Ho
         });
     }
     let s = Endpoint::parse(&r.location).connect()?;
-    Ok((stream_on(s, r, delivery, config)?, How::Stream))
+    Ok((stream_on(s, r, delivery, config)?.into(), How::Stream))
 }
 
 /// A PUT frame's fixed part: length, kind, variable, offset, total.
@@ -1079,11 +1235,16 @@ fn serve_one(
             )?;
             continue;
         };
-        let total = value.len();
+        let total = value.bytes.len();
         if window == 0 {
-            // A memfd asked for (same host, Unix socket): PUT without data, memfd attached.
+            // A memfd asked for (same host, Unix socket): PUT without data, memfd attached
+            // (the one made at `put`, else one made now).
             let sent = match (unix, config.memfd) {
-                (Some(u), true) => crate::memfd::sealed(&value).and_then(|fd| {
+                (Some(u), true) => match &value.memfd {
+                    Some(fd) => fd.try_clone(),
+                    None => crate::memfd::sealed(&value.bytes),
+                }
+                .and_then(|fd| {
                     let head = Frame::Put {
                         var,
                         offset: 0,
@@ -1131,10 +1292,18 @@ fn serve_one(
             buf.extend_from_slice(&(pos as u64).to_be_bytes());
             buf.extend_from_slice(&(total as u64).to_be_bytes());
             s.write_all(&buf)?;
-            s.write_all(&value[pos..pos + n])?;
+            s.write_all(&value.bytes[pos..pos + n])?;
             pos += n;
             allowed -= n;
         }
     }
     Ok(())
+}
+
+/// A random number for the same-host socket's name.
+fn fresh_nonce() -> u64 {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 8];
+    let _ = ring::rand::SystemRandom::new().fill(&mut b);
+    u64::from_be_bytes(b)
 }

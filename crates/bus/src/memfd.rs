@@ -9,14 +9,23 @@
 //! attached; an owner that cannot (or will not) answers FAIL 2 and the consumer sends a normal
 //! GET on the same connection (streaming). Only Unix-socket locations ask.
 //!
-//! No `unsafe`: rustix's `memfd_create`, seals and `sendmsg`/`recvmsg` hand descriptors over as
-//! `OwnedFd`.
+//! **Read where it lies.** A consumer maps the received memfd read-only ([`map_sealed`]) and
+//! decodes its large blobs as slices of the mapping ([`crate::saf::decode_shared`]): the value
+//! crosses from owner to consumer with a single copy, the owner's write into the memfd (done
+//! once at `put` by an owner that serves same-host consumers, [`sealed_segments`]).
+//!
+//! `unsafe` in one place, [`map_sealed`]: mapping a file is unsafe because another process
+//! could change or shrink it under the mapping; the consumer maps only a memfd whose seals
+//! forbid both (checked before mapping), and never writes through the mapping. Everything else
+//! is safe code: rustix's `memfd_create`, seals and `sendmsg`/`recvmsg` hand descriptors over
+//! as `OwnedFd`.
 
 use std::fs::File;
 use std::io::{self, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 
+use crate::term::Bytes;
 use rustix::fs::{fcntl_add_seals, memfd_create, MemfdFlags, SealFlags};
 use rustix::net::{
     recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
@@ -40,6 +49,74 @@ pub fn sealed(bytes: &[u8]) -> io::Result<OwnedFd> {
         SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL,
     )?;
     Ok(fd)
+}
+
+/// A sealed memfd holding the concatenation of `segments` (a term stream written once, its
+/// large blobs straight from the term, [`crate::saf::encode_segments`]), and the same bytes
+/// mapped read-only (for the owner to stream to consumers on other hosts).
+///
+/// # Errors
+/// The kernel's (no memfd support, out of memory).
+pub fn sealed_segments(segments: &[crate::saf::Segment]) -> io::Result<(OwnedFd, Bytes)> {
+    let fd = memfd_create(
+        "viastack-bus-value",
+        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+    )?;
+    let mut f = File::from(fd);
+    let mut total = 0usize;
+    for s in segments {
+        let b: &[u8] = match s {
+            crate::saf::Segment::Own(v) => v,
+            crate::saf::Segment::Blob(b) => b,
+        };
+        f.write_all(b)?;
+        total += b.len();
+    }
+    let fd = OwnedFd::from(f);
+    fcntl_add_seals(
+        &fd,
+        SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL,
+    )?;
+    let bytes = map_sealed(fd.as_fd(), total)?;
+    Ok((fd, bytes))
+}
+
+/// A mapping kept alive by the bytes sliced from it.
+struct Mapped(memmap2::Mmap);
+
+impl AsRef<[u8]> for Mapped {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// The content of a sealed memfd of `total` bytes, mapped read-only (pages filled at once);
+/// refused unless its seals forbid writing and shrinking it.
+///
+/// # Errors
+/// Missing seals, a size other than `total`, or the kernel's.
+pub fn map_sealed(fd: impl AsFd, total: usize) -> io::Result<Bytes> {
+    let seals = rustix::fs::fcntl_get_seals(&fd)?;
+    if !seals.contains(SealFlags::WRITE | SealFlags::SHRINK) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "memfd not sealed against writing and shrinking",
+        ));
+    }
+    let f = File::from(fd.as_fd().try_clone_to_owned()?);
+    let size = f.metadata()?.len();
+    if size != total as u64 || total == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("memfd holds {size} bytes, {total} announced"),
+        ));
+    }
+    // SAFETY: the memfd is sealed against writes and shrinking (checked above; seals cannot be
+    // removed), so no process can change or truncate the mapped bytes while they are mapped;
+    // the mapping is read-only and private to this process.
+    #[allow(unsafe_code)]
+    let map = unsafe { memmap2::MmapOptions::new().len(total).populate().map(&f)? };
+    Ok(Bytes::from_shared(std::sync::Arc::new(Mapped(map))))
 }
 
 /// Sends `frame` (whole) on the Unix socket `sock` with `fd` attached.

@@ -31,7 +31,7 @@ use std::collections::HashMap;
 
 use thiserror::Error;
 
-use crate::term::{Arena, Kind, Node, RefInfo, Term, MAX_DEPTH};
+use crate::term::{Arena, Bytes, Kind, Node, RefInfo, Term, MAX_DEPTH};
 
 /// The stream's first three bytes: "VB" and the format version.
 pub const MAGIC: [u8; 3] = [0x56, 0x42, 0x01];
@@ -129,8 +129,39 @@ pub fn encode(t: &Term) -> Vec<u8> {
     out
 }
 
+/// A piece of a term stream: bytes of its own, or a large blob's bytes as they are.
+pub enum Segment {
+    /// Encoded bytes.
+    Own(Vec<u8>),
+    /// A blob's content (at least [`SHARE_MIN`] bytes), not copied.
+    Blob(Bytes),
+}
+
+/// [`encode`] as a list of segments whose concatenation is the stream, without copying the
+/// large blobs (a same-host owner writes them once, straight into its memfd,
+/// [`crate::memfd::sealed_segments`]).
+pub fn encode_segments(t: &Term) -> Vec<Segment> {
+    let mut segs = Vec::new();
+    let mut out = MAGIC.to_vec();
+    encode_with(t, &mut out, &mut |out, b| {
+        if b.len() >= SHARE_MIN {
+            segs.push(Segment::Own(std::mem::take(out)));
+            segs.push(Segment::Blob(b.clone()));
+        } else {
+            out.extend_from_slice(b);
+        }
+    });
+    segs.push(Segment::Own(out));
+    segs
+}
+
 /// Appends the node encoding of `t` (no magic) to `out`.
 pub fn encode_into(t: &Term, out: &mut Vec<u8>) {
+    encode_with(t, out, &mut |out, b| out.extend_from_slice(b));
+}
+
+/// The encoder; `blob` appends a blob's content (after its tag and length).
+fn encode_with(t: &Term, out: &mut Vec<u8>, blob: &mut dyn FnMut(&mut Vec<u8>, &Bytes)) {
     let mut index: HashMap<*const Node, u64> = HashMap::new();
     let mut stack: Vec<&Term> = vec![t];
     while let Some(t) = stack.pop() {
@@ -168,7 +199,7 @@ pub fn encode_into(t: &Term, out: &mut Vec<u8>) {
             Kind::Blob(b) => {
                 out.push(0x07);
                 put_varint(out, b.len() as u64);
-                out.extend_from_slice(b);
+                blob(out, b);
             }
             Kind::Annot { annos, .. } => {
                 out.push(0x08);
@@ -278,10 +309,28 @@ impl Reader<'_> {
 /// # Errors
 /// [`SafError`] naming the first offending byte.
 pub fn decode(arena: &mut Arena, bytes: &[u8]) -> Result<Term, SafError> {
+    decode_in(arena, bytes, None)
+}
+
+/// Blobs at least this long are sliced out of a shared stream by [`decode_shared`] rather
+/// than copied (smaller ones are copied: they should not keep a large buffer alive).
+pub const SHARE_MIN: usize = 64 * 1024;
+
+/// [`decode`] of a stream held in shared bytes (a mapped memfd, [`crate::memfd`]): its large
+/// blobs ([`SHARE_MIN`] bytes or more) are slices of `bytes`, not copies — the value a
+/// same-host owner handed over is read where it lies.
+///
+/// # Errors
+/// [`SafError`] naming the first offending byte.
+pub fn decode_shared(arena: &mut Arena, bytes: &Bytes) -> Result<Term, SafError> {
+    decode_in(arena, bytes, Some(bytes))
+}
+
+fn decode_in(arena: &mut Arena, bytes: &[u8], shared: Option<&Bytes>) -> Result<Term, SafError> {
     if bytes.get(..3) != Some(&MAGIC[..]) {
         return Err(SafError::Magic);
     }
-    let (t, used) = decode_node(arena, &bytes[3..])?;
+    let (t, used) = decode_node_in(arena, &bytes[3..], shared.map(|b| (b, 3)))?;
     if used + 3 != bytes.len() {
         return Err(SafError::Trailing {
             extra: bytes.len() - used - 3,
@@ -296,6 +345,15 @@ pub fn decode(arena: &mut Arena, bytes: &[u8]) -> Result<Term, SafError> {
 /// # Errors
 /// [`SafError`] naming the first offending byte.
 pub fn decode_node(arena: &mut Arena, bytes: &[u8]) -> Result<(Term, usize), SafError> {
+    decode_node_in(arena, bytes, None)
+}
+
+/// `shared`: the buffer `bytes` lies in and at which offset, to slice large blobs from.
+fn decode_node_in(
+    arena: &mut Arena,
+    bytes: &[u8],
+    shared: Option<(&Bytes, usize)>,
+) -> Result<(Term, usize), SafError> {
     let mut r = Reader { buf: bytes, pos: 0 };
     let mut table: Vec<Option<Term>> = Vec::new();
     let mut stack: Vec<Frame> = Vec::new();
@@ -330,8 +388,20 @@ pub fn decode_node(arena: &mut Arena, bytes: &[u8]) -> Result<(Term, usize), Saf
                 done = Some(arena.make(Kind::Str(s)));
             }
             0x07 => {
-                let b = r.bytes()?;
-                done = Some(arena.blob(b));
+                let n = r.bytes()?.len();
+                let end = r.pos;
+                let start = end - n;
+                let b = &bytes[start..end];
+                let sliced = match shared {
+                    Some((whole, base)) if b.len() >= SHARE_MIN => {
+                        whole.slice(base + start..base + end)
+                    }
+                    _ => None,
+                };
+                done = Some(match sliced {
+                    Some(s) => arena.blob(s),
+                    None => arena.blob(b),
+                });
             }
             0x09 => {
                 let name = r.str()?;

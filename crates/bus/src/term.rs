@@ -71,6 +71,100 @@ pub struct RefInfo {
     pub sig: Term,
 }
 
+/// A blob's bytes: a `Vec` moved in without a copy, or a slice of a shared read-only buffer
+/// (the mapped memfd a same-host owner handed over, [`crate::memfd`]): cloning and slicing
+/// share, never copy. Dereferences to `[u8]`.
+#[derive(Clone)]
+pub struct Bytes {
+    owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    start: usize,
+    end: usize,
+}
+
+impl Bytes {
+    /// The whole of a shared buffer.
+    pub fn from_shared(owner: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Bytes {
+        let end = (*owner).as_ref().len();
+        Bytes {
+            owner,
+            start: 0,
+            end,
+        }
+    }
+
+    /// The bytes `range` of these (the same buffer, no copy); `None` when out of bounds.
+    pub fn slice(&self, range: std::ops::Range<usize>) -> Option<Bytes> {
+        if range.start > range.end || range.end > self.len() {
+            return None;
+        }
+        Some(Bytes {
+            owner: self.owner.clone(),
+            start: self.start + range.start,
+            end: self.start + range.end,
+        })
+    }
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        (*self.owner)
+            .as_ref()
+            .get(self.start..self.end)
+            .unwrap_or_default()
+    }
+}
+
+impl AsRef<[u8]> for Bytes {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl PartialEq for Bytes {
+    fn eq(&self, other: &Bytes) -> bool {
+        self[..] == other[..]
+    }
+}
+
+impl Eq for Bytes {}
+
+impl fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Bytes({} bytes)", self.len())
+    }
+}
+
+impl From<Vec<u8>> for Bytes {
+    fn from(v: Vec<u8>) -> Bytes {
+        Bytes::from_shared(Arc::new(v))
+    }
+}
+
+impl From<&[u8]> for Bytes {
+    fn from(v: &[u8]) -> Bytes {
+        Bytes::from(v.to_vec())
+    }
+}
+
+impl<const N: usize> From<[u8; N]> for Bytes {
+    fn from(v: [u8; N]) -> Bytes {
+        Bytes::from(v.to_vec())
+    }
+}
+
+impl From<&Vec<u8>> for Bytes {
+    fn from(v: &Vec<u8>) -> Bytes {
+        Bytes::from(v.clone())
+    }
+}
+
+impl From<Arc<[u8]>> for Bytes {
+    fn from(v: Arc<[u8]>) -> Bytes {
+        Bytes::from_shared(Arc::new(v))
+    }
+}
+
 /// The kinds of terms.
 #[derive(Clone)]
 pub enum Kind {
@@ -91,8 +185,8 @@ pub enum Kind {
     List(Box<[Term]>),
     /// A placeholder `<type>`.
     Placeholder(Term),
-    /// Uninterpreted bytes.
-    Blob(Arc<[u8]>),
+    /// Uninterpreted bytes (on the heap, or a slice of a shared buffer: [`Bytes`]).
+    Blob(Bytes),
     /// A term with annotations.
     Annot {
         /// The annotated term.
@@ -148,7 +242,7 @@ impl Kind {
                 }
             }
             Kind::Placeholder(t) => h.write_u64(t.0.hash),
-            Kind::Blob(b) => b.hash(&mut h),
+            Kind::Blob(b) => b[..].hash(&mut h),
             Kind::Annot { term, annos } => {
                 h.write_u64(term.0.hash);
                 for a in annos.iter() {
@@ -180,7 +274,7 @@ impl PartialEq for Kind {
             (Kind::Appl { fun: f, args: a }, Kind::Appl { fun: g, args: b }) => f == g && a == b,
             (Kind::List(a), Kind::List(b)) => a == b,
             (Kind::Placeholder(a), Kind::Placeholder(b)) => a == b,
-            (Kind::Blob(a), Kind::Blob(b)) => a == b,
+            (Kind::Blob(a), Kind::Blob(b)) => a[..] == b[..],
             (Kind::Annot { term: t, annos: a }, Kind::Annot { term: u, annos: b }) => {
                 t == u && a == b
             }
@@ -233,7 +327,7 @@ impl Term {
     }
 
     /// The blob, if this is one.
-    pub fn as_blob(&self) -> Option<&Arc<[u8]>> {
+    pub fn as_blob(&self) -> Option<&Bytes> {
         match self.strip().kind() {
             Kind::Blob(b) => Some(b),
             _ => None,
@@ -540,7 +634,7 @@ impl Arena {
         self.make(Kind::Placeholder(t))
     }
     /// A blob.
-    pub fn blob(&mut self, bytes: impl Into<Arc<[u8]>>) -> Term {
+    pub fn blob(&mut self, bytes: impl Into<Bytes>) -> Term {
         self.make(Kind::Blob(bytes.into()))
     }
     /// `term{annos}`; the term itself when `annos` is empty.

@@ -86,6 +86,8 @@ fn run(bus_at: &str, serve_at: Option<String>, serve_at2: Option<String>) {
 
     let consumer = thread::spawn(move || {
         let mut cfg = ToolConfig::new("consumer");
+        // Over TCP: the same-host memfd path is tested in tests/memfd.rs.
+        cfg.memfd = false;
         cfg.serve = serve_at2;
         cfg.window = 1 << 20; // forces CREDIT frames: 20 MB through a 1 MB window
         let mut t = Tool::connect(&ep, cfg).unwrap();

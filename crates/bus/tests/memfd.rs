@@ -30,6 +30,11 @@ toolbus(Main)
 const SIZE: usize = 5_000_000;
 
 fn run(tag: &str, owner_memfd: bool, consumer_memfd: bool) -> ToolStats {
+    run_at(tag, owner_memfd, consumer_memfd, false)
+}
+
+/// `tcp_owner`: the owner serves on TCP (the default), not on a Unix socket.
+fn run_at(tag: &str, owner_memfd: bool, consumer_memfd: bool, tcp_owner: bool) -> ToolStats {
     let dir = std::env::temp_dir().join(format!("viastack-memfd-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut arena = Arena::new();
@@ -52,7 +57,11 @@ fn run(tag: &str, owner_memfd: bool, consumer_memfd: bool) -> ToolStats {
     let (ep1, owner_at) = (ep.clone(), format!("unix:{}", dir.join("owner").display()));
     let producer = thread::spawn(move || {
         let mut cfg = ToolConfig::new("producer");
-        cfg.serve = Some(owner_at);
+        cfg.serve = Some(if tcp_owner {
+            "127.0.0.1:0".to_string()
+        } else {
+            owner_at
+        });
         cfg.memfd = owner_memfd;
         let mut t = Tool::connect(&ep1, cfg).unwrap();
         loop {
@@ -110,6 +119,38 @@ fn run(tag: &str, owner_memfd: bool, consumer_memfd: bool) -> ToolStats {
 fn same_host_value_comes_as_a_sealed_memfd() {
     let s = run("both", true, true);
     assert_eq!((s.fetches, s.memfd_fetches), (1, 1));
+}
+
+/// The default owner serves TCP; on the same host (same boot id) a consumer finds its Unix
+/// socket in the location and gets a memfd, without being told to.
+#[test]
+fn a_tcp_owner_on_the_same_host_hands_over_a_memfd_automatically() {
+    let s = run_at("tcp-both", true, true, true);
+    assert_eq!((s.fetches, s.memfd_fetches, s.local_fetches), (1, 1, 1));
+}
+
+/// A TCP owner without memfd announces no same-host socket: TCP, as across hosts.
+#[test]
+fn a_tcp_owner_without_memfd_streams_over_tcp() {
+    let s = run_at("tcp-owner-off", false, true, true);
+    assert_eq!((s.fetches, s.memfd_fetches, s.local_fetches), (1, 0, 0));
+}
+
+/// Locations with a same-host part: split, and a boot id other than this host's or a socket
+/// that is not there leaves the TCP address (the fallback across hosts).
+#[test]
+fn a_same_host_part_is_split_off_the_location() {
+    use viastack_bus::client::split_local;
+    assert_eq!(
+        split_local("127.0.0.1:5;local=abc@/tmp/x.sock"),
+        ("127.0.0.1:5", Some(("abc", "/tmp/x.sock")))
+    );
+    assert_eq!(
+        split_local("tls:h:5;sha256=00ff;local=abc@/s"),
+        ("tls:h:5;sha256=00ff", Some(("abc", "/s")))
+    );
+    assert_eq!(split_local("127.0.0.1:5"), ("127.0.0.1:5", None));
+    assert_eq!(split_local("unix:/a;local=abc"), ("unix:/a", None));
 }
 
 #[test]

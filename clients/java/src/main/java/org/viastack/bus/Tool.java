@@ -486,10 +486,22 @@ public final class Tool implements AutoCloseable {
     }
 
     /**
+     * A location without its same-host part: a Rust owner serving TCP also announces a Unix
+     * socket as {@code BASE;local=BOOT_ID@/path}, where same-host consumers get the value as a
+     * memfd passed with SCM_RIGHTS. The JDK cannot receive a descriptor over a Unix socket
+     * (no SCM_RIGHTS without native code), so this client always fetches at BASE (TCP or TLS).
+     */
+    static String baseLocation(String location) {
+        int at = location.lastIndexOf(";local=");
+        return at < 0 ? location : location.substring(0, at);
+    }
+
+    /**
      * A connection to an owner: TLS accepting only the certificate a {@code tls:} location
      * pins; on a TLS bus, a plain TCP owner is refused unless {@link Config#plainOwners}.
      */
     private Conn connectOwner(String location) throws IOException {
+        location = baseLocation(location);
         if (location.startsWith(Tls.PREFIX)) {
             Object[] parsed = Tls.parseLocation(location);
             if (parsed == null) {

@@ -46,6 +46,17 @@ class VectorsTest {
         return out;
     }
 
+    /**
+     * A Rust owner's location with its same-host part: the Java client (which cannot receive a
+     * memfd: the JDK has no SCM_RIGHTS) fetches at the base, TCP or TLS.
+     */
+    @Test
+    void sameHostPartOfALocationIsSplitOff() {
+        assertEquals("127.0.0.1:5", Tool.baseLocation("127.0.0.1:5;local=abc@/tmp/x.sock"));
+        assertEquals("tls:h:5;sha256=00ff", Tool.baseLocation("tls:h:5;sha256=00ff;local=abc@/s"));
+        assertEquals("127.0.0.1:5", Tool.baseLocation("127.0.0.1:5"));
+    }
+
     @Test
     @SuppressWarnings("unchecked")
     void validFramesDecodeToTheirFieldsAndReencode() throws Exception {
