@@ -35,7 +35,7 @@ pub const DEDUP: LayerKind = LayerKind {
                 max: 1 << 20,
             },
             default: Some("1024"),
-            doc: "ids remembered per sender, rounded up to a multiple of 64 (issue 3 §2: 1024, \
+            doc: "ids remembered per sender, rounded up to a multiple of 64 (1024: \
                   128 bytes per sender; RFC 6479 §1 argues for windows of this order)",
         },
         ParamSpec {
@@ -265,7 +265,7 @@ pub const COMPRESS: LayerKind = LayerKind {
             name: "threshold",
             kind: ParamKind::Bytes,
             default: Some("256"),
-            doc: "smallest message compressed (issue 3 §2: 256 B; below it LZ4's per-sequence \
+            doc: "smallest message compressed (256 B: below it LZ4's per-sequence \
                   overhead leaves little to gain)",
         },
         ParamSpec {
@@ -273,7 +273,7 @@ pub const COMPRESS: LayerKind = LayerKind {
             kind: ParamKind::Bytes,
             default: Some("\"16MiB\""),
             doc: "largest uncompressed size a receiver accepts, the bound of its allocation \
-                  per message (issue 3 §2: 16 MiB)",
+                  per message (16 MiB)",
         },
     ],
     one_of: &[],

@@ -190,7 +190,7 @@ fn build_interface(name: &str, params: &Params, _env: &BuildEnv) -> Result<Layer
 /// `mcast-reliable`: reliable multicast.
 pub const MCAST_RELIABLE: LayerKind = LayerKind {
     name: "mcast-reliable",
-    doc: "Reliable multicast (seed 004's Reliable Multicast component; issue 17 §1): \
+    doc: "Reliable multicast (seed 004's Reliable Multicast component): \
           receiver-initiated NACKs after a random back-off (≤ 50 ms), suppressed when another \
           receiver on the link asked, repeated every 200 ms until repaired; repair from the \
           nearest upstream holder — every router on the tree keeps a bounded repair cache of \

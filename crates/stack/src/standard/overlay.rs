@@ -332,7 +332,7 @@ fn build_overlay(name: &str, params: &Params, env: &BuildEnv) -> Result<LayerRef
 /// `messagestore`: delivery services run per message above the overlay (issue 16 §3).
 pub const MESSAGESTORE: LayerKind = LayerKind {
     name: "messagestore",
-    doc: "MessageStore (seed 000 §4.3, issue 16 §3): runs a delivery service written in SCXML \
+    doc: "MessageStore (seed 000 §4.3): runs a delivery service written in SCXML \
           (`specs/*.scxml`, seed 000 §5.1.2) above an `overlay` layer, one service instance per \
           (ServiceID, MessageID). An application message becomes a Payload message of the \
           service rooted at its sender; before each message or timer the layer asks the \

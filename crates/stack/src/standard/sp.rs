@@ -44,7 +44,7 @@ pub const SP: LayerKind = LayerKind {
             name: "fec_group",
             kind: ParamKind::Int { min: 1, max: 64 },
             default: Some("4"),
-            doc: "data blocks per XOR parity block in checksummed mode (issue 4: k configurable)",
+            doc: "data blocks per XOR parity block in checksummed mode (k; one parity block repairs one lost block of its group)",
         },
         ParamSpec {
             name: "attempts",
