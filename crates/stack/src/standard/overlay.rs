@@ -350,8 +350,8 @@ pub const MESSAGESTORE: LayerKind = LayerKind {
           `full`), `queue` data messages and `queue` control inputs waiting for their tree \
           (the seed's DataBuffer and ControlBuffer: a flood of one cannot push out the other; \
           the oldest is evicted, counted `data_queue_evicted` / `control_queue_evicted`). Several services may run side by side, keyed by ServiceID (the \
-          application's messages use the first). Services are deployed at run time (issue 16 \
-          §4): a node getting a message for a ServiceID it lacks holds it (at most \
+          application's messages use the first). Services are deployed at run time (seed \
+          000 §4.3.2): a node getting a message for a ServiceID it lacks holds it (at most \
           `fetch_queue` messages, the oldest dropped) and asks the message's previous hop, \
           its source, its neighbours and the `server` for the spec (`spec_request_sent`); the \
           spec bundle (text, SHA-256, optional Ed25519 signature from `FILE.sig`) is verified \
