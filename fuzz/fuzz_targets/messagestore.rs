@@ -3,6 +3,8 @@
 //! `SPEC_REQUEST` / `SPEC_RESPONSE`), whether inside a message or alone, and reassembling a
 //! decoded chunk never panics. A batch (several messages for one next hop) decodes only when
 //! all of its framing holds; its messages encode back to the same batch.
+//! Repairs (MessageType 0xFA) and their acknowledgements (0xF9) are messages of this format:
+//! covered by the same decoder.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

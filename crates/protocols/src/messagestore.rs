@@ -449,27 +449,47 @@ pub fn encode(m: &SMsg) -> Vec<u8> {
 /// Encodes a service message with its root's hypercube label when there is one (version 2,
 /// the RootLabel after the SequenceNumber), else as [`encode`] (version 1).
 pub fn encode_labelled(m: &SMsg, root_label: Option<HcLabel>) -> Vec<u8> {
-    let p = m.payload.as_deref();
-    let mut b = Vec::with_capacity(53 + p.map_or(0, <[u8]>::len));
-    b.push(if root_label.is_some() { 2 } else { 1 });
-    b.extend_from_slice(&m.service_id.to_be_bytes());
-    b.extend_from_slice(&m.message_id.to_be_bytes());
-    b.push(m.message_type);
-    b.push(m.delivery_mode);
-    b.push(m.hop_limit);
-    for v in [m.source.0, m.destination.0, m.root.0, m.seq] {
-        b.extend_from_slice(&v.to_be_bytes());
+    let (h, n) = header(m, root_label);
+    let p = m.payload.as_deref().unwrap_or(&[]);
+    let mut b = Vec::with_capacity(n + p.len());
+    b.extend_from_slice(&h[..n]);
+    b.extend_from_slice(p);
+    b
+}
+
+/// The bytes of [`encode_labelled`] before the payload (up to and with the payload flag):
+/// the buffer and how many of its bytes are used (49, or 53 with a root label).
+fn header(m: &SMsg, root_label: Option<HcLabel>) -> ([u8; 53], usize) {
+    let mut h = [0u8; 53];
+    h[0] = if root_label.is_some() { 2 } else { 1 };
+    h[1..5].copy_from_slice(&m.service_id.to_be_bytes());
+    h[5..13].copy_from_slice(&m.message_id.to_be_bytes());
+    h[13] = m.message_type;
+    h[14] = m.delivery_mode;
+    h[15] = m.hop_limit;
+    for (i, v) in [m.source.0, m.destination.0, m.root.0, m.seq]
+        .into_iter()
+        .enumerate()
+    {
+        h[16 + 8 * i..24 + 8 * i].copy_from_slice(&v.to_be_bytes());
     }
+    let mut n = 48;
     if let Some(l) = root_label {
-        b.extend_from_slice(&l.value().to_be_bytes());
+        h[48..52].copy_from_slice(&l.value().to_be_bytes());
+        n = 52;
     }
-    match p {
-        Some(p) => {
-            b.push(1);
-            b.extend_from_slice(p);
-        }
-        None => b.push(0),
-    }
+    h[n] = u8::from(m.payload.is_some());
+    (h, n + 1)
+}
+
+/// [`encode_labelled`] straight into a kernel message, with room in front for the headers of
+/// the layers below (a payload is copied once, not into a vector and then into the message).
+fn encode_message(m: &SMsg, root_label: Option<HcLabel>) -> Message {
+    let (h, n) = header(m, root_label);
+    let p = m.payload.as_deref().unwrap_or(&[]);
+    let mut b = Message::with_capacity(viastack_kernel::message::DEFAULT_HEADROOM, n + p.len());
+    b.extend_from_slice(&h[..n]);
+    b.extend_from_slice(p);
     b
 }
 
@@ -691,7 +711,9 @@ pub struct MessageStoreSession {
     next_token: u64,
     next_message: u64,
     /// The root of each instance's tree (for its timers).
-    roots: BTreeMap<(u32, u64), NodeId>,
+    /// (A hash table: thousands of instances live at 1,000 multicasts/s, and a B-tree
+    /// lookup per step was a visible share of it; only looked up, never walked in order.)
+    roots: std::collections::HashMap<(u32, u64), NodeId, foldhash::fast::RandomState>,
     /// The next hops of the send being performed (kept for its allocation).
     targets: Vec<NodeId>,
     /// Armed instance timers ([`Timers`]). One kernel timer stands for all of them
@@ -961,7 +983,7 @@ impl MessageStoreSession {
             verify: VecDeque::new(),
             next_token: 0,
             next_message: 0,
-            roots: BTreeMap::new(),
+            roots: std::collections::HashMap::default(),
             targets: Vec::new(),
             timers: Timers::default(),
             armed: None,
@@ -1357,7 +1379,14 @@ impl MessageStoreSession {
         if !self.held.get(&key).is_some_and(Held::outstanding) {
             self.held.remove(&key);
         }
-        self.roots.remove(&Timers::key(key));
+        if self.roots.remove(&Timers::key(key)).is_some() {
+            // Gives back the room of a table that emptied (a burst of instances ended); each
+            // shrink follows a halving, so its cost is constant per instance.
+            let (n, cap) = (self.roots.len(), self.roots.capacity());
+            if cap > 64 && 4 * n < cap {
+                self.roots.shrink_to(2 * n);
+            }
+        }
         self.timers.forget(key);
     }
 
@@ -1709,8 +1738,13 @@ impl MessageStoreSession {
     /// One datagram's worth of bytes to `to`, down the channel (copied once, with room in
     /// front for the headers of the layers below).
     fn emit(&mut self, ctx: &mut Context<'_>, to: NodeId, bytes: &[u8]) {
+        self.emit_message(ctx, to, Message::from_payload(bytes));
+    }
+
+    /// One datagram to `to`, down the channel.
+    fn emit_message(&mut self, ctx: &mut Context<'_>, to: NodeId, message: Message) {
         let Some(channel) = self.channel else { return };
-        let s = Sendable::new(self.node, Dest::Node(to), Message::from_payload(bytes));
+        let s = Sendable::new(self.node, Dest::Node(to), message);
         ctx.go(Event::sendable(SENDABLE.id(), Direction::Down, channel, s));
     }
 
@@ -1899,10 +1933,29 @@ impl MessageStoreSession {
                 if m.delivery_mode == 1 && m.message_type == PAYLOAD_TYPE && m.payload.is_some() {
                     self.hold(ctx, &m, &targets);
                 }
+                let label = node_of(m.root).and_then(|r| self.label_of(r));
                 if targets.is_empty() {
                     ctx.count("no_target");
+                } else if header(&m, label).1 + m.payload.as_deref().map_or(0, <[u8]>::len)
+                    > BATCH_ENTRY_MAX
+                {
+                    // A payload: leaves at once to each target (as `transmit` sends it),
+                    // encoded once into a kernel message, copied for all but the last.
+                    ctx.count_n("sent", targets.len() as u64);
+                    let mut message = Some(encode_message(&m, label));
+                    for (i, &t) in targets.iter().enumerate() {
+                        self.flush_to(ctx, t);
+                        let one = if i + 1 == targets.len() {
+                            message.take()
+                        } else {
+                            message.clone()
+                        };
+                        if let Some(one) = one {
+                            self.emit_message(ctx, t, one);
+                        }
+                    }
                 } else {
-                    let bytes = self.encode_for(&m);
+                    let bytes = encode_labelled(&m, label);
                     ctx.count_n("sent", targets.len() as u64);
                     for &t in &targets {
                         self.transmit(ctx, t, &bytes);
@@ -2493,8 +2546,9 @@ impl MessageStoreSession {
             }
             Direction::Up => {
                 let from = s.source;
-                let bytes = std::mem::take(&mut s.message).into_vec();
-                self.on_network(ctx, from, &bytes);
+                // Read in place: `into_vec` would move the bytes to the front first.
+                let message = std::mem::take(&mut s.message);
+                self.on_network(ctx, from, message.as_slice());
             }
         }
     }
