@@ -48,6 +48,14 @@
 //!    deliver the same messages in V (a member delivered at most its digest, the cut is the
 //!    maximum of the digests, and every survivor delivers up to the cut).
 //!
+//! With every `FlushOk` in, a coordinator whose proposal left out a member of the current
+//! view on a suspicion since withdrawn (an `Alive` came: its heartbeats were only lost) does
+//! not install the view without it but proposes anew with it (counted `vsync.flush_renewed`):
+//! the member would otherwise leave the view for nothing and come back by a merge ≈ 1 s
+//! later (issue 18: under 20 % loss, ten heartbeats lost in a row on one link excluded a live
+//! member 4 s after the last fault, past the liveness bound). A member suspected again during
+//! the new flush is left out of it as before.
+//!
 //! A member stuck in a flush for `2 × flush_timeout` returns to its old view (its coordinator
 //! died): it may then not install that proposal any more, which is safe — only members that
 //! install the same two views in a row are bound by virtual synchrony.
@@ -81,7 +89,7 @@
 //! [`crate::wire::Pdu`], docs/WIRE.md "Group communication". Counters: `vsync.sent`,
 //! `vsync.delivered`, `vsync.retransmitted`, `vsync.naks`, `vsync.duplicate`, `vsync.beyond_window`,
 //! `vsync.other_view`, `vsync.not_member`, `vsync.malformed`, `vsync.views`, `vsync.flushes`,
-//! `vsync.flush_abandoned`, `vsync.refused`, `vsync.queued`, `vsync.stable_dropped`,
+//! `vsync.flush_abandoned`, `vsync.flush_renewed`, `vsync.refused`, `vsync.queued`, `vsync.stable_dropped`,
 //! `vsync.superseded`, `vsync.view_control` (datagrams of the flush: `Flush`, `FlushOk`,
 //! `FlushNo`, `NewView`), `vsync.local_stall` (a tick more than two periods late: this member
 //! was not running; the others' silence meanwhile and its own flush deadlines are moved on by
@@ -1068,6 +1076,26 @@ impl VsyncSession {
         if p.oks.len() < p.members.len() {
             return;
         }
+        // A member of the current view left out of this proposal on a suspicion that has
+        // since been withdrawn (`Alive`: its heartbeats were only lost, e.g. ten in a row on a
+        // link with 20 % loss) is wanted again: propose anew with it rather than install a
+        // view without it, which it would leave only by a merge ≈ 1 s later — a view change
+        // for nothing, and a liveness miss (issue 18, `lwg_move` total order, seed 533).
+        let proposed = p.members.clone();
+        let now = ctx.now();
+        let desired = self.desired(now);
+        if desired
+            .iter()
+            .any(|m| self.store.members.contains(m) && !proposed.contains(m))
+        {
+            self.proposal = None;
+            ctx.count("flush_renewed");
+            self.propose(desired, ctx);
+            return;
+        }
+        let Some(p) = &mut self.proposal else {
+            return;
+        };
         // Every member answered: compute one cut per old view.
         let mut cuts: BTreeMap<ViewId, Cut> = BTreeMap::new();
         for (m, (old, digest)) in &p.oks {
