@@ -8,7 +8,12 @@
 //! on the flat machine (`service::flat`, issue 15 §2: the fast path of a service loaded at run
 //! time) live in that service's own map, MessageID → (atomic state, history), one probe per
 //! input, and their steps run the load-time-resolved fast ops (every send building its message
-//! in one scratch message the store reuses); their histories are recycled.
+//! in one scratch message the store reuses); their histories are recycled. The usual input of
+//! such a service (its MessageType or TimerIdentifier triggers one basic event, the chart has
+//! [`Cell`]s) is handled from its load-time [`Route`](super::flat::Route) (issue 15 §2, eighth
+//! round, docs/spec-format.md): one route read, one probe, the history record, one cell read,
+//! and the cell's step; the first message of an id is created from the route out of line, and
+//! every other input takes the general path (matcher, plans, `flat_step`) out of line.
 //! A pool of instances can be pre-built (the seed's pre-allocation of FSMs, §6.3.4.1) so the
 //! first messages do not pay for construction.
 //!
