@@ -959,10 +959,15 @@ impl Store {
             }
             return self.flat_timer_slow(now, si, key, id, net);
         }
-        let Some(inst) = self.flat.get_mut(si).and_then(|x| x.get_mut(&key.message)) else {
+        let Some(instances) = self.flat.get_mut(si) else {
             return Ok(());
         };
-        let FlatInst { state, hist, .. } = inst;
+        // One probe: the entry also ends the instance when its step does.
+        let std::collections::hash_map::Entry::Occupied(mut entry) = instances.entry(key.message)
+        else {
+            return Ok(());
+        };
+        let FlatInst { state, hist, .. } = entry.get_mut();
         if route.logic {
             svc.logic
                 .record(&mut hist.logic, route.event, now, None, id);
@@ -990,7 +995,11 @@ impl Store {
             net,
         );
         if ended {
-            self.flat_end(si, key.message);
+            let f = entry.remove();
+            self.flat_live -= 1;
+            if let Some(spare) = self.recycled.get_mut(si) {
+                recycle(spare, f);
+            }
         }
         Ok(())
     }
@@ -1074,6 +1083,19 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// Keeps the history of an ended flat instance for the next one (its datamodel's variables
+/// dropped; out of line).
+#[inline(never)]
+fn recycle(spare: &mut Vec<History>, f: FlatInst) {
+    let FlatInst { mut hist, vars, .. } = f;
+    if vars.is_empty() {
+        // Nothing to free (a chart without a datamodel).
+        std::mem::forget(vars);
+    }
+    hist.reset();
+    spare.push(hist);
 }
 
 /// A routed input past its history record: where its cell is and what its step's context
