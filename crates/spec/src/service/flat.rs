@@ -17,7 +17,9 @@
 //! an instance is one state number and an event is one table read (issue 15 §2). Per basic
 //! event, an [`EventPlan`] resolves what an input of that event alone does besides its step
 //! (history slot, direct keyed-index record, the composites some state takes), and a send's
-//! constant one-byte writes are split from its other writes ([`SendOp`]).
+//! constant one-byte writes are split from its other writes ([`SendOp`]). Per MessageType and
+//! per TimerIdentifier, a [`Route`] joins the matcher's answer, the event's plan and where its
+//! [`Cell`]s start, so the store reads one entry per input (issue 15 §2, eighth round).
 //!
 //! [`Flat::compile`] accepts a chart only when the flat run is indistinguishable from the
 //! general engine's ([`chart::Instance`](crate::chart::Instance)); tests drive every shipped

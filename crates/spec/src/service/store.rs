@@ -8,7 +8,12 @@
 //! on the flat machine (`service::flat`, issue 15 §2: the fast path of a service loaded at run
 //! time) live in that service's own map, MessageID → (atomic state, history), one probe per
 //! input, and their steps run the load-time-resolved fast ops (every send building its message
-//! in one scratch message the store reuses); their histories are recycled.
+//! in one scratch message the store reuses); their histories are recycled. The usual input of
+//! such a service (its MessageType or TimerIdentifier triggers one basic event, the chart has
+//! [`Cell`]s) is handled from its load-time [`Route`](super::flat::Route) (issue 15 §2, eighth
+//! round, docs/spec-format.md): one route read, one probe, the history record, one cell read,
+//! and the cell's step; the first message of an id is created from the route out of line, and
+//! every other input takes the general path (matcher, plans, `flat_step`) out of line.
 //! A pool of instances can be pre-built (the seed's pre-allocation of FSMs, §6.3.4.1) so the
 //! first messages do not pay for construction.
 //!
@@ -954,10 +959,15 @@ impl Store {
             }
             return self.flat_timer_slow(now, si, key, id, net);
         }
-        let Some(inst) = self.flat.get_mut(si).and_then(|x| x.get_mut(&key.message)) else {
+        let Some(instances) = self.flat.get_mut(si) else {
             return Ok(());
         };
-        let FlatInst { state, hist, .. } = inst;
+        // One probe: the entry also ends the instance when its step does.
+        let std::collections::hash_map::Entry::Occupied(mut entry) = instances.entry(key.message)
+        else {
+            return Ok(());
+        };
+        let FlatInst { state, hist, .. } = entry.get_mut();
         if route.logic {
             svc.logic
                 .record(&mut hist.logic, route.event, now, None, id);
@@ -985,7 +995,11 @@ impl Store {
             net,
         );
         if ended {
-            self.flat_end(si, key.message);
+            let f = entry.remove();
+            self.flat_live -= 1;
+            if let Some(spare) = self.recycled.get_mut(si) {
+                recycle(spare, f);
+            }
         }
         Ok(())
     }
@@ -1069,6 +1083,19 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// Keeps the history of an ended flat instance for the next one (its datamodel's variables
+/// dropped; out of line).
+#[inline(never)]
+fn recycle(spare: &mut Vec<History>, f: FlatInst) {
+    let FlatInst { mut hist, vars, .. } = f;
+    if vars.is_empty() {
+        // Nothing to free (a chart without a datamodel).
+        std::mem::forget(vars);
+    }
+    hist.reset();
+    spare.push(hist);
 }
 
 /// A routed input past its history record: where its cell is and what its step's context
