@@ -397,7 +397,10 @@ impl Tool {
             stats: ToolStats::default(),
             memfd_store: config.memfd
                 && (local.is_some()
-                    || config.serve.as_deref().is_some_and(|s| s.starts_with("unix:"))),
+                    || config
+                        .serve
+                        .as_deref()
+                        .is_some_and(|s| s.starts_with("unix:"))),
             _local: local,
             config,
         })

@@ -105,7 +105,9 @@ fn variable_numbers_cannot_be_guessed_at_an_owners_listener() {
     );
     // A stranger at the owner's listener, trying the numbers a counter would have given.
     // (The TCP address, without the same-host socket's part.)
-    let tcp = viastack_bus::client::split_local(t.location()).0.to_string();
+    let tcp = viastack_bus::client::split_local(t.location())
+        .0
+        .to_string();
     let mut s = std::net::TcpStream::connect(tcp).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut arena = Arena::new();
