@@ -216,7 +216,13 @@ fn transfer(
         loop {
             match t.next_request()? {
                 Request::Eval { request, .. } => {
-                    let blob = t.arena.blob(vec![0x5au8; size]);
+                    // By reference the producer makes its value in shared memory
+                    // (`Tool::shared_blob`): a same-host consumer maps it, nothing is copied
+                    // between the tools. By value (or without memfd) it is an ordinary `Vec`.
+                    let blob = match by_reference.then(|| t.shared_blob(size, |b| b.fill(0x5a))) {
+                        Some(Ok(b)) => b,
+                        _ => t.arena.blob(vec![0x5au8; size]),
+                    };
                     let v = t.arena.appl("data", vec![blob]);
                     if let Ok(mut s) = s1.lock() {
                         *s = Some(crate_now());

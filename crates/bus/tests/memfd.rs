@@ -30,11 +30,18 @@ toolbus(Main)
 const SIZE: usize = 5_000_000;
 
 fn run(tag: &str, owner_memfd: bool, consumer_memfd: bool) -> ToolStats {
-    run_at(tag, owner_memfd, consumer_memfd, false)
+    run_at(tag, owner_memfd, consumer_memfd, false, false)
 }
 
 /// `tcp_owner`: the owner serves on TCP (the default), not on a Unix socket.
-fn run_at(tag: &str, owner_memfd: bool, consumer_memfd: bool, tcp_owner: bool) -> ToolStats {
+/// `shared`: the owner makes the value with `Tool::shared_blob` (in a memfd from the start).
+fn run_at(
+    tag: &str,
+    owner_memfd: bool,
+    consumer_memfd: bool,
+    tcp_owner: bool,
+    shared: bool,
+) -> ToolStats {
     let dir = std::env::temp_dir().join(format!("viastack-memfd-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut arena = Arena::new();
@@ -67,8 +74,17 @@ fn run_at(tag: &str, owner_memfd: bool, consumer_memfd: bool, tcp_owner: bool) -
         loop {
             match t.next_request().unwrap() {
                 Request::Eval { request, .. } => {
-                    let bytes: Vec<u8> = (0..SIZE).map(|i| (i % 239) as u8).collect();
-                    let blob = t.arena.blob(bytes);
+                    let blob = if shared {
+                        t.shared_blob(SIZE, |b| {
+                            for (i, x) in b.iter_mut().enumerate() {
+                                *x = (i % 239) as u8;
+                            }
+                        })
+                        .unwrap()
+                    } else {
+                        let bytes: Vec<u8> = (0..SIZE).map(|i| (i % 239) as u8).collect();
+                        t.arena.blob(bytes)
+                    };
                     let v = t.arena.appl("data", vec![blob]);
                     let r = t.put(&v);
                     assert!(r.as_ref_info().is_some());
@@ -125,14 +141,25 @@ fn same_host_value_comes_as_a_sealed_memfd() {
 /// socket in the location and gets a memfd, without being told to.
 #[test]
 fn a_tcp_owner_on_the_same_host_hands_over_a_memfd_automatically() {
-    let s = run_at("tcp-both", true, true, true);
+    let s = run_at("tcp-both", true, true, true, false);
     assert_eq!((s.fetches, s.memfd_fetches, s.local_fetches), (1, 1, 1));
+}
+
+/// A value made in shared memory (`Tool::shared_blob`) goes to a same-host consumer as the
+/// memfd it was made in (its stream after a gap: the PUT's offset), intact; to a consumer
+/// that streams, over TCP from the same bytes.
+#[test]
+fn a_shared_blob_is_handed_over_in_place() {
+    let s = run_at("shared", true, true, true, true);
+    assert_eq!((s.fetches, s.memfd_fetches, s.local_fetches), (1, 1, 1));
+    let s = run_at("shared-stream", true, false, true, true);
+    assert_eq!((s.fetches, s.memfd_fetches), (1, 0));
 }
 
 /// A TCP owner without memfd announces no same-host socket: TCP, as across hosts.
 #[test]
 fn a_tcp_owner_without_memfd_streams_over_tcp() {
-    let s = run_at("tcp-owner-off", false, true, true);
+    let s = run_at("tcp-owner-off", false, true, true, false);
     assert_eq!((s.fetches, s.memfd_fetches, s.local_fetches), (1, 0, 0));
 }
 
