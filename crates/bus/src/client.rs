@@ -223,6 +223,8 @@ pub struct ToolStats {
     /// Of the memfd fetches, those found through a TCP or TLS owner's same-host socket
     /// ([`LOCAL`]), chosen automatically.
     pub local_fetches: u64,
+    /// Values put in place: made with [`Tool::shared_blob`], sealed without a copy.
+    pub in_place_puts: u64,
     /// Of the fetches, those over TLS to an owner whose certificate matched its pin.
     pub tls_fetches: u64,
     /// Fetches refused because the owner was not verified ([`ClientError::OwnerUnverified`]).
@@ -732,6 +734,7 @@ impl Tool {
         {
             if tail.is_empty() {
                 if let Some((fd, offset, bytes)) = crate::memfd::seal_in_place(head, b) {
+                    self.stats.in_place_puts += 1;
                     stored = Some(Stored {
                         bytes,
                         memfd: Some(fd),

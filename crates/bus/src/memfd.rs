@@ -169,11 +169,16 @@ pub fn shared_blob(len: usize, fill: impl FnOnce(&mut [u8])) -> io::Result<Bytes
         };
         fill(&mut map);
     }
-    // Read-only from now on, in this process too.
+    // Read-only from now on, in this process too. A private mapping: a shared one counts as
+    // writable for the seal (the descriptor is open for writing) and sealing would fail.
     // SAFETY: as above; the only writer afterwards is `put` writing the head in front of
     // these bytes (never into them), and only before sealing.
     #[allow(unsafe_code)]
-    let map = unsafe { memmap2::MmapOptions::new().len(SHARED_HEAD + len).map(&f)? };
+    let map = unsafe {
+        memmap2::MmapOptions::new()
+            .len(SHARED_HEAD + len)
+            .map_copy_read_only(&f)?
+    };
     let whole = Bytes::from_shared(std::sync::Arc::new(Mapped(map))).with_file(
         std::sync::Arc::new(std::sync::Mutex::new(Some(OwnedFd::from(f)))),
     );

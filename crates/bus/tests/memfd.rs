@@ -88,6 +88,8 @@ fn run_at(
                     let v = t.arena.appl("data", vec![blob]);
                     let r = t.put(&v);
                     assert!(r.as_ref_info().is_some());
+                    // A shared blob is sealed where it was made (no copy at `put`).
+                    assert_eq!(t.stats.in_place_puts, u64::from(shared));
                     t.value(request, r).unwrap();
                 }
                 Request::Terminate { .. } => break,
