@@ -114,7 +114,7 @@ pub fn map_at(fd: impl AsFd, offset: usize, total: usize, populate: bool) -> io:
     }
     let f = File::from(fd.as_fd().try_clone_to_owned()?);
     let size = f.metadata()?.len();
-    let end = offset.checked_add(total).unwrap_or(usize::MAX);
+    let end = offset.saturating_add(total);
     if size != end as u64 || total == 0 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
