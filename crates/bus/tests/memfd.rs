@@ -201,6 +201,18 @@ fn a_consumer_that_does_not_ask_streams() {
 /// example's transformer, compiled here with javac; skipped, saying so, without a JDK.
 #[test]
 fn a_java_consumer_of_a_memfd_capable_rust_owner_gets_the_value_streamed() {
+    java_fallback(false);
+}
+
+/// The same with the Rust owner serving TCP (the default): its location carries a same-host
+/// part (`;local=BOOT_ID@/socket`), which the Java client strips (it cannot receive a memfd),
+/// fetching over TCP.
+#[test]
+fn a_java_consumer_of_a_rust_tcp_owner_with_a_same_host_part_fetches_over_tcp() {
+    java_fallback(true);
+}
+
+fn java_fallback(tcp_owner: bool) {
     use std::process::{Command, Stdio};
     let have = |tool: &str| {
         Command::new(tool)
@@ -213,7 +225,10 @@ fn a_java_consumer_of_a_memfd_capable_rust_owner_gets_the_value_streamed() {
         return;
     }
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let dir = std::env::temp_dir().join(format!("viastack-memfd-java-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "viastack-memfd-java-{}-{tcp_owner}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let classes = dir.join("classes");
@@ -271,7 +286,9 @@ toolbus(Main)
     );
     let producer = thread::spawn(move || {
         let mut cfg = ToolConfig::new("producer");
-        cfg.serve = Some(owner_at);
+        if !tcp_owner {
+            cfg.serve = Some(owner_at);
+        }
         cfg.memfd = true;
         let mut t = Tool::connect(&ep1, cfg).unwrap();
         loop {
@@ -281,7 +298,12 @@ toolbus(Main)
                     let blob = t.arena.blob(value.clone());
                     let v = t.arena.appl("data", vec![digest, blob]);
                     let r = t.put(&v);
-                    assert!(r.as_ref_info().unwrap().location.starts_with("unix:"));
+                    let loc = r.as_ref_info().unwrap().location.clone();
+                    if tcp_owner {
+                        assert!(loc.starts_with("127.0.0.1:") && loc.contains(";local="));
+                    } else {
+                        assert!(loc.starts_with("unix:"));
+                    }
                     t.value(request, r).unwrap();
                 }
                 Request::Terminate { .. } => break,
@@ -333,7 +355,11 @@ toolbus(Main)
     // socket (streamed: it never asks for a memfd).
     assert!(
         log.contains(&format!("got {SIZE} bytes by reference"))
-            && log.contains("at unix:")
+            && log.contains(if tcp_owner {
+                "at 127.0.0.1:"
+            } else {
+                "at unix:"
+            })
             && log.contains("(fetches 1)"),
         "{log}"
     );
