@@ -246,6 +246,33 @@ class BusServe(unittest.TestCase):
                         lambda d: {"serve": False})
         self.assertIn(("how", 0, 0), log)
 
+    def test_a_same_host_part_of_a_location_is_fetched_as_a_memfd(self):
+        # A Rust TCP owner announces `BASE;local=BOOT_ID@/socket` (crates/bus/src/client.rs).
+        # The Python owner here serves on a Unix socket; the consumer is handed its
+        # references rewritten to that form with an unreachable base: the value can only
+        # arrive through the same-host part, as a memfd.
+        from viastack_bus import client
+        if not hasattr(os, "memfd_create") or client.boot_id() is None:
+            self.skipTest("no memfd or boot id on this system")
+        original = client.Tool._fetch
+
+        def via_local(tool, r, delivery):
+            tag, owner, var_id, size, location, sig = r
+            if location.startswith("unix:"):
+                location = "127.0.0.1:1;local=%s@%s" % (client.boot_id(), location[5:])
+            got = original(tool, (tag, owner, var_id, size, location, sig), delivery)
+            self.assertEqual(tool.local_fetches, 1)
+            return got
+
+        client.Tool._fetch = via_local
+        try:
+            log = self._run(lambda d: [],
+                            lambda d: {"serve": "unix:" + os.path.join(d, "p.sock")},
+                            lambda d: {"serve": False})
+        finally:
+            client.Tool._fetch = original
+        self.assertIn(("how", 1, 0), log)
+
     @staticmethod
     def _tls_bus(d):
         subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",

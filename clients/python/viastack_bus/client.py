@@ -97,15 +97,16 @@ def _memfd_sealed(data):
         raise
 
 
-def _memfd_read(fd, size):
-    """The first `size` bytes of a received memfd (then closed)."""
+def _memfd_read(fd, size, offset=0):
+    """The `size` bytes at `offset` of a received memfd (then closed); a Rust owner's shared
+    blob puts its stream after a gap (crates/bus/src/memfd.rs `shared_blob`)."""
     try:
-        if os.fstat(fd).st_size < size:
+        if os.fstat(fd).st_size < offset + size:
             raise TransferFailed("memfd shorter than the reference's size")
         if size == 0:
             return b""
-        with mmap.mmap(fd, size, prot=mmap.PROT_READ) as m:
-            return bytes(m)
+        with mmap.mmap(fd, offset + size, prot=mmap.PROT_READ) as m:
+            return bytes(m[offset:offset + size])
     finally:
         os.close(fd)
 
@@ -550,12 +551,12 @@ class Tool:
             if body is None:
                 raise TransferFailed("owner closed the transfer")
             kind, f = decode_frame(head + body, 64 * 1024, terms_as_text=False)
-            if (kind == "PUT" and f["var"] == var_id and f["offset"] == 0
+            if (kind == "PUT" and f["var"] == var_id and f["offset"] >= 0
                     and f["total"] == size and not f["data"]):
                 if not fds:
                     raise TransferFailed("memfd PUT without a descriptor")
                 fd = fds.pop(0)
-                data = _memfd_read(fd, size)
+                data = _memfd_read(fd, size, f["offset"])
                 try:
                     s.sendall(encode_frame("END", reason="done"))
                 except OSError:

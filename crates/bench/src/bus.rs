@@ -173,13 +173,14 @@ impl Served {
 }
 
 /// One transfer of `size` bytes to `receivers` consumers (1 or 2); returns (seconds, bus
-/// peak RSS MB).
+/// peak RSS MB, the path the consumers' fetches took: "memfd" — the owner's same-host
+/// socket, chosen automatically —, "stream" or "none").
 fn transfer(
     size: usize,
     by_reference: bool,
     receivers: usize,
     flow: Flow,
-) -> anyhow::Result<(f64, f64)> {
+) -> anyhow::Result<(f64, f64, &'static str)> {
     let max_frame = if by_reference {
         16 << 20
     } else {
@@ -215,7 +216,13 @@ fn transfer(
         loop {
             match t.next_request()? {
                 Request::Eval { request, .. } => {
-                    let blob = t.arena.blob(vec![0x5au8; size]);
+                    // By reference the producer makes its value in shared memory
+                    // (`Tool::shared_blob`): a same-host consumer maps it, nothing is copied
+                    // between the tools. By value (or without memfd) it is an ordinary `Vec`.
+                    let blob = match by_reference.then(|| t.shared_blob(size, |b| b.fill(0x5a))) {
+                        Some(Ok(b)) => b,
+                        _ => t.arena.blob(vec![0x5au8; size]),
+                    };
                     let v = t.arena.appl("data", vec![blob]);
                     if let Ok(mut s) = s1.lock() {
                         *s = Some(crate_now());
@@ -231,7 +238,7 @@ fn transfer(
     let consumers: Vec<_> = (0..receivers)
         .map(|_| {
             let a2 = served.addr.clone();
-            thread::spawn(move || -> anyhow::Result<Instant> {
+            thread::spawn(move || -> anyhow::Result<(Instant, &'static str)> {
                 let mut cfg = ToolConfig::new("consumer");
                 cfg.max_frame = max_frame;
                 flow.apply(&mut cfg);
@@ -250,7 +257,14 @@ fn transfer(
                             let ok = t.arena.appl("ok", vec![]);
                             t.value(request, ok)?;
                         }
-                        Request::Terminate { .. } => return done.context("nothing consumed"),
+                        Request::Terminate { .. } => {
+                            let path = match (t.stats.fetches, t.stats.local_fetches) {
+                                (0, _) => "none",
+                                (f, l) if l == f => "memfd",
+                                _ => "stream",
+                            };
+                            return Ok((done.context("nothing consumed")?, path));
+                        }
                         _ => {}
                     }
                 }
@@ -261,11 +275,13 @@ fn transfer(
         .join()
         .map_err(|_| anyhow::anyhow!("producer panicked"))??;
     let mut end = None;
+    let mut path = "none";
     for c in consumers {
-        let e = c
+        let (e, p) = c
             .join()
             .map_err(|_| anyhow::anyhow!("consumer panicked"))??;
         end = Some(end.map_or(e, |x: Instant| x.max(e)));
+        path = p;
     }
     let end = end.context("no consumer")?;
     let rss = served.peak_rss_mb();
@@ -275,7 +291,7 @@ fn transfer(
         .ok()
         .and_then(|s| *s)
         .context("no start time")?;
-    Ok((end.duration_since(begin).as_secs_f64(), rss))
+    Ok((end.duration_since(begin).as_secs_f64(), rss, path))
 }
 
 #[allow(clippy::disallowed_methods)] // the bench driver reads the clock
@@ -378,15 +394,16 @@ pub fn run(args: &BusArgs) -> anyhow::Result<()> {
     for &size in &sizes {
         let mut row = json!({ "size_bytes": size });
         for &k in receivers {
-            let (mut by_val, mut by_ref, mut rss_val, mut rss_ref) =
-                (vec![], vec![], vec![], vec![]);
+            let (mut by_val, mut by_ref, mut rss_val, mut rss_ref, mut paths) =
+                (vec![], vec![], vec![], vec![], vec![]);
             for _ in 0..args.repeat.max(1) {
-                let (t, r) = transfer(size, false, k, flow)?;
+                let (t, r, _) = transfer(size, false, k, flow)?;
                 by_val.push(t);
                 rss_val.push(r);
-                let (t, r) = transfer(size, true, k, flow)?;
+                let (t, r, p) = transfer(size, true, k, flow)?;
                 by_ref.push(t);
                 rss_ref.push(r);
+                paths.push(p);
             }
             // The two lanes alternate within each repeat: pairs for the ratio's interval.
             let pairs: Vec<(f64, f64)> =
@@ -400,6 +417,8 @@ pub fn run(args: &BusArgs) -> anyhow::Result<()> {
             let sfx = if k == 2 { "_two_receivers" } else { "" };
             row[format!("by_value_ms_runs{sfx}")] = json!(ms(&by_val));
             row[format!("by_reference_ms_runs{sfx}")] = json!(ms(&by_ref));
+            // How the by-reference lane's consumers fetched (same host: the owner's memfd).
+            row[format!("by_reference_path{sfx}")] = json!(paths);
             let (v, r) = (median(by_val), median(by_ref));
             let (rv, rr) = (median(rss_val), median(rss_ref));
             row[format!("by_value_ms{sfx}")] = json!(v * 1e3);
@@ -467,6 +486,10 @@ pub fn run(args: &BusArgs) -> anyhow::Result<()> {
     out.insert(
         "by_reference_vs_by_value_ci95".into(),
         at_50mb["by_reference_vs_by_value_ci95"].clone(),
+    );
+    out.insert(
+        "by_reference_path".into(),
+        at_50mb["by_reference_path"].clone(),
     );
     out.insert(
         "bus_peak_rss_mb".into(),

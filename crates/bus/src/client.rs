@@ -165,6 +165,8 @@ pub enum Request {
 struct Stored {
     bytes: crate::term::Bytes,
     memfd: Option<std::os::fd::OwnedFd>,
+    /// Where the stream starts in the memfd (after the gap of a shared blob).
+    offset: usize,
 }
 
 type Store = Arc<Mutex<HashMap<u64, Arc<Stored>>>>;
@@ -221,6 +223,8 @@ pub struct ToolStats {
     /// Of the memfd fetches, those found through a TCP or TLS owner's same-host socket
     /// ([`LOCAL`]), chosen automatically.
     pub local_fetches: u64,
+    /// Values put in place: made with [`Tool::shared_blob`], sealed without a copy.
+    pub in_place_puts: u64,
     /// Of the fetches, those over TLS to an owner whose certificate matched its pin.
     pub tls_fetches: u64,
     /// Fetches refused because the owner was not verified ([`ClientError::OwnerUnverified`]).
@@ -695,6 +699,17 @@ impl Tool {
         self.next_var
     }
 
+    /// A blob of `len` bytes made directly in shared memory (`fill` writes them): sent by
+    /// reference, a same-host consumer reads it where `fill` wrote it — no copy between the
+    /// tools ([`crate::memfd::shared_blob`]). Put it last in the value (`data(B)`).
+    ///
+    /// # Errors
+    /// The kernel's (no memfd support).
+    pub fn shared_blob(&mut self, len: usize, fill: impl FnOnce(&mut [u8])) -> io::Result<Term> {
+        let b = crate::memfd::shared_blob(len, fill)?;
+        Ok(self.arena.blob(b))
+    }
+
     /// The term to send for `value`: the value itself when small, else a reference to it,
     /// kept here until the bus's FIN. A passive tool's reference has no location: consumers
     /// GET it through the bus, which relays to this tool's connection.
@@ -712,12 +727,29 @@ impl Tool {
         }
         // Same-host consumers get it as a memfd: written once, here, straight from the term.
         let mut stored = None;
-        if self.memfd_store {
+        // A value ending in a shared blob (made in a memfd, `memfd::shared_blob`): only the
+        // stream's head is written, in front of the blob; nothing is copied.
+        if let [saf::Segment::Own(head), saf::Segment::Blob(b), saf::Segment::Own(tail)] =
+            &segments[..]
+        {
+            if tail.is_empty() {
+                if let Some((fd, offset, bytes)) = crate::memfd::seal_in_place(head, b) {
+                    self.stats.in_place_puts += 1;
+                    stored = Some(Stored {
+                        bytes,
+                        memfd: Some(fd),
+                        offset,
+                    });
+                }
+            }
+        }
+        if self.memfd_store && stored.is_none() {
             match crate::memfd::sealed_segments(&segments) {
                 Ok((fd, bytes)) => {
                     stored = Some(Stored {
                         bytes,
                         memfd: Some(fd),
+                        offset: 0,
                     })
                 }
                 Err(e) => tracing::debug!("no memfd for a value: {e}"),
@@ -734,6 +766,7 @@ impl Tool {
             Stored {
                 bytes: out.into(),
                 memfd: None,
+                offset: 0,
             }
         });
         let var = self.fresh_var();
@@ -930,13 +963,16 @@ fn fetch_memfd(
     match Frame::parse(&mut arena, &frame, 64 * 1024)? {
         Frame::Put {
             var,
-            offset: 0,
+            offset,
             total: t,
             data,
         } if var == r.var && t == r.size && data.is_empty() => {
+            // `offset`: where the stream starts in the memfd (a shared blob's head gap).
             let fd =
                 fd.ok_or_else(|| ClientError::Protocol("memfd PUT without a descriptor".into()))?;
-            Ok(Some(crate::memfd::map_sealed(fd, total)?))
+            let offset = usize::try_from(offset)
+                .map_err(|_| ClientError::Protocol("memfd offset".into()))?;
+            Ok(Some(crate::memfd::map_at(fd, offset, total, true)?))
         }
         Frame::Fail {
             code: FailCode::Refused,
@@ -1250,7 +1286,11 @@ fn serve_one(
                 .and_then(|fd| {
                     let head = Frame::Put {
                         var,
-                        offset: 0,
+                        offset: if value.memfd.is_some() {
+                            value.offset as u64
+                        } else {
+                            0
+                        },
                         total: total as u64,
                         data: Vec::new(),
                     }

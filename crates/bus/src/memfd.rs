@@ -77,7 +77,7 @@ pub fn sealed_segments(segments: &[crate::saf::Segment]) -> io::Result<(OwnedFd,
         &fd,
         SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL,
     )?;
-    let bytes = map_sealed(fd.as_fd(), total)?;
+    let bytes = map_at(fd.as_fd(), 0, total, false)?;
     Ok((fd, bytes))
 }
 
@@ -96,6 +96,15 @@ impl AsRef<[u8]> for Mapped {
 /// # Errors
 /// Missing seals, a size other than `total`, or the kernel's.
 pub fn map_sealed(fd: impl AsFd, total: usize) -> io::Result<Bytes> {
+    map_at(fd, 0, total, true)
+}
+
+/// [`map_sealed`] of the `total` bytes at `offset` (a stream the owner wrote in place after
+/// a header gap, [`shared_blob`]); `populate`: fill the page tables at once.
+///
+/// # Errors
+/// Missing seals, a file shorter than `offset + total`, or the kernel's.
+pub fn map_at(fd: impl AsFd, offset: usize, total: usize, populate: bool) -> io::Result<Bytes> {
     let seals = rustix::fs::fcntl_get_seals(&fd)?;
     if !seals.contains(SealFlags::WRITE | SealFlags::SHRINK) {
         return Err(io::Error::new(
@@ -105,18 +114,105 @@ pub fn map_sealed(fd: impl AsFd, total: usize) -> io::Result<Bytes> {
     }
     let f = File::from(fd.as_fd().try_clone_to_owned()?);
     let size = f.metadata()?.len();
-    if size != total as u64 || total == 0 {
+    let end = offset.saturating_add(total);
+    if size != end as u64 || total == 0 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("memfd holds {size} bytes, {total} announced"),
+            format!("memfd holds {size} bytes, {total} announced at {offset}"),
         ));
     }
     // SAFETY: the memfd is sealed against writes and shrinking (checked above; seals cannot be
     // removed), so no process can change or truncate the mapped bytes while they are mapped;
     // the mapping is read-only and private to this process.
     #[allow(unsafe_code)]
-    let map = unsafe { memmap2::MmapOptions::new().len(total).populate().map(&f)? };
-    Ok(Bytes::from_shared(std::sync::Arc::new(Mapped(map))))
+    let map = unsafe {
+        let mut o = memmap2::MmapOptions::new();
+        o.len(end);
+        if populate {
+            o.populate();
+        }
+        o.map(&f)?
+    };
+    Bytes::from_shared(std::sync::Arc::new(Mapped(map)))
+        .slice(offset..end)
+        .ok_or_else(|| io::Error::other("mapping shorter than announced"))
+}
+
+/// Room left before a [`shared_blob`]'s bytes for the head of the term stream it is put in.
+pub const SHARED_HEAD: usize = 4096;
+
+/// A blob made directly in a memfd (`fill` writes its `len` bytes), for a tool that builds a
+/// large value to send by reference: `put` then writes only the stream's head in front of it
+/// and seals, and a same-host consumer maps it — the value's bytes are never copied between
+/// the tools ([`crate::client::Tool::put`]). The memfd is unsealed until then; no one else
+/// has it.
+///
+/// # Errors
+/// The kernel's (no memfd support, out of memory).
+pub fn shared_blob(len: usize, fill: impl FnOnce(&mut [u8])) -> io::Result<Bytes> {
+    let fd = memfd_create(
+        "viastack-bus-value",
+        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+    )?;
+    let f = File::from(fd);
+    f.set_len((SHARED_HEAD + len) as u64)?;
+    if len > 0 {
+        // SAFETY: the memfd was just made here and no other process or mapping has it, so
+        // nothing else can change or truncate it while this writable mapping lives (it is
+        // dropped before the memfd is sealed or handed over).
+        #[allow(unsafe_code)]
+        let mut map = unsafe {
+            memmap2::MmapOptions::new()
+                .offset(SHARED_HEAD as u64)
+                .len(len)
+                .map_mut(&f)?
+        };
+        fill(&mut map);
+    }
+    // Read-only from now on, in this process too. A private mapping: a shared one counts as
+    // writable for the seal (the descriptor is open for writing) and sealing would fail.
+    // SAFETY: as above; the only writer afterwards is `put` writing the head in front of
+    // these bytes (never into them), and only before sealing.
+    #[allow(unsafe_code)]
+    let map = unsafe {
+        memmap2::MmapOptions::new()
+            .len(SHARED_HEAD + len)
+            .map_copy_read_only(&f)?
+    };
+    let whole = Bytes::from_shared(std::sync::Arc::new(Mapped(map))).with_file(
+        std::sync::Arc::new(std::sync::Mutex::new(Some(OwnedFd::from(f)))),
+    );
+    whole
+        .slice(SHARED_HEAD..SHARED_HEAD + len)
+        .ok_or_else(|| io::Error::other("mapping shorter than made"))
+}
+
+/// A shared blob's stream head written in front of its bytes, the memfd sealed: the memfd
+/// and the stream's offset in it, or `None` when `blob` is not a shared blob (or was sealed
+/// by an earlier put: then the stream is copied as usual).
+pub fn seal_in_place(head: &[u8], blob: &Bytes) -> Option<(OwnedFd, usize, Bytes)> {
+    use std::os::unix::fs::FileExt;
+    let (file, start) = blob.file()?;
+    let mut slot = file.lock().ok()?;
+    if start != SHARED_HEAD || head.len() > SHARED_HEAD || slot.is_none() {
+        return None;
+    }
+    let fd = slot.take()?;
+    let at = SHARED_HEAD - head.len();
+    let f = File::from(fd);
+    let ok = f.write_all_at(head, at as u64).is_ok();
+    let fd = OwnedFd::from(f);
+    if !ok
+        || fcntl_add_seals(
+            &fd,
+            SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL,
+        )
+        .is_err()
+    {
+        return None;
+    }
+    let stream = blob.widen(head.len())?;
+    Some((fd, at, stream))
 }
 
 /// Sends `frame` (whole) on the Unix socket `sock` with `fd` attached.

@@ -79,7 +79,12 @@ pub struct Bytes {
     owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
     start: usize,
     end: usize,
+    /// The memfd of a [`crate::memfd::shared_blob`] (taken when sealed).
+    file: Option<SharedFile>,
 }
+
+/// The memfd behind a shared blob, until a `put` seals it.
+pub type SharedFile = Arc<std::sync::Mutex<Option<std::os::fd::OwnedFd>>>;
 
 impl Bytes {
     /// The whole of a shared buffer.
@@ -89,7 +94,31 @@ impl Bytes {
             owner,
             start: 0,
             end,
+            file: None,
         }
+    }
+
+    /// These bytes, known to be a memfd's ([`crate::memfd::shared_blob`]).
+    pub fn with_file(mut self, file: SharedFile) -> Bytes {
+        self.file = Some(file);
+        self
+    }
+
+    /// The memfd these bytes are in and where they start in it, for a shared blob.
+    pub fn file(&self) -> Option<(&SharedFile, usize)> {
+        self.file.as_ref().map(|f| (f, self.start))
+    }
+
+    /// The same buffer from `before` bytes earlier to the same end (the stream head written
+    /// in front of a shared blob).
+    pub fn widen(&self, before: usize) -> Option<Bytes> {
+        let start = self.start.checked_sub(before)?;
+        Some(Bytes {
+            owner: self.owner.clone(),
+            start,
+            end: self.end,
+            file: None,
+        })
     }
 
     /// The bytes `range` of these (the same buffer, no copy); `None` when out of bounds.
@@ -101,6 +130,7 @@ impl Bytes {
             owner: self.owner.clone(),
             start: self.start + range.start,
             end: self.start + range.end,
+            file: self.file.clone(),
         })
     }
 }

@@ -30,11 +30,18 @@ toolbus(Main)
 const SIZE: usize = 5_000_000;
 
 fn run(tag: &str, owner_memfd: bool, consumer_memfd: bool) -> ToolStats {
-    run_at(tag, owner_memfd, consumer_memfd, false)
+    run_at(tag, owner_memfd, consumer_memfd, false, false)
 }
 
 /// `tcp_owner`: the owner serves on TCP (the default), not on a Unix socket.
-fn run_at(tag: &str, owner_memfd: bool, consumer_memfd: bool, tcp_owner: bool) -> ToolStats {
+/// `shared`: the owner makes the value with `Tool::shared_blob` (in a memfd from the start).
+fn run_at(
+    tag: &str,
+    owner_memfd: bool,
+    consumer_memfd: bool,
+    tcp_owner: bool,
+    shared: bool,
+) -> ToolStats {
     let dir = std::env::temp_dir().join(format!("viastack-memfd-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut arena = Arena::new();
@@ -67,11 +74,22 @@ fn run_at(tag: &str, owner_memfd: bool, consumer_memfd: bool, tcp_owner: bool) -
         loop {
             match t.next_request().unwrap() {
                 Request::Eval { request, .. } => {
-                    let bytes: Vec<u8> = (0..SIZE).map(|i| (i % 239) as u8).collect();
-                    let blob = t.arena.blob(bytes);
+                    let blob = if shared {
+                        t.shared_blob(SIZE, |b| {
+                            for (i, x) in b.iter_mut().enumerate() {
+                                *x = (i % 239) as u8;
+                            }
+                        })
+                        .unwrap()
+                    } else {
+                        let bytes: Vec<u8> = (0..SIZE).map(|i| (i % 239) as u8).collect();
+                        t.arena.blob(bytes)
+                    };
                     let v = t.arena.appl("data", vec![blob]);
                     let r = t.put(&v);
                     assert!(r.as_ref_info().is_some());
+                    // A shared blob is sealed where it was made (no copy at `put`).
+                    assert_eq!(t.stats.in_place_puts, u64::from(shared));
                     t.value(request, r).unwrap();
                 }
                 Request::Terminate { .. } => break,
@@ -125,14 +143,25 @@ fn same_host_value_comes_as_a_sealed_memfd() {
 /// socket in the location and gets a memfd, without being told to.
 #[test]
 fn a_tcp_owner_on_the_same_host_hands_over_a_memfd_automatically() {
-    let s = run_at("tcp-both", true, true, true);
+    let s = run_at("tcp-both", true, true, true, false);
     assert_eq!((s.fetches, s.memfd_fetches, s.local_fetches), (1, 1, 1));
+}
+
+/// A value made in shared memory (`Tool::shared_blob`) goes to a same-host consumer as the
+/// memfd it was made in (its stream after a gap: the PUT's offset), intact; to a consumer
+/// that streams, over TCP from the same bytes.
+#[test]
+fn a_shared_blob_is_handed_over_in_place() {
+    let s = run_at("shared", true, true, true, true);
+    assert_eq!((s.fetches, s.memfd_fetches, s.local_fetches), (1, 1, 1));
+    let s = run_at("shared-stream", true, false, true, true);
+    assert_eq!((s.fetches, s.memfd_fetches), (1, 0));
 }
 
 /// A TCP owner without memfd announces no same-host socket: TCP, as across hosts.
 #[test]
 fn a_tcp_owner_without_memfd_streams_over_tcp() {
-    let s = run_at("tcp-owner-off", false, true, true);
+    let s = run_at("tcp-owner-off", false, true, true, false);
     assert_eq!((s.fetches, s.memfd_fetches, s.local_fetches), (1, 0, 0));
 }
 
@@ -172,6 +201,18 @@ fn a_consumer_that_does_not_ask_streams() {
 /// example's transformer, compiled here with javac; skipped, saying so, without a JDK.
 #[test]
 fn a_java_consumer_of_a_memfd_capable_rust_owner_gets_the_value_streamed() {
+    java_fallback(false);
+}
+
+/// The same with the Rust owner serving TCP (the default): its location carries a same-host
+/// part (`;local=BOOT_ID@/socket`), which the Java client strips (it cannot receive a memfd),
+/// fetching over TCP.
+#[test]
+fn a_java_consumer_of_a_rust_tcp_owner_with_a_same_host_part_fetches_over_tcp() {
+    java_fallback(true);
+}
+
+fn java_fallback(tcp_owner: bool) {
     use std::process::{Command, Stdio};
     let have = |tool: &str| {
         Command::new(tool)
@@ -184,7 +225,10 @@ fn a_java_consumer_of_a_memfd_capable_rust_owner_gets_the_value_streamed() {
         return;
     }
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let dir = std::env::temp_dir().join(format!("viastack-memfd-java-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "viastack-memfd-java-{}-{tcp_owner}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let classes = dir.join("classes");
@@ -242,7 +286,9 @@ toolbus(Main)
     );
     let producer = thread::spawn(move || {
         let mut cfg = ToolConfig::new("producer");
-        cfg.serve = Some(owner_at);
+        if !tcp_owner {
+            cfg.serve = Some(owner_at);
+        }
         cfg.memfd = true;
         let mut t = Tool::connect(&ep1, cfg).unwrap();
         loop {
@@ -252,7 +298,12 @@ toolbus(Main)
                     let blob = t.arena.blob(value.clone());
                     let v = t.arena.appl("data", vec![digest, blob]);
                     let r = t.put(&v);
-                    assert!(r.as_ref_info().unwrap().location.starts_with("unix:"));
+                    let loc = r.as_ref_info().unwrap().location.clone();
+                    if tcp_owner {
+                        assert!(loc.starts_with("127.0.0.1:") && loc.contains(";local="));
+                    } else {
+                        assert!(loc.starts_with("unix:"));
+                    }
                     t.value(request, r).unwrap();
                 }
                 Request::Terminate { .. } => break,
@@ -304,7 +355,11 @@ toolbus(Main)
     // socket (streamed: it never asks for a memfd).
     assert!(
         log.contains(&format!("got {SIZE} bytes by reference"))
-            && log.contains("at unix:")
+            && log.contains(if tcp_owner {
+                "at 127.0.0.1:"
+            } else {
+                "at unix:"
+            })
             && log.contains("(fetches 1)"),
         "{log}"
     );

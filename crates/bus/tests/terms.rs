@@ -133,3 +133,36 @@ fn shared_stream_is_dag_sized() {
         bytes.len()
     );
 }
+
+/// A large blob decoded from shared bytes (a mapped memfd) lies in those bytes — no copy —
+/// and the term is the one `decode` gives; a small one is copied; the segmented encoding is
+/// the stream.
+#[test]
+fn decode_shared_slices_large_blobs_in_place() {
+    use viastack_bus::saf;
+    use viastack_bus::term::Bytes;
+    let mut a = Arena::new();
+    let big = a.blob(vec![3u8; 100_000]);
+    let small = a.blob(vec![4u8; 10]);
+    let t = a.appl("data", vec![small, big]);
+    let stream = saf::encode(&t);
+    let shared = Bytes::from(stream.clone());
+    let mut b = Arena::new();
+    let d = saf::decode_shared(&mut b, &shared).unwrap();
+    let plain = saf::decode(&mut b, &stream).unwrap();
+    assert!(d.ptr_eq(&plain));
+    let (_, args) = d.as_appl().unwrap();
+    let range = shared.as_ptr_range();
+    let blob = args[1].as_blob().unwrap();
+    assert_eq!(blob.len(), 100_000);
+    assert!(range.contains(&blob.as_ptr()), "the large blob was copied");
+    assert!(!range.contains(&args[0].as_blob().unwrap().as_ptr()));
+    let mut joined = Vec::new();
+    for seg in saf::encode_segments(&t) {
+        match seg {
+            saf::Segment::Own(v) => joined.extend_from_slice(&v),
+            saf::Segment::Blob(b) => joined.extend_from_slice(&b),
+        }
+    }
+    assert_eq!(joined, stream);
+}

@@ -200,6 +200,8 @@ fn serve_over_tls_moves_a_value_over_tls_from_the_owners_listener() {
     let consumer = thread::spawn(move || {
         let mut cfg = ToolConfig::new("consumer");
         cfg.tls = Some(tls);
+        // About TLS: the same-host memfd path (the owner's Unix socket) is off.
+        cfg.memfd = false;
         let mut t = Tool::connect(&addr, cfg).unwrap();
         loop {
             match t.next_request().unwrap() {
