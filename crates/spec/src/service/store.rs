@@ -566,16 +566,7 @@ impl Store {
             return self.flat_create_routed(now, si, m, route, net);
         };
         let FlatInst { state, hist, .. } = inst;
-        if route.slot != NO_SLOT {
-            hist.keep(route.slot, m);
-        }
-        match route.keyed {
-            Some((id, a)) => svc.logic.record_keyed(&mut hist.logic, id, m.get(a), now),
-            None if route.logic => svc
-                .logic
-                .record(&mut hist.logic, route.event, now, Some(m), 0),
-            None => {}
-        }
+        record_routed(svc, hist, route, m, now);
         let at = route.cells as usize + usize::from(*state);
         if machine.cell_at(at).is_some_and(Cell::idle) {
             return Ok(());
@@ -674,16 +665,7 @@ impl Store {
         }
         inst.state = state;
         let FlatInst { state, hist, .. } = inst;
-        if route.slot != NO_SLOT {
-            hist.keep(route.slot, m);
-        }
-        match route.keyed {
-            Some((id, a)) => svc.logic.record_keyed(&mut hist.logic, id, m.get(a), now),
-            None if route.logic => svc
-                .logic
-                .record(&mut hist.logic, route.event, now, Some(m), 0),
-            None => {}
-        }
+        record_routed(svc, hist, route, m, now);
         let at = route.cells as usize + usize::from(*state);
         if machine.cell_at(at).is_some_and(Cell::idle) {
             return Ok(());
@@ -1098,6 +1080,28 @@ fn recycle(spare: &mut Vec<History>, f: FlatInst) {
     spare.push(hist);
 }
 
+/// A routed message's history record: its message kept in the event's slot, then its keyed
+/// index or the composite indexes told (what `flat_record` does for a one-event input).
+#[inline(always)]
+fn record_routed(
+    svc: &Service,
+    hist: &mut History,
+    route: super::flat::Route,
+    m: &Message,
+    now: Instant,
+) {
+    if route.slot != NO_SLOT {
+        hist.keep(route.slot, m);
+    }
+    match route.keyed {
+        Some((id, a)) => svc.logic.record_keyed(&mut hist.logic, id, m.get(a), now),
+        None if route.logic => svc
+            .logic
+            .record(&mut hist.logic, route.event, now, Some(m), 0),
+        None => {}
+    }
+}
+
 /// A routed input past its history record: where its cell is and what its step's context
 /// is made of.
 struct Routed<'a> {
@@ -1108,9 +1112,9 @@ struct Routed<'a> {
     current: Option<&'a Message>,
 }
 
-/// A routed input's step and composites, after its history record (out of line: the
-/// per-input function keeps a small frame; an idle input never comes here). Whether the
-/// instance ended.
+/// A routed input's step and composites, after its history record (inlined: a function of
+/// its own measured slower, 101.4 M against 94.6 M instructions in `flat_speed`; an idle
+/// input never comes here). Whether the instance ended.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn routed<N: Network>(
